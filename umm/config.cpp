@@ -1,0 +1,132 @@
+#include "config.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include "sizes.h"
+
+
+namespace zico {
+namespace {
+
+constexpr OptionInfo kOptions[] = {
+    {"ZICO_BACKEND", "cuda", "cuda | sim",
+     "cuda: the GPU through libcuda.so.1; sim: simulated device in host memory (no GPU needed)"},
+    {"ZICO_BUDGET", "device memory", "size > 0, e.g. 6GiB",
+     "cap on physical memory mapped per device; allocations beyond it fail with out-of-memory"},
+    {"ZICO_LOG", "warn", "error | warn | info | debug", "how much the library logs to stderr"},
+    {"ZICO_CHUNK_SIZE", "driver granularity", "size, a multiple of the granularity",
+     "unit of physical memory mapped and unmapped (2 MiB on H100)"},
+    {"ZICO_ARENA_SIZE", "4 x device memory", "size > 0",
+     "virtual address space reserved per device; allocations keep their addresses inside it"},
+    {"ZICO_SIM_CAPACITY", "80GiB", "size > 0", "sim backend: memory of each simulated device"},
+    {"ZICO_SIM_GRANULARITY", "2MiB", "power of two, 4KiB..1GiB", "sim backend: allocation granularity"},
+    {"ZICO_SIM_DEVICES", "1", "integer 1..64", "sim backend: number of simulated devices"},
+    {"ZICO_LIBRARY", "found beside the tool", "path to libzicoum.so",
+     "zico-run and the Python package: which libzicoum to load"},
+};
+
+std::string bad_value(const char* name, const char* value, const char* accepted) {
+  return std::string(name) + "='" + value + "' is not valid; expected " + accepted;
+}
+
+Status parse_size_option(const char* name, const char* value, std::optional<uint64_t>* out, std::string* error) {
+  const std::optional<uint64_t> parsed = parse_size(value);
+  if (!parsed || *parsed == 0) {
+    *error = bad_value(name, value, (std::string(kSizeForm) + ", greater than zero").c_str());
+    return Status(Errc::kConfigError);
+  }
+  *out = parsed;
+  return Status::ok();
+}
+
+}  // namespace
+
+std::span<const OptionInfo> option_table() noexcept { return kOptions; }
+
+Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
+  Config config;
+  if (const char* v = lookup("ZICO_BACKEND")) {
+    if (std::strcmp(v, "cuda") == 0) {
+      config.backend = Backend::kCuda;
+    } else if (std::strcmp(v, "sim") == 0) {
+      config.backend = Backend::kSim;
+    } else {
+      *error = bad_value("ZICO_BACKEND", v, "cuda or sim");
+      return Status(Errc::kConfigError);
+    }
+  }
+  if (const char* v = lookup("ZICO_BUDGET")) ZICO_RETURN_IF_ERROR(parse_size_option("ZICO_BUDGET", v, &config.budget, error));
+  if (const char* v = lookup("ZICO_LOG")) {
+    static constexpr std::pair<const char*, LogLevel> kLevels[] = {
+        {"error", LogLevel::kError}, {"warn", LogLevel::kWarn}, {"info", LogLevel::kInfo}, {"debug", LogLevel::kDebug}};
+    bool found = false;
+    for (const auto& [text, level] : kLevels) {
+      if (std::strcmp(v, text) == 0) {
+        config.log_level = level;
+        found = true;
+      }
+    }
+    if (!found) {
+      *error = bad_value("ZICO_LOG", v, "error, warn, info or debug");
+      return Status(Errc::kConfigError);
+    }
+  }
+  if (const char* v = lookup("ZICO_CHUNK_SIZE")) {
+    ZICO_RETURN_IF_ERROR(parse_size_option("ZICO_CHUNK_SIZE", v, &config.chunk_size, error));
+  }
+  if (const char* v = lookup("ZICO_ARENA_SIZE")) {
+    ZICO_RETURN_IF_ERROR(parse_size_option("ZICO_ARENA_SIZE", v, &config.arena_size, error));
+  }
+  std::optional<uint64_t> size;
+  if (const char* v = lookup("ZICO_SIM_CAPACITY")) {
+    ZICO_RETURN_IF_ERROR(parse_size_option("ZICO_SIM_CAPACITY", v, &size, error));
+    config.sim_capacity = *size;
+  }
+  if (const char* v = lookup("ZICO_SIM_GRANULARITY")) {
+    const std::optional<uint64_t> g = parse_size(v);
+    if (!g || *g < 4096 || *g > (uint64_t{1} << 30) || (*g & (*g - 1)) != 0) {
+      *error = bad_value("ZICO_SIM_GRANULARITY", v, "a power of two from 4KiB to 1GiB");
+      return Status(Errc::kConfigError);
+    }
+    config.sim_granularity = *g;
+  }
+  if (const char* v = lookup("ZICO_SIM_DEVICES")) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 1 || n > 64) {
+      *error = bad_value("ZICO_SIM_DEVICES", v, "an integer from 1 to 64");
+      return Status(Errc::kConfigError);
+    }
+    config.sim_devices = static_cast<int>(n);
+  }
+  if (config.sim_capacity < config.sim_granularity) {
+    *error = "ZICO_SIM_CAPACITY must be at least ZICO_SIM_GRANULARITY (" + format_size(config.sim_granularity) + ")";
+    return Status(Errc::kConfigError);
+  }
+  *out = config;
+  return Status::ok();
+}
+
+std::string unknown_variables(char** environment) {
+  std::string unknown;
+  for (char** entry = environment; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    if (!text.starts_with("ZICO_")) continue;
+    const std::string_view name = text.substr(0, text.find('='));
+    bool known = false;
+    for (const OptionInfo& option : kOptions) known = known || name == option.name;
+    if (!known) {
+      if (!unknown.empty()) unknown += ", ";
+      unknown += name;
+    }
+  }
+  return unknown;
+}
+
+Status load_config_from_environment(Config* out, std::string* error) {
+  return load_config([](const char* name) { return std::getenv(name); }, out, error);
+}
+
+}  // namespace zico

@@ -1,0 +1,54 @@
+// Configuration: the one table of ZICO_* environment variables.
+//
+// Every variable the library or its tools read is listed in option_table()
+// with its default and accepted form; README.md's table mirrors it (a test
+// keeps them in step) and `zico-run --list-env` prints it. A malformed value
+// is never guessed at: load_config() fails with a message that names the
+// variable, the offending value and the accepted form.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "log.h"
+#include "status.h"
+
+namespace zico {
+
+enum class Backend : uint8_t { kCuda, kSim };
+
+struct Config {
+  Backend backend = Backend::kCuda;
+  std::optional<uint64_t> budget;      // per device; nullopt: the device's memory
+  LogLevel log_level = LogLevel::kWarn;
+  std::optional<uint64_t> chunk_size;  // nullopt: the driver's granularity
+  std::optional<uint64_t> arena_size;  // VA per device; nullopt: 4x device memory
+  uint64_t sim_capacity = uint64_t{80} << 30;
+  uint64_t sim_granularity = uint64_t{2} << 20;
+  int sim_devices = 1;
+};
+
+struct OptionInfo {
+  const char* name;
+  const char* default_text;
+  const char* accepted;
+  const char* meaning;
+};
+
+[[nodiscard]] std::span<const OptionInfo> option_table() noexcept;
+
+using EnvLookup = std::function<const char*(const char* name)>;
+
+// Reads every variable in the table. On the first bad value returns
+// kConfigError and sets *error to one line naming it. Unknown ZICO_* names in
+// `environment` (NULL-terminated, like environ) are reported in *warnings.
+[[nodiscard]] Status load_config(const EnvLookup& lookup, Config* out, std::string* error);
+[[nodiscard]] std::string unknown_variables(char** environment);
+
+// The process environment.
+[[nodiscard]] Status load_config_from_environment(Config* out, std::string* error);
+
+}  // namespace zico

@@ -1,0 +1,82 @@
+#include "sizes.h"
+
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+namespace zico {
+namespace {
+
+struct Unit {
+  std::string_view name;
+  uint64_t multiplier;
+};
+
+constexpr std::array<Unit, 14> kUnits{{
+    {"", 1}, {"b", 1},
+    {"k", uint64_t{1} << 10}, {"kib", uint64_t{1} << 10}, {"kb", 1000},
+    {"m", uint64_t{1} << 20}, {"mib", uint64_t{1} << 20}, {"mb", 1000'000},
+    {"g", uint64_t{1} << 30}, {"gib", uint64_t{1} << 30}, {"gb", 1000'000'000},
+    {"t", uint64_t{1} << 40}, {"tib", uint64_t{1} << 40}, {"tb", 1000'000'000'000},
+}};
+
+}  // namespace
+
+std::optional<uint64_t> parse_size(std::string_view text) noexcept {
+  size_t i = 0;
+  uint64_t whole = 0;
+  bool any_digit = false;
+  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) {
+    const uint64_t digit = static_cast<uint64_t>(text[i] - '0');
+    if (whole > (UINT64_MAX - digit) / 10) return std::nullopt;
+    whole = whole * 10 + digit;
+    any_digit = true;
+  }
+  // Fraction digits are kept exactly as numerator/denominator (up to 18 digits).
+  uint64_t frac_num = 0;
+  uint64_t frac_den = 1;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) {
+      any_digit = true;
+      if (frac_den < 1000'000'000'000'000'000ULL) {
+        frac_num = frac_num * 10 + static_cast<uint64_t>(text[i] - '0');
+        frac_den *= 10;
+      }
+    }
+  }
+  if (!any_digit) return std::nullopt;
+  std::string unit;
+  for (; i < text.size(); ++i) unit.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(text[i]))));
+  for (const Unit& u : kUnits) {
+    if (u.name != unit) continue;
+    if (whole > UINT64_MAX / u.multiplier) return std::nullopt;
+    const uint64_t base = whole * u.multiplier;
+    // frac_num/frac_den < 1, so this product fits in 128 bits.
+    __extension__ using U128 = unsigned __int128;
+    const auto extra = static_cast<uint64_t>(static_cast<U128>(frac_num) * u.multiplier / frac_den);
+    if (base > UINT64_MAX - extra) return std::nullopt;
+    return base + extra;
+  }
+  return std::nullopt;
+}
+
+std::string format_size(uint64_t bytes) {
+  static constexpr std::array<const char*, 5> kNames{"B", "KiB", "MiB", "GiB", "TiB"};
+  size_t unit = 0;
+  uint64_t scale = 1;
+  while (unit + 1 < kNames.size() && bytes >= (scale << 10)) {
+    scale <<= 10;
+    ++unit;
+  }
+  char text[48];
+  if (bytes % scale == 0) {
+    std::snprintf(text, sizeof text, "%llu %s", static_cast<unsigned long long>(bytes / scale), kNames[unit]);
+  } else {
+    std::snprintf(text, sizeof text, "%.2f %s", static_cast<double>(bytes) / static_cast<double>(scale), kNames[unit]);
+  }
+  return text;
+}
+
+}  // namespace zico

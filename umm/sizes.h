@@ -1,0 +1,27 @@
+// Human-readable byte sizes: "512MiB", "40GiB", "1.5GB", "4096".
+//
+// Accepted form: a non-negative decimal number, optionally fractional, then an
+// optional unit. Binary units: KiB MiB GiB TiB, and the shorthands K M G T
+// (as in `docker -m 6g`), case-insensitive. Decimal units: KB MB GB TB.
+// "B" or no unit means bytes. Fractions are rounded down to whole bytes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace zico {
+
+// The accepted form, for error messages.
+inline constexpr const char* kSizeForm =
+    "a number with an optional unit B, KiB, MiB, GiB, TiB (or K, M, G, T) or KB, MB, GB, TB, "
+    "e.g. 512MiB, 40GiB, 1.5GB";
+
+// nullopt when `text` is not a size or overflows 64 bits.
+[[nodiscard]] std::optional<uint64_t> parse_size(std::string_view text) noexcept;
+
+// "64 MiB", "1.50 GiB", "512 B": exact for whole units, 2 decimals otherwise.
+[[nodiscard]] std::string format_size(uint64_t bytes);
+
+}  // namespace zico
