@@ -1,0 +1,111 @@
+// CudaDriver: the Driver seam on a real GPU, through libcuda.so.1 loaded at
+// run time. Nothing links libcuda or libcudart: open() dlopens the driver,
+// finds cuGetProcAddress, and resolves every entry point by base name at the
+// CUDA version its cudaTypedefs.h PFN type names, so each pointer has exactly
+// the ABI it is called with, whatever the installed driver's version.
+//
+// Contexts: each device's primary context is retained on first use, so work
+// lands in the same context as the CUDA runtime's. A call that needs a device
+// makes that device's primary context current for its duration and restores
+// the caller's context afterwards (the thread's current device belongs to the
+// application); a call with no device uses whatever context is current, or
+// device 0's primary context when none is.
+//
+// Thread-safety: every method may be called from any thread at any time. Lazy
+// per-device state (retained contexts, capabilities) is guarded by a mutex;
+// the hot path to an already-retained context is a single atomic load.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "driver.h"
+
+struct CUctx_st;  // CUcontext, without including cuda.h
+
+namespace zico {
+
+// Maps a CUresult (passed as int so this header needs no CUDA include path)
+// to a Status whose detail is the CUresult.
+Status from_cu(int result) noexcept;
+
+// "CUDA_ERROR_OUT_OF_MEMORY" style name for a CUresult, for log and `why`
+// text. Uses the driver's cuGetErrorName once a CudaDriver has been opened;
+// never returns null.
+const char* cu_result_name(int result) noexcept;
+
+class CudaDriver final : public Driver {
+ public:
+  // Loads and initializes the driver. On failure *out stays empty and *why
+  // (when non-null) gets one sentence naming the cause.
+  [[nodiscard]] static Status open(std::unique_ptr<Driver>* out, std::string* why) noexcept;
+
+  ~CudaDriver() override;
+  CudaDriver(const CudaDriver&) = delete;
+  CudaDriver& operator=(const CudaDriver&) = delete;
+
+  [[nodiscard]] const char* name() const noexcept override;
+  [[nodiscard]] Status device_count(int* count) noexcept override;
+  [[nodiscard]] Status capabilities(DeviceId device, Capabilities* caps) noexcept override;
+  [[nodiscard]] Status memory_info(DeviceId device, size_t* free_bytes, size_t* total_bytes) noexcept override;
+
+  [[nodiscard]] Status reserve(DeviceId device, size_t bytes, VaRange* out) noexcept override;
+  [[nodiscard]] Status unreserve(VaRange range) noexcept override;
+
+  [[nodiscard]] Status create(DeviceId device, size_t bytes, PhysHandle* out) noexcept override;
+  [[nodiscard]] Status release(PhysHandle handle) noexcept override;
+  [[nodiscard]] Status map(VaRange range, PhysHandle handle) noexcept override;
+  [[nodiscard]] Status set_access(DeviceId device, VaRange range) noexcept override;
+  [[nodiscard]] Status unmap(VaRange range) noexcept override;
+  [[nodiscard]] Status export_fd(PhysHandle handle, int* fd) noexcept override;
+  [[nodiscard]] Status import_fd(int fd, PhysHandle* out) noexcept override;
+
+  [[nodiscard]] Status stream_create(DeviceId device, StreamHandle* out) noexcept override;
+  [[nodiscard]] Status stream_destroy(StreamHandle stream) noexcept override;
+  [[nodiscard]] Status stream_synchronize(StreamHandle stream) noexcept override;
+  [[nodiscard]] Status event_create(DeviceId device, EventHandle* out) noexcept override;
+  [[nodiscard]] Status event_destroy(EventHandle event) noexcept override;
+  [[nodiscard]] Status event_record(EventHandle event, StreamHandle stream) noexcept override;
+  [[nodiscard]] Status event_query(EventHandle event, bool* done) noexcept override;
+  [[nodiscard]] Status event_synchronize(EventHandle event) noexcept override;
+  [[nodiscard]] Status device_synchronize(DeviceId device) noexcept override;
+
+  [[nodiscard]] Status copy_async(void* dst, const void* src, size_t bytes, CopyKind kind,
+                                  StreamHandle stream) noexcept override;
+  [[nodiscard]] Status memset_async(void* dst, uint8_t value, size_t bytes,
+                                    StreamHandle stream) noexcept override;
+
+  [[nodiscard]] Status managed_allocate(size_t bytes, void** out) noexcept override;
+  [[nodiscard]] Status managed_free(void* ptr) noexcept override;
+  [[nodiscard]] Status managed_advise(void* ptr, size_t bytes, ManagedAdvice advice,
+                                      DeviceId device) noexcept override;
+  [[nodiscard]] Status managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target,
+                                        StreamHandle stream) noexcept override;
+  [[nodiscard]] Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept override;
+
+ private:
+  // Defined in cuda_driver.cpp so that this header stays free of cuda.h.
+  struct Api;          // the resolved function table
+  struct Device;       // per-device lazy state
+  class ContextScope;  // restores the caller's context on scope exit
+
+  CudaDriver(std::unique_ptr<const Api> api, std::unique_ptr<Device[]> devices, int count) noexcept;
+
+  [[nodiscard]] bool valid(DeviceId device) const noexcept;
+  // Makes `device`'s primary context current until `scope` ends.
+  [[nodiscard]] Status enter(DeviceId device, ContextScope* scope) noexcept;
+  // Makes sure some context is current until `scope` ends.
+  [[nodiscard]] Status enter_any(ContextScope* scope) noexcept;
+  [[nodiscard]] Status retained_context(DeviceId device, CUctx_st** context) noexcept;
+  [[nodiscard]] Status device_caps(DeviceId device, Capabilities* caps) noexcept;
+
+  std::unique_ptr<const Api> api_;
+  std::unique_ptr<Device[]> devices_;
+  int device_count_ = 0;
+  std::mutex mu_;  // guards lazy retains and the capability cache in devices_
+};
+
+}  // namespace zico

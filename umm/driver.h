@@ -1,0 +1,119 @@
+// The driver seam: every GPU operation zicoum performs, and nothing more.
+//
+// Two implementations sit behind it (as mimalloc's prim.h has one per OS):
+//   CudaDriver  libcuda.so.1 loaded at run time through cuGetProcAddress; the
+//               library never links libcuda or libcudart.
+//   SimDriver   the same semantics on the CPU: memfd chunks mapped into
+//               PROT_NONE reservations, so "device" memory is host-addressable
+//               and fds really cross processes. Used by every CPU test.
+//
+// Memory model (CUDA VMM): a VA reservation holds no memory; physical chunks
+// are created separately and mapped into it; access must be granted after
+// mapping; a chunk released while mapped stays alive until unmapped. Unmap
+// does NOT wait for the GPU: callers fence first (an event recorded after the
+// last use has completed). All methods are thread-safe and noexcept; sizes
+// and addresses must be multiples of Capabilities::granularity unless stated.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "status.h"
+#include "types.h"
+
+namespace zico {
+
+// What a device can do, reported by the driver rather than #ifdef'd in policy.
+struct Capabilities {
+  size_t granularity = 0;       // minimum chunk size and alignment (2 MiB on H100)
+  size_t total_memory = 0;      // device memory in bytes
+  bool posix_fd_export = false; // chunks can be exported/imported as POSIX fds
+  bool managed_memory = false;  // managed (unified) allocations are available
+  bool discard = false;         // managed ranges can be discarded (cuMemDiscardBatchAsync)
+};
+
+enum class CopyKind : uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+
+enum class ManagedAdvice : uint8_t {
+  kSetPreferredLocationDevice,
+  kSetPreferredLocationHost,
+  kUnsetPreferredLocation,
+  kSetAccessedBy,
+  kUnsetAccessedBy,
+  kSetReadMostly,
+  kUnsetReadMostly,
+};
+
+// Where a managed prefetch moves pages to.
+struct PrefetchTarget {
+  bool to_host = false;
+  DeviceId device{};
+};
+
+class Driver {
+ public:
+  virtual ~Driver() = default;
+
+  [[nodiscard]] virtual const char* name() const noexcept = 0;
+  [[nodiscard]] virtual Status device_count(int* count) noexcept = 0;
+  [[nodiscard]] virtual Status capabilities(DeviceId device, Capabilities* caps) noexcept = 0;
+  // Free and total device memory as the driver sees it (all processes).
+  [[nodiscard]] virtual Status memory_info(DeviceId device, size_t* free_bytes, size_t* total_bytes) noexcept = 0;
+
+  // --- virtual address space -------------------------------------------------
+  [[nodiscard]] virtual Status reserve(DeviceId device, size_t bytes, VaRange* out) noexcept = 0;
+  // The range must hold no mappings.
+  [[nodiscard]] virtual Status unreserve(VaRange range) noexcept = 0;
+
+  // --- physical chunks -------------------------------------------------------
+  // Creates device memory exportable as a POSIX fd when the device supports it.
+  [[nodiscard]] virtual Status create(DeviceId device, size_t bytes, PhysHandle* out) noexcept = 0;
+  // Drops this handle; the memory lives on while it is mapped anywhere.
+  [[nodiscard]] virtual Status release(PhysHandle handle) noexcept = 0;
+  // Maps the whole of `handle` at `range` (range.bytes == the handle's size);
+  // the range must lie inside one reservation and hold no mapping.
+  [[nodiscard]] virtual Status map(VaRange range, PhysHandle handle) noexcept = 0;
+  // Grants `device` read/write access to a mapped range.
+  [[nodiscard]] virtual Status set_access(DeviceId device, VaRange range) noexcept = 0;
+  // Removes the mappings that exactly cover `range`. Does not synchronize.
+  [[nodiscard]] virtual Status unmap(VaRange range) noexcept = 0;
+  // Returns a new fd the caller owns; the handle stays valid.
+  [[nodiscard]] virtual Status export_fd(PhysHandle handle, int* fd) noexcept = 0;
+  // Imports a chunk from an fd (the caller keeps ownership of `fd`).
+  [[nodiscard]] virtual Status import_fd(int fd, PhysHandle* out) noexcept = 0;
+
+  // --- streams, events, synchronization --------------------------------------
+  [[nodiscard]] virtual Status stream_create(DeviceId device, StreamHandle* out) noexcept = 0;
+  [[nodiscard]] virtual Status stream_destroy(StreamHandle stream) noexcept = 0;
+  [[nodiscard]] virtual Status stream_synchronize(StreamHandle stream) noexcept = 0;
+  [[nodiscard]] virtual Status event_create(DeviceId device, EventHandle* out) noexcept = 0;
+  [[nodiscard]] virtual Status event_destroy(EventHandle event) noexcept = 0;
+  // Captures all work enqueued on `stream` so far.
+  [[nodiscard]] virtual Status event_record(EventHandle event, StreamHandle stream) noexcept = 0;
+  // *done = true once the captured work has finished (or nothing was recorded).
+  [[nodiscard]] virtual Status event_query(EventHandle event, bool* done) noexcept = 0;
+  [[nodiscard]] virtual Status event_synchronize(EventHandle event) noexcept = 0;
+  // Waits for all work on all streams of `device` in this process.
+  [[nodiscard]] virtual Status device_synchronize(DeviceId device) noexcept = 0;
+
+  // --- data movement (stream-ordered) ----------------------------------------
+  // `bytes` need not be chunk-aligned. Host pointers should be pinned for speed.
+  [[nodiscard]] virtual Status copy_async(void* dst, const void* src, size_t bytes, CopyKind kind,
+                                          StreamHandle stream) noexcept = 0;
+  [[nodiscard]] virtual Status memset_async(void* dst, uint8_t value, size_t bytes,
+                                            StreamHandle stream) noexcept = 0;
+
+  // --- managed (unified) memory ----------------------------------------------
+  // `bytes` may be any size; the result is host- and device-accessible.
+  [[nodiscard]] virtual Status managed_allocate(size_t bytes, void** out) noexcept = 0;
+  [[nodiscard]] virtual Status managed_free(void* ptr) noexcept = 0;
+  [[nodiscard]] virtual Status managed_advise(void* ptr, size_t bytes, ManagedAdvice advice,
+                                              DeviceId device) noexcept = 0;
+  [[nodiscard]] virtual Status managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target,
+                                                StreamHandle stream) noexcept = 0;
+  // Contents of the range become undefined; no data migrates for it afterwards.
+  // kNotSupported where Capabilities::discard is false.
+  [[nodiscard]] virtual Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept = 0;
+};
+
+}  // namespace zico

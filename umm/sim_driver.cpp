@@ -1,0 +1,578 @@
+#include "sim_driver.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace zico {
+namespace {
+
+constexpr uintptr_t kFirstObjectId = 0x51a0'0000'0000;  // far from 0/1/2 (special CUDA streams)
+
+struct Chunk {
+  int fd = -1;  // -1 once released
+  size_t bytes = 0;
+  DeviceId device{};
+  bool imported = false;
+  uint32_t map_count = 0;
+};
+
+struct Mapping {
+  size_t bytes = 0;
+  uint64_t chunk = 0;
+  bool accessible = false;
+};
+
+struct Reservation {
+  size_t bytes = 0;
+  DeviceId device{};
+};
+
+// One unit of queued stream work, with the device ranges it touches so that
+// an unmap racing it can be caught.
+struct PendingOp {
+  std::function<void()> run;
+  std::array<VaRange, 2> touched{};
+};
+
+struct SimStream {
+  DeviceId device{};
+  bool held = false;
+  std::deque<PendingOp> queue;
+  uint64_t enqueued = 0;
+  uint64_t completed = 0;
+};
+
+struct SimEvent {
+  DeviceId device{};
+  uintptr_t stream = 0;
+  uint64_t sequence = 0;  // complete once the stream has completed this many ops
+};
+
+Status os_error() { return Status(Errc::kOsError, errno); }
+
+}  // namespace
+
+struct SimDriver::State {
+  std::mutex mutex;
+  std::map<uintptr_t, Reservation> reservations;
+  std::map<uintptr_t, Mapping> mappings;
+  std::unordered_map<uint64_t, Chunk> chunks;
+  std::map<uintptr_t, size_t> managed;
+  std::unordered_map<uintptr_t, SimStream> streams;
+  std::unordered_map<uintptr_t, SimEvent> events;
+  std::vector<size_t> created_bytes;  // per device
+  uintptr_t next_id = kFirstObjectId;
+  std::array<uint64_t, static_cast<size_t>(SimOp::kCount)> calls{};
+  std::array<uint64_t, static_cast<size_t>(SimOp::kCount)> fail_at{};
+  std::array<Errc, static_cast<size_t>(SimOp::kCount)> fail_error{};
+  SimCounters counters;
+
+  Status take_fault(SimOp op) {
+    const auto i = static_cast<size_t>(op);
+    ++calls[i];
+    if (fail_at[i] != 0 && calls[i] == fail_at[i]) {
+      fail_at[i] = 0;
+      return Status(fail_error[i]);
+    }
+    return Status::ok();
+  }
+
+  void free_if_unused(uint64_t id) {
+    auto it = chunks.find(id);
+    if (it == chunks.end() || it->second.fd >= 0 || it->second.map_count != 0) return;
+    if (!it->second.imported) {
+      created_bytes[static_cast<size_t>(it->second.device.value)] -= it->second.bytes;
+      counters.created_bytes -= it->second.bytes;
+    }
+    --counters.live_chunks;
+    chunks.erase(it);
+  }
+
+  // True when [addr, addr+bytes) is managed memory or fully covered by
+  // contiguous, accessible mappings.
+  bool device_range_ok(uintptr_t addr, size_t bytes) const {
+    if (bytes == 0) return true;
+    auto m = managed.upper_bound(addr);
+    if (m != managed.begin() && addr >= std::prev(m)->first &&
+        addr + bytes <= std::prev(m)->first + std::prev(m)->second) {
+      return true;
+    }
+    auto it = mappings.upper_bound(addr);
+    if (it == mappings.begin()) return false;
+    --it;
+    uintptr_t cursor = addr;
+    const uintptr_t end = addr + bytes;
+    while (it != mappings.end() && it->first <= cursor && cursor < it->first + it->second.bytes) {
+      if (!it->second.accessible) return false;
+      cursor = it->first + it->second.bytes;
+      if (cursor >= end) return true;
+      ++it;
+    }
+    return false;
+  }
+
+  bool pending_work_touches(VaRange range) const {
+    for (const auto& [id, stream] : streams) {
+      for (const PendingOp& op : stream.queue) {
+        for (const VaRange& touched : op.touched) {
+          if (touched.bytes != 0 && touched.overlaps(range)) return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  void drain(SimStream& stream, uint64_t up_to) {
+    while (stream.completed < up_to && !stream.queue.empty()) {
+      stream.queue.front().run();
+      stream.queue.pop_front();
+      ++stream.completed;
+    }
+  }
+
+  // Runs `op` now unless its stream is held; returns true if it ran.
+  bool enqueue(StreamHandle stream, PendingOp op) {
+    auto it = streams.find(stream.value);
+    if (it == streams.end()) {
+      op.run();
+      return true;
+    }
+    ++it->second.enqueued;
+    if (it->second.held) {
+      it->second.queue.push_back(std::move(op));
+      return false;
+    }
+    op.run();
+    ++it->second.completed;
+    return true;
+  }
+};
+
+SimDriver::SimDriver(const SimOptions& options) : state_(std::make_unique<State>()), options_(options) {
+  state_->created_bytes.assign(static_cast<size_t>(std::max(options.device_count, 0)), 0);
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+SimDriver::~SimDriver() {
+  for (auto& [id, chunk] : state_->chunks) {
+    if (chunk.fd >= 0) close(chunk.fd);
+  }
+  for (auto& [base, reservation] : state_->reservations) munmap(reinterpret_cast<void*>(base), reservation.bytes);
+  for (auto& [base, bytes] : state_->managed) munmap(reinterpret_cast<void*>(base), bytes);
+}
+
+void SimDriver::inject_failure(SimOp op, uint64_t nth, Errc error) {
+  std::lock_guard lock(state_->mutex);
+  const auto i = static_cast<size_t>(op);
+  state_->fail_at[i] = nth == 0 ? 0 : state_->calls[i] + nth;
+  state_->fail_error[i] = error;
+}
+
+void SimDriver::hold_stream(StreamHandle stream) {
+  std::lock_guard lock(state_->mutex);
+  auto it = state_->streams.find(stream.value);
+  if (it != state_->streams.end()) it->second.held = true;
+}
+
+Status SimDriver::release_stream(StreamHandle stream) {
+  std::lock_guard lock(state_->mutex);
+  auto it = state_->streams.find(stream.value);
+  if (it == state_->streams.end()) return Status(Errc::kInvalidArgument);
+  it->second.held = false;
+  state_->drain(it->second, it->second.enqueued);
+  return Status::ok();
+}
+
+SimCounters SimDriver::counters() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->counters;
+}
+
+Status SimDriver::device_count(int* count) noexcept {
+  *count = options_.device_count;
+  return Status::ok();
+}
+
+#define ZICO_SIM_CHECK_DEVICE(device)                                           \
+  do {                                                                          \
+    if ((device).value < 0 || (device).value >= options_.device_count)          \
+      return Status(Errc::kNoDevice, (device).value);                           \
+  } while (0)
+
+Status SimDriver::capabilities(DeviceId device, Capabilities* caps) noexcept {
+  ZICO_SIM_CHECK_DEVICE(device);
+  caps->granularity = options_.granularity;
+  caps->total_memory = options_.capacity;
+  caps->posix_fd_export = options_.posix_fd_export;
+  caps->managed_memory = true;
+  caps->discard = options_.discard;
+  return Status::ok();
+}
+
+Status SimDriver::memory_info(DeviceId device, size_t* free_bytes, size_t* total_bytes) noexcept {
+  ZICO_SIM_CHECK_DEVICE(device);
+  std::lock_guard lock(state_->mutex);
+  *total_bytes = options_.capacity;
+  *free_bytes = options_.capacity - state_->created_bytes[static_cast<size_t>(device.value)];
+  return Status::ok();
+}
+
+Status SimDriver::reserve(DeviceId device, size_t bytes, VaRange* out) noexcept {
+  ZICO_SIM_CHECK_DEVICE(device);
+  const size_t gran = options_.granularity;
+  if (bytes == 0 || bytes % gran != 0) return Status(Errc::kInvalidArgument);
+  std::lock_guard lock(state_->mutex);
+  ZICO_RETURN_IF_ERROR(state_->take_fault(SimOp::kReserve));
+  // Over-reserve, then trim, so the base is granularity-aligned as on CUDA.
+  void* raw = mmap(nullptr, bytes + gran, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return errno == ENOMEM ? Status(Errc::kOutOfMemory, ENOMEM) : os_error();
+  const auto start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t base = (start + gran - 1) & ~(uintptr_t{gran} - 1);
+  if (base > start) munmap(raw, base - start);
+  const uintptr_t tail = start + bytes + gran - (base + bytes);
+  if (tail > 0) munmap(reinterpret_cast<void*>(base + bytes), tail);
+  state_->reservations[base] = Reservation{bytes, device};
+  *out = VaRange{base, bytes};
+  return Status::ok();
+}
+
+Status SimDriver::unreserve(VaRange range) noexcept {
+  std::lock_guard lock(state_->mutex);
+  auto it = state_->reservations.find(range.base);
+  if (it == state_->reservations.end() || it->second.bytes != range.bytes) return Status(Errc::kInvalidArgument);
+  auto m = state_->mappings.lower_bound(range.base);
+  if (m != state_->mappings.end() && m->first < range.end()) return Status(Errc::kInvalidArgument);
+  munmap(range.ptr(), range.bytes);
+  state_->reservations.erase(it);
+  return Status::ok();
+}
+
+Status SimDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcept {
+  ZICO_SIM_CHECK_DEVICE(device);
+  if (bytes == 0 || bytes % options_.granularity != 0) return Status(Errc::kInvalidArgument);
+  std::lock_guard lock(state_->mutex);
+  ZICO_RETURN_IF_ERROR(state_->take_fault(SimOp::kCreate));
+  size_t& used = state_->created_bytes[static_cast<size_t>(device.value)];
+  if (bytes > options_.capacity - used) return Status(Errc::kOutOfMemory);
+  const int fd = memfd_create("zicoum-sim-chunk", MFD_CLOEXEC);
+  if (fd < 0) return errno == EMFILE || errno == ENFILE ? Status(Errc::kOutOfMemory, errno) : os_error();
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const Status status = os_error();
+    close(fd);
+    return status;
+  }
+  const uint64_t id = state_->next_id++;
+  state_->chunks[id] = Chunk{fd, bytes, device, false, 0};
+  used += bytes;
+  ++state_->counters.creates;
+  ++state_->counters.live_chunks;
+  state_->counters.created_bytes += bytes;
+  *out = PhysHandle{id};
+  return Status::ok();
+}
+
+Status SimDriver::release(PhysHandle handle) noexcept {
+  std::lock_guard lock(state_->mutex);
+  auto it = state_->chunks.find(handle.value);
+  if (it == state_->chunks.end() || it->second.fd < 0) return Status(Errc::kInvalidArgument);
+  close(it->second.fd);
+  it->second.fd = -1;
+  ++state_->counters.releases;
+  state_->free_if_unused(handle.value);
+  return Status::ok();
+}
+
+Status SimDriver::map(VaRange range, PhysHandle handle) noexcept {
+  if (range.bytes == 0 || range.base % options_.granularity != 0) return Status(Errc::kInvalidArgument);
+  std::lock_guard lock(state_->mutex);
+  State& s = *state_;
+  auto chunk = s.chunks.find(handle.value);
+  if (chunk == s.chunks.end() || chunk->second.fd < 0 || chunk->second.bytes != range.bytes) {
+    return Status(Errc::kInvalidArgument);
+  }
+  auto res = s.reservations.upper_bound(range.base);
+  if (res == s.reservations.begin()) return Status(Errc::kInvalidArgument);
+  --res;
+  if (!VaRange{res->first, res->second.bytes}.contains(range)) return Status(Errc::kInvalidArgument);
+  auto next = s.mappings.lower_bound(range.base);
+  if (next != s.mappings.end() && next->first < range.end()) return Status(Errc::kInvalidArgument);
+  if (next != s.mappings.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second.bytes > range.base) return Status(Errc::kInvalidArgument);
+  }
+  ZICO_RETURN_IF_ERROR(s.take_fault(SimOp::kMap));
+  void* at = mmap(range.ptr(), range.bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, chunk->second.fd, 0);
+  if (at == MAP_FAILED) return os_error();
+  s.mappings[range.base] = Mapping{range.bytes, handle.value, false};
+  ++chunk->second.map_count;
+  ++s.counters.maps;
+  return Status::ok();
+}
+
+Status SimDriver::set_access(DeviceId device, VaRange range) noexcept {
+  ZICO_SIM_CHECK_DEVICE(device);
+  std::lock_guard lock(state_->mutex);
+  State& s = *state_;
+  auto it = s.mappings.find(range.base);
+  uintptr_t cursor = range.base;
+  for (; it != s.mappings.end() && it->first == cursor && cursor < range.end(); ++it) {
+    cursor += it->second.bytes;
+  }
+  if (cursor != range.end()) return Status(Errc::kInvalidArgument);
+  if (mprotect(range.ptr(), range.bytes, PROT_READ | PROT_WRITE) != 0) return os_error();
+  for (it = s.mappings.find(range.base); it != s.mappings.end() && it->first < range.end(); ++it) {
+    it->second.accessible = true;
+  }
+  return Status::ok();
+}
+
+Status SimDriver::unmap(VaRange range) noexcept {
+  std::lock_guard lock(state_->mutex);
+  State& s = *state_;
+  std::vector<std::map<uintptr_t, Mapping>::iterator> covered;
+  uintptr_t cursor = range.base;
+  for (auto it = s.mappings.find(range.base); it != s.mappings.end() && it->first == cursor && cursor < range.end();
+       ++it) {
+    covered.push_back(it);
+    cursor += it->second.bytes;
+  }
+  if (covered.empty() || cursor != range.end()) return Status(Errc::kInvalidArgument);
+  if (options_.require_fence_before_unmap && s.pending_work_touches(range)) return Status(Errc::kFenceViolation);
+  // Put the reservation back in place of the mapping.
+  void* at = mmap(range.ptr(), range.bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  if (at == MAP_FAILED) return os_error();
+  for (auto it : covered) {
+    const uint64_t chunk = it->second.chunk;
+    s.mappings.erase(it);
+    --s.chunks[chunk].map_count;
+    ++s.counters.unmaps;
+    s.free_if_unused(chunk);
+  }
+  return Status::ok();
+}
+
+Status SimDriver::export_fd(PhysHandle handle, int* fd) noexcept {
+  if (!options_.posix_fd_export) return Status(Errc::kNotSupported);
+  std::lock_guard lock(state_->mutex);
+  auto it = state_->chunks.find(handle.value);
+  if (it == state_->chunks.end() || it->second.fd < 0) return Status(Errc::kInvalidArgument);
+  const int copy = fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return os_error();
+  *fd = copy;
+  return Status::ok();
+}
+
+Status SimDriver::import_fd(int fd, PhysHandle* out) noexcept {
+  if (!options_.posix_fd_export) return Status(Errc::kNotSupported);
+  std::lock_guard lock(state_->mutex);
+  ZICO_RETURN_IF_ERROR(state_->take_fault(SimOp::kImport));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return Status(Errc::kInvalidArgument, errno);
+  const auto bytes = static_cast<size_t>(st.st_size);
+  if (bytes == 0 || bytes % options_.granularity != 0) return Status(Errc::kInvalidArgument);
+  const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return os_error();
+  const uint64_t id = state_->next_id++;
+  state_->chunks[id] = Chunk{copy, bytes, DeviceId{0}, true, 0};
+  ++state_->counters.imports;
+  ++state_->counters.live_chunks;
+  *out = PhysHandle{id};
+  return Status::ok();
+}
+
+Status SimDriver::stream_create(DeviceId device, StreamHandle* out) noexcept {
+  ZICO_SIM_CHECK_DEVICE(device);
+  std::lock_guard lock(state_->mutex);
+  const uintptr_t id = state_->next_id++;
+  state_->streams[id] = SimStream{device, false, {}, 0, 0};
+  *out = StreamHandle{id};
+  return Status::ok();
+}
+
+Status SimDriver::stream_destroy(StreamHandle stream) noexcept {
+  std::lock_guard lock(state_->mutex);
+  auto it = state_->streams.find(stream.value);
+  if (it == state_->streams.end()) return Status(Errc::kInvalidArgument);
+  state_->drain(it->second, it->second.enqueued);  // as on CUDA, queued work still completes
+  state_->streams.erase(it);
+  return Status::ok();
+}
+
+Status SimDriver::stream_synchronize(StreamHandle stream) noexcept {
+  std::lock_guard lock(state_->mutex);
+  auto it = state_->streams.find(stream.value);
+  if (it != state_->streams.end()) state_->drain(it->second, it->second.enqueued);
+  return Status::ok();
+}
+
+Status SimDriver::event_create(DeviceId device, EventHandle* out) noexcept {
+  ZICO_SIM_CHECK_DEVICE(device);
+  std::lock_guard lock(state_->mutex);
+  const uintptr_t id = state_->next_id++;
+  state_->events[id] = SimEvent{device, 0, 0};
+  *out = EventHandle{id};
+  return Status::ok();
+}
+
+Status SimDriver::event_destroy(EventHandle event) noexcept {
+  std::lock_guard lock(state_->mutex);
+  return state_->events.erase(event.value) == 1 ? Status::ok() : Status(Errc::kInvalidArgument);
+}
+
+Status SimDriver::event_record(EventHandle event, StreamHandle stream) noexcept {
+  std::lock_guard lock(state_->mutex);
+  auto ev = state_->events.find(event.value);
+  if (ev == state_->events.end()) return Status(Errc::kInvalidArgument);
+  auto st = state_->streams.find(stream.value);
+  ev->second.stream = stream.value;
+  ev->second.sequence = st == state_->streams.end() ? 0 : st->second.enqueued;
+  return Status::ok();
+}
+
+Status SimDriver::event_query(EventHandle event, bool* done) noexcept {
+  std::lock_guard lock(state_->mutex);
+  auto ev = state_->events.find(event.value);
+  if (ev == state_->events.end()) return Status(Errc::kInvalidArgument);
+  auto st = state_->streams.find(ev->second.stream);
+  *done = st == state_->streams.end() || st->second.completed >= ev->second.sequence;
+  return Status::ok();
+}
+
+Status SimDriver::event_synchronize(EventHandle event) noexcept {
+  std::lock_guard lock(state_->mutex);
+  auto ev = state_->events.find(event.value);
+  if (ev == state_->events.end()) return Status(Errc::kInvalidArgument);
+  auto st = state_->streams.find(ev->second.stream);
+  if (st != state_->streams.end()) state_->drain(st->second, ev->second.sequence);
+  return Status::ok();
+}
+
+Status SimDriver::device_synchronize(DeviceId device) noexcept {
+  ZICO_SIM_CHECK_DEVICE(device);
+  std::lock_guard lock(state_->mutex);
+  for (auto& [id, stream] : state_->streams) {
+    if (stream.device == device) state_->drain(stream, stream.enqueued);
+  }
+  ++state_->counters.device_syncs;
+  return Status::ok();
+}
+
+Status SimDriver::copy_async(void* dst, const void* src, size_t bytes, CopyKind kind, StreamHandle stream) noexcept {
+  if (bytes == 0) return Status::ok();
+  if (dst == nullptr || src == nullptr) return Status(Errc::kInvalidArgument);
+  const auto d = reinterpret_cast<uintptr_t>(dst);
+  const auto s = reinterpret_cast<uintptr_t>(src);
+  const bool dst_on_device = kind != CopyKind::kDeviceToHost;
+  const bool src_on_device = kind != CopyKind::kHostToDevice;
+  {
+    std::lock_guard lock(state_->mutex);
+    if ((dst_on_device && !state_->device_range_ok(d, bytes)) ||
+        (src_on_device && !state_->device_range_ok(s, bytes))) {
+      return Status(Errc::kInvalidArgument);
+    }
+    PendingOp op{[dst, src, bytes] { std::memmove(dst, src, bytes); },
+                 {dst_on_device ? VaRange{d, bytes} : VaRange{}, src_on_device ? VaRange{s, bytes} : VaRange{}}};
+    ++state_->counters.copies;
+    if (!state_->enqueue(stream, std::move(op))) return Status::ok();
+  }
+  // The copy ran on the caller's thread; charge its modelled duration there.
+  if (options_.copy_bandwidth_bytes_per_s > 0 || options_.copy_latency_s > 0) {
+    double seconds = options_.copy_latency_s;
+    if (options_.copy_bandwidth_bytes_per_s > 0) seconds += static_cast<double>(bytes) / options_.copy_bandwidth_bytes_per_s;
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  }
+  return Status::ok();
+}
+
+Status SimDriver::memset_async(void* dst, uint8_t value, size_t bytes, StreamHandle stream) noexcept {
+  if (bytes == 0) return Status::ok();
+  const auto d = reinterpret_cast<uintptr_t>(dst);
+  std::lock_guard lock(state_->mutex);
+  if (!state_->device_range_ok(d, bytes)) return Status(Errc::kInvalidArgument);
+  (void)state_->enqueue(stream, PendingOp{[dst, value, bytes] { std::memset(dst, value, bytes); },
+                                          {VaRange{d, bytes}, VaRange{}}});
+  return Status::ok();
+}
+
+Status SimDriver::managed_allocate(size_t bytes, void** out) noexcept {
+  if (bytes == 0) return Status(Errc::kInvalidArgument);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t rounded = (bytes + page - 1) / page * page;
+  void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return Status(Errc::kOutOfMemory, errno);
+  std::lock_guard lock(state_->mutex);
+  state_->managed[reinterpret_cast<uintptr_t>(p)] = rounded;
+  *out = p;
+  return Status::ok();
+}
+
+Status SimDriver::managed_free(void* ptr) noexcept {
+  std::lock_guard lock(state_->mutex);
+  auto it = state_->managed.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == state_->managed.end()) return Status(Errc::kInvalidArgument);
+  munmap(ptr, it->second);
+  state_->managed.erase(it);
+  return Status::ok();
+}
+
+Status SimDriver::managed_advise(void* ptr, size_t bytes, ManagedAdvice /*advice*/, DeviceId device) noexcept {
+  ZICO_SIM_CHECK_DEVICE(device);
+  std::lock_guard lock(state_->mutex);
+  auto m = state_->managed.upper_bound(reinterpret_cast<uintptr_t>(ptr));
+  if (m == state_->managed.begin() || !VaRange{std::prev(m)->first, std::prev(m)->second}.contains(
+                                          VaRange{reinterpret_cast<uintptr_t>(ptr), bytes})) {
+    return Status(Errc::kInvalidArgument);
+  }
+  return Status::ok();  // residency hints have no effect on host memory
+}
+
+Status SimDriver::managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target, StreamHandle stream) noexcept {
+  if (!target.to_host) ZICO_SIM_CHECK_DEVICE(target.device);
+  std::lock_guard lock(state_->mutex);
+  auto m = state_->managed.upper_bound(reinterpret_cast<uintptr_t>(ptr));
+  const VaRange range{reinterpret_cast<uintptr_t>(ptr), bytes};
+  if (m == state_->managed.begin() || !VaRange{std::prev(m)->first, std::prev(m)->second}.contains(range)) {
+    return Status(Errc::kInvalidArgument);
+  }
+  (void)state_->enqueue(stream, PendingOp{[] {}, {range, VaRange{}}});
+  return Status::ok();
+}
+
+Status SimDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept {
+  if (!options_.discard) return Status(Errc::kNotSupported);
+  std::lock_guard lock(state_->mutex);
+  const VaRange range{reinterpret_cast<uintptr_t>(ptr), bytes};
+  auto m = state_->managed.upper_bound(range.base);
+  if (m == state_->managed.begin() || !VaRange{std::prev(m)->first, std::prev(m)->second}.contains(range)) {
+    return Status(Errc::kInvalidArgument);
+  }
+  // Dropping whole pages makes them read back as zeros: "undefined" contents.
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (range.base + page - 1) & ~(page - 1);
+  const uintptr_t last = range.end() & ~(page - 1);
+  (void)state_->enqueue(stream, PendingOp{[first, last] {
+                                            if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+                                          },
+                                          {range, VaRange{}}});
+  return Status::ok();
+}
+
+}  // namespace zico

@@ -1,0 +1,119 @@
+// SimDriver: CUDA VMM semantics on the CPU, for tests and GPU-less machines.
+//
+// How each CUDA concept is emulated:
+//   physical chunk   a memfd of the chunk's size (pages cost no RAM until
+//                    written, so a simulated 80 GiB device fits anywhere);
+//   VA reservation   a PROT_NONE, MAP_NORESERVE anonymous mapping;
+//   map              mmap(MAP_FIXED | MAP_SHARED) of the memfd into it;
+//   set_access       mprotect(PROT_READ | PROT_WRITE);
+//   export/import    the memfd itself, so handles really cross processes;
+//   streams          FIFO queues run on the caller's thread. A stream is idle
+//                    and runs work at once unless a test *holds* it, which
+//                    models a GPU still busy: work queues and events recorded
+//                    behind it stay incomplete until release_stream() or a
+//                    synchronize. Unknown stream values (a user's cudaStream_t,
+//                    the legacy default stream 0) behave as idle streams.
+//
+// Validation is stricter than CUDA's where CUDA would corrupt silently: copies
+// into unmapped device memory fail instead of faulting, and unmapping a range
+// that queued stream work still touches fails with kFenceViolation (the bug
+// class "unmap does not synchronize" that real drivers let through).
+//
+// Thread-safety: every method may be called from any thread (one mutex).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "driver.h"
+
+namespace zico {
+
+struct SimOptions {
+  int device_count = 1;
+  size_t capacity = size_t{80} << 30;   // per device
+  size_t granularity = size_t{2} << 20;  // a power of two, >= the OS page size
+  // Copy cost model: bytes / bandwidth + latency. 0 bandwidth = instantaneous.
+  double copy_bandwidth_bytes_per_s = 0;
+  double copy_latency_s = 0;
+  bool posix_fd_export = true;
+  bool discard = true;
+  // Off only for tests of code that deliberately unmaps racing work.
+  bool require_fence_before_unmap = true;
+};
+
+// Operations whose Nth call can be made to fail.
+enum class SimOp : uint8_t { kCreate, kMap, kImport, kReserve, kCount };
+
+// What the driver has done so far; tests assert on these.
+struct SimCounters {
+  uint64_t creates = 0;
+  uint64_t releases = 0;
+  uint64_t maps = 0;
+  uint64_t unmaps = 0;
+  uint64_t imports = 0;
+  uint64_t device_syncs = 0;
+  uint64_t copies = 0;
+  uint64_t live_chunks = 0;   // created or imported, memory not yet freed
+  size_t created_bytes = 0;   // counted against capacity (imports are not)
+};
+
+class SimDriver final : public Driver {
+ public:
+  // Raises RLIMIT_NOFILE's soft limit to its hard limit: every unreleased
+  // chunk is an open memfd.
+  explicit SimDriver(const SimOptions& options = {});
+  ~SimDriver() override;
+  SimDriver(const SimDriver&) = delete;
+  SimDriver& operator=(const SimDriver&) = delete;
+
+  // --- fault injection and test control ---------------------------------------
+  // The nth call of `op` from now (1 = the next) fails with `error`; once.
+  void inject_failure(SimOp op, uint64_t nth, Errc error = Errc::kInjectedFault);
+  // Models a busy GPU stream: its work queues until release_stream().
+  void hold_stream(StreamHandle stream);
+  [[nodiscard]] Status release_stream(StreamHandle stream);
+  [[nodiscard]] SimCounters counters() const;
+
+  // --- Driver ----------------------------------------------------------------
+  const char* name() const noexcept override { return "sim"; }
+  Status device_count(int* count) noexcept override;
+  Status capabilities(DeviceId device, Capabilities* caps) noexcept override;
+  Status memory_info(DeviceId device, size_t* free_bytes, size_t* total_bytes) noexcept override;
+  Status reserve(DeviceId device, size_t bytes, VaRange* out) noexcept override;
+  Status unreserve(VaRange range) noexcept override;
+  Status create(DeviceId device, size_t bytes, PhysHandle* out) noexcept override;
+  Status release(PhysHandle handle) noexcept override;
+  Status map(VaRange range, PhysHandle handle) noexcept override;
+  Status set_access(DeviceId device, VaRange range) noexcept override;
+  Status unmap(VaRange range) noexcept override;
+  Status export_fd(PhysHandle handle, int* fd) noexcept override;
+  Status import_fd(int fd, PhysHandle* out) noexcept override;
+  Status stream_create(DeviceId device, StreamHandle* out) noexcept override;
+  Status stream_destroy(StreamHandle stream) noexcept override;
+  Status stream_synchronize(StreamHandle stream) noexcept override;
+  Status event_create(DeviceId device, EventHandle* out) noexcept override;
+  Status event_destroy(EventHandle event) noexcept override;
+  Status event_record(EventHandle event, StreamHandle stream) noexcept override;
+  Status event_query(EventHandle event, bool* done) noexcept override;
+  Status event_synchronize(EventHandle event) noexcept override;
+  Status device_synchronize(DeviceId device) noexcept override;
+  Status copy_async(void* dst, const void* src, size_t bytes, CopyKind kind,
+                    StreamHandle stream) noexcept override;
+  Status memset_async(void* dst, uint8_t value, size_t bytes, StreamHandle stream) noexcept override;
+  Status managed_allocate(size_t bytes, void** out) noexcept override;
+  Status managed_free(void* ptr) noexcept override;
+  Status managed_advise(void* ptr, size_t bytes, ManagedAdvice advice, DeviceId device) noexcept override;
+  Status managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target,
+                          StreamHandle stream) noexcept override;
+  Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept override;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;  // everything behind one mutex; see sim_driver.cpp
+  SimOptions options_;
+};
+
+}  // namespace zico
