@@ -1,0 +1,81 @@
+// ChunkMap: which chunks of an arena are backed by physical memory.
+//
+// The arena is cut into fixed chunks (the driver's granularity or a multiple).
+// Each chunk is either unmapped (VA only) or mapped (a physical chunk created,
+// mapped and made accessible; the handle is released at once, so the memory
+// lives exactly as long as the mapping). Each chunk counts its bytes in use:
+// bytes that lie outside the arena's free SpanHeap (live blocks, slabs, and
+// blocks cached per stream). Counting bytes rather than blocks means cached
+// spans can merge and split without touching the counts. Only mapped chunks
+// with no bytes in use may be unmapped (trim), and only after the caller has
+// fenced the GPU work that last touched them.
+//
+// Budget: mapped_bytes() is what counts against the device budget; the owner
+// checks it before map_range(). Not thread-safe: the owner's lock covers it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "driver.h"
+
+namespace zico {
+
+class ChunkMap {
+ public:
+  ChunkMap(Driver& driver, DeviceId device, VaRange arena, size_t chunk_bytes);
+  ChunkMap(const ChunkMap&) = delete;
+  ChunkMap& operator=(const ChunkMap&) = delete;
+
+  [[nodiscard]] size_t chunk_bytes() const { return chunk_bytes_; }
+  [[nodiscard]] size_t index_of(uintptr_t addr) const { return (addr - arena_.base) / chunk_bytes_; }
+  [[nodiscard]] uintptr_t address_of(size_t index) const { return arena_.base + index * chunk_bytes_; }
+
+  // Bytes that map_range(addr, bytes) would newly map.
+  [[nodiscard]] size_t unmapped_bytes_in(uintptr_t addr, size_t bytes) const;
+  // Maps every unmapped chunk overlapping the range. All or nothing: on
+  // failure the chunks mapped by this call are unmapped again.
+  [[nodiscard]] Status map_range(uintptr_t addr, size_t bytes);
+
+  // [addr, addr+bytes) leaves / returns to the free SpanHeap.
+  void ref(uintptr_t addr, size_t bytes);
+  void unref(uintptr_t addr, size_t bytes);
+
+  // Bytes held by mapped chunks that no block references.
+  [[nodiscard]] size_t idle_bytes() const { return idle_chunks_ * chunk_bytes_; }
+  // Unmaps idle chunks outside `keep` until at least `want` bytes are freed
+  // (want = SIZE_MAX: all of them). *freed gets the bytes unmapped.
+  [[nodiscard]] Status trim(size_t want, VaRange keep, size_t* freed);
+  // Unmaps every mapped chunk regardless of references (teardown only).
+  void unmap_all();
+
+  [[nodiscard]] size_t mapped_bytes() const { return mapped_chunks_ * chunk_bytes_; }
+  [[nodiscard]] uint64_t maps() const { return maps_; }
+  [[nodiscard]] uint64_t unmaps() const { return unmaps_; }
+
+ private:
+  struct Entry {
+    uint64_t used = 0;  // bytes of this chunk outside the free SpanHeap
+    bool mapped = false;
+  };
+  // Calls fn(entry, overlap_bytes) for each chunk overlapping the range.
+  template <typename Fn>
+  void for_each_overlap(uintptr_t addr, size_t bytes, Fn fn);
+
+  [[nodiscard]] Status map_one(size_t index);
+  [[nodiscard]] Status unmap_one(size_t index);
+  [[nodiscard]] size_t last_index(uintptr_t addr, size_t bytes) const { return index_of(addr + bytes - 1); }
+
+  Driver& driver_;
+  DeviceId device_;
+  VaRange arena_;
+  size_t chunk_bytes_;
+  std::vector<Entry> entries_;
+  size_t mapped_chunks_ = 0;
+  size_t idle_chunks_ = 0;  // mapped with used == 0
+  uint64_t maps_ = 0;
+  uint64_t unmaps_ = 0;
+};
+
+}  // namespace zico

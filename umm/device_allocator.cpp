@@ -1,0 +1,449 @@
+#include "device_allocator.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "log.h"
+#include "sizes.h"
+
+namespace zico {
+namespace {
+
+size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// The largest power of two that divides the chunk, capped: pages tile chunks exactly.
+size_t page_bytes_for(size_t chunk_bytes) { return std::min(chunk_bytes & (~chunk_bytes + 1), kSmallPageMax); }
+
+}  // namespace
+
+Status DeviceAllocator::create(Driver& driver, DeviceId device, const AllocatorOptions& options,
+                               std::unique_ptr<DeviceAllocator>* out, std::string* why) {
+  Capabilities caps;
+  if (Status status = driver.capabilities(device, &caps); !status.is_ok()) {
+    *why = "cannot query device " + std::to_string(device.value) + ": " + status.message();
+    return status;
+  }
+  const size_t chunk = options.chunk_bytes != 0 ? options.chunk_bytes : caps.granularity;
+  if (chunk == 0 || chunk % caps.granularity != 0) {
+    *why = "ZICO_CHUNK_SIZE=" + format_size(chunk) + " is not a multiple of device " +
+           std::to_string(device.value) + "'s granularity (" + format_size(caps.granularity) + ")";
+    return Status(Errc::kConfigError);
+  }
+  size_t arena_bytes = options.arena_bytes != 0 ? options.arena_bytes : 4 * caps.total_memory;
+  arena_bytes = round_up(std::max(arena_bytes, chunk), chunk);
+  VaRange arena;
+  if (Status status = driver.reserve(device, arena_bytes, &arena); !status.is_ok()) {
+    *why = "reserving " + format_size(arena_bytes) + " of virtual addresses on device " +
+           std::to_string(device.value) + " failed: " + status.message() + " (set ZICO_ARENA_SIZE lower)";
+    return status;
+  }
+  out->reset(new DeviceAllocator(driver, device, arena, chunk, options.budget_bytes));
+  return Status::ok();
+}
+
+DeviceAllocator::DeviceAllocator(Driver& driver, DeviceId device, VaRange arena, size_t chunk_bytes, size_t budget)
+    : driver_(driver), device_(device), arena_(arena),
+      page_bytes_(page_bytes_for(chunk_bytes)),
+      small_limit_(std::min(kSmallMax, page_bytes_ / 4)),
+      chunks_(driver, device, arena, chunk_bytes), heap_(arena), budget_(budget),
+      small_chunk_of_(arena.bytes / chunk_bytes) {}
+
+DeviceAllocator::~DeviceAllocator() {
+  std::lock_guard lock(mutex_);
+  // Work may still be using the memory; unmapping under it is undefined.
+  (void)driver_.device_synchronize(device_);
+  collect_fences(true);
+  for (EventHandle event : spare_events_) (void)driver_.event_destroy(event);
+  chunks_.unmap_all();
+  if (Status status = driver_.unreserve(arena_); !status.is_ok()) {
+    ZICO_LOG(kWarn, "freeing the arena of device %d failed: %s", device_.value, status.message().c_str());
+  }
+}
+
+// --- allocation ----------------------------------------------------------------
+
+Status DeviceAllocator::allocate(size_t bytes, StreamHandle stream, void** out) noexcept {
+  if (bytes == 0) return Status(Errc::kInvalidArgument);
+  if (bytes > arena_.bytes) return Status(Errc::kOutOfMemory);
+  std::lock_guard lock(mutex_);
+  try {
+    const Status status = bytes <= small_limit_ ? allocate_small(size_class_of(bytes), stream, out)
+                                                : allocate_large(round_up(bytes, kMinBlock), stream, out);
+    if (!status.is_ok()) ++stats_.failed_allocations;
+    return status;
+  } catch (const std::bad_alloc&) {
+    ++stats_.failed_allocations;
+    return Status(Errc::kOutOfMemory);  // host memory for bookkeeping ran out
+  }
+}
+
+Status DeviceAllocator::allocate_small(size_t cls, StreamHandle stream, void** out) {
+  StreamCache& cache = cache_for(stream);
+  if (take_cached_small(cls, cache, out)) return Status::ok();
+  if (!fences_.empty()) {
+    collect_fences(false);
+    if (take_cached_small(cls, cache, out)) return Status::ok();
+  }
+  Status status = new_page(cls);
+  if (status.code() == Errc::kOutOfMemory) {
+    reclaim();
+    if (take_cached_small(cls, cache_for(stream), out)) return Status::ok();
+    status = new_page(cls);
+  }
+  ZICO_RETURN_IF_ERROR(status);
+  const bool taken = take_cached_small(cls, cache_for(stream), out);
+  assert(taken);
+  (void)taken;
+  return Status::ok();
+}
+
+Status DeviceAllocator::allocate_large(size_t bytes, StreamHandle stream, void** out) {
+  if (take_cached_large(bytes, cache_for(stream), out)) return Status::ok();
+  if (!fences_.empty()) collect_fences(false);
+  uintptr_t addr = 0;
+  Status status = place(bytes, kMinBlock, &addr);
+  if (status.code() == Errc::kOutOfMemory) {
+    reclaim();
+    status = place(bytes, kMinBlock, &addr);
+  }
+  ZICO_RETURN_IF_ERROR(status);
+  large_live_.emplace(addr, bytes);
+  record_allocation(bytes);
+  *out = reinterpret_cast<void*>(addr);
+  return Status::ok();
+}
+
+bool DeviceAllocator::take_cached_small(size_t cls, StreamCache& cache, void** out) {
+  uintptr_t addr;
+  if (!cache.small[cls].empty()) {
+    addr = cache.small[cls].back();
+    cache.small[cls].pop_back();
+    --cache.small_blocks;
+  } else if (!ready_small_[cls].empty()) {
+    addr = ready_small_[cls].back();
+    ready_small_[cls].pop_back();
+  } else {
+    return false;
+  }
+  mark_small_live(addr);
+  record_allocation(size_class_bytes(cls));
+  *out = reinterpret_cast<void*>(addr);
+  return true;
+}
+
+bool DeviceAllocator::take_cached_large(size_t bytes, StreamCache& cache, void** out) {
+  // Cached spans stay counted as in use by ChunkMap, so splitting them is free.
+  const std::optional<uintptr_t> placed = cache.large.allocate(bytes, kMinBlock);
+  if (!placed) return false;
+  const uintptr_t addr = *placed;
+  large_live_.emplace(addr, bytes);
+  record_allocation(bytes);
+  *out = reinterpret_cast<void*>(addr);
+  return true;
+}
+
+Status DeviceAllocator::place(size_t bytes, size_t alignment, uintptr_t* out) {
+  const std::optional<uintptr_t> placed = heap_.allocate(bytes, alignment);
+  if (!placed) {
+    ZICO_LOG(kDebug, "device %d: no %zu-byte span left in the arena", device_.value, bytes);
+    return Status(Errc::kOutOfMemory);
+  }
+  const VaRange range{*placed, bytes};
+  const size_t need = chunks_.unmapped_bytes_in(range.base, bytes);
+  if (need > 0) {
+    if (chunks_.mapped_bytes() + need > budget_) {
+      (void)unmap_idle(chunks_.mapped_bytes() + need - budget_, range);
+    }
+    Status status = chunks_.mapped_bytes() + need > budget_ ? Status(Errc::kOutOfMemory)
+                                                            : chunks_.map_range(range.base, bytes);
+    if (status.code() == Errc::kOutOfMemory && chunks_.mapped_bytes() + need <= budget_ && chunks_.idle_bytes() > 0) {
+      // The device itself is full (other processes): give back idle chunks and retry once.
+      (void)unmap_idle(need, range);
+      status = chunks_.map_range(range.base, bytes);
+    }
+    if (!status.is_ok()) {
+      heap_.free(range.base, bytes);
+      return status;
+    }
+  }
+  chunks_.ref(range.base, bytes);
+  update_peaks();
+  *out = range.base;
+  return Status::ok();
+}
+
+Status DeviceAllocator::new_page(size_t cls) {
+  const size_t chunk = chunks_.chunk_bytes();
+  if (chunks_with_free_pages_.empty()) {
+    uintptr_t base = 0;
+    ZICO_RETURN_IF_ERROR(place(chunk, chunk, &base));
+    auto small_chunk = std::make_unique<SmallChunk>();
+    small_chunk->pages.resize(chunk / page_bytes_);
+    const size_t index = chunks_.index_of(base);
+    small_chunk_of_[index] = std::move(small_chunk);
+    chunks_with_free_pages_.push_back(index);
+  }
+  const size_t index = chunks_with_free_pages_.back();
+  SmallChunk& small_chunk = *small_chunk_of_[index];
+  size_t page = 0;
+  while (small_chunk.pages[page].assigned) ++page;
+  SmallPage& p = small_chunk.pages[page];
+  const size_t class_bytes = size_class_bytes(cls);
+  const size_t slots = page_bytes_ / class_bytes;
+  p.assigned = true;
+  p.size_class = static_cast<uint32_t>(cls);
+  p.live = 0;
+  p.in_use.assign((slots + 63) / 64, 0);
+  if (++small_chunk.assigned_pages == small_chunk.pages.size()) chunks_with_free_pages_.pop_back();
+  // Pushed high to low so that low addresses are handed out first.
+  const uintptr_t base = chunks_.address_of(index) + page * page_bytes_;
+  for (size_t slot = slots; slot-- > 0;) ready_small_[cls].push_back(base + slot * class_bytes);
+  return Status::ok();
+}
+
+DeviceAllocator::SmallPage* DeviceAllocator::page_of(uintptr_t addr) const {
+  const size_t index = chunks_.index_of(addr);
+  SmallChunk* small_chunk = small_chunk_of_[index].get();
+  if (small_chunk == nullptr) return nullptr;
+  SmallPage& page = small_chunk->pages[(addr - chunks_.address_of(index)) / page_bytes_];
+  return page.assigned ? &page : nullptr;
+}
+
+void DeviceAllocator::mark_small_live(uintptr_t addr) {
+  SmallPage& page = *page_of(addr);
+  const size_t slot = (addr % page_bytes_) / size_class_bytes(page.size_class);
+  page.in_use[slot / 64] |= uint64_t{1} << (slot % 64);
+  ++page.live;
+}
+
+void DeviceAllocator::record_allocation(size_t bytes) {
+  stats_.allocated_bytes += bytes;
+  ++stats_.allocations;
+  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  iteration_peak_ = std::max(iteration_peak_, stats_.allocated_bytes);
+}
+
+void DeviceAllocator::update_peaks() {
+  stats_.peak_mapped_bytes = std::max(stats_.peak_mapped_bytes, chunks_.mapped_bytes());
+}
+
+// --- free ----------------------------------------------------------------------
+
+Status DeviceAllocator::deallocate(void* ptr, StreamHandle stream) noexcept {
+  const auto addr = reinterpret_cast<uintptr_t>(ptr);
+  if (!owns(ptr)) return Status(Errc::kNotFound);
+  std::lock_guard lock(mutex_);
+  try {
+    if (in_small_chunk(addr)) {
+      SmallPage* page = page_of(addr);
+      if (page == nullptr) return Status(Errc::kInvalidArgument);
+      const size_t class_bytes = size_class_bytes(page->size_class);
+      const size_t offset = addr % page_bytes_;
+      const size_t slot = offset / class_bytes;
+      const uint64_t bit = uint64_t{1} << (slot % 64);
+      if (offset % class_bytes != 0 || slot >= page->in_use.size() * 64 || (page->in_use[slot / 64] & bit) == 0) {
+        return Status(Errc::kInvalidArgument);  // double free or not a block start
+      }
+      page->in_use[slot / 64] &= ~bit;
+      --page->live;
+      StreamCache& cache = cache_for(stream);
+      cache.small[page->size_class].push_back(addr);
+      ++cache.small_blocks;
+      stats_.allocated_bytes -= class_bytes;
+    } else {
+      auto it = large_live_.find(addr);
+      if (it == large_live_.end()) return Status(Errc::kInvalidArgument);
+      const size_t bytes = it->second;
+      large_live_.erase(it);
+      cache_for(stream).large.free(addr, bytes);
+      stats_.allocated_bytes -= bytes;
+    }
+    ++stats_.frees;
+    return Status::ok();
+  } catch (const std::bad_alloc&) {
+    // Could not record the block for reuse; leaking it is the only safe choice.
+    return Status(Errc::kOutOfMemory);
+  }
+}
+
+size_t DeviceAllocator::block_size(const void* ptr) const noexcept {
+  const auto addr = reinterpret_cast<uintptr_t>(ptr);
+  if (!owns(ptr)) return 0;
+  std::lock_guard lock(mutex_);
+  if (in_small_chunk(addr)) {
+    const SmallPage* page = page_of(addr);
+    if (page == nullptr) return 0;
+    const size_t class_bytes = size_class_bytes(page->size_class);
+    const size_t offset = addr % page_bytes_;
+    const size_t slot = offset / class_bytes;
+    const bool live = offset % class_bytes == 0 && (page->in_use[slot / 64] >> (slot % 64) & 1) != 0;
+    return live ? class_bytes : 0;
+  }
+  auto it = large_live_.find(addr);
+  return it == large_live_.end() ? 0 : it->second;
+}
+
+// --- stream caches and fences --------------------------------------------------
+
+DeviceAllocator::StreamCache& DeviceAllocator::cache_for(StreamHandle stream) {
+  if (last_cache_ != nullptr && last_cache_->stream == stream) return *last_cache_;
+  for (auto& cache : caches_) {
+    if (cache->stream == stream) return *(last_cache_ = cache.get());
+  }
+  caches_.push_back(std::make_unique<StreamCache>());
+  caches_.back()->stream = stream;
+  return *(last_cache_ = caches_.back().get());
+}
+
+void DeviceAllocator::fence_cache(StreamCache& cache) {
+  if (cache.empty()) return;
+  Fence fence;
+  for (size_t cls = 0; cls < kNumSizeClasses; ++cls) {
+    for (uintptr_t addr : cache.small[cls]) fence.blocks.push_back({addr, size_class_bytes(cls), true});
+    cache.small[cls].clear();
+  }
+  cache.small_blocks = 0;
+  for (const auto& [addr, bytes] : cache.large.take_all()) fence.blocks.push_back({addr, bytes, false});
+
+  Status status = Status::ok();
+  if (spare_events_.empty()) {
+    status = driver_.event_create(device_, &fence.event);
+  } else {
+    fence.event = spare_events_.back();
+    spare_events_.pop_back();
+  }
+  if (status.is_ok()) status = driver_.event_record(fence.event, cache.stream);
+  if (!status.is_ok()) {
+    // No event (e.g. the stream was destroyed): a device-wide wait is the fence.
+    ZICO_LOG(kDebug, "fencing stream %#lx failed (%s); synchronizing device %d",
+             static_cast<unsigned long>(cache.stream.value), status.message().c_str(), device_.value);
+    (void)driver_.device_synchronize(device_);
+    for (const CachedBlock& block : fence.blocks) make_ready(block);
+    if (fence.event.valid()) spare_events_.push_back(fence.event);
+    return;
+  }
+  fences_.push_back(std::move(fence));
+}
+
+void DeviceAllocator::fence_other_streams(StreamHandle except) {
+  for (auto& cache : caches_) {
+    if (!(cache->stream == except)) fence_cache(*cache);
+  }
+}
+
+void DeviceAllocator::collect_fences(bool wait) {
+  for (auto it = fences_.begin(); it != fences_.end();) {
+    bool done = false;
+    Status status = wait ? driver_.event_synchronize(it->event) : driver_.event_query(it->event, &done);
+    if (wait && status.is_ok()) done = true;
+    if (!status.is_ok()) {
+      ZICO_LOG(kWarn, "waiting for a fence failed (%s); synchronizing device %d", status.message().c_str(),
+               device_.value);
+      done = driver_.device_synchronize(device_).is_ok();
+    }
+    if (!done) {
+      ++it;
+      continue;
+    }
+    for (const CachedBlock& block : it->blocks) make_ready(block);
+    spare_events_.push_back(it->event);
+    it = fences_.erase(it);
+  }
+}
+
+void DeviceAllocator::make_ready(const CachedBlock& block) {
+  if (block.small) {
+    ready_small_[size_class_of(block.bytes)].push_back(block.addr);
+  } else {
+    chunks_.unref(block.addr, block.bytes);
+    heap_.free(block.addr, block.bytes);
+  }
+}
+
+// --- reclaiming memory ---------------------------------------------------------
+
+void DeviceAllocator::reclaim() {
+  // Own stream included: empty slabs can only be returned once every one of
+  // their free slots is in the shared pool.
+  fence_other_streams(StreamHandle{~uintptr_t{0}});
+  collect_fences(true);
+  release_empty_pages();
+  std::erase_if(caches_, [](const auto& cache) { return cache->empty(); });
+  last_cache_ = nullptr;
+}
+
+void DeviceAllocator::release_empty_pages() {
+  // Every free slot is in ready_small_ now (reclaim fenced all caches first).
+  auto in_empty_page = [this](uintptr_t addr) { return page_of(addr)->live == 0; };
+  for (auto& ready : ready_small_) std::erase_if(ready, in_empty_page);
+  const size_t chunk = chunks_.chunk_bytes();
+  chunks_with_free_pages_.clear();
+  for (size_t index = 0; index < small_chunk_of_.size(); ++index) {
+    SmallChunk* small_chunk = small_chunk_of_[index].get();
+    if (small_chunk == nullptr) continue;
+    for (SmallPage& page : small_chunk->pages) {
+      if (!page.assigned || page.live != 0) continue;
+      page.assigned = false;
+      page.in_use.clear();
+      --small_chunk->assigned_pages;
+    }
+    if (small_chunk->assigned_pages == 0) {
+      small_chunk_of_[index].reset();
+      chunks_.unref(chunks_.address_of(index), chunk);
+      heap_.free(chunks_.address_of(index), chunk);
+    } else if (small_chunk->assigned_pages < small_chunk->pages.size()) {
+      chunks_with_free_pages_.push_back(index);
+    }
+  }
+}
+
+Status DeviceAllocator::unmap_idle(size_t want, VaRange keep) {
+  if (chunks_.idle_bytes() == 0) return Status::ok();
+  // Idle chunks hold only fenced blocks, but unmap never waits for the GPU
+  // and drivers have faulted on VA edits under running kernels: be certain.
+  ZICO_RETURN_IF_ERROR(driver_.device_synchronize(device_));
+  size_t freed = 0;
+  return chunks_.trim(want, keep, &freed);
+}
+
+Status DeviceAllocator::trim() noexcept {
+  std::lock_guard lock(mutex_);
+  try {
+    reclaim();
+    return unmap_idle(SIZE_MAX, VaRange{});
+  } catch (const std::bad_alloc&) {
+    return Status(Errc::kOutOfMemory);
+  }
+}
+
+Status DeviceAllocator::set_budget(size_t bytes) noexcept {
+  std::lock_guard lock(mutex_);
+  budget_ = bytes;
+  if (chunks_.mapped_bytes() <= bytes) return Status::ok();
+  try {
+    reclaim();
+    return unmap_idle(chunks_.mapped_bytes() - bytes, VaRange{});
+  } catch (const std::bad_alloc&) {
+    return Status(Errc::kOutOfMemory);
+  }
+}
+
+void DeviceAllocator::mark_iteration() noexcept {
+  std::lock_guard lock(mutex_);
+  ++stats_.iterations;
+  stats_.last_iteration_peak_bytes = iteration_peak_;
+  iteration_peak_ = stats_.allocated_bytes;
+}
+
+AllocatorStats DeviceAllocator::stats() const noexcept {
+  std::lock_guard lock(mutex_);
+  AllocatorStats s = stats_;
+  s.budget_bytes = budget_;
+  s.mapped_bytes = chunks_.mapped_bytes();
+  s.cached_bytes = s.mapped_bytes - std::min(s.mapped_bytes, s.allocated_bytes);
+  s.chunk_maps = chunks_.maps();
+  s.chunk_unmaps = chunks_.unmaps();
+  return s;
+}
+
+}  // namespace zico

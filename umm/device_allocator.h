@@ -1,0 +1,183 @@
+// DeviceAllocator: the caching allocator for one device, over one VA arena.
+//
+// Addresses: one arena (a VA reservation, 4x device memory by default) is
+// reserved for the allocator's life; every block lives inside it and keeps
+// its address while the physical chunks behind it come and go.
+//
+// Blocks: requests up to kSmallMax are rounded to a size class and carved
+// from pages (a chunk cut into pages of up to 256 KiB, each page serving one
+// class); larger ones are rounded to 512 bytes and placed best-fit anywhere
+// in the arena (SpanHeap), spanning chunks and sharing boundary chunks with
+// neighbours. Chunks are mapped on demand
+// (ChunkMap); mapped bytes never exceed the budget.
+//
+// Stream-ordered reuse: a block freed on stream S goes to S's cache and is
+// reused by S at once (stream order makes that safe). Large blocks in a
+// stream's cache coalesce with their cached neighbours, so a stream that
+// frees its activations gets one contiguous span back, not splinters. Other streams get it
+// only after an event recorded on S has completed: caches of other streams
+// are handed over in batches, one event per batch ("fences"). A cache miss
+// polls fences; an allocation that would break the budget first waits for
+// all fences, returns empty slabs and unmaps idle chunks (after a device
+// synchronize, since unmap does not wait for the GPU), and only then fails
+// with kOutOfMemory, leaving every existing block intact.
+//
+// Thread-safety: all methods lock one mutex; owns() is lock-free.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "chunk_map.h"
+#include "driver.h"
+#include "size_classes.h"
+#include "span_heap.h"
+
+namespace zico {
+
+struct AllocatorOptions {
+  size_t budget_bytes = SIZE_MAX;  // cap on mapped bytes
+  size_t chunk_bytes = 0;          // 0: the driver's granularity
+  size_t arena_bytes = 0;          // 0: 4x the device's memory
+};
+
+struct AllocatorStats {
+  size_t budget_bytes = 0;
+  size_t allocated_bytes = 0;  // live blocks, rounded sizes
+  size_t peak_allocated_bytes = 0;
+  size_t mapped_bytes = 0;
+  size_t peak_mapped_bytes = 0;
+  size_t cached_bytes = 0;  // freed blocks awaiting reuse (per stream, fenced, or ready)
+  uint64_t allocations = 0;
+  uint64_t frees = 0;
+  uint64_t failed_allocations = 0;
+  uint64_t chunk_maps = 0;
+  uint64_t chunk_unmaps = 0;
+  uint64_t iterations = 0;
+  size_t last_iteration_peak_bytes = 0;
+};
+
+class DeviceAllocator {
+ public:
+  // Reserves the arena. *why explains a failure (bad chunk size, no VA).
+  [[nodiscard]] static Status create(Driver& driver, DeviceId device, const AllocatorOptions& options,
+                                     std::unique_ptr<DeviceAllocator>* out, std::string* why);
+  // Unmaps everything and frees the arena: outstanding pointers die with it.
+  ~DeviceAllocator();
+  DeviceAllocator(const DeviceAllocator&) = delete;
+  DeviceAllocator& operator=(const DeviceAllocator&) = delete;
+
+  // bytes > 0. The block is ready for work on `stream` when this returns.
+  [[nodiscard]] Status allocate(size_t bytes, StreamHandle stream, void** out) noexcept;
+  // `stream` is where the block was last used. kInvalidArgument for a pointer
+  // that is not a live block of this allocator (double free, interior pointer).
+  [[nodiscard]] Status deallocate(void* ptr, StreamHandle stream) noexcept;
+  // Rounded size of a live block, 0 if `ptr` is not one.
+  [[nodiscard]] size_t block_size(const void* ptr) const noexcept;
+  [[nodiscard]] bool owns(const void* ptr) const noexcept { return arena_.contains(reinterpret_cast<uintptr_t>(ptr)); }
+
+  // Waits for all fences and returns every idle chunk to the driver.
+  [[nodiscard]] Status trim() noexcept;
+  // Future maps obey the new budget; shrinking also trims idle memory.
+  [[nodiscard]] Status set_budget(size_t bytes) noexcept;
+  void mark_iteration() noexcept;
+  [[nodiscard]] AllocatorStats stats() const noexcept;
+
+  [[nodiscard]] DeviceId device() const { return device_; }
+  [[nodiscard]] VaRange arena() const { return arena_; }
+  [[nodiscard]] size_t chunk_bytes() const { return chunks_.chunk_bytes(); }
+
+ private:
+  // A page serves blocks of one size class while `assigned`.
+  struct SmallPage {
+    bool assigned = false;
+    uint32_t size_class = 0;
+    uint32_t live = 0;             // allocated slots
+    std::vector<uint64_t> in_use;  // one bit per slot: catches double frees
+  };
+  // A chunk given over to small blocks.
+  struct SmallChunk {
+    std::vector<SmallPage> pages;
+    size_t assigned_pages = 0;
+  };
+  // Free blocks that one stream may reuse without a fence.
+  struct StreamCache {
+    StreamHandle stream;
+    std::array<std::vector<uintptr_t>, kNumSizeClasses> small;
+    size_t small_blocks = 0;
+    SpanHeap large{VaRange{}};  // coalescing, best fit
+    [[nodiscard]] bool empty() const { return small_blocks == 0 && large.span_count() == 0; }
+  };
+  struct CachedBlock {
+    uintptr_t addr;
+    size_t bytes;  // rounded size
+    bool small;
+  };
+  // Blocks handed over from a stream cache, usable by all once `event` completes.
+  struct Fence {
+    EventHandle event;
+    std::vector<CachedBlock> blocks;
+  };
+
+  DeviceAllocator(Driver& driver, DeviceId device, VaRange arena, size_t chunk_bytes, size_t budget);
+
+  Status allocate_small(size_t cls, StreamHandle stream, void** out);
+  Status allocate_large(size_t bytes, StreamHandle stream, void** out);
+  bool take_cached_small(size_t cls, StreamCache& cache, void** out);
+  bool take_cached_large(size_t bytes, StreamCache& cache, void** out);
+  // Places a non-cached span and maps it within the budget.
+  Status place(size_t bytes, size_t alignment, uintptr_t* out);
+  // Assigns a free page (from a new small chunk if need be) to class `cls`.
+  Status new_page(size_t cls);
+  // The assigned page holding `addr`, or nullptr.
+  SmallPage* page_of(uintptr_t addr) const;
+  [[nodiscard]] bool in_small_chunk(uintptr_t addr) const {
+    return small_chunk_of_[chunks_.index_of(addr)] != nullptr;
+  }
+  void mark_small_live(uintptr_t addr);
+  void record_allocation(size_t bytes);
+
+  StreamCache& cache_for(StreamHandle stream);
+  // Hands every other stream's cache over behind a fence.
+  void fence_other_streams(StreamHandle except);
+  void fence_cache(StreamCache& cache);
+  // Moves blocks whose fence completed to the shared pools; wait=true blocks.
+  void collect_fences(bool wait);
+  void make_ready(const CachedBlock& block);
+  // Waits for every fence and returns empty pages and small chunks.
+  void reclaim();
+  // Synchronizes the device, then unmaps idle chunks outside `keep`.
+  Status unmap_idle(size_t want, VaRange keep);
+  void release_empty_pages();
+  void update_peaks();
+
+  Driver& driver_;
+  const DeviceId device_;
+  const VaRange arena_;
+  const size_t page_bytes_;   // power of two dividing the chunk, <= kSmallPageMax
+  const size_t small_limit_;  // largest request served from pages
+
+  mutable std::mutex mutex_;
+  // Everything below is guarded by mutex_.
+  ChunkMap chunks_;
+  SpanHeap heap_;
+  size_t budget_;
+  std::vector<std::unique_ptr<SmallChunk>> small_chunk_of_;  // indexed by chunk index
+  std::vector<size_t> chunks_with_free_pages_;              // small chunk indices
+  std::unordered_map<uintptr_t, size_t> large_live_;  // address -> rounded size
+  std::vector<std::unique_ptr<StreamCache>> caches_;
+  StreamCache* last_cache_ = nullptr;
+  std::array<std::vector<uintptr_t>, kNumSizeClasses> ready_small_;  // fenced, any stream
+  std::deque<Fence> fences_;
+  std::vector<EventHandle> spare_events_;
+  AllocatorStats stats_;
+  size_t iteration_peak_ = 0;
+};
+
+}  // namespace zico

@@ -1,0 +1,68 @@
+#include "span_heap.h"
+
+#include <cassert>
+
+namespace zico {
+
+SpanHeap::SpanHeap(VaRange range) {
+  if (range.bytes > 0) insert(range.base, range.bytes);
+}
+
+void SpanHeap::insert(uintptr_t addr, size_t bytes) {
+  by_addr_.emplace(addr, bytes);
+  by_size_.emplace(bytes, addr);
+  free_bytes_ += bytes;
+}
+
+void SpanHeap::erase(std::map<uintptr_t, size_t>::iterator it) {
+  by_size_.erase({it->second, it->first});
+  free_bytes_ -= it->second;
+  by_addr_.erase(it);
+}
+
+std::optional<uintptr_t> SpanHeap::allocate(size_t bytes, size_t alignment) {
+  if (bytes == 0) return std::nullopt;
+  const uintptr_t mask = alignment - 1;
+  for (auto it = by_size_.lower_bound({bytes, 0}); it != by_size_.end(); ++it) {
+    const auto [length, start] = *it;
+    const uintptr_t placed = (start + mask) & ~mask;
+    const uintptr_t span_end = start + length;
+    if (placed + bytes > span_end || placed + bytes < placed) continue;
+    erase(by_addr_.find(start));
+    if (placed > start) insert(start, placed - start);
+    if (placed + bytes < span_end) insert(placed + bytes, span_end - placed - bytes);
+    return placed;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::pair<uintptr_t, size_t>> SpanHeap::take_all() {
+  std::vector<std::pair<uintptr_t, size_t>> spans(by_addr_.begin(), by_addr_.end());
+  by_addr_.clear();
+  by_size_.clear();
+  free_bytes_ = 0;
+  return spans;
+}
+
+void SpanHeap::free(uintptr_t addr, size_t bytes) {
+  uintptr_t start = addr;
+  size_t length = bytes;
+  auto next = by_addr_.lower_bound(addr);
+  assert(next == by_addr_.end() || next->first >= addr + bytes);  // no double free
+  if (next != by_addr_.end() && next->first == addr + bytes) {
+    length += next->second;
+    auto victim = next++;
+    erase(victim);
+  }
+  if (next != by_addr_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == addr) {
+      start = prev->first;
+      length += prev->second;
+      erase(prev);
+    }
+  }
+  insert(start, length);
+}
+
+}  // namespace zico
