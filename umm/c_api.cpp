@@ -1,0 +1,132 @@
+// The C API of zicoum/zicoum.h.
+#include <cstring>
+#include <new>
+
+#include "api_calls.h"
+#include "last_error.h"
+#include "runtime.h"
+#include "sizes.h"
+#include "zicoum/zicoum.h"
+
+namespace zico {
+namespace {
+
+zico_status_t to_c(Status status) {
+  switch (status.code()) {
+    case Errc::kOk: return ZICO_OK;
+    case Errc::kOutOfMemory: return ZICO_ERROR_OUT_OF_MEMORY;
+    case Errc::kInvalidArgument:
+    case Errc::kNotFound: return ZICO_ERROR_INVALID_VALUE;
+    case Errc::kConfigError: return ZICO_ERROR_CONFIG;
+    case Errc::kNoDriver:
+    case Errc::kNoDevice: return ZICO_ERROR_NO_DEVICE;
+    case Errc::kNotSupported: return ZICO_ERROR_NOT_SUPPORTED;
+    case Errc::kDriverError: return ZICO_ERROR_DRIVER;
+    case Errc::kOsError:
+    case Errc::kFenceViolation:
+    case Errc::kInjectedFault: return ZICO_ERROR_INTERNAL;
+  }
+  return ZICO_ERROR_INTERNAL;
+}
+
+StreamHandle stream_of(void* stream) { return StreamHandle{reinterpret_cast<uintptr_t>(stream)}; }
+
+}  // namespace
+}  // namespace zico
+
+using zico::Runtime;
+
+extern "C" {
+
+const char* zico_status_string(zico_status_t status) {
+  switch (status) {
+    case ZICO_OK: return "success";
+    case ZICO_ERROR_OUT_OF_MEMORY: return "out of memory: the budget or the device is full";
+    case ZICO_ERROR_INVALID_VALUE: return "invalid value";
+    case ZICO_ERROR_CONFIG: return "invalid ZICO_* configuration (see stderr or zico_last_error)";
+    case ZICO_ERROR_NO_DEVICE: return "no CUDA driver or no such device";
+    case ZICO_ERROR_NOT_SUPPORTED: return "not supported by this device or driver";
+    case ZICO_ERROR_DRIVER: return "the CUDA driver reported an error";
+    case ZICO_ERROR_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+const char* zico_last_error(void) { return zico::thread_last_error().c_str(); }
+
+zico_status_t zico_init(void) {
+  const Runtime& runtime = Runtime::instance();
+  if (!runtime.init_status().is_ok()) {
+    try {
+      zico::set_last_error(runtime.init_error());
+    } catch (...) {
+    }
+  }
+  return zico::to_c(runtime.init_status());
+}
+
+zico_status_t zico_malloc(void** ptr, size_t size, int device, void* stream) {
+  if (ptr == nullptr) return ZICO_ERROR_INVALID_VALUE;
+  *ptr = nullptr;
+  if (size == 0) return ZICO_OK;
+  return zico::to_c(zico::api_allocate(size, zico::DeviceId{device}, zico::stream_of(stream), ptr));
+}
+
+zico_status_t zico_free(void* ptr, void* stream) {
+  if (ptr == nullptr) return ZICO_OK;
+  return zico::to_c(zico::api_free(ptr, zico::stream_of(stream)));
+}
+
+zico_status_t zico_get_stats(int device, zico_stats_t* stats) {
+  if (stats == nullptr || stats->struct_size < sizeof(size_t)) return ZICO_ERROR_INVALID_VALUE;
+  zico::DeviceAllocator* allocator = nullptr;
+  const zico::Status status = Runtime::instance().allocator(zico::DeviceId{device}, &allocator);
+  if (!status.is_ok()) return zico::to_c(status);
+  const zico::AllocatorStats s = allocator->stats();
+  zico_stats_t full{};
+  full.struct_size = sizeof(zico_stats_t);
+  full.budget_bytes = s.budget_bytes;
+  full.allocated_bytes = s.allocated_bytes;
+  full.peak_allocated_bytes = s.peak_allocated_bytes;
+  full.mapped_bytes = s.mapped_bytes;
+  full.peak_mapped_bytes = s.peak_mapped_bytes;
+  full.allocations = s.allocations;
+  full.frees = s.frees;
+  full.failed_allocations = s.failed_allocations;
+  full.chunk_maps = s.chunk_maps;
+  full.chunk_unmaps = s.chunk_unmaps;
+  full.iterations = s.iterations;
+  full.last_iteration_peak_bytes = s.last_iteration_peak_bytes;
+  // An older caller's struct is a prefix of ours: copy only what it has room for.
+  const size_t caller_size = stats->struct_size;
+  std::memcpy(stats, &full, std::min(caller_size, sizeof full));
+  stats->struct_size = std::min(caller_size, sizeof full);
+  return ZICO_OK;
+}
+
+zico_status_t zico_mark_iteration(void) {
+  const Runtime& runtime = Runtime::instance();
+  if (!runtime.init_status().is_ok()) return zico::to_c(runtime.init_status());
+  // Only devices already in use have an iteration to mark.
+  for (int device = 0; device < Runtime::kMaxDevices; ++device) {
+    if (zico::DeviceAllocator* allocator = runtime.existing_allocator(zico::DeviceId{device})) allocator->mark_iteration();
+  }
+  return ZICO_OK;
+}
+
+zico_status_t zico_empty_cache(int device) {
+  zico::DeviceAllocator* allocator = nullptr;
+  zico::Status status = Runtime::instance().allocator(zico::DeviceId{device}, &allocator);
+  if (status.is_ok()) status = allocator->trim();
+  return zico::to_c(status);
+}
+
+zico_status_t zico_parse_size(const char* text, uint64_t* bytes) {
+  if (text == nullptr || bytes == nullptr) return ZICO_ERROR_INVALID_VALUE;
+  const std::optional<uint64_t> parsed = zico::parse_size(text);
+  if (!parsed) return ZICO_ERROR_INVALID_VALUE;
+  *bytes = *parsed;
+  return ZICO_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,114 @@
+/* zicoum: a GPU memory manager for deep-learning training.
+ *
+ * This is the C API of libzicoum. The same library also answers, unchanged,
+ * to CUDA programs through LD_PRELOAD (cudaMalloc, cudaFree, cudaMallocAsync,
+ * cudaFreeAsync, cudaMemGetInfo, cuMemAlloc_v2, cuMemFree_v2, cuMemGetInfo_v2)
+ * and to PyTorch through its pluggable-allocator ABI (zico_torch_malloc and
+ * zico_torch_free below).
+ *
+ * Configuration comes from ZICO_* environment variables, read once on first
+ * use (see README.md). Memory on each device is capped by ZICO_BUDGET: an
+ * allocation that would map more physical memory than the budget fails with
+ * ZICO_ERROR_OUT_OF_MEMORY and nothing else changes.
+ *
+ * Thread-safety: every function may be called from any thread.
+ * Streams: a stream is a cudaStream_t (or CUstream) passed as void*; NULL is
+ * the legacy default stream. Memory freed on a stream is reused on that
+ * stream at once, and on other streams only after the GPU has finished the
+ * work enqueued before the free.
+ * No function throws (except zico_torch_malloc, see below), exits, or
+ * prints to stdout.
+ */
+#ifndef ZICOUM_ZICOUM_H_
+#define ZICOUM_ZICOUM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define ZICO_API __attribute__((visibility("default")))
+#else
+#define ZICO_API
+#endif
+
+typedef enum zico_status {
+  ZICO_OK = 0,
+  ZICO_ERROR_OUT_OF_MEMORY = 1,   /* the budget (or the device) is full */
+  ZICO_ERROR_INVALID_VALUE = 2,   /* bad pointer, size, device or argument */
+  ZICO_ERROR_CONFIG = 3,          /* a ZICO_* variable is malformed (see stderr) */
+  ZICO_ERROR_NO_DEVICE = 4,       /* no driver or no such device */
+  ZICO_ERROR_NOT_SUPPORTED = 5,
+  ZICO_ERROR_DRIVER = 6,          /* the CUDA driver reported an error */
+  ZICO_ERROR_INTERNAL = 7
+} zico_status_t;
+
+/* A static, human-readable description of `status`. Never NULL. */
+ZICO_API const char* zico_status_string(zico_status_t status);
+
+/* Details of the last failure on the calling thread (e.g. which variable was
+ * malformed, or how much of the budget was in use). Never NULL; empty when
+ * nothing failed yet. Valid until the thread's next zicoum call. */
+ZICO_API const char* zico_last_error(void);
+
+/* Reads the configuration and opens the driver. Optional: every other call
+ * initializes on first use. Returns ZICO_ERROR_CONFIG for a bad variable. */
+ZICO_API zico_status_t zico_init(void);
+
+/* Allocates `size` bytes (256-byte aligned) of device memory on `device`,
+ * usable by work on `stream`. size 0 yields NULL and ZICO_OK. */
+ZICO_API zico_status_t zico_malloc(void** ptr, size_t size, int device, void* stream);
+
+/* Frees memory from zico_malloc. `stream` is the stream of the last use: the
+ * memory is reused on it at once and elsewhere after a fence. NULL is a no-op. */
+ZICO_API zico_status_t zico_free(void* ptr, void* stream);
+
+/* Counters for one device. `struct_size` must be set to sizeof(zico_stats_t)
+ * by the caller, so fields can be added without breaking old callers. */
+typedef struct zico_stats {
+  size_t struct_size;
+  uint64_t budget_bytes;        /* cap on mapped bytes */
+  uint64_t allocated_bytes;     /* bytes in live allocations (rounded sizes) */
+  uint64_t peak_allocated_bytes;
+  uint64_t mapped_bytes;        /* physical memory held: allocated + cached */
+  uint64_t peak_mapped_bytes;
+  uint64_t allocations;         /* successful allocations so far */
+  uint64_t frees;
+  uint64_t failed_allocations;  /* out-of-memory results */
+  uint64_t chunk_maps;          /* physical chunks mapped so far */
+  uint64_t chunk_unmaps;
+  uint64_t iterations;          /* zico_mark_iteration() calls */
+  uint64_t last_iteration_peak_bytes; /* peak allocated during the last full iteration */
+} zico_stats_t;
+
+ZICO_API zico_status_t zico_get_stats(int device, zico_stats_t* stats);
+
+/* Marks an iteration boundary of the training loop (call at the start of
+ * each iteration). Lets zicoum learn the job's memory cycle. */
+ZICO_API zico_status_t zico_mark_iteration(void);
+
+/* Returns cached, unused physical memory on `device` to the driver. */
+ZICO_API zico_status_t zico_empty_cache(int device);
+
+/* Parses "512MiB", "40GiB", "1.5GB" (see README). ZICO_ERROR_INVALID_VALUE
+ * and *bytes untouched if `text` is not a size. */
+ZICO_API zico_status_t zico_parse_size(const char* text, uint64_t* bytes);
+
+/* PyTorch CUDAPluggableAllocator ABI, for torch.cuda.memory.CUDAPluggableAllocator.
+ * PyTorch does not check malloc's result for NULL, so zico_torch_malloc reports
+ * failure by throwing a C++ exception (std::bad_alloc on out-of-memory, with a
+ * message starting "CUDA out of memory."), which PyTorch raises as a Python
+ * RuntimeError. Call it only from C++ that expects exceptions. size 0 returns
+ * NULL. zico_torch_free logs errors to stderr. */
+ZICO_API void* zico_torch_malloc(ssize_t size, int device, void* stream);
+ZICO_API void zico_torch_free(void* ptr, ssize_t size, int device, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZICOUM_ZICOUM_H_ */

@@ -1,0 +1,117 @@
+#include "runtime.h"
+
+#include <algorithm>
+
+#include "cuda_driver.h"
+#include "log.h"
+#include "sim_driver.h"
+#include "sizes.h"
+
+extern char** environ;
+
+namespace zico {
+
+Runtime& Runtime::instance() noexcept {
+  static Runtime* runtime = new Runtime();  // intentionally leaked; see runtime.h
+  return *runtime;
+}
+
+Runtime::Runtime() noexcept {
+  try {
+    init_status_ = load_config_from_environment(&config_, &init_error_);
+    if (!init_status_.is_ok()) {
+      ZICO_LOG(kError, "%s; allocations will fail until it is fixed", init_error_.c_str());
+      return;
+    }
+    set_log_level(config_.log_level);
+    if (const std::string unknown = unknown_variables(environ); !unknown.empty()) {
+      ZICO_LOG(kWarn, "ignoring unknown variable(s) %s; `zico-run --list-env` lists the known ones", unknown.c_str());
+    }
+    if (config_.backend == Backend::kSim) {
+      SimOptions options;
+      options.device_count = config_.sim_devices;
+      options.capacity = config_.sim_capacity / config_.sim_granularity * config_.sim_granularity;
+      options.granularity = config_.sim_granularity;
+      driver_ = std::make_unique<SimDriver>(options);
+    } else {
+      init_status_ = CudaDriver::open(&driver_, &init_error_);
+      if (!init_status_.is_ok()) {
+        ZICO_LOG(kError, "%s (ZICO_BACKEND=sim runs without a GPU)", init_error_.c_str());
+        return;
+      }
+    }
+    ZICO_LOG(kInfo, "backend=%s budget=%s", driver_->name(),
+             config_.budget ? format_size(*config_.budget).c_str() : "device memory");
+  } catch (const std::exception& e) {
+    init_status_ = Status(Errc::kOutOfMemory);
+    init_error_ = std::string("initialization failed: ") + e.what();
+  }
+}
+
+Status Runtime::allocator(DeviceId device, DeviceAllocator** out) noexcept {
+  if (!init_status_.is_ok()) return init_status_;
+  if (device.value < 0 || device.value >= kMaxDevices) return Status(Errc::kNoDevice, device.value);
+  auto& slot = allocators_[static_cast<size_t>(device.value)];
+  if (DeviceAllocator* existing = slot.load(std::memory_order_acquire)) {
+    *out = existing;
+    return Status::ok();
+  }
+  std::lock_guard lock(create_mutex_);
+  if (DeviceAllocator* existing = slot.load(std::memory_order_acquire)) {
+    *out = existing;
+    return Status::ok();
+  }
+  int count = 0;
+  ZICO_RETURN_IF_ERROR(driver_->device_count(&count));
+  if (device.value >= count) return Status(Errc::kNoDevice, device.value);
+  Capabilities caps;
+  ZICO_RETURN_IF_ERROR(driver_->capabilities(device, &caps));
+  AllocatorOptions options;
+  options.budget_bytes = config_.budget.value_or(caps.total_memory);
+  options.chunk_bytes = config_.chunk_size.value_or(0);
+  options.arena_bytes = config_.arena_size.value_or(0);
+  std::unique_ptr<DeviceAllocator> created;
+  std::string why;
+  try {
+    const Status status = DeviceAllocator::create(*driver_, device, options, &created, &why);
+    if (!status.is_ok()) {
+      ZICO_LOG(kError, "%s", why.c_str());
+      return status;
+    }
+  } catch (const std::bad_alloc&) {
+    return Status(Errc::kOutOfMemory);
+  }
+  ZICO_LOG(kInfo, "device %d: budget %s, chunk %s, arena %s", device.value, format_size(options.budget_bytes).c_str(),
+           format_size(created->chunk_bytes()).c_str(), format_size(created->arena().bytes).c_str());
+  *out = created.release();  // lives as long as the runtime: forever
+  slot.store(*out, std::memory_order_release);
+  return Status::ok();
+}
+
+DeviceAllocator* Runtime::existing_allocator(DeviceId device) const noexcept {
+  if (device.value < 0 || device.value >= kMaxDevices) return nullptr;
+  return allocators_[static_cast<size_t>(device.value)].load(std::memory_order_acquire);
+}
+
+DeviceAllocator* Runtime::owner_of(const void* ptr) const noexcept {
+  for (const auto& slot : allocators_) {
+    DeviceAllocator* allocator = slot.load(std::memory_order_acquire);
+    if (allocator != nullptr && allocator->owns(ptr)) return allocator;
+  }
+  return nullptr;
+}
+
+Status Runtime::memory_info(DeviceId device, size_t* free_bytes, size_t* total_bytes) noexcept {
+  DeviceAllocator* allocator = nullptr;
+  ZICO_RETURN_IF_ERROR(this->allocator(device, &allocator));
+  const AllocatorStats stats = allocator->stats();
+  size_t device_free = 0;
+  size_t device_total = 0;
+  ZICO_RETURN_IF_ERROR(driver_->memory_info(device, &device_free, &device_total));
+  const size_t budget_left = stats.budget_bytes - std::min(stats.budget_bytes, stats.allocated_bytes);
+  *total_bytes = stats.budget_bytes;
+  *free_bytes = std::min(budget_left, device_free + stats.cached_bytes);
+  return Status::ok();
+}
+
+}  // namespace zico

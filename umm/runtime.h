@@ -1,0 +1,57 @@
+// Runtime: the process-wide state behind every entry point.
+//
+// Created on first use from the environment (ZICO_*): the configuration, one
+// driver (CudaDriver or SimDriver) and, lazily, one DeviceAllocator per device.
+// A bad configuration or a missing driver does not crash anything: init_status()
+// keeps the failure, it is logged once on stderr, and every call fails with it.
+//
+// Lifetime: never destroyed. CUDA programs and PyTorch free memory from atexit
+// handlers and static destructors; a runtime that died first would turn those
+// frees into use-after-free. The OS reclaims everything at exit.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "config.h"
+#include "device_allocator.h"
+#include "driver.h"
+
+namespace zico {
+
+class Runtime {
+ public:
+  static constexpr int kMaxDevices = 64;
+
+  [[nodiscard]] static Runtime& instance() noexcept;
+
+  [[nodiscard]] Status init_status() const { return init_status_; }
+  [[nodiscard]] const std::string& init_error() const { return init_error_; }
+  [[nodiscard]] const Config& config() const { return config_; }
+  [[nodiscard]] Driver* driver() const { return driver_.get(); }
+
+  // The allocator of `device`, created on first use. *out stays valid forever.
+  [[nodiscard]] Status allocator(DeviceId device, DeviceAllocator** out) noexcept;
+  // The allocator of `device` if one was created already, else nullptr.
+  [[nodiscard]] DeviceAllocator* existing_allocator(DeviceId device) const noexcept;
+  // The allocator whose arena holds `ptr`, or nullptr. Lock-free.
+  [[nodiscard]] DeviceAllocator* owner_of(const void* ptr) const noexcept;
+  // What the job may still use: total = budget, free = budget - allocated,
+  // also capped by what the device really has free (other processes).
+  [[nodiscard]] Status memory_info(DeviceId device, size_t* free_bytes, size_t* total_bytes) noexcept;
+
+ private:
+  Runtime() noexcept;
+
+  Status init_status_;
+  std::string init_error_;
+  Config config_;
+  std::unique_ptr<Driver> driver_;
+  std::mutex create_mutex_;  // serializes allocator creation only
+  std::array<std::atomic<DeviceAllocator*>, kMaxDevices> allocators_{};
+};
+
+}  // namespace zico
