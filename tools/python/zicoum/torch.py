@@ -1,0 +1,142 @@
+"""Make PyTorch allocate CUDA memory through zicoum.
+
+    import zicoum.torch
+    zicoum.torch.enable(budget="6GiB")  # before the first CUDA tensor
+
+PyTorch then calls libzicoum's zico_torch_malloc / zico_torch_free for every
+CUDA tensor instead of using its own caching allocator. To run a script
+unmodified instead, use `zico-run --budget 6GiB -- python train.py`.
+"""
+
+import os
+
+import zicoum
+
+__all__ = ["enable"]
+
+_BACKENDS = ("cuda", "sim")
+_LOG_LEVELS = ("error", "warn", "info", "debug")
+_SETTINGS = ("ZICO_BACKEND", "ZICO_BUDGET", "ZICO_LOG")
+
+# (settings, allocator) once enable() has succeeded.
+_enabled = None
+
+
+def _effective(environment):
+    """What libzicoum would make of these variables, so that "1GiB" and "1024MiB" compare equal."""
+    budget = environment.get("ZICO_BUDGET")
+    try:
+        budget = zicoum.parse_size(budget) if budget is not None else None
+    except ValueError:
+        pass  # compared as text; libzicoum itself will report it
+    return (environment.get("ZICO_BACKEND", "cuda"), budget, environment.get("ZICO_LOG", "warn"))
+
+
+def _describe(environment):
+    shown = [f"{name}={environment[name]}" for name in _SETTINGS if name in environment]
+    return " ".join(shown) if shown else "the default settings"
+
+
+def _validated(budget, backend, log):
+    """The ZICO_* variables the arguments ask for; raises ValueError or TypeError."""
+    settings = {}
+    if budget is not None:
+        if isinstance(budget, bool) or not isinstance(budget, (str, int)):
+            raise TypeError(f"budget must be a size such as '6GiB' or a number of bytes, not {budget!r}")
+        text = str(budget)
+        try:
+            valid = zicoum.parse_size(text) > 0
+        except ValueError:
+            valid = False
+        if not valid:
+            raise ValueError(f"budget '{text}' is not valid; expected {zicoum.SIZE_FORM}, greater than zero")
+        settings["ZICO_BUDGET"] = text
+    if backend is not None:
+        if backend not in _BACKENDS:
+            raise ValueError(f"backend {backend!r} is not valid; expected cuda or sim")
+        settings["ZICO_BACKEND"] = backend
+    if log is not None:
+        if log not in _LOG_LEVELS:
+            raise ValueError(f"log {log!r} is not valid; expected error, warn, info or debug")
+        settings["ZICO_LOG"] = log
+    return settings
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError as error:
+        raise ImportError(f"zicoum.torch.enable() needs PyTorch, which cannot be imported: {error}") from error
+    if not hasattr(torch.cuda.memory, "CUDAPluggableAllocator"):
+        raise RuntimeError(f"PyTorch {torch.__version__} has no CUDAPluggableAllocator; zicoum needs PyTorch 2.0 or newer")
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"PyTorch {torch.__version__} sees no usable CUDA device "
+                           f"(built with CUDA {torch.version.cuda}); zicoum replaces its CUDA allocator")
+    return torch
+
+
+def _restore(saved):
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def enable(budget=None, backend=None, log=None):
+    """Makes PyTorch allocate CUDA memory through zicoum; returns the installed
+    torch.cuda.memory.CUDAPluggableAllocator.
+
+    budget: cap on device memory per GPU, a size such as "6GiB" or a number of
+    bytes (ZICO_BUDGET); backend: "cuda" or "sim" (ZICO_BACKEND); log: "error",
+    "warn", "info" or "debug" (ZICO_LOG). None leaves the variable as the
+    environment has it. Must be called before PyTorch's first CUDA allocation.
+
+    Raises ValueError or TypeError for a bad argument (before anything else
+    happens); ImportError if PyTorch cannot be imported; RuntimeError if
+    PyTorch has no usable CUDA, if it already initialized its CUDA allocator,
+    or if libzicoum already read different settings in this process (it reads
+    them once: preloaded by zico-run, used through this package, or an earlier
+    enable() call). Calling it again with the same settings returns the same
+    allocator. On failure the environment is left as it was.
+    """
+    global _enabled
+    overrides = _validated(budget, backend, log)
+    requested = {name: os.environ[name] for name in _SETTINGS if name in os.environ}
+    requested.update(overrides)
+    if _enabled is not None:
+        if _effective(requested) == _enabled[0]:
+            return _enabled[1]
+        raise RuntimeError(f"zicoum.torch.enable() already installed zicoum with other settings; "
+                           f"it cannot switch to {_describe(requested)}")
+
+    zicoum._library()  # notes whether a preloaded copy already read its settings
+    already_read = zicoum._settings_read
+    if already_read is not None and _effective(already_read) != _effective(requested):
+        raise RuntimeError(
+            f"libzicoum is already in use in this process with {_describe(already_read)} "
+            f"and reads its settings only once, so it cannot switch to {_describe(requested)}; "
+            "give them before zicoum is first used (in the environment, or with zico-run --budget ...)")
+
+    torch = _import_torch()
+    path = zicoum.library_path()
+    saved = {name: os.environ.get(name) for name in overrides}
+    # libzicoum reads these at its first allocation, after PyTorch loads it below.
+    os.environ.update(overrides)
+    try:
+        allocator = torch.cuda.memory.CUDAPluggableAllocator(path, "zico_torch_malloc", "zico_torch_free")
+    except (RuntimeError, OSError) as error:
+        _restore(saved)
+        raise RuntimeError(f"PyTorch could not load the zicoum allocator from {path}: {error}") from error
+    try:
+        torch.cuda.memory.change_current_allocator(allocator)
+    except RuntimeError as error:
+        _restore(saved)
+        raise RuntimeError(
+            "PyTorch has already initialized its CUDA allocator (some CUDA tensor or operation came "
+            "first), so it cannot be replaced; call zicoum.torch.enable() before any CUDA work, or run "
+            f"the script under zico-run instead ({error})") from error
+    if zicoum._settings_read is None:
+        zicoum._settings_read = requested
+    _enabled = (_effective(requested), allocator)
+    return allocator

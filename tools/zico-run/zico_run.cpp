@@ -1,0 +1,254 @@
+// zico-run: runs a command with libzicoum preloaded and configured.
+//
+// Everything is checked before exec, including ZICO_* variables inherited
+// from the caller's environment: a typo in a size or backend is reported here,
+// with the accepted form, instead of surfacing later inside the child as a
+// failed first allocation, possibly after the job has spent minutes loading
+// data. Exit codes follow env(1): 2 for our own usage errors, 126 when the
+// command cannot be executed, 127 when it is not found.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "config.h"
+#include "sizes.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kUsageError = 2;
+constexpr int kCannotExecute = 126;
+constexpr int kNotFound = 127;
+constexpr const char* kLibraryName = "libzicoum.so";
+
+constexpr const char* kUsage =
+    "Usage: zico-run [OPTION]... -- COMMAND [ARG]...\n"
+    "Run COMMAND with libzicoum preloaded, so its cudaMalloc and cudaFree go through zicoum.\n"
+    "\n"
+    "  --budget SIZE       cap on device memory per GPU (sets ZICO_BUDGET), e.g. 6GiB\n"
+    "  --backend cuda|sim  sim runs on a simulated device in host memory (sets ZICO_BACKEND)\n"
+    "  --log error|warn|info|debug\n"
+    "                      how much zicoum logs to stderr (sets ZICO_LOG)\n"
+    "  --library PATH      libzicoum.so to preload (default: $ZICO_LIBRARY, else\n"
+    "                      ../lib/libzicoum.so beside zico-run)\n"
+    "  --list-env          print every ZICO_* variable with its default and form\n"
+    "  --help              print this help\n"
+    "  --version           print the version\n"
+    "\n"
+    "Other ZICO_* variables in the environment pass through to COMMAND and are\n"
+    "checked first. Exit status: COMMAND's, or 2 for a usage error, 126 if COMMAND\n"
+    "cannot be executed, 127 if it is not found.\n";
+
+struct Options {
+  std::optional<std::string> budget;
+  std::optional<std::string> backend;
+  std::optional<std::string> log;
+  std::optional<std::string> library;
+  bool help = false;
+  bool version = false;
+  bool list_env = false;
+  char** command = nullptr;  // NULL-terminated, as execvp wants it
+};
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "zico-run: %s\nTry 'zico-run --help' for more information.\n", message.c_str());
+  return kUsageError;
+}
+
+// Returns an exit code when parsing must stop there.
+std::optional<int> parse_args(int argc, char** argv, Options* options) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") {
+      if (i + 1 == argc) return usage_error("no command given after --");
+      options->command = argv + i + 1;
+      return std::nullopt;
+    }
+    if (!arg.starts_with("--")) {
+      return usage_error("unexpected '" + std::string(arg) + "'; put the command after --, e.g. zico-run -- " +
+                         std::string(arg));
+    }
+    const size_t equals = arg.find('=');
+    const std::string name(arg.substr(0, equals));
+    const std::optional<std::string> inline_value =
+        equals == std::string_view::npos ? std::nullopt : std::optional<std::string>(arg.substr(equals + 1));
+
+    bool* flag = name == "--help"       ? &options->help
+                 : name == "--version"  ? &options->version
+                 : name == "--list-env" ? &options->list_env
+                                        : nullptr;
+    if (flag != nullptr) {
+      if (inline_value) return usage_error(name + " takes no value");
+      *flag = true;
+      continue;
+    }
+    std::optional<std::string>* slot = name == "--budget"    ? &options->budget
+                                       : name == "--backend" ? &options->backend
+                                       : name == "--log"     ? &options->log
+                                       : name == "--library" ? &options->library
+                                                             : nullptr;
+    if (slot == nullptr) return usage_error("unknown option '" + name + "'");
+    if (inline_value) {
+      *slot = inline_value;
+    } else if (i + 1 < argc && std::string_view(argv[i + 1]) != "--") {
+      *slot = argv[++i];
+    } else {
+      return usage_error(name + " needs a value");
+    }
+  }
+  if (options->help || options->version || options->list_env) return std::nullopt;
+  return usage_error("no command given; put it after --, e.g. zico-run --budget 6GiB -- python train.py");
+}
+
+bool is_one_of(const std::string& value, std::initializer_list<std::string_view> accepted) {
+  return std::find(accepted.begin(), accepted.end(), value) != accepted.end();
+}
+
+std::optional<int> validate(const Options& options) {
+  if (options.budget) {
+    const std::optional<uint64_t> bytes = zico::parse_size(*options.budget);
+    if (!bytes || *bytes == 0) {
+      return usage_error("--budget '" + *options.budget + "' is not valid; expected " + zico::kSizeForm +
+                         ", greater than zero");
+    }
+  }
+  if (options.backend && !is_one_of(*options.backend, {"cuda", "sim"})) {
+    return usage_error("--backend '" + *options.backend + "' is not valid; expected cuda or sim");
+  }
+  if (options.log && !is_one_of(*options.log, {"error", "warn", "info", "debug"})) {
+    return usage_error("--log '" + *options.log + "' is not valid; expected error, warn, info or debug");
+  }
+  return std::nullopt;
+}
+
+void print_option_table() {
+  const auto table = zico::option_table();
+  size_t name_width = 8;
+  size_t default_width = 7;
+  size_t accepted_width = 8;
+  for (const zico::OptionInfo& option : table) {
+    name_width = std::max(name_width, std::strlen(option.name));
+    default_width = std::max(default_width, std::strlen(option.default_text));
+    accepted_width = std::max(accepted_width, std::strlen(option.accepted));
+  }
+  const auto row = [&](const char* name, const char* default_text, const char* accepted, const char* meaning) {
+    std::printf("%-*s  %-*s  %-*s  %s\n", static_cast<int>(name_width), name, static_cast<int>(default_width),
+                default_text, static_cast<int>(accepted_width), accepted, meaning);
+  };
+  row("VARIABLE", "DEFAULT", "ACCEPTED", "MEANING");
+  for (const zico::OptionInfo& option : table) row(option.name, option.default_text, option.accepted, option.meaning);
+}
+
+// Where libzicoum.so may be, in order, each with why it was tried. An explicit
+// choice is the only candidate: falling back from a path the user named would
+// silently preload a different build.
+std::vector<std::pair<fs::path, std::string>> library_candidates(const Options& options) {
+  if (options.library) return {{*options.library, "--library"}};
+  if (const char* env = std::getenv("ZICO_LIBRARY"); env != nullptr && *env != '\0') return {{env, "ZICO_LIBRARY"}};
+  std::error_code error;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", error);
+  if (error) return {};
+  // The build tree always has lib/ beside bin/; the install tree has whatever
+  // CMAKE_INSTALL_LIBDIR is relative to CMAKE_INSTALL_BINDIR.
+  std::vector<std::pair<fs::path, std::string>> candidates{
+      {exe.parent_path() / "../lib" / kLibraryName, "beside zico-run"}};
+  const fs::path installed = exe.parent_path() / ZICO_RELATIVE_LIBDIR / kLibraryName;
+  if (installed.lexically_normal() != candidates[0].first.lexically_normal()) {
+    candidates.emplace_back(installed, "beside zico-run, installed");
+  }
+  return candidates;
+}
+
+std::optional<fs::path> find_library(const Options& options) {
+  const auto candidates = library_candidates(options);
+  std::string tried;
+  for (const auto& [path, source] : candidates) {
+    std::error_code error;
+    fs::path absolute = fs::absolute(path, error).lexically_normal();
+    if (error) absolute = path;
+    if (fs::is_regular_file(absolute, error)) return absolute;
+    tried += "\n  " + absolute.string() + " (" + source + ")";
+  }
+  std::fprintf(stderr,
+               "zico-run: cannot find %s; tried:%s\n"
+               "Pass --library PATH or set ZICO_LIBRARY to its location.\n",
+               kLibraryName, tried.empty() ? " nothing (cannot read /proc/self/exe)" : tried.c_str());
+  return std::nullopt;
+}
+
+void set_env(const char* name, const std::string& value) {
+  if (setenv(name, value.c_str(), 1) != 0) {
+    std::fprintf(stderr, "zico-run: cannot set %s: %s\n", name, std::strerror(errno));
+    std::exit(kUsageError);
+  }
+}
+
+// Sets the child's environment; returns an exit code on failure.
+std::optional<int> prepare_environment(const Options& options, const fs::path& library) {
+  const std::string path = library.string();
+  // ld.so splits LD_PRELOAD at colons and spaces; such a path cannot be preloaded.
+  if (path.find_first_of(": ") != std::string::npos) {
+    return usage_error("cannot preload '" + path + "': LD_PRELOAD paths may not contain ':' or ' '");
+  }
+  const char* inherited = std::getenv("LD_PRELOAD");
+  set_env("LD_PRELOAD", inherited != nullptr && *inherited != '\0' ? path + ":" + inherited : path);
+  // The zicoum Python package loads this same copy: two copies in one process
+  // would be two managers, each with its own budget.
+  set_env("ZICO_LIBRARY", path);
+  if (options.budget) set_env("ZICO_BUDGET", *options.budget);
+  if (options.backend) set_env("ZICO_BACKEND", *options.backend);
+  if (options.log) set_env("ZICO_LOG", *options.log);
+
+  // Our own options were checked already, so a failure here is inherited.
+  zico::Config config;
+  std::string error;
+  if (!zico::load_config_from_environment(&config, &error).is_ok()) {
+    std::fprintf(stderr, "zico-run: %s (inherited from the environment)\n", error.c_str());
+    return kUsageError;
+  }
+  const std::string unknown = zico::unknown_variables(environ);
+  if (!unknown.empty()) {
+    std::fprintf(stderr, "zico-run: warning: zicoum ignores unknown %s (see zico-run --list-env)\n",
+                 unknown.c_str());
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  if (const std::optional<int> exit_code = parse_args(argc, argv, &options)) return *exit_code;
+  if (options.help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (options.version) {
+    std::printf("zico-run (zicoum) %s\n", ZICO_VERSION);
+    return 0;
+  }
+  if (options.list_env) {
+    print_option_table();
+    return 0;
+  }
+  if (const std::optional<int> exit_code = validate(options)) return *exit_code;
+  const std::optional<fs::path> library = find_library(options);
+  if (!library) return kUsageError;
+  if (const std::optional<int> exit_code = prepare_environment(options, *library)) return *exit_code;
+
+  execvp(options.command[0], options.command);
+  const int error = errno;
+  std::fprintf(stderr, "zico-run: '%s': %s\n", options.command[0], std::strerror(error));
+  return error == ENOENT || error == ENOTDIR ? kNotFound : kCannotExecute;
+}
