@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# A malformed ZICO_* value: exactly one stderr line naming the variable and
+# value, the calls fail with cudaErrorInitializationError (3), nothing on the
+# program's stdout comes from zicoum, and the process does not crash.
+set -u
+probe=$1
+failures=0
+
+expect_rejected() {  # VAR VALUE
+  local out err
+  out=$(env -u ZICO_BACKEND -u ZICO_BUDGET ZICO_BACKEND=sim "$1=$2" "$probe" 2>/tmp/zico_bad_config.$$)
+  local rc=$?
+  err=$(cat /tmp/zico_bad_config.$$)
+  rm -f /tmp/zico_bad_config.$$
+  local lines
+  lines=$(printf '%s\n' "$err" | grep -c .)
+  if [[ $rc -ne 0 || $out != "cudaMalloc=3 cudaMemGetInfo=3 "* || $lines -ne 1 || $err != *"$1='$2'"* ]]; then
+    echo "FAIL $1=$2: rc=$rc stdout=[$out] stderr=[$err]"
+    failures=$((failures + 1))
+  else
+    echo "ok   $1=$2 -> $err"
+  fi
+}
+
+expect_rejected ZICO_BUDGET 12XB
+expect_rejected ZICO_BUDGET 0
+expect_rejected ZICO_BUDGET -1
+expect_rejected ZICO_BACKEND bogus
+expect_rejected ZICO_LOG loud
+expect_rejected ZICO_SIM_GRANULARITY 3MiB
+
+# Control: a good configuration works and is silent.
+out=$(ZICO_BACKEND=sim ZICO_BUDGET=64MiB "$probe" 2>/tmp/zico_good_config.$$)
+err=$(cat /tmp/zico_good_config.$$)
+rm -f /tmp/zico_good_config.$$
+if [[ $out != "cudaMalloc=0 cudaMemGetInfo=0 total=67108864 "* || -n $err ]]; then
+  echo "FAIL good configuration: stdout=[$out] stderr=[$err]"
+  failures=$((failures + 1))
+fi
+
+echo "$((6 + 1 - failures)) passed, $failures failed"
+exit $((failures > 0))

@@ -1,0 +1,93 @@
+#include "config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace zico {
+namespace {
+
+Status load(const std::map<std::string, std::string>& env, Config* config, std::string* error) {
+  return load_config(
+      [&env](const char* name) -> const char* {
+        auto it = env.find(name);
+        return it == env.end() ? nullptr : it->second.c_str();
+      },
+      config, error);
+}
+
+TEST(Config, DefaultsWhenNothingIsSet) {
+  Config config;
+  std::string error;
+  ASSERT_TRUE(load({}, &config, &error).is_ok());
+  EXPECT_EQ(config.backend, Backend::kCuda);
+  EXPECT_FALSE(config.budget.has_value());
+  EXPECT_EQ(config.log_level, LogLevel::kWarn);
+}
+
+TEST(Config, ReadsEveryVariable) {
+  Config config;
+  std::string error;
+  ASSERT_TRUE(load({{"ZICO_BACKEND", "sim"},
+                    {"ZICO_BUDGET", "6GiB"},
+                    {"ZICO_LOG", "debug"},
+                    {"ZICO_CHUNK_SIZE", "4MiB"},
+                    {"ZICO_ARENA_SIZE", "1TiB"},
+                    {"ZICO_SIM_CAPACITY", "16GiB"},
+                    {"ZICO_SIM_GRANULARITY", "64KiB"},
+                    {"ZICO_SIM_DEVICES", "2"}},
+                   &config, &error)
+                  .is_ok())
+      << error;
+  EXPECT_EQ(config.backend, Backend::kSim);
+  EXPECT_EQ(config.budget, uint64_t{6} << 30);
+  EXPECT_EQ(config.log_level, LogLevel::kDebug);
+  EXPECT_EQ(config.chunk_size, uint64_t{4} << 20);
+  EXPECT_EQ(config.arena_size, uint64_t{1} << 40);
+  EXPECT_EQ(config.sim_capacity, uint64_t{16} << 30);
+  EXPECT_EQ(config.sim_granularity, uint64_t{64} << 10);
+  EXPECT_EQ(config.sim_devices, 2);
+}
+
+TEST(Config, BadValuesNameTheVariableValueAndForm) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"ZICO_BUDGET", "12XB", "MiB"},       {"ZICO_BUDGET", "0", "greater than zero"},
+      {"ZICO_BUDGET", "-1", "MiB"},          {"ZICO_BACKEND", "rocm", "cuda or sim"},
+      {"ZICO_LOG", "loud", "debug"},         {"ZICO_SIM_GRANULARITY", "3MiB", "power of two"},
+      {"ZICO_SIM_DEVICES", "0", "1 to 64"},  {"ZICO_SIM_DEVICES", "2x", "1 to 64"},
+      {"ZICO_CHUNK_SIZE", "", "MiB"},
+  };
+  for (const auto& [name, value, form] : cases) {
+    Config config;
+    std::string error;
+    const Status status = load({{name, value}}, &config, &error);
+    EXPECT_EQ(status.code(), Errc::kConfigError) << name << "=" << value;
+    EXPECT_NE(error.find(name + "='" + value + "'"), std::string::npos) << error;
+    EXPECT_NE(error.find(form), std::string::npos) << error;
+    EXPECT_EQ(error.find('\n'), std::string::npos) << "one line";
+  }
+}
+
+TEST(Config, UnknownZicoVariablesAreReported) {
+  char budget_typo[] = "ZICO_BUDJET=1GiB";
+  char known[] = "ZICO_BUDGET=1GiB";
+  char other[] = "PATH=/bin";
+  char* environment[] = {budget_typo, known, other, nullptr};
+  EXPECT_EQ(unknown_variables(environment), "ZICO_BUDJET");
+}
+
+TEST(Config, EveryVariableIsDocumentedInTheReadme) {
+  std::ifstream readme(std::string(ZICO_SOURCE_DIR) + "/README.md");
+  ASSERT_TRUE(readme.good()) << "README.md not found";
+  std::stringstream text;
+  text << readme.rdbuf();
+  for (const OptionInfo& option : option_table()) {
+    EXPECT_NE(text.str().find(std::string("`") + option.name + "`"), std::string::npos)
+        << option.name << " is missing from README.md's configuration table";
+  }
+}
+
+}  // namespace
+}  // namespace zico

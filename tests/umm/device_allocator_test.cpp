@@ -1,0 +1,312 @@
+#include "device_allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "driver_contract_test.h"
+#include "sim_driver.h"
+
+namespace zico::testing {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+class DeviceAllocatorTest : public ::testing::Test {
+ protected:
+  void make(size_t budget, SimOptions sim = {}, size_t chunk = 0) {
+    sim.capacity = size_t{1} << 30;
+    driver_ = std::make_unique<SimDriver>(sim);
+    AllocatorOptions options;
+    options.budget_bytes = budget;
+    options.chunk_bytes = chunk;
+    std::string why;
+    ASSERT_TRUE(DeviceAllocator::create(*driver_, DeviceId{0}, options, &allocator_, &why).is_ok()) << why;
+  }
+  void* alloc(size_t bytes, StreamHandle stream = {}) {
+    void* p = nullptr;
+    const Status status = allocator_->allocate(bytes, stream, &p);
+    EXPECT_TRUE(status.is_ok()) << status.message();
+    return p;
+  }
+  StreamHandle new_stream() {
+    StreamHandle s;
+    EXPECT_TRUE(driver_->stream_create(DeviceId{0}, &s).is_ok());
+    return s;
+  }
+  std::unique_ptr<SimDriver> driver_;
+  std::unique_ptr<DeviceAllocator> allocator_;
+};
+
+TEST_F(DeviceAllocatorTest, BlocksAreWritableAlignedAndDisjoint) {
+  make(256 * kMiB);
+  std::vector<std::pair<uint8_t*, size_t>> blocks;
+  for (size_t bytes : {size_t{1}, size_t{700}, size_t{4096}, size_t{100000}, kSmallMax, kSmallMax + 1, 3 * kMiB,
+                       5 * kMiB + 3}) {
+    auto* p = static_cast<uint8_t*>(alloc(bytes));
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kBlockAlign, 0u);
+    EXPECT_GE(allocator_->block_size(p), bytes);
+    std::memset(p, static_cast<int>(blocks.size() + 1), bytes);
+    blocks.emplace_back(p, bytes);
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    EXPECT_EQ(blocks[i].first[0], i + 1);
+    EXPECT_EQ(blocks[i].first[blocks[i].second - 1], i + 1) << "block " << i << " was overwritten";
+  }
+  for (auto& [p, bytes] : blocks) ZICO_ASSERT_OK(allocator_->deallocate(p, {}));
+  EXPECT_EQ(allocator_->stats().allocated_bytes, 0u);
+}
+
+TEST_F(DeviceAllocatorTest, BudgetCapsMappedMemoryAndRecovers) {
+  make(64 * kMiB);
+  std::vector<void*> blocks;
+  void* p = nullptr;
+  while (allocator_->allocate(kMiB, {}, &p).is_ok()) blocks.push_back(p);
+  EXPECT_EQ(blocks.size(), 64u);
+  EXPECT_EQ(allocator_->allocate(kMiB, {}, &p).code(), Errc::kOutOfMemory);
+  AllocatorStats stats = allocator_->stats();
+  EXPECT_LE(stats.peak_mapped_bytes, 64 * kMiB);
+  EXPECT_EQ(stats.failed_allocations, 2u);
+  ZICO_ASSERT_OK(allocator_->deallocate(blocks.back(), {}));
+  blocks.pop_back();
+  ZICO_ASSERT_OK(allocator_->allocate(kMiB, {}, &p));
+  blocks.push_back(p);
+  for (void* b : blocks) ZICO_ASSERT_OK(allocator_->deallocate(b, {}));
+}
+
+TEST_F(DeviceAllocatorTest, OutOfMemoryLeavesExistingBlocksIntact) {
+  make(8 * kMiB);
+  auto* keep = static_cast<uint8_t*>(alloc(5 * kMiB));
+  std::memset(keep, 0x5E, 5 * kMiB);
+  void* p = nullptr;
+  EXPECT_EQ(allocator_->allocate(4 * kMiB, {}, &p).code(), Errc::kOutOfMemory);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(keep[0], 0x5E);
+  EXPECT_EQ(keep[5 * kMiB - 1], 0x5E);
+  ZICO_ASSERT_OK(allocator_->allocate(2 * kMiB, {}, &p));
+}
+
+TEST_F(DeviceAllocatorTest, CacheTrimmedToFitADifferentShape) {
+  // Fill the budget with small blocks, free them, then ask for one large block:
+  // slabs must be returned and their chunks reused before reporting OOM.
+  make(16 * kMiB);
+  std::vector<void*> smalls;
+  void* p = nullptr;
+  while (allocator_->allocate(4096, {}, &p).is_ok()) smalls.push_back(p);
+  EXPECT_GT(smalls.size(), 3000u);
+  for (void* s : smalls) ZICO_ASSERT_OK(allocator_->deallocate(s, {}));
+  ZICO_ASSERT_OK(allocator_->allocate(15 * kMiB, {}, &p));
+  EXPECT_LE(allocator_->stats().peak_mapped_bytes, 16 * kMiB);
+}
+
+TEST_F(DeviceAllocatorTest, SameStreamReusesAtOnce) {
+  make(64 * kMiB);
+  const StreamHandle s = new_stream();
+  void* a = alloc(4096, s);
+  ZICO_ASSERT_OK(allocator_->deallocate(a, s));
+  EXPECT_EQ(alloc(4096, s), a);
+  void* big = alloc(3 * kMiB, s);
+  ZICO_ASSERT_OK(allocator_->deallocate(big, s));
+  EXPECT_EQ(alloc(3 * kMiB, s), big);
+}
+
+TEST_F(DeviceAllocatorTest, OtherStreamWaitsForTheFence) {
+  make(64 * kMiB);
+  const StreamHandle a = new_stream();
+  const StreamHandle b = new_stream();
+  auto* block = static_cast<uint8_t*>(alloc(3 * kMiB, a));
+  driver_->hold_stream(a);  // stream a is still busy writing the block...
+  ZICO_ASSERT_OK(driver_->memset_async(block, 0x11, 3 * kMiB, a));
+  ZICO_ASSERT_OK(allocator_->deallocate(block, a));  // ...when it is freed
+  void* on_b = alloc(3 * kMiB, b);
+  EXPECT_NE(on_b, block) << "handed to stream b while stream a may still write it";
+  ZICO_ASSERT_OK(allocator_->deallocate(on_b, b));
+  ZICO_ASSERT_OK(driver_->release_stream(a));
+}
+
+TEST_F(DeviceAllocatorTest, BudgetPressureWaitsForFencesInsteadOfFailing) {
+  make(4 * kMiB);
+  const StreamHandle a = new_stream();
+  const StreamHandle b = new_stream();
+  auto* block = static_cast<uint8_t*>(alloc(4 * kMiB, a));
+  driver_->hold_stream(a);
+  ZICO_ASSERT_OK(driver_->memset_async(block, 0x22, 4 * kMiB, a));
+  ZICO_ASSERT_OK(allocator_->deallocate(block, a));
+  // The only memory is a's freed block: b gets it once a's work has finished.
+  auto* on_b = static_cast<uint8_t*>(alloc(4 * kMiB, b));
+  ASSERT_EQ(on_b, block);
+  EXPECT_EQ(on_b[4 * kMiB - 1], 0x22) << "stream a's queued write completed before reuse";
+}
+
+TEST_F(DeviceAllocatorTest, TrimUnmapsIdleChunksWithoutFenceViolations) {
+  make(64 * kMiB);
+  const StreamHandle s = new_stream();
+  std::vector<void*> blocks;
+  for (int i = 0; i < 10; ++i) blocks.push_back(alloc(i % 2 ? 3 * kMiB : 8192, s));
+  driver_->hold_stream(s);
+  for (void* b : blocks) ZICO_ASSERT_OK(driver_->memset_async(b, 1, 64, s));
+  for (void* b : blocks) ZICO_ASSERT_OK(allocator_->deallocate(b, s));
+  EXPECT_GT(allocator_->stats().mapped_bytes, 0u);
+  ZICO_ASSERT_OK(allocator_->trim());  // SimDriver fails an unmap that races queued work
+  EXPECT_EQ(allocator_->stats().mapped_bytes, 0u);
+  EXPECT_EQ(driver_->counters().live_chunks, 0u);
+}
+
+TEST_F(DeviceAllocatorTest, RejectsDoubleFreeInteriorAndForeignPointers) {
+  make(64 * kMiB);
+  auto* small = static_cast<uint8_t*>(alloc(1000));
+  auto* large = static_cast<uint8_t*>(alloc(3 * kMiB));
+  EXPECT_EQ(allocator_->deallocate(small + 256, {}).code(), Errc::kInvalidArgument);
+  EXPECT_EQ(allocator_->deallocate(large + 512, {}).code(), Errc::kInvalidArgument);
+  int on_stack = 0;
+  EXPECT_EQ(allocator_->deallocate(&on_stack, {}).code(), Errc::kNotFound);
+  ZICO_ASSERT_OK(allocator_->deallocate(small, {}));
+  ZICO_ASSERT_OK(allocator_->deallocate(large, {}));
+  EXPECT_EQ(allocator_->deallocate(small, {}).code(), Errc::kInvalidArgument);
+  EXPECT_EQ(allocator_->deallocate(large, {}).code(), Errc::kInvalidArgument);
+  EXPECT_EQ(allocator_->stats().frees, 2u);
+}
+
+TEST_F(DeviceAllocatorTest, ChunkSizeMustBeAMultipleOfTheGranularity) {
+  SimDriver driver;
+  std::unique_ptr<DeviceAllocator> allocator;
+  AllocatorOptions options;
+  options.chunk_bytes = 3 * kMiB;
+  std::string why;
+  EXPECT_EQ(DeviceAllocator::create(driver, DeviceId{0}, options, &allocator, &why).code(), Errc::kConfigError);
+  EXPECT_NE(why.find("ZICO_CHUNK_SIZE"), std::string::npos) << why;
+}
+
+TEST_F(DeviceAllocatorTest, LargerChunksWork) {
+  make(64 * kMiB, {}, 8 * kMiB);
+  auto* p = static_cast<uint8_t*>(alloc(100));
+  auto* q = static_cast<uint8_t*>(alloc(9 * kMiB));
+  std::memset(q, 3, 9 * kMiB);
+  *p = 4;
+  EXPECT_EQ(allocator_->stats().mapped_bytes % (8 * kMiB), 0u);
+  ZICO_ASSERT_OK(allocator_->deallocate(p, {}));
+  ZICO_ASSERT_OK(allocator_->deallocate(q, {}));
+}
+
+TEST_F(DeviceAllocatorTest, FailedMapRollsBackAndTheNextCallSucceeds) {
+  make(64 * kMiB);
+  driver_->inject_failure(SimOp::kMap, 2);  // second chunk of a 3-chunk block
+  void* p = nullptr;
+  EXPECT_EQ(allocator_->allocate(5 * kMiB, {}, &p).code(), Errc::kInjectedFault);
+  EXPECT_EQ(allocator_->stats().mapped_bytes, 0u) << "no chunk leaked by the failed call";
+  ZICO_ASSERT_OK(allocator_->allocate(5 * kMiB, {}, &p));
+}
+
+TEST_F(DeviceAllocatorTest, ShrinkingTheBudgetReturnsIdleMemory) {
+  make(64 * kMiB);
+  void* keep = alloc(4 * kMiB);
+  void* drop = alloc(20 * kMiB);
+  ZICO_ASSERT_OK(allocator_->deallocate(drop, {}));
+  EXPECT_GE(allocator_->stats().mapped_bytes, 24 * kMiB);
+  ZICO_ASSERT_OK(allocator_->set_budget(8 * kMiB));
+  EXPECT_LE(allocator_->stats().mapped_bytes, 8 * kMiB);
+  void* p = nullptr;
+  EXPECT_EQ(allocator_->allocate(6 * kMiB, {}, &p).code(), Errc::kOutOfMemory);
+  ZICO_ASSERT_OK(allocator_->deallocate(keep, {}));
+}
+
+TEST_F(DeviceAllocatorTest, IterationMarksRecordThePeakOfEachIteration) {
+  make(64 * kMiB);
+  allocator_->mark_iteration();
+  void* a = alloc(8 * kMiB);
+  void* b = alloc(4 * kMiB);
+  ZICO_ASSERT_OK(allocator_->deallocate(a, {}));
+  ZICO_ASSERT_OK(allocator_->deallocate(b, {}));
+  allocator_->mark_iteration();
+  const AllocatorStats stats = allocator_->stats();
+  EXPECT_EQ(stats.iterations, 2u);
+  EXPECT_EQ(stats.last_iteration_peak_bytes, 12 * kMiB);
+}
+
+// Random sizes, random frees, several streams: data survives and the budget holds.
+TEST_F(DeviceAllocatorTest, RandomChurnKeepsDataAndBudget) {
+  make(48 * kMiB);
+  const StreamHandle streams[] = {new_stream(), new_stream(), StreamHandle{}};
+  struct Live {
+    uint8_t* p;
+    size_t bytes;
+    uint8_t tag;
+    StreamHandle stream;
+  };
+  std::vector<Live> live;
+  std::mt19937_64 rng(42);
+  size_t refused = 0;
+  for (int op = 0; op < 30000; ++op) {
+    if (!live.empty() && rng() % 100 < 48) {
+      const size_t i = rng() % live.size();
+      ASSERT_EQ(live[i].p[0], live[i].tag);
+      ASSERT_EQ(live[i].p[live[i].bytes - 1], live[i].tag);
+      ZICO_ASSERT_OK(allocator_->deallocate(live[i].p, streams[rng() % 3]));
+      live[i] = live.back();
+      live.pop_back();
+      continue;
+    }
+    const size_t bytes = 1 + rng() % (size_t{512} << (rng() % 13));
+    const StreamHandle stream = streams[rng() % 3];
+    void* p = nullptr;
+    const Status status = allocator_->allocate(bytes, stream, &p);
+    if (status.code() == Errc::kOutOfMemory) {
+      ++refused;
+      continue;
+    }
+    ZICO_ASSERT_OK(status);
+    const auto tag = static_cast<uint8_t>(rng());
+    auto* bytes_ptr = static_cast<uint8_t*>(p);
+    bytes_ptr[0] = tag;
+    bytes_ptr[bytes - 1] = tag;
+    live.push_back({bytes_ptr, bytes, tag, stream});
+    ASSERT_LE(allocator_->stats().mapped_bytes, 48 * kMiB);
+  }
+  for (const Live& l : live) {
+    ASSERT_EQ(l.p[0], l.tag);
+    ZICO_ASSERT_OK(allocator_->deallocate(l.p, l.stream));
+  }
+  ZICO_ASSERT_OK(allocator_->trim());
+  const AllocatorStats stats = allocator_->stats();
+  EXPECT_EQ(stats.allocated_bytes, 0u);
+  EXPECT_EQ(stats.mapped_bytes, 0u);
+  EXPECT_LE(stats.peak_mapped_bytes, 48 * kMiB);
+  RecordProperty("refused", static_cast<int>(refused));
+}
+
+TEST_F(DeviceAllocatorTest, ThreadsShareOneAllocatorSafely) {
+  make(128 * kMiB);
+  auto worker = [this](int seed) {
+    std::mt19937_64 rng(static_cast<uint64_t>(seed));
+    std::vector<std::pair<uint8_t*, uint8_t>> mine;
+    for (int op = 0; op < 20000; ++op) {
+      if (!mine.empty() && rng() % 2 == 0) {
+        const auto [p, tag] = mine.back();
+        mine.pop_back();
+        if (*p != tag) ADD_FAILURE() << "data race corrupted a block";
+        if (!allocator_->deallocate(p, StreamHandle{static_cast<uintptr_t>(seed)}).is_ok()) ADD_FAILURE();
+      } else {
+        void* p = nullptr;
+        if (allocator_->allocate(512 + rng() % (2 * kMiB), StreamHandle{static_cast<uintptr_t>(seed)}, &p).is_ok()) {
+          const auto tag = static_cast<uint8_t>(rng());
+          *static_cast<uint8_t*>(p) = tag;
+          mine.emplace_back(static_cast<uint8_t*>(p), tag);
+        }
+      }
+    }
+    for (auto [p, tag] : mine) EXPECT_TRUE(allocator_->deallocate(p, {}).is_ok());
+  };
+  std::thread t1(worker, 1), t2(worker, 2), t3(worker, 3);
+  t1.join();
+  t2.join();
+  t3.join();
+  EXPECT_EQ(allocator_->stats().allocated_bytes, 0u);
+  EXPECT_LE(allocator_->stats().peak_mapped_bytes, 128 * kMiB);
+}
+
+}  // namespace
+}  // namespace zico::testing

@@ -1,0 +1,184 @@
+// What only the simulation has: fault injection, held streams, fence checks,
+// capacity accounting, and fds that really cross a fork.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "driver_contract_test.h"
+#include "sim_driver.h"
+
+namespace zico::testing {
+namespace {
+
+constexpr size_t kGran = size_t{2} << 20;
+
+class SimDriverTest : public ::testing::Test {
+ protected:
+  SimDriverTest() : driver_(make_options()) {}
+  static SimOptions make_options() {
+    SimOptions options;
+    options.capacity = 4 * kGran;
+    return options;
+  }
+  // A reservation of `chunks` chunks with the first one mapped and accessible.
+  VaRange mapped_chunk(size_t chunks = 1) {
+    VaRange reservation;
+    EXPECT_TRUE(driver_.reserve(DeviceId{0}, chunks * kGran, &reservation).is_ok());
+    PhysHandle handle;
+    EXPECT_TRUE(driver_.create(DeviceId{0}, kGran, &handle).is_ok());
+    const VaRange chunk{reservation.base, kGran};
+    EXPECT_TRUE(driver_.map(chunk, handle).is_ok());
+    EXPECT_TRUE(driver_.set_access(DeviceId{0}, chunk).is_ok());
+    EXPECT_TRUE(driver_.release(handle).is_ok());
+    return chunk;
+  }
+  SimDriver driver_;
+};
+
+TEST_F(SimDriverTest, CreateBeyondCapacityIsOutOfMemory) {
+  std::vector<PhysHandle> handles(4);
+  for (PhysHandle& h : handles) ZICO_ASSERT_OK(driver_.create(DeviceId{0}, kGran, &h));
+  PhysHandle extra;
+  EXPECT_EQ(driver_.create(DeviceId{0}, kGran, &extra).code(), Errc::kOutOfMemory);
+  size_t free_bytes = 1, total = 0;
+  ZICO_ASSERT_OK(driver_.memory_info(DeviceId{0}, &free_bytes, &total));
+  EXPECT_EQ(free_bytes, 0u);
+  ZICO_ASSERT_OK(driver_.release(handles[0]));
+  ZICO_ASSERT_OK(driver_.create(DeviceId{0}, kGran, &extra));
+  for (size_t i = 1; i < handles.size(); ++i) ZICO_ASSERT_OK(driver_.release(handles[i]));
+  ZICO_ASSERT_OK(driver_.release(extra));
+  EXPECT_EQ(driver_.counters().live_chunks, 0u);
+}
+
+TEST_F(SimDriverTest, MemoryIsFreedOnlyWhenReleasedAndUnmapped) {
+  const VaRange chunk = mapped_chunk();  // handle already released
+  size_t free_bytes = 0, total = 0;
+  ZICO_ASSERT_OK(driver_.memory_info(DeviceId{0}, &free_bytes, &total));
+  EXPECT_EQ(free_bytes, total - kGran) << "a mapped chunk holds memory after its handle is released";
+  ZICO_ASSERT_OK(driver_.unmap(chunk));
+  ZICO_ASSERT_OK(driver_.memory_info(DeviceId{0}, &free_bytes, &total));
+  EXPECT_EQ(free_bytes, total);
+}
+
+TEST_F(SimDriverTest, InjectedFailuresFireOnTheNthCallOnce) {
+  driver_.inject_failure(SimOp::kCreate, 2);
+  PhysHandle a, b, c;
+  ZICO_ASSERT_OK(driver_.create(DeviceId{0}, kGran, &a));
+  EXPECT_EQ(driver_.create(DeviceId{0}, kGran, &b).code(), Errc::kInjectedFault);
+  ZICO_ASSERT_OK(driver_.create(DeviceId{0}, kGran, &c));
+
+  VaRange reservation;
+  ZICO_ASSERT_OK(driver_.reserve(DeviceId{0}, kGran, &reservation));
+  driver_.inject_failure(SimOp::kMap, 1, Errc::kOutOfMemory);
+  EXPECT_EQ(driver_.map(reservation, a).code(), Errc::kOutOfMemory);
+  ZICO_ASSERT_OK(driver_.map(reservation, a));
+
+  int fd = -1;
+  ZICO_ASSERT_OK(driver_.export_fd(c, &fd));
+  driver_.inject_failure(SimOp::kImport, 1);
+  PhysHandle imported;
+  EXPECT_EQ(driver_.import_fd(fd, &imported).code(), Errc::kInjectedFault);
+  ZICO_ASSERT_OK(driver_.import_fd(fd, &imported));
+  close(fd);
+  ZICO_ASSERT_OK(driver_.release(imported));
+  ZICO_ASSERT_OK(driver_.unmap(reservation));
+  ZICO_ASSERT_OK(driver_.release(a));
+  ZICO_ASSERT_OK(driver_.release(c));
+}
+
+TEST_F(SimDriverTest, HeldStreamDefersWorkAndEvents) {
+  const VaRange chunk = mapped_chunk();
+  StreamHandle stream;
+  EventHandle event;
+  ZICO_ASSERT_OK(driver_.stream_create(DeviceId{0}, &stream));
+  ZICO_ASSERT_OK(driver_.event_create(DeviceId{0}, &event));
+  driver_.hold_stream(stream);
+  ZICO_ASSERT_OK(driver_.memset_async(chunk.ptr(), 0x42, chunk.bytes, stream));
+  ZICO_ASSERT_OK(driver_.event_record(event, stream));
+  bool done = true;
+  ZICO_ASSERT_OK(driver_.event_query(event, &done));
+  EXPECT_FALSE(done);
+  EXPECT_EQ(static_cast<uint8_t*>(chunk.ptr())[0], 0) << "held work must not run yet";
+  ZICO_ASSERT_OK(driver_.release_stream(stream));
+  ZICO_ASSERT_OK(driver_.event_query(event, &done));
+  EXPECT_TRUE(done);
+  EXPECT_EQ(static_cast<uint8_t*>(chunk.ptr())[0], 0x42);
+  ZICO_ASSERT_OK(driver_.unmap(chunk));
+}
+
+TEST_F(SimDriverTest, UnmapUnderInFlightWorkIsAFenceViolation) {
+  const VaRange chunk = mapped_chunk();
+  StreamHandle stream;
+  ZICO_ASSERT_OK(driver_.stream_create(DeviceId{0}, &stream));
+  driver_.hold_stream(stream);
+  ZICO_ASSERT_OK(driver_.memset_async(chunk.ptr(), 1, 64, stream));
+  EXPECT_EQ(driver_.unmap(chunk).code(), Errc::kFenceViolation);
+  ZICO_ASSERT_OK(driver_.device_synchronize(DeviceId{0}));
+  ZICO_ASSERT_OK(driver_.unmap(chunk));
+}
+
+TEST_F(SimDriverTest, CopiesToUnmappedMemoryFailInsteadOfFaulting) {
+  VaRange reservation;
+  ZICO_ASSERT_OK(driver_.reserve(DeviceId{0}, 2 * kGran, &reservation));
+  std::vector<uint8_t> host(4096, 1);
+  EXPECT_EQ(driver_.copy_async(reservation.ptr(), host.data(), host.size(), CopyKind::kHostToDevice, StreamHandle{})
+                .code(),
+            Errc::kInvalidArgument);
+  const VaRange chunk = mapped_chunk();
+  // Runs off the end of the mapping into unmapped VA.
+  EXPECT_EQ(driver_.memset_async(static_cast<uint8_t*>(chunk.ptr()) + kGran - 16, 0, 32, StreamHandle{}).code(),
+            Errc::kInvalidArgument);
+  ZICO_ASSERT_OK(driver_.unmap(chunk));
+}
+
+TEST_F(SimDriverTest, ExportedFdCrossesAProcessBoundary) {
+  PhysHandle handle;
+  ZICO_ASSERT_OK(driver_.create(DeviceId{0}, kGran, &handle));
+  int fd = -1;
+  ZICO_ASSERT_OK(driver_.export_fd(handle, &fd));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The child has its own driver: it sees the chunk only through the fd.
+    SimDriver other;
+    PhysHandle imported;
+    VaRange reservation;
+    if (!other.import_fd(fd, &imported).is_ok() || !other.reserve(DeviceId{0}, kGran, &reservation).is_ok() ||
+        !other.map(reservation, imported).is_ok() || !other.set_access(DeviceId{0}, reservation).is_ok()) {
+      _exit(2);
+    }
+    std::memset(reservation.ptr(), 0x99, kGran);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  VaRange reservation;
+  ZICO_ASSERT_OK(driver_.reserve(DeviceId{0}, kGran, &reservation));
+  ZICO_ASSERT_OK(driver_.map(reservation, handle));
+  ZICO_ASSERT_OK(driver_.set_access(DeviceId{0}, reservation));
+  EXPECT_EQ(static_cast<uint8_t*>(reservation.ptr())[kGran - 1], 0x99) << "the child's writes are visible here";
+  close(fd);
+  ZICO_ASSERT_OK(driver_.unmap(reservation));
+  ZICO_ASSERT_OK(driver_.release(handle));
+}
+
+TEST_F(SimDriverTest, UnknownStreamsBehaveAsIdleStreams) {
+  const VaRange chunk = mapped_chunk();
+  const StreamHandle users_stream{0x1234};  // a cudaStream_t the driver never created
+  EventHandle event;
+  ZICO_ASSERT_OK(driver_.event_create(DeviceId{0}, &event));
+  ZICO_ASSERT_OK(driver_.memset_async(chunk.ptr(), 7, 16, users_stream));
+  ZICO_ASSERT_OK(driver_.event_record(event, users_stream));
+  bool done = false;
+  ZICO_ASSERT_OK(driver_.event_query(event, &done));
+  EXPECT_TRUE(done);
+  EXPECT_EQ(static_cast<uint8_t*>(chunk.ptr())[15], 7);
+  ZICO_ASSERT_OK(driver_.unmap(chunk));
+}
+
+}  // namespace
+}  // namespace zico::testing

@@ -1,0 +1,43 @@
+#include "sizes.h"
+
+#include <gtest/gtest.h>
+
+namespace zico {
+namespace {
+
+TEST(ParseSize, AcceptsDocumentedForms) {
+  EXPECT_EQ(parse_size("4096"), 4096u);
+  EXPECT_EQ(parse_size("512MiB"), uint64_t{512} << 20);
+  EXPECT_EQ(parse_size("40GiB"), uint64_t{40} << 30);
+  EXPECT_EQ(parse_size("40gib"), uint64_t{40} << 30);
+  EXPECT_EQ(parse_size("6G"), uint64_t{6} << 30);
+  EXPECT_EQ(parse_size("1.5GB"), 1'500'000'000u);
+  EXPECT_EQ(parse_size("1.5GiB"), uint64_t{3} << 29);
+  EXPECT_EQ(parse_size("2KB"), 2000u);
+  EXPECT_EQ(parse_size("0.5k"), 512u);
+  EXPECT_EQ(parse_size("64B"), 64u);
+  EXPECT_EQ(parse_size("1TiB"), uint64_t{1} << 40);
+  EXPECT_EQ(parse_size("0"), 0u) << "zero parses; callers that need > 0 reject it";
+}
+
+TEST(ParseSize, RejectsMalformedInput) {
+  for (const char* bad : {"", "12XB", "-1", "GiB", "1 GiB", "1.2.3", "0x10", "1GiBs", ".", "+5", "1e9"}) {
+    EXPECT_FALSE(parse_size(bad).has_value()) << "'" << bad << "'";
+  }
+}
+
+TEST(ParseSize, RejectsOverflow) {
+  EXPECT_FALSE(parse_size("18446744073709551616").has_value());
+  EXPECT_FALSE(parse_size("16777216TiB").has_value());
+  EXPECT_EQ(parse_size("18446744073709551615"), UINT64_MAX);
+}
+
+TEST(FormatSize, PicksTheLargestWholeUnit) {
+  EXPECT_EQ(format_size(0), "0 B");
+  EXPECT_EQ(format_size(512), "512 B");
+  EXPECT_EQ(format_size(uint64_t{64} << 20), "64 MiB");
+  EXPECT_EQ(format_size(uint64_t{3} << 29), "1.50 GiB");
+}
+
+}  // namespace
+}  // namespace zico
