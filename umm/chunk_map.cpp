@@ -1,6 +1,7 @@
 #include "chunk_map.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 
 #include "log.h"
@@ -9,6 +10,7 @@ namespace zico {
 
 ChunkMap::ChunkMap(Driver& driver, DeviceId device, VaRange arena, size_t chunk_bytes)
     : driver_(driver), device_(device), arena_(arena), chunk_bytes_(chunk_bytes),
+      chunk_shift_(std::has_single_bit(chunk_bytes) ? std::countr_zero(chunk_bytes) : -1),
       entries_(arena.bytes / chunk_bytes) {}
 
 size_t ChunkMap::unmapped_bytes_in(uintptr_t addr, size_t bytes) const {

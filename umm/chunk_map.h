@@ -29,7 +29,11 @@ class ChunkMap {
   ChunkMap& operator=(const ChunkMap&) = delete;
 
   [[nodiscard]] size_t chunk_bytes() const { return chunk_bytes_; }
-  [[nodiscard]] size_t index_of(uintptr_t addr) const { return (addr - arena_.base) / chunk_bytes_; }
+  // On every allocation's path: a shift for the usual power-of-two chunk.
+  [[nodiscard]] size_t index_of(uintptr_t addr) const {
+    const uintptr_t offset = addr - arena_.base;
+    return chunk_shift_ >= 0 ? offset >> chunk_shift_ : offset / chunk_bytes_;
+  }
   [[nodiscard]] uintptr_t address_of(size_t index) const { return arena_.base + index * chunk_bytes_; }
 
   // Bytes that map_range(addr, bytes) would newly map.
@@ -71,6 +75,7 @@ class ChunkMap {
   DeviceId device_;
   VaRange arena_;
   size_t chunk_bytes_;
+  int chunk_shift_;  // log2(chunk_bytes_), or -1 when it is not a power of two
   std::vector<Entry> entries_;
   size_t mapped_chunks_ = 0;
   size_t idle_chunks_ = 0;  // mapped with used == 0

@@ -1,6 +1,7 @@
 #include "device_allocator.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 
 #include "log.h"
@@ -44,6 +45,7 @@ Status DeviceAllocator::create(Driver& driver, DeviceId device, const AllocatorO
 DeviceAllocator::DeviceAllocator(Driver& driver, DeviceId device, VaRange arena, size_t chunk_bytes, size_t budget)
     : driver_(driver), device_(device), arena_(arena),
       page_bytes_(page_bytes_for(chunk_bytes)),
+      page_shift_(std::countr_zero(page_bytes_)),
       small_limit_(std::min(kSmallMax, page_bytes_ / 4)),
       chunks_(driver, device, arena, chunk_bytes), heap_(arena), budget_(budget),
       small_chunk_of_(arena.bytes / chunk_bytes) {}
@@ -205,13 +207,13 @@ DeviceAllocator::SmallPage* DeviceAllocator::page_of(uintptr_t addr) const {
   const size_t index = chunks_.index_of(addr);
   SmallChunk* small_chunk = small_chunk_of_[index].get();
   if (small_chunk == nullptr) return nullptr;
-  SmallPage& page = small_chunk->pages[(addr - chunks_.address_of(index)) / page_bytes_];
+  SmallPage& page = small_chunk->pages[(addr - chunks_.address_of(index)) >> page_shift_];
   return page.assigned ? &page : nullptr;
 }
 
 void DeviceAllocator::mark_small_live(uintptr_t addr) {
   SmallPage& page = *page_of(addr);
-  const size_t slot = (addr % page_bytes_) / size_class_bytes(page.size_class);
+  const size_t slot = size_class_slot(page.size_class, addr & (page_bytes_ - 1));
   page.in_use[slot / 64] |= uint64_t{1} << (slot % 64);
   ++page.live;
 }
@@ -238,10 +240,10 @@ Status DeviceAllocator::deallocate(void* ptr, StreamHandle stream) noexcept {
       SmallPage* page = page_of(addr);
       if (page == nullptr) return Status(Errc::kInvalidArgument);
       const size_t class_bytes = size_class_bytes(page->size_class);
-      const size_t offset = addr % page_bytes_;
-      const size_t slot = offset / class_bytes;
+      const size_t offset = addr & (page_bytes_ - 1);
+      const size_t slot = size_class_slot(page->size_class, offset);
       const uint64_t bit = uint64_t{1} << (slot % 64);
-      if (offset % class_bytes != 0 || slot >= page->in_use.size() * 64 || (page->in_use[slot / 64] & bit) == 0) {
+      if (slot * class_bytes != offset || slot >= page->in_use.size() * 64 || (page->in_use[slot / 64] & bit) == 0) {
         return Status(Errc::kInvalidArgument);  // double free or not a block start
       }
       page->in_use[slot / 64] &= ~bit;
@@ -274,9 +276,9 @@ size_t DeviceAllocator::block_size(const void* ptr) const noexcept {
     const SmallPage* page = page_of(addr);
     if (page == nullptr) return 0;
     const size_t class_bytes = size_class_bytes(page->size_class);
-    const size_t offset = addr % page_bytes_;
-    const size_t slot = offset / class_bytes;
-    const bool live = offset % class_bytes == 0 && (page->in_use[slot / 64] >> (slot % 64) & 1) != 0;
+    const size_t offset = addr & (page_bytes_ - 1);
+    const size_t slot = size_class_slot(page->size_class, offset);
+    const bool live = slot * class_bytes == offset && (page->in_use[slot / 64] >> (slot % 64) & 1) != 0;
     return live ? class_bytes : 0;
   }
   auto it = large_live_.find(addr);

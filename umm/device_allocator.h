@@ -161,6 +161,7 @@ class DeviceAllocator {
   const DeviceId device_;
   const VaRange arena_;
   const size_t page_bytes_;   // power of two dividing the chunk, <= kSmallPageMax
+  const int page_shift_;      // log2(page_bytes_)
   const size_t small_limit_;  // largest request served from pages
 
   mutable std::mutex mutex_;

@@ -26,6 +26,7 @@ inline constexpr size_t kMaxClasses = 64;
 
 struct ClassTable {
   std::array<uint32_t, kMaxClasses> size{};
+  std::array<uint64_t, kMaxClasses> reciprocal{};  // ceil(2^32 / size)
   size_t count = 0;
   // class index for each size in kBlockAlign steps: index = ceil(bytes / 256)
   std::array<uint8_t, kSmallMax / kBlockAlign + 1> by_quantum{};
@@ -41,6 +42,7 @@ constexpr ClassTable make_class_table() {
       if (s > t.size[t.count - 1]) t.size[t.count++] = static_cast<uint32_t>(s);
     }
   }
+  for (size_t c = 0; c < t.count; ++c) t.reciprocal[c] = ((uint64_t{1} << 32) + t.size[c] - 1) / t.size[c];
   size_t cls = 0;
   for (size_t q = 0; q < t.by_quantum.size(); ++q) {
     while (t.size[cls] < q * kBlockAlign) ++cls;
@@ -62,7 +64,14 @@ inline constexpr size_t kNumSizeClasses = detail::kClassTable.count;
 
 [[nodiscard]] inline size_t size_class_bytes(size_t cls) { return detail::kClassTable.size[cls]; }
 
+// offset / size_class_bytes(cls) without a division (allocation hot path);
+// exact for offset < kSmallPageMax.
+[[nodiscard]] inline size_t size_class_slot(size_t cls, size_t offset) {
+  return static_cast<size_t>((offset * detail::kClassTable.reciprocal[cls]) >> 32);
+}
+
 static_assert(detail::kClassTable.size[0] == kMinBlock);
+static_assert(kSmallPageMax * (uint64_t{1} << 32) / kMinBlock < (uint64_t{1} << 63), "slot math overflows");
 static_assert(detail::kClassTable.size[kNumSizeClasses - 1] == kSmallMax);
 
 }  // namespace zico
