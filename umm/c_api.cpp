@@ -31,6 +31,20 @@ zico_status_t to_c(Status status) {
 
 StreamHandle stream_of(void* stream) { return StreamHandle{reinterpret_cast<uintptr_t>(stream)}; }
 
+// Converts `status`, leaving a reason for zico_last_error() when it failed.
+zico_status_t report(Status status, const char* what, int device) {
+  if (!status.is_ok()) {
+    try {
+      const Runtime& runtime = Runtime::instance();
+      set_last_error(!runtime.init_status().is_ok()
+                         ? runtime.init_error()
+                         : std::string(what) + " on device " + std::to_string(device) + ": " + status.message());
+    } catch (...) {
+    }
+  }
+  return to_c(status);
+}
+
 }  // namespace
 }  // namespace zico
 
@@ -55,14 +69,7 @@ const char* zico_status_string(zico_status_t status) {
 const char* zico_last_error(void) { return zico::thread_last_error().c_str(); }
 
 zico_status_t zico_init(void) {
-  const Runtime& runtime = Runtime::instance();
-  if (!runtime.init_status().is_ok()) {
-    try {
-      zico::set_last_error(runtime.init_error());
-    } catch (...) {
-    }
-  }
-  return zico::to_c(runtime.init_status());
+  return zico::report(Runtime::instance().init_status(), "initialization", 0);
 }
 
 zico_status_t zico_malloc(void** ptr, size_t size, int device, void* stream) {
@@ -81,7 +88,7 @@ zico_status_t zico_get_stats(int device, zico_stats_t* stats) {
   if (stats == nullptr || stats->struct_size < sizeof(size_t)) return ZICO_ERROR_INVALID_VALUE;
   zico::DeviceAllocator* allocator = nullptr;
   const zico::Status status = Runtime::instance().allocator(zico::DeviceId{device}, &allocator);
-  if (!status.is_ok()) return zico::to_c(status);
+  if (!status.is_ok()) return zico::report(status, "zico_get_stats", device);
   const zico::AllocatorStats s = allocator->stats();
   zico_stats_t full{};
   full.struct_size = sizeof(zico_stats_t);
@@ -106,7 +113,7 @@ zico_status_t zico_get_stats(int device, zico_stats_t* stats) {
 
 zico_status_t zico_mark_iteration(void) {
   const Runtime& runtime = Runtime::instance();
-  if (!runtime.init_status().is_ok()) return zico::to_c(runtime.init_status());
+  if (!runtime.init_status().is_ok()) return zico::report(runtime.init_status(), "zico_mark_iteration", 0);
   // Only devices already in use have an iteration to mark.
   for (int device = 0; device < Runtime::kMaxDevices; ++device) {
     if (zico::DeviceAllocator* allocator = runtime.existing_allocator(zico::DeviceId{device})) allocator->mark_iteration();
@@ -118,7 +125,7 @@ zico_status_t zico_empty_cache(int device) {
   zico::DeviceAllocator* allocator = nullptr;
   zico::Status status = Runtime::instance().allocator(zico::DeviceId{device}, &allocator);
   if (status.is_ok()) status = allocator->trim();
-  return zico::to_c(status);
+  return zico::report(status, "zico_empty_cache", device);
 }
 
 zico_status_t zico_parse_size(const char* text, uint64_t* bytes) {
