@@ -14,6 +14,7 @@ ChunkMap::ChunkMap(Driver& driver, DeviceId device, VaRange arena, size_t chunk_
       entries_(arena.bytes / chunk_bytes) {}
 
 size_t ChunkMap::unmapped_bytes_in(uintptr_t addr, size_t bytes) const {
+  if (bytes == 0) return 0;
   size_t count = 0;
   for (size_t i = index_of(addr), last = last_index(addr, bytes); i <= last; ++i) count += entries_[i].mapped ? 0 : 1;
   return count * chunk_bytes_;
@@ -49,23 +50,24 @@ Status ChunkMap::unmap_one(size_t index) {
 }
 
 Status ChunkMap::map_range(uintptr_t addr, size_t bytes) {
-  const size_t first = index_of(addr);
-  const size_t last = last_index(addr, bytes);
-  for (size_t i = first; i <= last; ++i) {
+  if (bytes == 0) return Status::ok();
+  std::vector<size_t> mapped_here;
+  for (size_t i = index_of(addr), last = last_index(addr, bytes); i <= last; ++i) {
     if (entries_[i].mapped) continue;
     const Status status = map_one(i);
-    if (status.is_ok()) continue;
-    // Roll back this call's mappings (they are unreferenced: nothing uses them yet).
-    for (size_t j = first; j < i; ++j) {
-      if (entries_[j].mapped && entries_[j].used == 0) (void)unmap_one(j);
+    if (!status.is_ok()) {
+      // All or nothing: nothing can use the chunks this call mapped yet.
+      for (size_t j : mapped_here) (void)unmap_one(j);
+      return status;
     }
-    return status;
+    mapped_here.push_back(i);
   }
   return Status::ok();
 }
 
 template <typename Fn>
 void ChunkMap::for_each_overlap(uintptr_t addr, size_t bytes, Fn fn) {
+  if (bytes == 0) return;  // last_index() needs at least one byte
   const uintptr_t end = addr + bytes;
   for (size_t i = index_of(addr), last = last_index(addr, bytes); i <= last; ++i) {
     const uintptr_t chunk_start = address_of(i);

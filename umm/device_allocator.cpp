@@ -100,8 +100,10 @@ Status DeviceAllocator::allocate_small(size_t cls, StreamHandle stream, void** o
 }
 
 Status DeviceAllocator::allocate_large(size_t bytes, StreamHandle stream, void** out) {
-  if (take_cached_large(bytes, cache_for(stream), out)) return Status::ok();
+  StreamCache& cache = cache_for(stream);
+  if (take_cached_large(bytes, cache, out)) return Status::ok();
   if (!fences_.empty()) collect_fences(false);
+  if (extend_cached_large(bytes, cache, out)) return Status::ok();
   uintptr_t addr = 0;
   Status status = place(bytes, kMinBlock, &addr);
   if (status.code() == Errc::kOutOfMemory) {
@@ -109,10 +111,14 @@ Status DeviceAllocator::allocate_large(size_t bytes, StreamHandle stream, void**
     status = place(bytes, kMinBlock, &addr);
   }
   ZICO_RETURN_IF_ERROR(status);
+  give_large_block(addr, bytes, out);
+  return Status::ok();
+}
+
+void DeviceAllocator::give_large_block(uintptr_t addr, size_t bytes, void** out) {
   large_live_.emplace(addr, bytes);
   record_allocation(bytes);
   *out = reinterpret_cast<void*>(addr);
-  return Status::ok();
 }
 
 bool DeviceAllocator::take_cached_small(size_t cls, StreamCache& cache, void** out) {
@@ -137,10 +143,46 @@ bool DeviceAllocator::take_cached_large(size_t bytes, StreamCache& cache, void**
   // Cached spans stay counted as in use by ChunkMap, so splitting them is free.
   const std::optional<uintptr_t> placed = cache.large.allocate(bytes, kMinBlock);
   if (!placed) return false;
-  const uintptr_t addr = *placed;
-  large_live_.emplace(addr, bytes);
-  record_allocation(bytes);
-  *out = reinterpret_cast<void*>(addr);
+  give_large_block(*placed, bytes, out);
+  return true;
+}
+
+bool DeviceAllocator::extend_cached_large(size_t bytes, StreamCache& cache, void** out) {
+  // Without this, a stream whose cached span is a little too small maps fresh
+  // memory while the free arena right beside that span sits unused.
+  struct Candidate {
+    uintptr_t addr = 0;
+    size_t length = 0, before = 0, after = 0;
+  } best;
+  size_t best_total = SIZE_MAX;
+  cache.large.for_each_span([&](uintptr_t addr, size_t length) {
+    const size_t before = heap_.free_run_ending_at(addr);
+    const size_t after = heap_.free_run_starting_at(addr + length);
+    const size_t total = before + length + after;
+    if (total >= bytes && total < best_total) {
+      best = {addr, length, before, after};
+      best_total = total;
+    }
+  });
+  if (best_total == SIZE_MAX) return false;
+  // Grow forward first, backward for the rest.
+  const size_t grow_after = std::min(best.after, bytes - best.length);
+  const size_t grow_before = bytes - best.length - grow_after;
+  const uintptr_t start = best.addr - grow_before;
+  heap_.take_range(start, grow_before);
+  heap_.take_range(best.addr + best.length, grow_after);
+  chunks_.ref(start, grow_before);
+  chunks_.ref(best.addr + best.length, grow_after);
+  if (!map_within_budget(VaRange{start, bytes}).is_ok()) {
+    chunks_.unref(start, grow_before);
+    chunks_.unref(best.addr + best.length, grow_after);
+    heap_.free(start, grow_before);
+    heap_.free(best.addr + best.length, grow_after);
+    return false;
+  }
+  cache.large.take_range(best.addr, best.length);
+  update_peaks();
+  give_large_block(start, bytes, out);
   return true;
 }
 
@@ -151,27 +193,32 @@ Status DeviceAllocator::place(size_t bytes, size_t alignment, uintptr_t* out) {
     return Status(Errc::kOutOfMemory);
   }
   const VaRange range{*placed, bytes};
-  const size_t need = chunks_.unmapped_bytes_in(range.base, bytes);
-  if (need > 0) {
-    if (chunks_.mapped_bytes() + need > budget_) {
-      (void)unmap_idle(chunks_.mapped_bytes() + need - budget_, range);
-    }
-    Status status = chunks_.mapped_bytes() + need > budget_ ? Status(Errc::kOutOfMemory)
-                                                            : chunks_.map_range(range.base, bytes);
-    if (status.code() == Errc::kOutOfMemory && chunks_.mapped_bytes() + need <= budget_ && chunks_.idle_bytes() > 0) {
-      // The device itself is full (other processes): give back idle chunks and retry once.
-      (void)unmap_idle(need, range);
-      status = chunks_.map_range(range.base, bytes);
-    }
-    if (!status.is_ok()) {
-      heap_.free(range.base, bytes);
-      return status;
-    }
-  }
+  // Counted as in use first, so that no unmap_idle() below can pick its chunks.
   chunks_.ref(range.base, bytes);
+  if (Status status = map_within_budget(range); !status.is_ok()) {
+    chunks_.unref(range.base, bytes);
+    heap_.free(range.base, bytes);
+    return status;
+  }
   update_peaks();
   *out = range.base;
   return Status::ok();
+}
+
+Status DeviceAllocator::map_within_budget(VaRange range) {
+  const size_t need = chunks_.unmapped_bytes_in(range.base, range.bytes);
+  if (need == 0) return Status::ok();
+  if (chunks_.mapped_bytes() + need > budget_) {
+    (void)unmap_idle(chunks_.mapped_bytes() + need - budget_, range);
+    if (chunks_.mapped_bytes() + need > budget_) return Status(Errc::kOutOfMemory);
+  }
+  Status status = chunks_.map_range(range.base, range.bytes);
+  if (status.code() == Errc::kOutOfMemory && chunks_.idle_bytes() > 0) {
+    // The device itself is full (other processes): give back idle chunks and retry once.
+    (void)unmap_idle(need, range);
+    status = chunks_.map_range(range.base, range.bytes);
+  }
+  return status;
 }
 
 Status DeviceAllocator::new_page(size_t cls) {

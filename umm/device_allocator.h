@@ -131,8 +131,14 @@ class DeviceAllocator {
   Status allocate_large(size_t bytes, StreamHandle stream, void** out);
   bool take_cached_small(size_t cls, StreamCache& cache, void** out);
   bool take_cached_large(size_t bytes, StreamCache& cache, void** out);
-  // Places a non-cached span and maps it within the budget.
+  // Grows one of the stream's cached spans into the free arena around it.
+  bool extend_cached_large(size_t bytes, StreamCache& cache, void** out);
+  // Places a span from the free arena and maps it within the budget.
   Status place(size_t bytes, size_t alignment, uintptr_t* out);
+  // Maps whatever of `range` is unmapped, unmapping idle chunks elsewhere if
+  // the budget (or the device) requires it.
+  Status map_within_budget(VaRange range);
+  void give_large_block(uintptr_t addr, size_t bytes, void** out);
   // Assigns a free page (from a new small chunk if need be) to class `cls`.
   Status new_page(size_t cls);
   // The assigned page holding `addr`, or nullptr.

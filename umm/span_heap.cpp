@@ -36,6 +36,31 @@ std::optional<uintptr_t> SpanHeap::allocate(size_t bytes, size_t alignment) {
   return std::nullopt;
 }
 
+void SpanHeap::take_range(uintptr_t addr, size_t bytes) {
+  if (bytes == 0) return;
+  auto it = by_addr_.upper_bound(addr);
+  assert(it != by_addr_.begin());
+  --it;
+  const uintptr_t start = it->first;
+  const uintptr_t end = it->first + it->second;
+  assert(addr >= start && addr + bytes <= end);
+  erase(it);
+  if (addr > start) insert(start, addr - start);
+  if (addr + bytes < end) insert(addr + bytes, end - addr - bytes);
+}
+
+size_t SpanHeap::free_run_starting_at(uintptr_t addr) const {
+  auto it = by_addr_.find(addr);
+  return it == by_addr_.end() ? 0 : it->second;
+}
+
+size_t SpanHeap::free_run_ending_at(uintptr_t end) const {
+  auto it = by_addr_.lower_bound(end);
+  if (it == by_addr_.begin()) return 0;
+  --it;
+  return it->first + it->second == end ? it->second : 0;
+}
+
 std::vector<std::pair<uintptr_t, size_t>> SpanHeap::take_all() {
   std::vector<std::pair<uintptr_t, size_t>> spans(by_addr_.begin(), by_addr_.end());
   by_addr_.clear();
@@ -45,6 +70,7 @@ std::vector<std::pair<uintptr_t, size_t>> SpanHeap::take_all() {
 }
 
 void SpanHeap::free(uintptr_t addr, size_t bytes) {
+  if (bytes == 0) return;  // an empty span would collide with its neighbour's key
   uintptr_t start = addr;
   size_t length = bytes;
   auto next = by_addr_.lower_bound(addr);

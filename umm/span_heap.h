@@ -29,6 +29,16 @@ class SpanHeap {
   // Returns [addr, addr+bytes) and merges it with free neighbours.
   void free(uintptr_t addr, size_t bytes);
 
+  // Removes [addr, addr+bytes), which must lie inside one free span.
+  void take_range(uintptr_t addr, size_t bytes);
+  // Length of the free span that starts exactly at `addr` / ends exactly at `end`; 0 if none.
+  [[nodiscard]] size_t free_run_starting_at(uintptr_t addr) const;
+  [[nodiscard]] size_t free_run_ending_at(uintptr_t end) const;
+  template <typename Fn>
+  void for_each_span(Fn fn) const {
+    for (const auto& [addr, bytes] : by_addr_) fn(addr, bytes);
+  }
+
   // Removes and returns every free span (address, length).
   [[nodiscard]] std::vector<std::pair<uintptr_t, size_t>> take_all();
 

@@ -114,6 +114,25 @@ TEST_F(DeviceAllocatorTest, SameStreamReusesAtOnce) {
   EXPECT_EQ(alloc(3 * kMiB, s), big);
 }
 
+TEST_F(DeviceAllocatorTest, CachedSpanGrowsIntoFreeNeighboursInsteadOfMappingMore) {
+  make(64 * kMiB);
+  const StreamHandle s = new_stream();
+  // [a: 3 MiB][b: 3 MiB] then free b to the stream cache: a request for 4 MiB
+  // fits b's span plus the untouched arena after it, without a fourth chunk.
+  void* a = alloc(3 * kMiB, s);
+  auto* b = static_cast<uint8_t*>(alloc(3 * kMiB, s));
+  ZICO_ASSERT_OK(allocator_->deallocate(b, s));
+  const size_t mapped_before = allocator_->stats().mapped_bytes;
+  auto* grown = static_cast<uint8_t*>(alloc(4 * kMiB, s));
+  EXPECT_EQ(grown, b) << "the cached span was extended in place";
+  std::memset(grown, 7, 4 * kMiB);
+  EXPECT_LE(allocator_->stats().mapped_bytes, mapped_before + 2 * kMiB);
+  ZICO_ASSERT_OK(allocator_->deallocate(grown, s));
+  ZICO_ASSERT_OK(allocator_->deallocate(a, s));
+  ZICO_ASSERT_OK(allocator_->trim());
+  EXPECT_EQ(allocator_->stats().mapped_bytes, 0u) << "byte counts stayed consistent through the extension";
+}
+
 TEST_F(DeviceAllocatorTest, OtherStreamWaitsForTheFence) {
   make(64 * kMiB);
   const StreamHandle a = new_stream();

@@ -71,3 +71,33 @@ TEST(SpanHeap, RandomOperationsConserveBytes) {
 
 }  // namespace
 }  // namespace zico
+
+namespace zico {
+namespace {
+
+TEST(SpanHeap, TakesAnExactRangeAndReportsNeighbouringRuns) {
+  SpanHeap heap(VaRange{kBase, 100 * 512});
+  heap.take_range(kBase + 10 * 512, 20 * 512);  // splits one span into two
+  EXPECT_EQ(heap.span_count(), 2u);
+  EXPECT_EQ(heap.free_bytes(), 80u * 512);
+  EXPECT_EQ(heap.free_run_ending_at(kBase + 10 * 512), 10u * 512);
+  EXPECT_EQ(heap.free_run_starting_at(kBase + 30 * 512), 70u * 512);
+  EXPECT_EQ(heap.free_run_starting_at(kBase + 31 * 512), 0u) << "only a span that starts exactly there";
+  EXPECT_EQ(heap.free_run_ending_at(kBase + 30 * 512), 0u);
+  heap.free(kBase + 10 * 512, 20 * 512);
+  EXPECT_EQ(heap.span_count(), 1u);
+}
+
+TEST(SpanHeap, ZeroByteOperationsChangeNothing) {
+  SpanHeap heap(VaRange{kBase, 8 * 512});
+  const uintptr_t a = *heap.allocate(4 * 512, 512);
+  heap.free(a + 4 * 512, 0);
+  heap.take_range(a + 4 * 512, 0);
+  EXPECT_EQ(heap.span_count(), 1u);
+  EXPECT_EQ(heap.free_bytes(), 4u * 512);
+  heap.free(a, 4 * 512);
+  EXPECT_EQ(heap.span_count(), 1u);
+}
+
+}  // namespace
+}  // namespace zico
