@@ -407,14 +407,16 @@ Status CudaDriver::memory_info(DeviceId device, size_t* free_bytes, size_t* tota
   return from_cu(api_->cuMemGetInfo(free_bytes, total_bytes));
 }
 
-Status CudaDriver::reserve(DeviceId device, size_t bytes, VaRange* out) noexcept {
+Status CudaDriver::reserve(DeviceId device, size_t bytes, size_t alignment, VaRange* out) noexcept {
   if (out == nullptr || bytes == 0) return Errc::kInvalidArgument;
   Capabilities caps;
   ZICO_RETURN_IF_ERROR(device_caps(device, &caps));
+  if (alignment == 0) alignment = caps.granularity;
+  if ((alignment & (alignment - 1)) != 0 || alignment < caps.granularity) return Errc::kInvalidArgument;
   ContextScope scope;
   ZICO_RETURN_IF_ERROR(enter(device, &scope));
   CUdeviceptr base = 0;
-  ZICO_RETURN_IF_ERROR(from_cu(api_->cuMemAddressReserve(&base, bytes, caps.granularity, 0, 0)));
+  ZICO_RETURN_IF_ERROR(from_cu(api_->cuMemAddressReserve(&base, bytes, alignment, 0, 0)));
   *out = VaRange{static_cast<uintptr_t>(base), bytes};
   return Status::ok();
 }

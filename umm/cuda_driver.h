@@ -52,7 +52,7 @@ class CudaDriver final : public Driver {
   [[nodiscard]] Status capabilities(DeviceId device, Capabilities* caps) noexcept override;
   [[nodiscard]] Status memory_info(DeviceId device, size_t* free_bytes, size_t* total_bytes) noexcept override;
 
-  [[nodiscard]] Status reserve(DeviceId device, size_t bytes, VaRange* out) noexcept override;
+  [[nodiscard]] Status reserve(DeviceId device, size_t bytes, size_t alignment, VaRange* out) noexcept override;
   [[nodiscard]] Status unreserve(VaRange range) noexcept override;
 
   [[nodiscard]] Status create(DeviceId device, size_t bytes, PhysHandle* out) noexcept override;

@@ -25,20 +25,43 @@ Status DeviceAllocator::create(Driver& driver, DeviceId device, const AllocatorO
     return status;
   }
   const size_t chunk = options.chunk_bytes != 0 ? options.chunk_bytes : caps.granularity;
-  if (chunk == 0 || chunk % caps.granularity != 0) {
-    *why = "ZICO_CHUNK_SIZE=" + format_size(chunk) + " is not a multiple of device " +
-           std::to_string(device.value) + "'s granularity (" + format_size(caps.granularity) + ")";
+  // Power-of-two chunks, and an arena aligned to them, let every alignment in
+  // the arena be an absolute address alignment (SpanHeap relies on it).
+  if (chunk == 0 || chunk % caps.granularity != 0 || !std::has_single_bit(chunk)) {
+    *why = "ZICO_CHUNK_SIZE=" + format_size(chunk) + " is not valid on device " + std::to_string(device.value) +
+           ": expected a power of two that is a multiple of the granularity (" + format_size(caps.granularity) +
+           "), e.g. " + format_size(caps.granularity) + " or " + format_size(2 * caps.granularity);
     return Status(Errc::kConfigError);
   }
-  size_t arena_bytes = options.arena_bytes != 0 ? options.arena_bytes : 4 * caps.total_memory;
+  if (chunk > options.budget_bytes) {
+    *why = "ZICO_CHUNK_SIZE=" + format_size(chunk) + " is larger than the budget (" +
+           format_size(options.budget_bytes) + "): nothing could ever be mapped";
+    return Status(Errc::kConfigError);
+  }
+  // Host bookkeeping grows with the number of chunks in the arena; cap it.
+  const size_t max_arena = chunk * kMaxArenaChunks;
+  size_t arena_bytes = options.arena_bytes;
+  if (arena_bytes == 0) {
+    arena_bytes = caps.total_memory > max_arena / 4 ? max_arena : 4 * caps.total_memory;
+  } else if (arena_bytes > max_arena) {
+    *why = "ZICO_ARENA_SIZE=" + format_size(arena_bytes) + " is more than " + std::to_string(kMaxArenaChunks) +
+           " chunks of " + format_size(chunk) + "; use at most " + format_size(max_arena);
+    return Status(Errc::kConfigError);
+  }
   arena_bytes = round_up(std::max(arena_bytes, chunk), chunk);
   VaRange arena;
-  if (Status status = driver.reserve(device, arena_bytes, &arena); !status.is_ok()) {
+  if (Status status = driver.reserve(device, arena_bytes, chunk, &arena); !status.is_ok()) {
     *why = "reserving " + format_size(arena_bytes) + " of virtual addresses on device " +
            std::to_string(device.value) + " failed: " + status.message() + " (set ZICO_ARENA_SIZE lower)";
     return status;
   }
-  out->reset(new DeviceAllocator(driver, device, arena, chunk, options.budget_bytes));
+  try {
+    out->reset(new DeviceAllocator(driver, device, arena, chunk, options.budget_bytes));
+  } catch (const std::bad_alloc&) {
+    (void)driver.unreserve(arena);
+    *why = "no host memory for the bookkeeping of a " + format_size(arena_bytes) + " arena";
+    return Status(Errc::kOutOfMemory);
+  }
   return Status::ok();
 }
 

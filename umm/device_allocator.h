@@ -41,6 +41,9 @@
 
 namespace zico {
 
+// At most this many chunks per arena (16 bytes of bookkeeping each).
+inline constexpr size_t kMaxArenaChunks = size_t{1} << 22;
+
 struct AllocatorOptions {
   size_t budget_bytes = SIZE_MAX;  // cap on mapped bytes
   size_t chunk_bytes = 0;          // 0: the driver's granularity

@@ -61,7 +61,8 @@ class Driver {
   [[nodiscard]] virtual Status memory_info(DeviceId device, size_t* free_bytes, size_t* total_bytes) noexcept = 0;
 
   // --- virtual address space -------------------------------------------------
-  [[nodiscard]] virtual Status reserve(DeviceId device, size_t bytes, VaRange* out) noexcept = 0;
+  // `alignment` is a power of two, at least the granularity (0: the granularity).
+  [[nodiscard]] virtual Status reserve(DeviceId device, size_t bytes, size_t alignment, VaRange* out) noexcept = 0;
   // The range must hold no mappings.
   [[nodiscard]] virtual Status unreserve(VaRange range) noexcept = 0;
 

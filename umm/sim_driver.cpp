@@ -235,19 +235,21 @@ Status SimDriver::memory_info(DeviceId device, size_t* free_bytes, size_t* total
   return Status::ok();
 }
 
-Status SimDriver::reserve(DeviceId device, size_t bytes, VaRange* out) noexcept {
+Status SimDriver::reserve(DeviceId device, size_t bytes, size_t alignment, VaRange* out) noexcept {
   ZICO_SIM_CHECK_DEVICE(device);
-  const size_t gran = options_.granularity;
-  if (bytes == 0 || bytes % gran != 0) return Status(Errc::kInvalidArgument);
+  const size_t align = alignment == 0 ? options_.granularity : alignment;
+  if (bytes == 0 || bytes % options_.granularity != 0 || (align & (align - 1)) != 0 || align < options_.granularity) {
+    return Status(Errc::kInvalidArgument);
+  }
   std::lock_guard lock(state_->mutex);
   ZICO_RETURN_IF_ERROR(state_->take_fault(SimOp::kReserve));
-  // Over-reserve, then trim, so the base is granularity-aligned as on CUDA.
-  void* raw = mmap(nullptr, bytes + gran, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  // Over-reserve, then trim, so the base is aligned as CUDA would align it.
+  void* raw = mmap(nullptr, bytes + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) return errno == ENOMEM ? Status(Errc::kOutOfMemory, ENOMEM) : os_error();
   const auto start = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t base = (start + gran - 1) & ~(uintptr_t{gran} - 1);
+  const uintptr_t base = (start + align - 1) & ~(uintptr_t{align} - 1);
   if (base > start) munmap(raw, base - start);
-  const uintptr_t tail = start + bytes + gran - (base + bytes);
+  const uintptr_t tail = start + bytes + align - (base + bytes);
   if (tail > 0) munmap(reinterpret_cast<void*>(base + bytes), tail);
   state_->reservations[base] = Reservation{bytes, device};
   *out = VaRange{base, bytes};

@@ -82,7 +82,7 @@ class SimDriver final : public Driver {
   Status device_count(int* count) noexcept override;
   Status capabilities(DeviceId device, Capabilities* caps) noexcept override;
   Status memory_info(DeviceId device, size_t* free_bytes, size_t* total_bytes) noexcept override;
-  Status reserve(DeviceId device, size_t bytes, VaRange* out) noexcept override;
+  Status reserve(DeviceId device, size_t bytes, size_t alignment, VaRange* out) noexcept override;
   Status unreserve(VaRange range) noexcept override;
   Status create(DeviceId device, size_t bytes, PhysHandle* out) noexcept override;
   Status release(PhysHandle handle) noexcept override;

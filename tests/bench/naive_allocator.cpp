@@ -23,7 +23,7 @@ Status NaiveAllocator::allocate(size_t bytes, StreamHandle stream, void** out) n
   if (bytes == 0) return Status(Errc::kInvalidArgument);
   const size_t rounded = (bytes + granularity_ - 1) / granularity_ * granularity_;
   Mapping mapping;
-  ZICO_RETURN_IF_ERROR(driver_.reserve(device_, rounded, &mapping.range));
+  ZICO_RETURN_IF_ERROR(driver_.reserve(device_, rounded, 0, &mapping.range));
   Status status = driver_.create(device_, rounded, &mapping.handle);
   if (status.is_ok()) {
     status = driver_.map(mapping.range, mapping.handle);

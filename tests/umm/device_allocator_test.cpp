@@ -18,6 +18,7 @@ constexpr size_t kMiB = size_t{1} << 20;
 class DeviceAllocatorTest : public ::testing::Test {
  protected:
   void make(size_t budget, SimOptions sim = {}, size_t chunk = 0) {
+    allocator_.reset();  // before the driver it uses
     sim.capacity = size_t{1} << 30;
     driver_ = std::make_unique<SimDriver>(sim);
     AllocatorOptions options;
@@ -190,25 +191,39 @@ TEST_F(DeviceAllocatorTest, RejectsDoubleFreeInteriorAndForeignPointers) {
   EXPECT_EQ(allocator_->stats().frees, 2u);
 }
 
-TEST_F(DeviceAllocatorTest, ChunkSizeMustBeAMultipleOfTheGranularity) {
+TEST_F(DeviceAllocatorTest, RejectsChunkSizesThatCannotTileTheArena) {
   SimDriver driver;
-  std::unique_ptr<DeviceAllocator> allocator;
-  AllocatorOptions options;
-  options.chunk_bytes = 3 * kMiB;
-  std::string why;
-  EXPECT_EQ(DeviceAllocator::create(driver, DeviceId{0}, options, &allocator, &why).code(), Errc::kConfigError);
-  EXPECT_NE(why.find("ZICO_CHUNK_SIZE"), std::string::npos) << why;
+  for (size_t chunk : {3 * kMiB, 6 * kMiB, 128 * kMiB}) {  // not a multiple, not a power of two, over budget
+    std::unique_ptr<DeviceAllocator> allocator;
+    AllocatorOptions options;
+    options.chunk_bytes = chunk;
+    options.budget_bytes = 64 * kMiB;
+    std::string why;
+    EXPECT_EQ(DeviceAllocator::create(driver, DeviceId{0}, options, &allocator, &why).code(), Errc::kConfigError);
+    EXPECT_NE(why.find("ZICO_CHUNK_SIZE"), std::string::npos) << why;
+  }
 }
 
-TEST_F(DeviceAllocatorTest, LargerChunksWork) {
-  make(64 * kMiB, {}, 8 * kMiB);
-  auto* p = static_cast<uint8_t*>(alloc(100));
-  auto* q = static_cast<uint8_t*>(alloc(9 * kMiB));
-  std::memset(q, 3, 9 * kMiB);
-  *p = 4;
-  EXPECT_EQ(allocator_->stats().mapped_bytes % (8 * kMiB), 0u);
-  ZICO_ASSERT_OK(allocator_->deallocate(p, {}));
-  ZICO_ASSERT_OK(allocator_->deallocate(q, {}));
+// Larger chunks: small pages and large blocks must still never overlap.
+TEST_F(DeviceAllocatorTest, LargerChunksKeepBlocksDisjoint) {
+  for (size_t chunk : {4 * kMiB, 8 * kMiB}) {
+    make(256 * kMiB, {}, chunk);
+    EXPECT_EQ(allocator_->arena().base % chunk, 0u);
+    std::vector<std::pair<uint8_t*, size_t>> blocks;
+    for (size_t bytes : {size_t{100}, kMiB, size_t{5000}, 9 * kMiB, size_t{70000}, 3 * kMiB}) {
+      auto* p = static_cast<uint8_t*>(alloc(bytes));
+      std::memset(p, static_cast<int>(blocks.size() + 1), bytes);
+      blocks.emplace_back(p, bytes);
+    }
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      EXPECT_EQ(blocks[i].first[0], i + 1) << "chunk " << chunk << ": block " << i << " overwritten";
+      EXPECT_EQ(blocks[i].first[blocks[i].second - 1], i + 1);
+    }
+    EXPECT_EQ(allocator_->stats().mapped_bytes % chunk, 0u);
+    for (auto& [p, bytes] : blocks) ZICO_ASSERT_OK(allocator_->deallocate(p, {}));
+    ZICO_ASSERT_OK(allocator_->trim());
+    EXPECT_EQ(allocator_->stats().mapped_bytes, 0u);
+  }
 }
 
 TEST_F(DeviceAllocatorTest, FailedMapRollsBackAndTheNextCallSucceeds) {

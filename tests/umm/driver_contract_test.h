@@ -38,7 +38,7 @@ class DriverContractTest : public ::testing::Test {
 
   // Reserves `chunks` chunks of VA and maps one fresh chunk at chunk `at`.
   void map_one(size_t chunks, size_t at, VaRange* reservation, VaRange* mapped, PhysHandle* handle) {
-    ZICO_ASSERT_OK(driver_->reserve(device_, chunks * gran_, reservation));
+    ZICO_ASSERT_OK(driver_->reserve(device_, chunks * gran_, 0, reservation));
     ZICO_ASSERT_OK(driver_->create(device_, gran_, handle));
     *mapped = VaRange{reservation->base + at * gran_, gran_};
     ZICO_ASSERT_OK(driver_->map(*mapped, *handle));
@@ -76,6 +76,19 @@ TYPED_TEST_P(DriverContractTest, UnknownDeviceIsNoDevice) {
   ASSERT_GE(count, 1);
   Capabilities caps;
   EXPECT_EQ(this->driver_->capabilities(DeviceId{count}, &caps).code(), Errc::kNoDevice);
+}
+
+TYPED_TEST_P(DriverContractTest, ReservationsHonourAlignment) {
+  for (size_t alignment : {this->gran_, 4 * this->gran_, 16 * this->gran_}) {
+    VaRange reservation;
+    ZICO_ASSERT_OK(this->driver_->reserve(this->device_, 3 * this->gran_, alignment, &reservation));
+    EXPECT_EQ(reservation.base % alignment, 0u) << "alignment " << alignment;
+    EXPECT_EQ(reservation.bytes, 3 * this->gran_);
+    ZICO_ASSERT_OK(this->driver_->unreserve(reservation));
+  }
+  VaRange reservation;
+  EXPECT_FALSE(this->driver_->reserve(this->device_, this->gran_, 3 * this->gran_, &reservation).is_ok())
+      << "a non-power-of-two alignment is rejected";
 }
 
 TYPED_TEST_P(DriverContractTest, MappedChunkRoundTripsData) {
@@ -212,7 +225,7 @@ TYPED_TEST_P(DriverContractTest, ManagedMemoryIsHostAccessible) {
   ZICO_ASSERT_OK(this->driver_->managed_free(ptr));
 }
 
-REGISTER_TYPED_TEST_SUITE_P(DriverContractTest, ReportsSaneCapabilities, UnknownDeviceIsNoDevice,
+REGISTER_TYPED_TEST_SUITE_P(DriverContractTest, ReportsSaneCapabilities, UnknownDeviceIsNoDevice, ReservationsHonourAlignment,
                             MappedChunkRoundTripsData, ReleasedChunkLivesWhileMapped, ExportedFdMapsTheSameMemory,
                             RejectsBadMappings, EventsCompleteAfterSynchronize, ManagedMemoryIsHostAccessible);
 

@@ -25,7 +25,7 @@ class SimDriverTest : public ::testing::Test {
   // A reservation of `chunks` chunks with the first one mapped and accessible.
   VaRange mapped_chunk(size_t chunks = 1) {
     VaRange reservation;
-    EXPECT_TRUE(driver_.reserve(DeviceId{0}, chunks * kGran, &reservation).is_ok());
+    EXPECT_TRUE(driver_.reserve(DeviceId{0}, chunks * kGran, 0, &reservation).is_ok());
     PhysHandle handle;
     EXPECT_TRUE(driver_.create(DeviceId{0}, kGran, &handle).is_ok());
     const VaRange chunk{reservation.base, kGran};
@@ -70,7 +70,7 @@ TEST_F(SimDriverTest, InjectedFailuresFireOnTheNthCallOnce) {
   ZICO_ASSERT_OK(driver_.create(DeviceId{0}, kGran, &c));
 
   VaRange reservation;
-  ZICO_ASSERT_OK(driver_.reserve(DeviceId{0}, kGran, &reservation));
+  ZICO_ASSERT_OK(driver_.reserve(DeviceId{0}, kGran, 0, &reservation));
   driver_.inject_failure(SimOp::kMap, 1, Errc::kOutOfMemory);
   EXPECT_EQ(driver_.map(reservation, a).code(), Errc::kOutOfMemory);
   ZICO_ASSERT_OK(driver_.map(reservation, a));
@@ -121,7 +121,7 @@ TEST_F(SimDriverTest, UnmapUnderInFlightWorkIsAFenceViolation) {
 
 TEST_F(SimDriverTest, CopiesToUnmappedMemoryFailInsteadOfFaulting) {
   VaRange reservation;
-  ZICO_ASSERT_OK(driver_.reserve(DeviceId{0}, 2 * kGran, &reservation));
+  ZICO_ASSERT_OK(driver_.reserve(DeviceId{0}, 2 * kGran, 0, &reservation));
   std::vector<uint8_t> host(4096, 1);
   EXPECT_EQ(driver_.copy_async(reservation.ptr(), host.data(), host.size(), CopyKind::kHostToDevice, StreamHandle{})
                 .code(),
@@ -145,7 +145,7 @@ TEST_F(SimDriverTest, ExportedFdCrossesAProcessBoundary) {
     SimDriver other;
     PhysHandle imported;
     VaRange reservation;
-    if (!other.import_fd(fd, &imported).is_ok() || !other.reserve(DeviceId{0}, kGran, &reservation).is_ok() ||
+    if (!other.import_fd(fd, &imported).is_ok() || !other.reserve(DeviceId{0}, kGran, 0, &reservation).is_ok() ||
         !other.map(reservation, imported).is_ok() || !other.set_access(DeviceId{0}, reservation).is_ok()) {
       _exit(2);
     }
@@ -157,7 +157,7 @@ TEST_F(SimDriverTest, ExportedFdCrossesAProcessBoundary) {
   ASSERT_TRUE(WIFEXITED(status));
   ASSERT_EQ(WEXITSTATUS(status), 0);
   VaRange reservation;
-  ZICO_ASSERT_OK(driver_.reserve(DeviceId{0}, kGran, &reservation));
+  ZICO_ASSERT_OK(driver_.reserve(DeviceId{0}, kGran, 0, &reservation));
   ZICO_ASSERT_OK(driver_.map(reservation, handle));
   ZICO_ASSERT_OK(driver_.set_access(DeviceId{0}, reservation));
   EXPECT_EQ(static_cast<uint8_t*>(reservation.ptr())[kGran - 1], 0x99) << "the child's writes are visible here";
