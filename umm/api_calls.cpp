@@ -1,5 +1,7 @@
 #include "api_calls.h"
 
+#include <cstdio>
+
 #include "last_error.h"
 #include "log.h"
 #include "runtime.h"
@@ -13,8 +15,7 @@ Status api_allocate(size_t bytes, DeviceId device, StreamHandle stream, void** o
   Status status = runtime.allocator(device, &allocator);
   if (!status.is_ok()) {
     try {
-      set_last_error(!runtime.init_error().empty() ? runtime.init_error()
-                                                  : "device " + std::to_string(device.value) + ": " + status.message());
+      set_last_error(runtime.device_error(device, status));
     } catch (...) {
     }
     return status;
@@ -35,18 +36,62 @@ Status api_allocate(size_t bytes, DeviceId device, StreamHandle stream, void** o
   return status;
 }
 
-Status api_free(void* ptr, StreamHandle stream) noexcept {
-  DeviceAllocator* allocator = Runtime::instance().owner_of(ptr);
-  if (allocator == nullptr) return Status(Errc::kNotFound);
-  const Status status = allocator->deallocate(ptr, stream);
-  if (!status.is_ok()) {
-    try {
-      set_last_error("free of " + std::to_string(reinterpret_cast<uintptr_t>(ptr)) +
-                     " failed: not a live allocation (double free or interior pointer)");
-    } catch (...) {
+namespace {
+
+void describe_free_failure(const void* ptr, Status status) {
+  try {
+    char address[32];
+    std::snprintf(address, sizeof address, "%p", ptr);
+    switch (status.code()) {
+      case Errc::kNotFound: set_last_error(std::string("free of ") + address + ": not allocated by zicoum"); break;
+      case Errc::kInvalidArgument:
+        set_last_error(std::string("free of ") + address + ": not a live allocation (double free or interior pointer)");
+        break;
+      default: set_last_error(std::string("free of ") + address + " failed: " + status.message()); break;
     }
+  } catch (...) {
   }
+}
+
+}  // namespace
+
+Status api_free(void* ptr, StreamHandle stream) noexcept {
+  Runtime& runtime = Runtime::instance();
+  DeviceAllocator* allocator = runtime.owner_of(ptr);
+  if (allocator == nullptr) {
+    describe_free_failure(ptr, Status(Errc::kNotFound));
+    return Status(Errc::kNotFound);
+  }
+  if (stream == kLegacyStream) stream = StreamHandle{};  // both name the legacy default stream
+  if (stream == kPerThreadStream) {
+    // This handle names a different stream in every thread, so no fence could
+    // be recorded on the right one later: wait for this thread's stream now.
+    if (!runtime.driver()->stream_synchronize(stream).is_ok()) {
+      (void)runtime.driver()->device_synchronize(allocator->device());
+    }
+    stream = kNoPendingWork;
+  }
+  const Status status = allocator->deallocate(ptr, stream);
+  if (!status.is_ok()) describe_free_failure(ptr, status);
   return status;
+}
+
+Status api_free_synchronous(void* ptr) noexcept {
+  Runtime& runtime = Runtime::instance();
+  DeviceAllocator* allocator = runtime.owner_of(ptr);
+  if (allocator == nullptr) return api_free(ptr, StreamHandle{});  // reports kNotFound
+  const bool idle = runtime.driver()->device_synchronize(allocator->device()).is_ok();
+  // Without a completed synchronize, fall back to the legacy stream's fence.
+  const Status status = allocator->deallocate(ptr, idle ? kNoPendingWork : StreamHandle{});
+  if (!status.is_ok()) describe_free_failure(ptr, status);
+  return status;
+}
+
+void api_stream_destroyed(StreamHandle stream) noexcept {
+  Runtime& runtime = Runtime::instance();
+  for (int device = 0; device < Runtime::kMaxDevices; ++device) {
+    if (DeviceAllocator* allocator = runtime.existing_allocator(DeviceId{device})) allocator->fence_stream(stream);
+  }
 }
 
 }  // namespace zico

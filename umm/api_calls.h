@@ -11,6 +11,16 @@ namespace zico {
 
 [[nodiscard]] Status api_allocate(size_t bytes, DeviceId device, StreamHandle stream, void** out) noexcept;
 // kNotFound when no zicoum arena holds `ptr` (the caller may forward it).
+// `stream` is where the block was last used.
 [[nodiscard]] Status api_free(void* ptr, StreamHandle stream) noexcept;
+// cudaFree's contract: the device is synchronized first, so the block is
+// reusable by every stream at once.
+[[nodiscard]] Status api_free_synchronous(void* ptr) noexcept;
+// The application is destroying `stream`: fence its cached blocks.
+void api_stream_destroyed(StreamHandle stream) noexcept;
+
+// CUDA's special stream handles.
+inline constexpr StreamHandle kLegacyStream{0x1};
+inline constexpr StreamHandle kPerThreadStream{0x2};
 
 }  // namespace zico

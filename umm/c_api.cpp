@@ -73,7 +73,7 @@ zico_status_t zico_init(void) {
 }
 
 zico_status_t zico_malloc(void** ptr, size_t size, int device, void* stream) {
-  if (ptr == nullptr) return ZICO_ERROR_INVALID_VALUE;
+  if (ptr == nullptr) return zico::report(zico::Status(zico::Errc::kInvalidArgument), "zico_malloc(ptr=NULL)", device);
   *ptr = nullptr;
   if (size == 0) return ZICO_OK;
   return zico::to_c(zico::api_allocate(size, zico::DeviceId{device}, zico::stream_of(stream), ptr));

@@ -27,6 +27,7 @@ namespace zico {
   X(cuDevicePrimaryCtxRetain, 7000)               \
   X(cuDevicePrimaryCtxRelease, 11000)             \
   X(cuCtxGetCurrent, 4000)                        \
+  X(cuCtxGetDevice, 2000)                         \
   X(cuCtxSetCurrent, 4000)                        \
   X(cuCtxSynchronize, 2000)                       \
   X(cuMemGetInfo, 3020)                           \
@@ -405,6 +406,17 @@ Status CudaDriver::memory_info(DeviceId device, size_t* free_bytes, size_t* tota
   ContextScope scope;
   ZICO_RETURN_IF_ERROR(enter(device, &scope));
   return from_cu(api_->cuMemGetInfo(free_bytes, total_bytes));
+}
+
+Status CudaDriver::current_device(DeviceId* out) noexcept {
+  if (out == nullptr) return Errc::kInvalidArgument;
+  CUcontext current = nullptr;
+  ZICO_RETURN_IF_ERROR(from_cu(api_->cuCtxGetCurrent(&current)));
+  if (current == nullptr) return Errc::kNotFound;
+  CUdevice device = 0;
+  ZICO_RETURN_IF_ERROR(from_cu(api_->cuCtxGetDevice(&device)));
+  *out = DeviceId{device};
+  return Status::ok();
 }
 
 Status CudaDriver::reserve(DeviceId device, size_t bytes, size_t alignment, VaRange* out) noexcept {

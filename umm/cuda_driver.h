@@ -49,6 +49,7 @@ class CudaDriver final : public Driver {
 
   [[nodiscard]] const char* name() const noexcept override;
   [[nodiscard]] Status device_count(int* count) noexcept override;
+  [[nodiscard]] Status current_device(DeviceId* out) noexcept override;
   [[nodiscard]] Status capabilities(DeviceId device, Capabilities* caps) noexcept override;
   [[nodiscard]] Status memory_info(DeviceId device, size_t* free_bytes, size_t* total_bytes) noexcept override;
 

@@ -1,16 +1,18 @@
 // CUDA memory calls answered by zicoum when libzicoum is preloaded
 // (LD_PRELOAD, zico-run) or linked ahead of libcudart/libcuda.
 //
-// Only the memory calls below are defined here; every other CUDA call goes to
-// the real libraries untouched. A pointer zicoum did not allocate is handed to
-// the real function (found with dlsym(RTLD_NEXT)), so memory from before the
-// preload or from other allocators keeps working. Programs that link libcudart
-// statically (nvcc's default) never reach these symbols: link with
-// -cudart shared to use LD_PRELOAD.
+// Only the memory calls below are defined here, plus cudaStreamDestroy and
+// cuStreamDestroy_v2, which fence the dying stream's cached blocks and then
+// call the real function. Every other CUDA call goes to the real libraries
+// untouched. A pointer zicoum did not allocate is handed to the real function
+// (found with dlsym(RTLD_NEXT)), so memory from before the preload or from
+// other allocators keeps working. Programs that link libcudart statically
+// (nvcc's default) never reach these symbols: link with -cudart shared.
 //
-// cudaFree keeps CUDA's promise that freed memory is safe to reuse
-// immediately: zicoum frees it on the legacy default stream, and reuse on
-// other streams waits for a fence (see DeviceAllocator).
+// cudaFree and cuMemFree synchronize the device first, as the real ones do,
+// so the memory is reusable at once by any stream. The *_ptsz variants are
+// what programs built with --default-stream per-thread call; their stream 0
+// is the calling thread's default stream.
 #include <dlfcn.h>
 
 #include <cuda.h>
@@ -55,19 +57,20 @@ CUresult to_driver_error(Status status) {
   }
 }
 
-// The device the calling thread works on, as the CUDA runtime sees it. The
-// sim backend has no runtime of its own: it is always device 0.
+// The device the calling thread works on: the CUDA runtime's answer when its
+// symbols are visible, else the driver's current context (cudart loaded with
+// RTLD_LOCAL hides cudaGetDevice), else device 0. SimDriver always says 0.
 DeviceId current_device() {
-  if (Runtime::instance().config().backend == Backend::kSim) return DeviceId{0};
-  using GetDevice = cudaError_t (*)(int*);
-  static const auto runtime_get_device = next_symbol<GetDevice>("cudaGetDevice");
-  int device = 0;
-  if (runtime_get_device != nullptr && runtime_get_device(&device) == cudaSuccess) return DeviceId{device};
-  using CtxGetDevice = CUresult (*)(CUdevice*);
-  static const auto ctx_get_device = reinterpret_cast<CtxGetDevice>(dlsym(RTLD_DEFAULT, "cuCtxGetDevice"));
-  CUdevice cu_device = 0;
-  if (ctx_get_device != nullptr && ctx_get_device(&cu_device) == CUDA_SUCCESS) return DeviceId{cu_device};
-  return DeviceId{0};
+  Runtime& runtime = Runtime::instance();
+  if (runtime.driver() == nullptr) return DeviceId{0};
+  if (runtime.config().backend == Backend::kCuda) {
+    using GetDevice = cudaError_t (*)(int*);
+    static const auto runtime_get_device = next_symbol<GetDevice>("cudaGetDevice");
+    int device = 0;
+    if (runtime_get_device != nullptr && runtime_get_device(&device) == cudaSuccess) return DeviceId{device};
+  }
+  DeviceId device{0};
+  return runtime.driver()->current_device(&device).is_ok() ? device : DeviceId{0};
 }
 
 Status allocate(void** ptr, size_t size, StreamHandle stream) {
@@ -100,7 +103,7 @@ cudaError_t CUDARTAPI cudaMallocAsync(void** devPtr, size_t size, cudaStream_t h
 
 cudaError_t CUDARTAPI cudaFree(void* devPtr) {
   if (devPtr != nullptr) {
-    const zico::Status status = zico::api_free(devPtr, zico::StreamHandle{});
+    const zico::Status status = zico::api_free_synchronous(devPtr);
     if (status.code() != zico::Errc::kNotFound) return zico::to_runtime_error(status);
   }
   // Not ours, or cudaFree(NULL) (the idiom that initializes the CUDA context).
@@ -136,7 +139,7 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   void* ptr = reinterpret_cast<void*>(dptr);
   if (ptr != nullptr) {
-    const zico::Status status = zico::api_free(ptr, zico::StreamHandle{});
+    const zico::Status status = zico::api_free_synchronous(ptr);
     if (status.code() != zico::Errc::kNotFound) return zico::to_driver_error(status);
   }
   using Free = CUresult (*)(CUdeviceptr);
@@ -146,6 +149,38 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
 
 CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
   return zico::to_driver_error(zico::memory_info(free, total));
+}
+
+// Per-thread default stream builds (nvcc --default-stream per-thread).
+cudaError_t CUDARTAPI cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStream_t hStream) {
+  const zico::StreamHandle stream = hStream == nullptr ? zico::kPerThreadStream : zico::stream_of(hStream);
+  return zico::to_runtime_error(zico::allocate(devPtr, size, stream));
+}
+
+cudaError_t CUDARTAPI cudaFreeAsync_ptsz(void* devPtr, cudaStream_t hStream) {
+  if (devPtr == nullptr) return cudaSuccess;
+  const zico::StreamHandle stream = hStream == nullptr ? zico::kPerThreadStream : zico::stream_of(hStream);
+  const zico::Status status = zico::api_free(devPtr, stream);
+  if (status.code() != zico::Errc::kNotFound) return zico::to_runtime_error(status);
+  using FreeAsync = cudaError_t (*)(void*, cudaStream_t);
+  static const auto real_free_async = zico::next_symbol<FreeAsync>("cudaFreeAsync_ptsz");
+  return real_free_async != nullptr ? real_free_async(devPtr, hStream) : cudaErrorInvalidValue;
+}
+
+// A destroyed stream's handle can be handed to the next new stream while the
+// old one's work still runs: fence its cached blocks before it goes.
+cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t stream) {
+  zico::api_stream_destroyed(zico::stream_of(stream));
+  using Destroy = cudaError_t (*)(cudaStream_t);
+  static const auto real_destroy = zico::next_symbol<Destroy>("cudaStreamDestroy");
+  return real_destroy != nullptr ? real_destroy(stream) : cudaErrorInvalidResourceHandle;
+}
+
+CUresult CUDAAPI cuStreamDestroy_v2(CUstream stream) {
+  zico::api_stream_destroyed(zico::stream_of(stream));
+  using Destroy = CUresult (*)(CUstream);
+  static const auto real_destroy = zico::next_symbol<Destroy>("cuStreamDestroy_v2");
+  return real_destroy != nullptr ? real_destroy(stream) : CUDA_ERROR_INVALID_HANDLE;
 }
 
 }  // extern "C"

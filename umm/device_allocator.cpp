@@ -92,8 +92,15 @@ Status DeviceAllocator::allocate(size_t bytes, StreamHandle stream, void** out) 
   if (bytes > arena_.bytes) return Status(Errc::kOutOfMemory);
   std::lock_guard lock(mutex_);
   try {
-    const Status status = bytes <= small_limit_ ? allocate_small(size_class_of(bytes), stream, out)
-                                                : allocate_large(round_up(bytes, kMinBlock), stream, out);
+    const bool small = bytes <= small_limit_;
+    const size_t rounded = small ? size_class_bytes(size_class_of(bytes)) : round_up(bytes, kMinBlock);
+    // Live blocks stay mapped whatever we do: a request beyond the rest of the
+    // budget cannot succeed, so fail before flushing caches or waiting on fences.
+    if (rounded > budget_ - std::min(budget_, stats_.allocated_bytes)) {
+      ++stats_.failed_allocations;
+      return Status(Errc::kOutOfMemory);
+    }
+    const Status status = small ? allocate_small(size_class_of(bytes), stream, out) : allocate_large(rounded, stream, out);
     if (!status.is_ok()) ++stats_.failed_allocations;
     return status;
   } catch (const std::bad_alloc&) {
@@ -103,11 +110,11 @@ Status DeviceAllocator::allocate(size_t bytes, StreamHandle stream, void** out) 
 }
 
 Status DeviceAllocator::allocate_small(size_t cls, StreamHandle stream, void** out) {
-  StreamCache& cache = cache_for(stream);
-  if (take_cached_small(cls, cache, out)) return Status::ok();
+  if (take_cached_small(cls, cache_for(stream), out)) return Status::ok();
+  if (other_caches_hold_blocks(stream)) fence_caches(&stream);
   if (!fences_.empty()) {
     collect_fences(false);
-    if (take_cached_small(cls, cache, out)) return Status::ok();
+    if (take_cached_small(cls, cache_for(stream), out)) return Status::ok();
   }
   Status status = new_page(cls);
   if (status.code() == Errc::kOutOfMemory) {
@@ -123,10 +130,10 @@ Status DeviceAllocator::allocate_small(size_t cls, StreamHandle stream, void** o
 }
 
 Status DeviceAllocator::allocate_large(size_t bytes, StreamHandle stream, void** out) {
-  StreamCache& cache = cache_for(stream);
-  if (take_cached_large(bytes, cache, out)) return Status::ok();
+  if (take_cached_large(bytes, cache_for(stream), out)) return Status::ok();
+  if (other_caches_hold_blocks(stream)) fence_caches(&stream);
   if (!fences_.empty()) collect_fences(false);
-  if (extend_cached_large(bytes, cache, out)) return Status::ok();
+  if (extend_cached_large(bytes, cache_for(stream), out)) return Status::ok();
   uintptr_t addr = 0;
   Status status = place(bytes, kMinBlock, &addr);
   if (status.code() == Errc::kOutOfMemory) {
@@ -305,6 +312,7 @@ Status DeviceAllocator::deallocate(void* ptr, StreamHandle stream) noexcept {
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
   if (!owns(ptr)) return Status(Errc::kNotFound);
   std::lock_guard lock(mutex_);
+  const bool finished = stream == kNoPendingWork;
   try {
     if (in_small_chunk(addr)) {
       SmallPage* page = page_of(addr);
@@ -318,17 +326,25 @@ Status DeviceAllocator::deallocate(void* ptr, StreamHandle stream) noexcept {
       }
       page->in_use[slot / 64] &= ~bit;
       --page->live;
-      StreamCache& cache = cache_for(stream);
-      cache.small[page->size_class].push_back(addr);
-      ++cache.small_blocks;
       stats_.allocated_bytes -= class_bytes;
+      if (finished) {
+        ready_small_[page->size_class].push_back(addr);
+      } else {
+        StreamCache& cache = cache_for(stream);
+        cache.small[page->size_class].push_back(addr);
+        ++cache.small_blocks;
+      }
     } else {
       auto it = large_live_.find(addr);
       if (it == large_live_.end()) return Status(Errc::kInvalidArgument);
       const size_t bytes = it->second;
       large_live_.erase(it);
-      cache_for(stream).large.free(addr, bytes);
       stats_.allocated_bytes -= bytes;
+      if (finished) {
+        make_ready(CachedBlock{addr, bytes, false});
+      } else {
+        cache_for(stream).large.free(addr, bytes);
+      }
     }
     ++stats_.frees;
     return Status::ok();
@@ -397,9 +413,28 @@ void DeviceAllocator::fence_cache(StreamCache& cache) {
   fences_.push_back(std::move(fence));
 }
 
-void DeviceAllocator::fence_other_streams(StreamHandle except) {
+void DeviceAllocator::fence_caches(const StreamHandle* except) {
   for (auto& cache : caches_) {
-    if (!(cache->stream == except)) fence_cache(*cache);
+    if (except == nullptr || !(cache->stream == *except)) fence_cache(*cache);
+  }
+}
+
+bool DeviceAllocator::other_caches_hold_blocks(StreamHandle stream) const {
+  return std::any_of(caches_.begin(), caches_.end(),
+                     [stream](const auto& cache) { return !(cache->stream == stream) && !cache->empty(); });
+}
+
+void DeviceAllocator::fence_stream(StreamHandle stream) noexcept {
+  std::lock_guard lock(mutex_);
+  try {
+    auto it = std::find_if(caches_.begin(), caches_.end(), [stream](const auto& c) { return c->stream == stream; });
+    if (it == caches_.end()) return;
+    fence_cache(**it);
+    if (last_cache_ == it->get()) last_cache_ = nullptr;
+    caches_.erase(it);  // a new stream that reuses the handle starts empty
+  } catch (const std::bad_alloc&) {
+    ZICO_LOG(kWarn, "no memory to fence a destroyed stream's cache; synchronizing device %d", device_.value);
+    (void)driver_.device_synchronize(device_);
   }
 }
 
@@ -417,9 +452,12 @@ void DeviceAllocator::collect_fences(bool wait) {
       ++it;
       continue;
     }
-    for (const CachedBlock& block : it->blocks) make_ready(block);
-    spare_events_.push_back(it->event);
+    // Out of the queue first: if make_ready runs out of host memory part way,
+    // the rest of the blocks leak instead of being handed out twice later.
+    Fence fence = std::move(*it);
     it = fences_.erase(it);
+    spare_events_.push_back(fence.event);
+    for (const CachedBlock& block : fence.blocks) make_ready(block);
   }
 }
 
@@ -437,9 +475,10 @@ void DeviceAllocator::make_ready(const CachedBlock& block) {
 void DeviceAllocator::reclaim() {
   // Own stream included: empty slabs can only be returned once every one of
   // their free slots is in the shared pool.
-  fence_other_streams(StreamHandle{~uintptr_t{0}});
+  fence_caches(nullptr);
   collect_fences(true);
-  release_empty_pages();
+  // A page may be released only once all its free slots are back in ready_small_.
+  if (fences_.empty()) release_empty_pages();
   std::erase_if(caches_, [](const auto& cache) { return cache->empty(); });
   last_cache_ = nullptr;
 }

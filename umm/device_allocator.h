@@ -14,13 +14,15 @@
 // Stream-ordered reuse: a block freed on stream S goes to S's cache and is
 // reused by S at once (stream order makes that safe). Large blocks in a
 // stream's cache coalesce with their cached neighbours, so a stream that
-// frees its activations gets one contiguous span back, not splinters. Other streams get it
-// only after an event recorded on S has completed: caches of other streams
-// are handed over in batches, one event per batch ("fences"). A cache miss
-// polls fences; an allocation that would break the budget first waits for
-// all fences, returns empty slabs and unmaps idle chunks (after a device
-// synchronize, since unmap does not wait for the GPU), and only then fails
-// with kOutOfMemory, leaving every existing block intact.
+// frees its activations gets one contiguous span back, not splinters.
+// Other streams get it only after an event recorded on S has completed: on
+// a cache miss, other streams' caches are handed over in batches behind one
+// event each ("fences"), and completed fences are collected. An allocation
+// that would break the budget first waits for all fences, returns empty
+// pages and unmaps idle chunks (after a device synchronize, since unmap does
+// not wait for the GPU), and only then fails with kOutOfMemory, leaving every
+// existing block intact. A request larger than the budget minus live memory
+// fails at once, without disturbing the cache.
 //
 // Thread-safety: all methods lock one mutex; owns() is lock-free.
 #pragma once
@@ -43,6 +45,10 @@ namespace zico {
 
 // At most this many chunks per arena (16 bytes of bookkeeping each).
 inline constexpr size_t kMaxArenaChunks = size_t{1} << 22;
+
+// Passed to deallocate() when no GPU work can still touch the block (the
+// caller synchronized): the block is reusable by every stream at once.
+inline constexpr StreamHandle kNoPendingWork{~uintptr_t{0}};
 
 struct AllocatorOptions {
   size_t budget_bytes = SIZE_MAX;  // cap on mapped bytes
@@ -81,6 +87,9 @@ class DeviceAllocator {
   // `stream` is where the block was last used. kInvalidArgument for a pointer
   // that is not a live block of this allocator (double free, interior pointer).
   [[nodiscard]] Status deallocate(void* ptr, StreamHandle stream) noexcept;
+  // `stream` is about to be destroyed (its handle may be reused by a new
+  // stream): hand its cache over behind a fence now.
+  void fence_stream(StreamHandle stream) noexcept;
   // Rounded size of a live block, 0 if `ptr` is not one.
   [[nodiscard]] size_t block_size(const void* ptr) const noexcept;
   [[nodiscard]] bool owns(const void* ptr) const noexcept { return arena_.contains(reinterpret_cast<uintptr_t>(ptr)); }
@@ -153,8 +162,10 @@ class DeviceAllocator {
   void record_allocation(size_t bytes);
 
   StreamCache& cache_for(StreamHandle stream);
-  // Hands every other stream's cache over behind a fence.
-  void fence_other_streams(StreamHandle except);
+  // Hands every other stream's cache (all of them if except is null) over
+  // behind a fence each.
+  void fence_caches(const StreamHandle* except);
+  [[nodiscard]] bool other_caches_hold_blocks(StreamHandle stream) const;
   void fence_cache(StreamCache& cache);
   // Moves blocks whose fence completed to the shared pools; wait=true blocks.
   void collect_fences(bool wait);

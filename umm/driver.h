@@ -57,6 +57,8 @@ class Driver {
   [[nodiscard]] virtual const char* name() const noexcept = 0;
   [[nodiscard]] virtual Status device_count(int* count) noexcept = 0;
   [[nodiscard]] virtual Status capabilities(DeviceId device, Capabilities* caps) noexcept = 0;
+  // The device of the calling thread's current context; kNotFound if none.
+  [[nodiscard]] virtual Status current_device(DeviceId* out) noexcept = 0;
   // Free and total device memory as the driver sees it (all processes).
   [[nodiscard]] virtual Status memory_info(DeviceId device, size_t* free_bytes, size_t* total_bytes) noexcept = 0;
 

@@ -61,6 +61,8 @@ Status Runtime::allocator(DeviceId device, DeviceAllocator** out) noexcept {
     *out = existing;
     return Status::ok();
   }
+  const auto index = static_cast<size_t>(device.value);
+  if (!creation_status_[index].is_ok()) return creation_status_[index];
   int count = 0;
   ZICO_RETURN_IF_ERROR(driver_->device_count(&count));
   if (device.value >= count) return Status(Errc::kNoDevice, device.value);
@@ -76,16 +78,29 @@ Status Runtime::allocator(DeviceId device, DeviceAllocator** out) noexcept {
     const Status status = DeviceAllocator::create(*driver_, device, options, &created, &why);
     if (!status.is_ok()) {
       ZICO_LOG(kError, "%s", why.c_str());
+      creation_status_[index] = status;
+      creation_error_[index] = why;
       return status;
     }
+    ZICO_LOG(kInfo, "device %d: budget %s, chunk %s, arena %s", device.value,
+             format_size(options.budget_bytes).c_str(), format_size(created->chunk_bytes()).c_str(),
+             format_size(created->arena().bytes).c_str());
   } catch (const std::bad_alloc&) {
     return Status(Errc::kOutOfMemory);
   }
-  ZICO_LOG(kInfo, "device %d: budget %s, chunk %s, arena %s", device.value, format_size(options.budget_bytes).c_str(),
-           format_size(created->chunk_bytes()).c_str(), format_size(created->arena().bytes).c_str());
   *out = created.release();  // lives as long as the runtime: forever
   slot.store(*out, std::memory_order_release);
   return Status::ok();
+}
+
+std::string Runtime::device_error(DeviceId device, Status status) const {
+  if (!init_status_.is_ok()) return init_error_;
+  if (device.value >= 0 && device.value < kMaxDevices) {
+    std::lock_guard lock(create_mutex_);
+    const std::string& why = creation_error_[static_cast<size_t>(device.value)];
+    if (!why.empty()) return why;
+  }
+  return "device " + std::to_string(device.value) + ": " + status.message();
 }
 
 DeviceAllocator* Runtime::existing_allocator(DeviceId device) const noexcept {

@@ -35,6 +35,8 @@ class Runtime {
 
   // The allocator of `device`, created on first use. *out stays valid forever.
   [[nodiscard]] Status allocator(DeviceId device, DeviceAllocator** out) noexcept;
+  // Why `device` cannot be used, in words (configuration, driver, creation).
+  [[nodiscard]] std::string device_error(DeviceId device, Status status) const;
   // The allocator of `device` if one was created already, else nullptr.
   [[nodiscard]] DeviceAllocator* existing_allocator(DeviceId device) const noexcept;
   // The allocator whose arena holds `ptr`, or nullptr. Lock-free.
@@ -50,7 +52,11 @@ class Runtime {
   std::string init_error_;
   Config config_;
   std::unique_ptr<Driver> driver_;
-  std::mutex create_mutex_;  // serializes allocator creation only
+  mutable std::mutex create_mutex_;  // serializes allocator creation; guards the two below
+  // A device whose allocator could not be created stays failed: retrying on
+  // every cudaMalloc would only repeat the same error line.
+  std::array<Status, kMaxDevices> creation_status_{};
+  std::array<std::string, kMaxDevices> creation_error_{};
   std::array<std::atomic<DeviceAllocator*>, kMaxDevices> allocators_{};
 };
 

@@ -211,6 +211,11 @@ Status SimDriver::device_count(int* count) noexcept {
   return Status::ok();
 }
 
+Status SimDriver::current_device(DeviceId* out) noexcept {
+  *out = DeviceId{0};
+  return Status::ok();
+}
+
 #define ZICO_SIM_CHECK_DEVICE(device)                                           \
   do {                                                                          \
     if ((device).value < 0 || (device).value >= options_.device_count)          \

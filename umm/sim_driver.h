@@ -80,6 +80,8 @@ class SimDriver final : public Driver {
   // --- Driver ----------------------------------------------------------------
   const char* name() const noexcept override { return "sim"; }
   Status device_count(int* count) noexcept override;
+  // Always device 0: the simulation has no per-thread current context.
+  Status current_device(DeviceId* out) noexcept override;
   Status capabilities(DeviceId device, Capabilities* caps) noexcept override;
   Status memory_info(DeviceId device, size_t* free_bytes, size_t* total_bytes) noexcept override;
   Status reserve(DeviceId device, size_t bytes, size_t alignment, VaRange* out) noexcept override;

@@ -162,6 +162,52 @@ TEST_F(DeviceAllocatorTest, BudgetPressureWaitsForFencesInsteadOfFailing) {
   EXPECT_EQ(on_b[4 * kMiB - 1], 0x22) << "stream a's queued write completed before reuse";
 }
 
+TEST_F(DeviceAllocatorTest, IdleStreamsShareFreedBlocksWithoutBudgetPressure) {
+  make(64 * kMiB);
+  const StreamHandle a = new_stream();
+  const StreamHandle b = new_stream();
+  void* block = alloc(3 * kMiB, a);
+  ZICO_ASSERT_OK(allocator_->deallocate(block, a));  // a has no work queued: its fence completes at once
+  EXPECT_EQ(alloc(3 * kMiB, b), block) << "a miss on b hands a's idle cache over";
+}
+
+TEST_F(DeviceAllocatorTest, FinishedBlocksAreReusableByEveryStream) {
+  make(64 * kMiB);
+  const StreamHandle a = new_stream();
+  const StreamHandle b = new_stream();
+  void* block = alloc(3 * kMiB, a);
+  driver_->hold_stream(a);  // even with a busy, a synchronized free needs no fence
+  ZICO_ASSERT_OK(allocator_->deallocate(block, kNoPendingWork));
+  EXPECT_EQ(alloc(3 * kMiB, b), block);
+  ZICO_ASSERT_OK(driver_->release_stream(a));
+}
+
+TEST_F(DeviceAllocatorTest, DestroyedStreamHandleReuseWaitsForTheOldWork) {
+  make(64 * kMiB);
+  const StreamHandle s = new_stream();
+  auto* block = static_cast<uint8_t*>(alloc(3 * kMiB, s));
+  driver_->hold_stream(s);
+  ZICO_ASSERT_OK(driver_->memset_async(block, 0x33, 3 * kMiB, s));
+  ZICO_ASSERT_OK(allocator_->deallocate(block, s));
+  allocator_->fence_stream(s);  // the application destroys s; a new stream may get the same handle
+  EXPECT_NE(alloc(3 * kMiB, s), block) << "the old stream's work may still be writing it";
+  ZICO_ASSERT_OK(driver_->release_stream(s));
+}
+
+TEST_F(DeviceAllocatorTest, HopelessRequestFailsWithoutFlushingTheCache) {
+  make(64 * kMiB);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 12; ++i) blocks.push_back(alloc(4 * kMiB));
+  for (size_t i = 2; i < blocks.size(); ++i) ZICO_ASSERT_OK(allocator_->deallocate(blocks[i], {}));
+  const AllocatorStats before = allocator_->stats();
+  void* p = nullptr;
+  EXPECT_EQ(allocator_->allocate(100 * kMiB, {}, &p).code(), Errc::kOutOfMemory);
+  const AllocatorStats after = allocator_->stats();
+  EXPECT_EQ(after.mapped_bytes, before.mapped_bytes) << "nothing unmapped for a request that could never fit";
+  EXPECT_EQ(after.chunk_unmaps, before.chunk_unmaps);
+  EXPECT_EQ(driver_->counters().device_syncs, 0u);
+}
+
 TEST_F(DeviceAllocatorTest, TrimUnmapsIdleChunksWithoutFenceViolations) {
   make(64 * kMiB);
   const StreamHandle s = new_stream();
