@@ -16,7 +16,7 @@ constexpr OptionInfo kOptions[] = {
     {"ZICO_BUDGET", "device memory", "size > 0, e.g. 6GiB",
      "cap on physical memory mapped per device; allocations beyond it fail with out-of-memory"},
     {"ZICO_LOG", "warn", "error | warn | info | debug", "how much the library logs to stderr"},
-    {"ZICO_CHUNK_SIZE", "driver granularity", "size, a multiple of the granularity",
+    {"ZICO_CHUNK_SIZE", "driver granularity", "power-of-two size, a multiple of the granularity",
      "unit of physical memory mapped and unmapped (2 MiB on H100)"},
     {"ZICO_ARENA_SIZE", "4 x device memory", "size > 0",
      "virtual address space reserved per device; allocations keep their addresses inside it"},
