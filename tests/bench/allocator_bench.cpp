@@ -36,6 +36,8 @@
 namespace zico::bench {
 namespace {
 
+using replay::NaiveAllocator;
+
 constexpr double kMaxFragRatio = 1.15;
 constexpr DeviceId kDevice{0};
 constexpr size_t kSimCapacity = size_t{64} << 30;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <new>
 
-namespace zico::bench {
+namespace zico::replay {
 
 Status NaiveAllocator::create(Driver& driver, DeviceId device, std::unique_ptr<NaiveAllocator>* out) {
   Capabilities caps;
@@ -68,4 +68,4 @@ Status NaiveAllocator::unmap_and_free(const Mapping& mapping) noexcept {
   return status;
 }
 
-}  // namespace zico::bench
+}  // namespace zico::replay

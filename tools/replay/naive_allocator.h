@@ -16,7 +16,7 @@
 
 #include "driver.h"
 
-namespace zico::bench {
+namespace zico::replay {
 
 class NaiveAllocator {
  public:
@@ -50,4 +50,4 @@ class NaiveAllocator {
   size_t peak_mapped_bytes_ = 0;
 };
 
-}  // namespace zico::bench
+}  // namespace zico::replay
