@@ -12,6 +12,16 @@ namespace {
 
 size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
+// Two-ended placement: blocks of kHighEndMin or more take the high end of
+// their best-fit span, smaller ones the low end. Long-lived medium blocks
+// (gradients, optimizer state) then stop landing in the holes that big
+// activations leave, and freed activations merge with each other. Measured on
+// the committed traces: BERT-base 1.119 -> 1.014 peak mapped / peak live, no
+// trace worse; the threshold was swept (4, 16, 32, 64 MiB) and 16 was best.
+constexpr size_t kHighEndMin = size_t{16} << 20;
+
+SpanHeap::End end_for(size_t bytes) { return bytes >= kHighEndMin ? SpanHeap::End::kHigh : SpanHeap::End::kLow; }
+
 // The largest power of two that divides the chunk, capped: pages tile chunks exactly.
 size_t page_bytes_for(size_t chunk_bytes) { return std::min(chunk_bytes & (~chunk_bytes + 1), kSmallPageMax); }
 
@@ -171,7 +181,7 @@ bool DeviceAllocator::take_cached_small(size_t cls, StreamCache& cache, void** o
 
 bool DeviceAllocator::take_cached_large(size_t bytes, StreamCache& cache, void** out) {
   // Cached spans stay counted as in use by ChunkMap, so splitting them is free.
-  const std::optional<uintptr_t> placed = cache.large.allocate(bytes, kMinBlock);
+  const std::optional<uintptr_t> placed = cache.large.allocate(bytes, kMinBlock, end_for(bytes));
   if (!placed) return false;
   give_large_block(*placed, bytes, out);
   return true;
@@ -217,7 +227,7 @@ bool DeviceAllocator::extend_cached_large(size_t bytes, StreamCache& cache, void
 }
 
 Status DeviceAllocator::place(size_t bytes, size_t alignment, uintptr_t* out) {
-  const std::optional<uintptr_t> placed = heap_.allocate(bytes, alignment);
+  const std::optional<uintptr_t> placed = heap_.allocate(bytes, alignment, end_for(bytes));
   if (!placed) {
     ZICO_LOG(kDebug, "device %d: no %zu-byte span left in the arena", device_.value, bytes);
     return Status(Errc::kOutOfMemory);

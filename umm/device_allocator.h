@@ -8,7 +8,9 @@
 // from pages (a chunk cut into pages of up to 256 KiB, each page serving one
 // class); larger ones are rounded to 512 bytes and placed best-fit anywhere
 // in the arena (SpanHeap), spanning chunks and sharing boundary chunks with
-// neighbours. Chunks are mapped on demand
+// neighbours; blocks of 16 MiB and more take the high end of their span and
+// smaller ones the low end, which keeps medium long-lived blocks out of the
+// holes that large activations leave. Chunks are mapped on demand
 // (ChunkMap); mapped bytes never exceed the budget.
 //
 // Stream-ordered reuse: a block freed on stream S goes to S's cache and is

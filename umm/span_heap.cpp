@@ -20,14 +20,14 @@ void SpanHeap::erase(std::map<uintptr_t, size_t>::iterator it) {
   by_addr_.erase(it);
 }
 
-std::optional<uintptr_t> SpanHeap::allocate(size_t bytes, size_t alignment) {
+std::optional<uintptr_t> SpanHeap::allocate(size_t bytes, size_t alignment, End end) {
   if (bytes == 0) return std::nullopt;
   const uintptr_t mask = alignment - 1;
   for (auto it = by_size_.lower_bound({bytes, 0}); it != by_size_.end(); ++it) {
     const auto [length, start] = *it;
-    const uintptr_t placed = (start + mask) & ~mask;
     const uintptr_t span_end = start + length;
-    if (placed + bytes > span_end || placed + bytes < placed) continue;
+    const uintptr_t placed = end == End::kLow ? (start + mask) & ~mask : (span_end - bytes) & ~mask;
+    if (placed < start || placed + bytes > span_end || placed + bytes < placed) continue;
     erase(by_addr_.find(start));
     if (placed > start) insert(start, placed - start);
     if (placed + bytes < span_end) insert(placed + bytes, span_end - placed - bytes);

@@ -23,9 +23,11 @@ class SpanHeap {
  public:
   explicit SpanHeap(VaRange range);
 
-  // Best-fit `bytes` at `alignment` (a power of two). The placement takes the
-  // aligned start of the chosen span; the pieces around it stay free.
-  [[nodiscard]] std::optional<uintptr_t> allocate(size_t bytes, size_t alignment);
+  // Which end of the chosen span a placement takes.
+  enum class End : uint8_t { kLow, kHigh };
+  // Best-fit `bytes` at `alignment` (a power of two), placed at the `end` of
+  // the chosen span; the pieces around it stay free.
+  [[nodiscard]] std::optional<uintptr_t> allocate(size_t bytes, size_t alignment, End end = End::kLow);
   // Returns [addr, addr+bytes) and merges it with free neighbours.
   void free(uintptr_t addr, size_t bytes);
 

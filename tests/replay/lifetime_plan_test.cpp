@@ -49,13 +49,22 @@ TEST(LifetimePlan, SharesAddressesBetweenBlocksThatNeverCoexist) {
   EXPECT_EQ(plan.arena_bytes, 12 * kKiB) << "the plan reaches the lower bound here";
 }
 
-TEST(LifetimePlan, PersistentBlocksAreLeftToTheOnlineAllocator) {
-  // Block 11 is allocated in iteration 0 and freed in iteration 1: persistent.
-  const trace::Trace trace = parse("i 0 0\na 11 4096 0 grad -1\na 12 512 0 temp -1\nf 12 0\ni 1 10\nf 11 10\n", 6);
+TEST(LifetimePlan, PlansBlocksThatWrapIntoTheNextIterationButNotLongerLivedOnes) {
+  // Iteration 0: T (temp) lives at its start; G (a gradient) is made late and
+  // dropped early in iteration 1; S (optimizer state) is never freed.
+  // G's wrapped lifetime covers the iteration's start, so it cannot share T's offset.
+  const trace::Trace trace = parse(
+      "i 0 0\na 10 4096 0 temp -1\nf 10 0\na 11 4096 0 grad -1\na 12 512 0 optim -1\n"
+      "i 1 10\nf 11 10\na 13 4096 10 temp -1\nf 13 10\n",
+      9);
   const LifetimePlan plan = plan_iteration(trace, 0);
-  ASSERT_EQ(plan.slots.size(), 2u);
-  EXPECT_FALSE(plan.slots[0].planned);
-  EXPECT_TRUE(plan.slots[1].planned);
+  ASSERT_EQ(plan.slots.size(), 3u);
+  EXPECT_TRUE(plan.slots[0].planned);
+  EXPECT_TRUE(plan.slots[1].planned) << "freed in the next iteration: planned with a wrapped lifetime";
+  EXPECT_FALSE(plan.slots[2].planned) << "never freed: left to the online allocator";
+  EXPECT_NE(plan.slots[0].offset, plan.slots[1].offset);
+  EXPECT_EQ(plan.lower_bound_bytes, 8 * kKiB);
+  EXPECT_EQ(plan.arena_bytes, 8 * kKiB);
 }
 
 TEST(PlannedTarget, ServesRepeatedIterationsFromThePlan) {

@@ -101,3 +101,21 @@ TEST(SpanHeap, ZeroByteOperationsChangeNothing) {
 
 }  // namespace
 }  // namespace zico
+
+namespace zico {
+namespace {
+
+TEST(SpanHeap, PlacesAtEitherEndOfTheChosenSpan) {
+  SpanHeap heap(VaRange{kBase, 100 * 512});
+  const uintptr_t high = *heap.allocate(10 * 512, 512, SpanHeap::End::kHigh);
+  EXPECT_EQ(high, kBase + 90 * 512);
+  const uintptr_t low = *heap.allocate(10 * 512, 512, SpanHeap::End::kLow);
+  EXPECT_EQ(low, kBase);
+  const size_t chunk = 4096;
+  const uintptr_t aligned = *heap.allocate(chunk, chunk, SpanHeap::End::kHigh);
+  EXPECT_EQ(aligned % chunk, 0u);
+  EXPECT_LE(aligned + chunk, kBase + 90 * 512);
+}
+
+}  // namespace
+}  // namespace zico

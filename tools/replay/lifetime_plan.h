@@ -8,7 +8,14 @@
 // storage allocation); the heuristic here is the paper's: blocks in
 // descending size, each at the lowest offset that collides with no already
 // placed block whose lifetime overlaps its own (first fit). Cost O(n^2) in
-// the number of transient blocks of the iteration.
+// the number of planned blocks of the iteration.
+//
+// Blocks that live into the next iteration and die there (gradients: made in
+// backward, dropped by the next zero_grad) are planned too, as the paper
+// places cross-iteration blocks: their lifetime wraps around, from their birth
+// to the end of the iteration and from its start to their death, measured in
+// the next iteration. Leaving them to the online allocator scatters them
+// across chunks that the plan's region can no longer share.
 //
 // Later iterations are served by allocation ordinal: the n-th allocation of
 // an iteration takes the n-th slot of the plan if its size matches.
@@ -25,7 +32,7 @@ inline constexpr uint64_t kPlanAlign = 512;
 
 struct PlanSlot {
   uint64_t bytes = 0;  // requested size seen in the observed iteration
-  bool planned = false;  // transient, so it has an offset
+  bool planned = false;  // transient or wrapping, so it has an offset
   uint64_t offset = 0;
 };
 

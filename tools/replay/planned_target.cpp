@@ -12,9 +12,11 @@ Status PlannedTarget::create(LifetimePlan plan, std::unique_ptr<PlannedTarget>* 
 void PlannedTarget::iteration_started(uint32_t iteration) {
   online_->iteration_started(iteration);
   ordinal_ = 0;
-  if (region_ != 0 || iteration <= plan_.observed_iteration || plan_.arena_bytes == 0) return;
-  // The online cache holds last iteration's transient memory, which the region replaces.
+  if (iteration <= plan_.observed_iteration || plan_.arena_bytes == 0) return;
+  // The online cache holds what the region now serves (last iteration's
+  // transient blocks, then the blocks from before the switch): return it.
   (void)online_->allocator().trim();
+  if (region_ != 0) return;
   void* region = nullptr;
   if (online_->allocator().allocate(plan_.arena_bytes, StreamHandle{}, &region).is_ok()) {
     region_ = reinterpret_cast<uintptr_t>(region);
@@ -29,16 +31,18 @@ bool PlannedTarget::range_is_free(uint64_t offset, uint64_t bytes) const {
 
 Status PlannedTarget::allocate(uint32_t block, size_t bytes, void** out) {
   const size_t ordinal = ordinal_++;
-  if (region_ != 0) {
-    if (ordinal < plan_.slots.size() && plan_.slots[ordinal].planned && plan_.slots[ordinal].bytes == bytes &&
-        range_is_free(plan_.slots[ordinal].offset, bytes)) {
-      const uint64_t offset = plan_.slots[ordinal].offset;
-      live_.emplace(offset, offset + bytes);
-      *out = reinterpret_cast<void*>(region_ + offset);
+  if (region_ != 0 && ordinal < plan_.slots.size() && plan_.slots[ordinal].planned) {
+    const PlanSlot& slot = plan_.slots[ordinal];
+    if (slot.bytes != bytes) {
+      ++mismatched_;
+    } else if (!range_is_free(slot.offset, bytes)) {
+      ++busy_;
+    } else {
+      live_.emplace(slot.offset, slot.offset + bytes);
+      *out = reinterpret_cast<void*>(region_ + slot.offset);
       ++planned_;
       return Status::ok();
     }
-    ++fallbacks_;
   }
   return online_->allocate(block, bytes, out);
 }

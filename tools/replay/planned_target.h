@@ -1,8 +1,9 @@
 // PlannedTarget: zicoum's online allocator plus a lifetime plan.
 //
 // Iterations up to and including the observed one run on the online
-// allocator. When the next iteration starts, the online cache is trimmed and
-// one region of the plan's size is allocated; from then on the n-th
+// allocator. When the next iteration starts, one region of the plan's size
+// is allocated, and at every planned iteration's start the online cache is
+// trimmed; from then on the n-th
 // allocation of each iteration is placed at its planned offset inside the
 // region if its size matches the plan and the range is free right now (a
 // live-range check, so a changed pattern can never corrupt anything);
@@ -30,7 +31,10 @@ class PlannedTarget final : public ReplayTarget {
 
   [[nodiscard]] const LifetimePlan& plan() const { return plan_; }
   [[nodiscard]] uint64_t planned_allocations() const { return planned_; }
-  [[nodiscard]] uint64_t fallbacks() const { return fallbacks_; }  // in planned iterations
+  // Allocations with a planned slot that went to the online allocator instead:
+  [[nodiscard]] uint64_t fallbacks() const { return mismatched_ + busy_; }
+  [[nodiscard]] uint64_t mismatched() const { return mismatched_; }  // the size or order changed
+  [[nodiscard]] uint64_t busy() const { return busy_; }  // the planned range was still in use
 
  private:
   PlannedTarget(LifetimePlan plan, std::unique_ptr<ZicoumTarget> online)
@@ -43,7 +47,8 @@ class PlannedTarget final : public ReplayTarget {
   size_t ordinal_ = 0;    // allocations so far in this iteration
   std::map<uint64_t, uint64_t> live_;  // planned blocks in use: offset -> end
   uint64_t planned_ = 0;
-  uint64_t fallbacks_ = 0;
+  uint64_t mismatched_ = 0;
+  uint64_t busy_ = 0;
 };
 
 }  // namespace zico::replay

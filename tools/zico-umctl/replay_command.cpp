@@ -48,7 +48,8 @@ struct PlanOutcome {
   uint64_t steady_peak_mapped = 0;
   uint64_t online_steady_peak_mapped = 0;
   uint64_t planned_allocations = 0;
-  uint64_t fallbacks = 0;
+  uint64_t mismatched = 0;
+  uint64_t busy = 0;
 };
 
 struct TraceOutcome {
@@ -112,9 +113,13 @@ Status run_all(const trace::Trace& trace, TraceOutcome* outcome, std::string* er
   PlanOutcome& plan = outcome->plan;
   plan.plan = planned->plan();
   plan.planned_allocations = planned->planned_allocations();
-  plan.fallbacks = planned->fallbacks();
+  plan.mismatched = planned->mismatched();
+  plan.busy = planned->busy();
   const replay::ReplayResult& online = outcome->results.back();
-  for (uint32_t i = observed + 1; i < result.iterations.size(); ++i) {
+  // Steady state: the first planned iteration still holds blocks from before
+  // the switch, so it counts only when it is the only planned one.
+  const uint32_t steady = observed + 2 < result.iterations.size() ? observed + 2 : observed + 1;
+  for (uint32_t i = steady; i < result.iterations.size(); ++i) {
     plan.planned_iterations.push_back(i);
     plan.steady_peak_live = std::max(plan.steady_peak_live, result.iterations[i].peak_live_bytes);
     plan.steady_peak_mapped = std::max(plan.steady_peak_mapped, result.iterations[i].peak_mapped_bytes);
@@ -146,12 +151,16 @@ void print_text(const TraceOutcome& o, bool summary) {
   }
   if (o.has_plan) {
     const PlanOutcome& p = o.plan;
-    std::printf("  lifetime plan from iteration %u: region %s for transient peak %s (%s); %llu planned, %llu fell back\n",
+    std::printf("  lifetime plan from iteration %u: region %s for transient peak %s (%s); %llu served from it, "
+                "%llu fell back (%llu changed size or order, %llu found the range in use)\n",
                 p.plan.observed_iteration, format_size(p.plan.arena_bytes).c_str(),
                 format_size(p.plan.lower_bound_bytes).c_str(), ratio(p.plan.arena_bytes, p.plan.lower_bound_bytes).c_str(),
-                static_cast<unsigned long long>(p.planned_allocations), static_cast<unsigned long long>(p.fallbacks));
-    std::printf("  planned iterations: peak live %s, mapped %s (frag %s); online allocator in the same iterations %s (frag %s)\n",
-                format_size(p.steady_peak_live).c_str(), format_size(p.steady_peak_mapped).c_str(),
+                static_cast<unsigned long long>(p.planned_allocations),
+                static_cast<unsigned long long>(p.mismatched + p.busy), static_cast<unsigned long long>(p.mismatched),
+                static_cast<unsigned long long>(p.busy));
+    std::printf("  steady state (iterations %u-%u): peak live %s, mapped %s (frag %s); online allocator in the same "
+                "iterations %s (frag %s)\n",
+                p.planned_iterations.front(), p.planned_iterations.back(), format_size(p.steady_peak_live).c_str(), format_size(p.steady_peak_mapped).c_str(),
                 ratio(p.steady_peak_mapped, p.steady_peak_live).c_str(), format_size(p.online_steady_peak_mapped).c_str(),
                 ratio(p.online_steady_peak_mapped, p.steady_peak_live).c_str());
   }
@@ -202,10 +211,15 @@ void write_json(const std::vector<TraceOutcome>& outcomes) {
       json.key("lifetime_plan");
       json.begin_object();
       json.field("observed_iteration", static_cast<uint64_t>(p.plan.observed_iteration));
+      json.key("steady_iterations");
+      json.begin_array();
+      for (uint32_t i : p.planned_iterations) json.value(static_cast<uint64_t>(i));
+      json.end_array();
       json.field("region_bytes", p.plan.arena_bytes);
       json.field("lower_bound_bytes", p.plan.lower_bound_bytes);
       json.field("planned_allocations", p.planned_allocations);
-      json.field("fallbacks", p.fallbacks);
+      json.field("fallbacks_changed", p.mismatched);
+      json.field("fallbacks_in_use", p.busy);
       json.field("peak_live_bytes", p.steady_peak_live);
       json.field("peak_mapped_bytes", p.steady_peak_mapped);
       json.field("fragmentation", p.steady_peak_live == 0 ? 0.0
