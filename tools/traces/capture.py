@@ -1,0 +1,694 @@
+#!/usr/bin/env python3
+"""Capture a zicoum memory trace (docs/trace-format.md) of a real model's training loop.
+
+No GPU is used and nothing is downloaded. The model is built from its config with random weights on
+PyTorch's `meta` device, where every tensor has a shape, a dtype and a storage of the right size but no
+data, so a full-size batch costs no memory and little time. A TorchDispatchMode sees every ATen op the
+training loop runs (forward, autograd's backward, the optimizer) and turns it into trace records:
+
+  * Allocation: an op's output whose storage was not live before the op is a new block; an output
+    that shares an input's storage (a view, an in-place op) is not. Its size is the storage's nbytes,
+    as the CUDA caching allocator would be asked for it (before the allocator's own rounding).
+  * Free: the recorder holds only a weak reference to each live storage. Before every op, and after a
+    gc.collect() at the end of each iteration, it sweeps them: a storage nobody references any more
+    (not Python, not autograd's saved tensors, not the optimizer) is freed at the current time.
+  * Op: one `o` record per kernel: the op's reads (live blocks of its tensor inputs) and writes (its
+    new blocks and the blocks of the arguments it mutates). Ops that only make a view launch nothing
+    and are not recorded; ops that only allocate (empty, empty_strided...) are recorded with DUR 0.
+  * Time: a roofline estimate on one H100-class GPU, one op after another on one stream, ignoring
+    CPU-side overhead (the GPU is assumed to be the bottleneck). See the constants below.
+  * Category: decided when the trace is written, since an allocation's role is often known only
+    later (autograd steals a backward op's output as a parameter's .grad). Parameters and buffers are
+    `param`, the parameters' .grad after backward `grad`, tensors in optimizer.state `optim`, the batch
+    and labels `input`; any other block freed within TEMP_MAX_OPS ops of the op that made it is
+    `temp`, the rest `act`. A block found live but never seen allocated is `other`.
+
+Where CUDA would pick a different kernel than the meta device does, the capture makes CUDA's choice so
+the memory matches a GPU run: dropout is ATen's fused native_dropout (a bool mask), and
+scaled_dot_product_attention is the memory-efficient kernel (what PyTorch picks on an H100 for fp32;
+--attention math keeps the math path instead, which materialises the S x S attention scores).
+Adam/AdamW run with foreach=True, PyTorch's default on CUDA. All floating tensors are float32.
+
+Needs torch, torchvision, transformers and timm (tools/traces/requirements.txt); CI does not run it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import gzip
+import os
+import shlex
+import sys
+import time
+from typing import Callable
+
+# --- Roofline constants (H100 SXM class). Recorded in `meta timing`. ---
+# Matmul-class ops (mm, addmm, bmm, convolutions, attention) on tensor cores in TF32 (cuDNN's default
+# for convolutions; torch.set_float32_matmul_precision("high") for matmuls): about 80 % of the
+# ~495 TFLOP/s dense TF32 peak, which large GEMMs reach and small convolutions do not.
+MATMUL_FLOPS_PER_S = 400e12
+# Everything else is bound by HBM3: bytes read + written over 3.35 TB/s at 80 % efficiency. Matmul-class
+# ops take the larger of their compute and memory times.
+HBM_BYTES_PER_S = 3.35e12 * 0.8
+# Floor per kernel: launch and tail overhead of a small kernel.
+MIN_KERNEL_NS = 4_000
+# A block freed within this many ops of the op that allocated it is `temp`, otherwise `act`.
+TEMP_MAX_OPS = 4
+
+TIMING_META = (
+    f"roofline estimate per op, ops serialised on one stream: matmul-class ops (mm, addmm, bmm, "
+    f"baddbmm, convolution and its backward, efficient attention and its backward; FLOPs from "
+    f"torch.utils.flop_counter) at max({MATMUL_FLOPS_PER_S / 1e12:g} TFLOP/s, memory time); other ops "
+    f"at (bytes read + written) / ({HBM_BYTES_PER_S / 1e12:g} TB/s = 3.35 TB/s x 0.8); "
+    f"at least {MIN_KERNEL_NS} ns per kernel; allocation-only ops (empty*) 0 ns; CPU overhead ignored"
+)
+
+# Outputs that CUDA keeps in host memory although the meta device makes them device tensors: the
+# philox seed and offset of the memory-efficient attention kernel. They are not recorded as blocks.
+HOST_OUTPUTS = {"aten::_scaled_dot_product_efficient_attention": (2, 3)}
+
+# Ops that allocate without launching a kernel.
+ALLOC_ONLY_OPS = {
+    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+    "aten::new_empty_strided", "aten::empty_permuted",
+}
+
+
+@dataclasses.dataclass(eq=False)
+class Block:
+    id: int
+    wref: object            # StorageWeakRef
+    alloc_op: int           # op index, or -1
+    record: list            # the `a` record, whose category is filled in when the trace is written
+    role: str | None = None  # param, grad, optim, input, or None (decided by lifetime)
+    persistent: bool = False  # swept only at iteration ends (parameters, optimizer state)
+
+
+class Recorder:
+    """Turns the ATen ops of a training loop on `device` into trace records.
+
+    Single-threaded use only: autograd's engine may run backward on another thread, but the caller's
+    thread waits for it, so the recorder is never entered concurrently.
+    """
+
+    def __init__(self, device):
+        import torch
+        from torch.multiprocessing.reductions import StorageWeakRef
+        from torch.utils.flop_counter import flop_registry
+
+        self._torch = torch
+        self._weakref = StorageWeakRef
+        self._flop_registry = flop_registry
+        self.device = device
+        self.records: list[list] = []
+        self.live: dict[int, Block] = {}     # storage cdata -> block
+        self.host: dict[int, object] = {}    # storage cdata -> StorageWeakRef, see HOST_OUTPUTS
+        self.clock_ns = 0
+        self.op_count = 0
+        self.next_id = 0
+        self.iteration = -1
+        self.untracked_found = 0
+        self.paused = False   # while True, ops run unrecorded (making the batch, like a host copy)
+        self._mutable_args: dict[object, list[tuple[int, str, bool]]] = {}
+
+    # -- blocks -----------------------------------------------------------------------------------
+
+    def _key(self, t):
+        return t.untyped_storage()._cdata
+
+    def _allocate(self, storage, op: int, role: str | None = None) -> Block | None:
+        nbytes = storage.nbytes()
+        if nbytes == 0:
+            return None  # the caching allocator is not called for an empty tensor
+        rec = ["a", self.next_id, nbytes, self.clock_ns, None, op]
+        block = Block(self.next_id, self._weakref(storage), op, rec, role)
+        self.next_id += 1
+        self.records.append(rec)
+        self.live[storage._cdata] = block
+        return block
+
+    def _free(self, key: int) -> None:
+        block = self.live.pop(key)
+        self.records.append(["f", block.id, self.clock_ns])
+        if block.role is not None:
+            block.record[4] = block.role
+        else:
+            lifetime = self.op_count - block.alloc_op
+            block.record[4] = "temp" if block.alloc_op >= 0 and lifetime <= TEMP_MAX_OPS else "act"
+
+    def sweep(self, everything: bool = False) -> None:
+        dead = [k for k, b in self.live.items()
+                if (everything or not b.persistent) and b.wref.expired()]
+        for k in dead:
+            self._free(k)
+        for k in [k for k, ref in self.host.items() if ref.expired()]:
+            del self.host[k]
+
+    def block_of(self, t) -> Block | None:
+        if not isinstance(t, self._torch.Tensor) or t.device != self.device:
+            return None
+        block = self.live.get(self._key(t))
+        if block is not None and block.wref.expired():
+            raise AssertionError("a live tensor's storage reads as expired")
+        return block
+
+    def register(self, tensors, role: str, persistent: bool = False) -> None:
+        """Record tensors made outside any op (parameters, the batch) as blocks with OP -1."""
+        for t in tensors:
+            if t is None or t.device != self.device:
+                continue
+            block = self.block_of(t)
+            if block is None:
+                block = self._allocate(t.untyped_storage(), -1, role)
+            if block is not None:
+                block.role = role
+                block.persistent = block.persistent or persistent
+
+    def mark(self, tensors, role: str, persistent: bool = False) -> None:
+        """Give live blocks a role learned after their allocation (.grad, optimizer state)."""
+        for t in tensors:
+            block = self.block_of(t)
+            if block is not None:
+                block.role = role
+                block.persistent = block.persistent or persistent
+
+    def begin_iteration(self) -> None:
+        self.iteration += 1
+        self.records.append(["i", self.iteration, self.clock_ns])
+
+    def end_iteration(self) -> None:
+        gc.collect()
+        self.sweep(everything=True)
+
+    # -- ops --------------------------------------------------------------------------------------
+
+    def _mutable(self, func) -> list[tuple[int, str, bool]]:
+        """(position, name, kwarg_only) of the arguments the op writes to."""
+        spec = self._mutable_args.get(func)
+        if spec is None:
+            spec = [(i, a.name, a.kwarg_only) for i, a in enumerate(func._schema.arguments)
+                    if a.alias_info is not None and a.alias_info.is_write]
+            self._mutable_args[func] = spec
+        return spec
+
+    def _tensors(self, value) -> list:
+        from torch.utils._pytree import tree_leaves
+        torch = self._torch
+        return [t for t in tree_leaves(value)
+                if isinstance(t, torch.Tensor) and t.device == self.device
+                and self._key(t) not in self.host]
+
+    @staticmethod
+    def _tensor_bytes(t) -> int:
+        return min(t.numel() * t.element_size(), t.untyped_storage().nbytes())
+
+    def _duration_ns(self, func, args, kwargs, out, reads, writes, alloc_only: bool) -> int:
+        if alloc_only:
+            return 0
+        moved = sum(self._tensor_bytes(t) for t in reads) + sum(self._tensor_bytes(t) for t in writes)
+        ns = moved / HBM_BYTES_PER_S * 1e9
+        flop_fn = self._flop_registry.get(func._overloadpacket)
+        if flop_fn is not None:
+            flops = flop_fn(*args, **kwargs, out_val=out)
+            ns = max(ns, flops / MATMUL_FLOPS_PER_S * 1e9)
+        return max(MIN_KERNEL_NS, round(ns))
+
+    def on_op(self, func, args, kwargs, run: Callable):
+        if self.paused:
+            return run()
+        self.sweep()
+        mutable = self._mutable(func)
+        out_names = {name for _, name, kwarg_only in mutable if kwarg_only}
+        reads = []     # tensor inputs, except out= arguments
+        written = []   # tensor arguments the op writes to (in-place and out=)
+        for value in args:
+            reads += self._tensors(value)
+        for name, value in kwargs.items():
+            if name not in out_names:
+                reads += self._tensors(value)
+        for pos, name, kwarg_only in mutable:
+            value = kwargs.get(name) if kwarg_only or pos >= len(args) else args[pos]
+            written += self._tensors(value)
+
+        # Blocks made where the recorder could not see them: recorded as made outside any op.
+        for t in reads + written:
+            if self.block_of(t) is None:
+                if self._allocate(t.untyped_storage(), -1, "other") is not None:
+                    self.untracked_found += 1
+
+        out = run()
+
+        for pos in HOST_OUTPUTS.get(func._schema.name, ()):
+            storage = out[pos].untyped_storage()
+            self.host[storage._cdata] = self._weakref(storage)
+        out_tensors = self._tensors(out)
+        if not out_tensors and not written and not reads:
+            return out  # nothing on the device: no kernel there
+
+        op = self.op_count
+        new_blocks = []
+        new_outs = []
+        for t in out_tensors:
+            if self.block_of(t) is None:
+                block = self._allocate(t.untyped_storage(), op)
+                if block is not None:
+                    new_blocks.append(block)
+                    new_outs.append(t)
+        if not new_blocks and not written and out_tensors:
+            return out  # a view of its inputs: no kernel
+
+        read_ids = _unique_ids(self.block_of(t) for t in reads)
+        write_ids = _unique_ids([self.block_of(t) for t in written] + new_blocks)
+        alloc_only = func._schema.name in ALLOC_ONLY_OPS
+        dur = self._duration_ns(func, args, kwargs, out, reads, written + new_outs, alloc_only)
+        name = func.name().replace("aten::", "")
+        self.records.append(["o", op, self.clock_ns, dur, name,
+                             ",".join(map(str, read_ids)) or "-",
+                             ",".join(map(str, write_ids)) or "-"])
+        self.op_count += 1
+        self.clock_ns += dur
+        return out
+
+    # -- output -----------------------------------------------------------------------------------
+
+    def finish(self) -> int:
+        """Sweeps once more and names every block's category; returns how many live blocks had none."""
+        gc.collect()
+        self.sweep(everything=True)
+        unnamed = 0
+        for block in self.live.values():
+            if block.role is None:
+                unnamed += 1
+            block.record[4] = block.role or "other"
+        return unnamed
+
+    def write(self, path: str, meta: dict[str, str]) -> int:
+        lines = ["zicoum-trace 1"]
+        for key, value in meta.items():
+            lines.append(f"meta {key} {value}")
+        for rec in self.records:
+            lines.append(" ".join(map(str, rec)))
+        lines.append(f"end {len(self.records)}")
+        data = ("\n".join(lines) + "\n").encode()
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as raw:
+            with gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=raw, mtime=0) as gz:
+                gz.write(data)
+        os.replace(tmp, path)
+        return len(self.records)
+
+
+def _unique_ids(blocks) -> list[int]:
+    seen = []
+    for b in blocks:
+        if b is not None and b.id not in seen:
+            seen.append(b.id)
+    return seen
+
+
+def make_dispatch_mode(recorder: Recorder):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class RecordingMode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            return recorder.on_op(func, args, kwargs, lambda: func(*args, **kwargs))
+
+    return RecordingMode()
+
+
+# --- CUDA's kernel choices, made on the meta device ---------------------------------------------
+
+def install_cuda_kernel_choices(device, attention: str) -> None:
+    """Route dropout and attention to the kernels CUDA would run, so their memory matches a GPU run.
+
+    On the meta device ATen falls back to decompositions: dropout as a float mask multiplied in, and
+    attention as the math path that materialises the S x S score matrix. On CUDA, dropout is the fused
+    native_dropout (bool mask) and fp32 attention on an H100 is the memory-efficient kernel, unless
+    `attention` is "math" (what PyTorch runs where no fused kernel applies, and eager attention costs).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    original_dropout = F.dropout
+    original_sdpa = F.scaled_dot_product_attention
+
+    def dropout(input, p=0.5, training=True, inplace=False):
+        if training and 0.0 < p < 1.0 and not inplace and input.device == device:
+            return torch.ops.aten.native_dropout(input, p, True)[0]
+        return original_dropout(input, p, training, inplace)
+
+    def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                     is_causal=False, scale=None, enable_gqa=False):
+        # With a mask CUDA may pad or convert it first; none of our models passes one.
+        if query.device != device or enable_gqa or query.dim() != 4 or attn_mask is not None:
+            return original_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                                 is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+        need_lse = torch.is_grad_enabled() and any(
+            t.requires_grad for t in (query, key, value))
+        return torch.ops.aten._scaled_dot_product_efficient_attention(
+            query, key, value, None, need_lse, dropout_p, is_causal, scale=scale)[0]
+
+    F.dropout = dropout
+    if attention == "efficient":
+        F.scaled_dot_product_attention = scaled_dot_product_attention
+
+
+def install_known_batch_facts() -> None:
+    """Answer data-dependent questions whose answer is known, since meta tensors hold no values.
+
+    transformers asks whether a batch without an attention mask packs several sequences per row (a
+    GPU-to-host read of `(mask[:, -1] == 0).all()`). Ours never do: the same kernels run, and the
+    answer is the one a real batch of whole sequences gives.
+    """
+    import torch
+    import transformers.masking_utils as masking
+
+    def find_packed_sequence_indices(position_ids):
+        first_dummy_value = position_ids[:, :1] - 1
+        position_diff = torch.diff(position_ids, prepend=first_dummy_value, dim=-1)
+        packed_sequence_mask = (position_diff != 1).cumsum(-1)
+        (packed_sequence_mask[:, -1] == 0).all()  # the check's kernels; its answer is "not packed"
+        return None
+
+    masking.find_packed_sequence_indices = find_packed_sequence_indices
+
+
+# --- Models ----------------------------------------------------------------------------------------
+
+def cifar_resnet(depth: int, num_classes: int = 10):
+    """The CIFAR-10 ResNet of He et al. 2016 (sec. 4.2): 3 stages of (depth - 2) / 6 basic blocks
+    with 16, 32 and 64 channels, identity shortcuts that subsample and zero-pad channels (option A)."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class BasicBlock(nn.Module):
+        def __init__(self, in_planes: int, planes: int, stride: int):
+            super().__init__()
+            self.conv1 = nn.Conv2d(in_planes, planes, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(planes)
+            self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(planes)
+            self.pad = (planes - in_planes) // 2 if stride != 1 or in_planes != planes else None
+
+        def forward(self, x):
+            out = F.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            shortcut = x if self.pad is None else F.pad(
+                x[:, :, ::2, ::2], (0, 0, 0, 0, self.pad, self.pad))
+            return F.relu(out + shortcut)
+
+    class CifarResNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            n = (depth - 2) // 6
+            self.conv1 = nn.Conv2d(3, 16, 3, 1, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(16)
+            layers, in_planes = [], 16
+            for planes, stride in ((16, 1), (32, 2), (64, 2)):
+                for i in range(n):
+                    layers.append(BasicBlock(in_planes, planes, stride if i == 0 else 1))
+                    in_planes = planes
+            self.layers = nn.Sequential(*layers)
+            self.fc = nn.Linear(64, num_classes)
+
+        def forward(self, x):
+            out = F.relu(self.bn1(self.conv1(x)))
+            out = self.layers(out)
+            out = F.adaptive_avg_pool2d(out, 1).flatten(1)
+            return self.fc(out)
+
+    return CifarResNet()
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    kind: str            # "image" (classification) or "mlm" / "clm" (token models)
+    source: str          # where the architecture comes from, for --list and meta
+    build: Callable      # image: build(image_size) -> module; token: build() -> module
+    default_image: int = 0
+    max_seq: int = 0
+    classes: int = 0
+    transformer: bool = False
+
+
+def _torchvision(name: str):
+    def build(image_size: int):
+        import torchvision
+        if name == "vit_b_16":
+            return torchvision.models.vit_b_16(weights=None, image_size=image_size)
+        return getattr(torchvision.models, name)(weights=None)
+    return build
+
+
+def _timm(name: str):
+    def build(image_size: int):
+        import timm
+        return timm.create_model(name, pretrained=False)
+    return build
+
+
+def _quiet_transformers() -> None:
+    import transformers
+    transformers.logging.set_verbosity_error()
+
+
+def _bert_base():
+    from transformers import BertConfig, BertForMaskedLM
+    _quiet_transformers()
+    return BertForMaskedLM(BertConfig(attn_implementation="sdpa"))
+
+
+def _gpt2(n_embd: int, n_layer: int, n_head: int):
+    def build():
+        from transformers import GPT2Config, GPT2LMHeadModel
+        _quiet_transformers()
+        # use_cache=False, as for training: otherwise every layer copies its keys and values
+        # into a KV cache that training never reads.
+        return GPT2LMHeadModel(GPT2Config(n_embd=n_embd, n_layer=n_layer, n_head=n_head,
+                                          use_cache=False, attn_implementation="sdpa"))
+    return build
+
+
+MODELS: dict[str, ModelSpec] = {
+    "resnet50": ModelSpec("image", "torchvision resnet50", _torchvision("resnet50"), 224, classes=1000),
+    "resnet110": ModelSpec("image", "CIFAR ResNet-110 (He et al. 2016), built here",
+                           lambda size: cifar_resnet(110), 32, classes=10),
+    "mobilenet_v2": ModelSpec("image", "torchvision mobilenet_v2", _torchvision("mobilenet_v2"), 224,
+                              classes=1000),
+    "vit_b_16": ModelSpec("image", "torchvision vit_b_16", _torchvision("vit_b_16"), 224,
+                          classes=1000, transformer=True),
+    "nasnetalarge": ModelSpec("image", "timm nasnetalarge", _timm("nasnetalarge"), 331, classes=1000),
+    "bert_base": ModelSpec("mlm", "transformers BertForMaskedLM, BertConfig() (bert-base-uncased)",
+                           _bert_base, max_seq=512, transformer=True),
+    "gpt2": ModelSpec("clm", "transformers GPT2LMHeadModel, GPT2Config() (GPT-2 small, 124M)",
+                      _gpt2(768, 12, 12), max_seq=1024, transformer=True),
+    "gpt2_medium": ModelSpec("clm", "transformers GPT2LMHeadModel, 24 layers x 1024 (GPT-2 medium, 355M)",
+                             _gpt2(1024, 24, 16), max_seq=1024, transformer=True),
+}
+
+
+# --- The training loop -----------------------------------------------------------------------------
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description="Capture a zicoum memory trace of a model's training loop, on the meta device "
+                    "with roofline-estimated H100 times (docs/trace-format.md).")
+    parser.add_argument("--list", action="store_true", help="list the models and exit")
+    parser.add_argument("--model", help="model name (see --list)")
+    parser.add_argument("--batch", type=int, help="batch size")
+    parser.add_argument("--seq-len", type=int, help="sequence length (token models)")
+    parser.add_argument("--image-size", type=int, help="image side in pixels (image models)")
+    parser.add_argument("--iterations", type=int, default=3,
+                        help="training iterations: forward, backward, optimizer step (default 3)")
+    parser.add_argument("--attention", choices=("efficient", "math"),
+                        help="scaled_dot_product_attention kernel: efficient (CUDA's choice for fp32 "
+                             "on an H100, the default) or math (materialises the S x S scores)")
+    parser.add_argument("--out", help="output file, NAME.ztrace.gz")
+    args = parser.parse_args(argv)
+    if args.list:
+        return args
+    if args.model is None or args.batch is None or args.out is None:
+        parser.error("--model, --batch and --out are required (or --list)")
+    spec = MODELS.get(args.model)
+    if spec is None:
+        parser.error(f"unknown model {args.model!r}; known: {', '.join(MODELS)}")
+    if args.batch < 1:
+        parser.error("--batch must be at least 1")
+    if args.iterations < 1:
+        parser.error("--iterations must be at least 1")
+    if args.attention is not None and not spec.transformer:
+        parser.error(f"--attention does not apply to {args.model}, which has no attention")
+    args.attention = args.attention or "efficient"
+    if spec.kind == "image":
+        if args.seq_len is not None:
+            parser.error(f"--seq-len does not apply to image model {args.model}")
+        if args.image_size is None:
+            args.image_size = spec.default_image
+        if args.image_size < 32:
+            parser.error("--image-size must be at least 32")
+        if args.model == "vit_b_16" and args.image_size % 16:
+            parser.error("--image-size for vit_b_16 must be a multiple of 16")
+        if args.model == "nasnetalarge" and args.image_size < 64:
+            parser.error("--image-size for nasnetalarge must be at least 64")
+    else:
+        if args.image_size is not None:
+            parser.error(f"--image-size does not apply to token model {args.model}")
+        if args.seq_len is None:
+            args.seq_len = spec.max_seq
+        if not 1 <= args.seq_len <= spec.max_seq:
+            parser.error(f"--seq-len for {args.model} must be between 1 and {spec.max_seq}")
+    if not args.out.endswith(".gz"):
+        parser.error("--out must end in .gz (the trace is gzip-compressed), e.g. NAME.ztrace.gz")
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(out_dir):
+        parser.error(f"--out: directory {out_dir} does not exist")
+    return args
+
+
+def make_batch(spec: ModelSpec, args, device, vocab_size: int):
+    import torch
+    if spec.kind == "image":
+        images = torch.randn(args.batch, 3, args.image_size, args.image_size, device=device)
+        labels = torch.randint(0, spec.classes, (args.batch,), device=device)
+        return (images, labels)
+    tokens = torch.randint(0, vocab_size, (args.batch, args.seq_len), device=device)
+    if spec.kind == "mlm":
+        # Masked-LM labels: the token at masked positions, -100 elsewhere; the shape is what counts.
+        labels = torch.randint(0, vocab_size, (args.batch, args.seq_len), device=device)
+        return (tokens, labels)
+    return (tokens,)  # causal LM: labels are the tokens, shifted inside the model
+
+
+def loss_of(model, spec: ModelSpec, batch):
+    import torch.nn.functional as F
+    if spec.kind == "image":
+        images, labels = batch
+        return F.cross_entropy(model(images), labels)
+    if spec.kind == "mlm":
+        tokens, labels = batch
+        return model(input_ids=tokens, labels=labels).loss
+    (tokens,) = batch
+    return model(input_ids=tokens, labels=tokens).loss
+
+
+@dataclasses.dataclass
+class Training:
+    spec: ModelSpec
+    device: object
+    model: object
+    params: list
+    optimizer: object
+    vocab_size: int
+
+
+def build_training(args) -> Training:
+    """The model in training mode on the meta device, with its optimizer (also used by crosscheck.py)."""
+    import torch
+    spec = MODELS[args.model]
+    device = torch.device("meta")
+    install_cuda_kernel_choices(device, args.attention)
+    if spec.kind != "image":
+        install_known_batch_facts()
+    with torch.device(device):
+        model = spec.build(args.image_size) if spec.kind == "image" else spec.build()
+    model.train()
+    vocab_size = getattr(getattr(model, "config", None), "vocab_size", 0)
+    params = list(model.parameters())
+    opt_cls = torch.optim.AdamW if spec.transformer else torch.optim.Adam
+    return Training(spec, device, model, params, opt_cls(params, lr=1e-4, foreach=True), vocab_size)
+
+
+def capture(args) -> None:
+    import torch
+    started = time.monotonic()
+    training = build_training(args)
+    spec, device, model, params, optimizer = (training.spec, training.device, training.model,
+                                              training.params, training.optimizer)
+    vocab_size = training.vocab_size
+
+    recorder = Recorder(device)
+    recorder.register(params, "param", persistent=True)
+    recorder.register(list(model.buffers()), "param", persistent=True)
+    mode = make_dispatch_mode(recorder)
+
+    gc.collect()
+    gc.disable()  # frees happen when references drop, and cycles only at iteration ends: deterministic
+    try:
+        with mode:
+            for _ in range(args.iterations):
+                recorder.begin_iteration()
+                optimizer.zero_grad(set_to_none=True)
+                recorder.paused = True
+                batch = make_batch(spec, args, device, vocab_size)
+                recorder.paused = False
+                recorder.register(batch, "input")
+                loss = loss_of(model, spec, batch)
+                loss.backward()
+                recorder.mark([p.grad for p in params], "grad")
+                optimizer.step()
+                recorder.mark([t for state in optimizer.state.values() for t in state.values()
+                               if isinstance(t, torch.Tensor)], "optim", persistent=True)
+                del loss, batch
+                recorder.end_iteration()
+    finally:
+        gc.enable()
+    unnamed = recorder.finish()
+    elapsed = time.monotonic() - started
+
+    import importlib.metadata as md
+    versions = " ".join(f"{p}=={md.version(p)}" for p in ("torch", "torchvision", "transformers", "timm"))
+    meta = {
+        "model": args.model,
+        "command": shlex.join([os.path.basename(sys.executable)] + sys.argv),
+        "source": "meta",
+        "batch": str(args.batch),
+        "iterations": str(args.iterations),
+        "timing": TIMING_META,
+    }
+    if spec.kind == "image":
+        meta["image_size"] = str(args.image_size)
+    else:
+        meta["seq_len"] = str(args.seq_len)
+    meta.update({
+        "architecture": spec.source,
+        "dtype": "float32 (all floating tensors; labels and token ids int64, dropout masks bool)",
+        "device": "one GPU; sizes are storage nbytes before the caching allocator's rounding",
+        "optimizer": f"{type(optimizer).__name__}(foreach=True); zero_grad(set_to_none=True) at the start "
+                     f"of each iteration",
+        "kernels": "dropout = native_dropout; scaled_dot_product_attention = " + (
+            "memory-efficient kernel (CUDA's fp32 choice)" if args.attention == "efficient"
+            else "math (S x S scores materialised)"),
+        "categories": f"param = parameters and buffers; grad = .grad after backward; optim = "
+                      f"optimizer.state; input = batch and labels; temp = freed within "
+                      f"{TEMP_MAX_OPS} ops of its op; act = the rest",
+        "versions": versions,
+    })
+    count = recorder.write(args.out, meta)
+    print(f"{args.out}: {count} records, {recorder.op_count} ops, {recorder.next_id} blocks, "
+          f"{recorder.clock_ns / 1e6:.1f} ms estimated GPU time, {elapsed:.1f} s to capture, "
+          f"{recorder.untracked_found} blocks found untracked, {unnamed} live without a category",
+          file=sys.stderr)
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.list:
+        for name, spec in MODELS.items():
+            default = (f"image {spec.default_image}" if spec.kind == "image"
+                       else f"seq-len up to {spec.max_seq}")
+            print(f"{name:14} {spec.source} ({default})")
+        return 0
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("capture.py needs PyTorch: pip install -r tools/traces/requirements.txt", file=sys.stderr)
+        return 2
+    capture(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
