@@ -25,6 +25,7 @@ zico_status_t to_c(Status status) {
     case Errc::kOsError:
     case Errc::kFenceViolation:
     case Errc::kInjectedFault: return ZICO_ERROR_INTERNAL;
+    case Errc::kSuspended: return ZICO_ERROR_SUSPENDED;
   }
   return ZICO_ERROR_INTERNAL;
 }
@@ -62,6 +63,7 @@ const char* zico_status_string(zico_status_t status) {
     case ZICO_ERROR_NOT_SUPPORTED: return "not supported by this device or driver";
     case ZICO_ERROR_DRIVER: return "the CUDA driver reported an error";
     case ZICO_ERROR_INTERNAL: return "internal error";
+    case ZICO_ERROR_SUSPENDED: return "suspended: the device's memory is evicted until zico_resume()";
   }
   return "unknown status";
 }
@@ -126,6 +128,29 @@ zico_status_t zico_empty_cache(int device) {
   zico::Status status = Runtime::instance().allocator(zico::DeviceId{device}, &allocator);
   if (status.is_ok()) status = allocator->trim();
   return zico::report(status, "zico_empty_cache", device);
+}
+
+zico_status_t zico_suspend(int device, zico_store_t store) {
+  if (store != ZICO_STORE_HOST && store != ZICO_STORE_NVME) {
+    return zico::report(zico::Status(zico::Errc::kInvalidArgument), "zico_suspend(store must be HOST or NVME)", device);
+  }
+  zico::DeviceAllocator* allocator = nullptr;
+  zico::BackingStore* backing = nullptr;
+  zico::Status status = Runtime::instance().allocator(zico::DeviceId{device}, &allocator);
+  if (status.is_ok()) {
+    status = Runtime::instance().backing_store(zico::DeviceId{device},
+                                               store == ZICO_STORE_HOST ? zico::Residency::kHost : zico::Residency::kNvme,
+                                               &backing);
+  }
+  if (status.is_ok()) status = allocator->suspend(*backing);
+  return zico::report(status, "zico_suspend", device);
+}
+
+zico_status_t zico_resume(int device) {
+  zico::DeviceAllocator* allocator = nullptr;
+  zico::Status status = Runtime::instance().allocator(zico::DeviceId{device}, &allocator);
+  if (status.is_ok()) status = allocator->resume();
+  return zico::report(status, "zico_resume", device);
 }
 
 zico_status_t zico_parse_size(const char* text, uint64_t* bytes) {

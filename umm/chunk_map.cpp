@@ -16,7 +16,7 @@ ChunkMap::ChunkMap(Driver& driver, DeviceId device, VaRange arena, size_t chunk_
 size_t ChunkMap::unmapped_bytes_in(uintptr_t addr, size_t bytes) const {
   if (bytes == 0) return 0;
   size_t count = 0;
-  for (size_t i = index_of(addr), last = last_index(addr, bytes); i <= last; ++i) count += entries_[i].mapped ? 0 : 1;
+  for (size_t i = index_of(addr), last = last_index(addr, bytes); i <= last; ++i) count += entries_[i].mapped() ? 0 : 1;
   return count * chunk_bytes_;
 }
 
@@ -33,7 +33,7 @@ Status ChunkMap::map_one(size_t index) {
   const Status released = driver_.release(handle);
   if (!released.is_ok()) ZICO_LOG(kWarn, "releasing a chunk handle failed: %s", released.message().c_str());
   if (!status.is_ok()) return status;
-  entries_[index].mapped = true;
+  entries_[index].residency = Residency::kMapped;
   ++mapped_chunks_;
   if (entries_[index].used == 0) ++idle_chunks_;
   ++maps_;
@@ -42,7 +42,7 @@ Status ChunkMap::map_one(size_t index) {
 
 Status ChunkMap::unmap_one(size_t index) {
   ZICO_RETURN_IF_ERROR(driver_.unmap(VaRange{address_of(index), chunk_bytes_}));
-  entries_[index].mapped = false;
+  entries_[index].residency = Residency::kEmpty;
   --mapped_chunks_;
   if (entries_[index].used == 0) --idle_chunks_;
   ++unmaps_;
@@ -53,7 +53,7 @@ Status ChunkMap::map_range(uintptr_t addr, size_t bytes) {
   if (bytes == 0) return Status::ok();
   std::vector<size_t> mapped_here;
   for (size_t i = index_of(addr), last = last_index(addr, bytes); i <= last; ++i) {
-    if (entries_[i].mapped) continue;
+    if (entries_[i].mapped()) continue;
     const Status status = map_one(i);
     if (!status.is_ok()) {
       // All or nothing: nothing can use the chunks this call mapped yet.
@@ -79,7 +79,7 @@ void ChunkMap::for_each_overlap(uintptr_t addr, size_t bytes, Fn fn) {
 
 void ChunkMap::ref(uintptr_t addr, size_t bytes) {
   for_each_overlap(addr, bytes, [this](Entry& e, uint64_t overlap) {
-    if (e.used == 0 && e.mapped) --idle_chunks_;
+    if (e.used == 0 && e.mapped()) --idle_chunks_;
     e.used += overlap;
   });
 }
@@ -88,7 +88,7 @@ void ChunkMap::unref(uintptr_t addr, size_t bytes) {
   for_each_overlap(addr, bytes, [this](Entry& e, uint64_t overlap) {
     assert(e.used >= overlap);
     e.used -= overlap;
-    if (e.used == 0 && e.mapped) ++idle_chunks_;
+    if (e.used == 0 && e.mapped()) ++idle_chunks_;
   });
 }
 
@@ -96,7 +96,7 @@ Status ChunkMap::trim(size_t want, VaRange keep, size_t* freed) {
   *freed = 0;
   for (size_t i = 0; i < entries_.size() && *freed < want && idle_chunks_ > 0; ++i) {
     const Entry& e = entries_[i];
-    if (!e.mapped || e.used != 0) continue;
+    if (!e.mapped() || e.used != 0) continue;
     if (keep.bytes != 0 && keep.overlaps(VaRange{address_of(i), chunk_bytes_})) continue;
     ZICO_RETURN_IF_ERROR(unmap_one(i));
     *freed += chunk_bytes_;
@@ -106,10 +106,103 @@ Status ChunkMap::trim(size_t want, VaRange keep, size_t* freed) {
 
 void ChunkMap::unmap_all() {
   for (size_t i = 0; i < entries_.size() && mapped_chunks_ > 0; ++i) {
-    if (!entries_[i].mapped) continue;
+    if (!entries_[i].mapped()) continue;
     const Status status = unmap_one(i);
     if (!status.is_ok()) ZICO_LOG(kWarn, "unmapping chunk %zu at teardown failed: %s", i, status.message().c_str());
   }
+}
+
+std::vector<size_t> ChunkMap::chunks_in_use() const {
+  std::vector<size_t> indices;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (entries_[i].mapped() && entries_[i].used != 0) indices.push_back(i);
+  }
+  return indices;
+}
+
+std::vector<size_t> ChunkMap::evicted_chunks() const {
+  std::vector<size_t> indices;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Residency r = entries_[i].residency;
+    if (r == Residency::kHost || r == Residency::kNvme) indices.push_back(i);
+  }
+  return indices;
+}
+
+Status ChunkMap::evict(std::span<const size_t> indices, BackingStore& store, StreamHandle stream) {
+  std::vector<ChunkTransfer> transfers;
+  transfers.reserve(indices.size());
+  Status status = Status::ok();
+  for (size_t index : indices) {
+    if (!entries_[index].mapped()) {
+      status = Status(Errc::kInvalidArgument);
+      break;
+    }
+    uint32_t slot = 0;
+    status = store.reserve_slot(&slot);
+    if (!status.is_ok()) break;
+    transfers.push_back({slot, reinterpret_cast<void*>(address_of(index))});
+  }
+  if (status.is_ok()) {
+    for (size_t index : indices) entries_[index].residency = Residency::kInFlight;
+    status = store.save(transfers, stream);
+    for (size_t index : indices) entries_[index].residency = Residency::kMapped;
+  }
+  if (!status.is_ok()) {
+    for (const ChunkTransfer& t : transfers) store.release_slot(t.slot);
+    return status;
+  }
+  // Saved: the physical memory can go. Contents now live only in the store.
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const size_t index = indices[k];
+    if (Status unmapped = unmap_one(index); !unmapped.is_ok()) {
+      // Still mapped and still intact: keep it that way, drop its copy.
+      store.release_slot(transfers[k].slot);
+      ZICO_LOG(kWarn, "evict: unmapping chunk %zu failed (%s); it stays mapped", index, unmapped.message().c_str());
+      continue;
+    }
+    entries_[index].residency = store.residency();
+    entries_[index].slot = transfers[k].slot;
+  }
+  return Status::ok();
+}
+
+Status ChunkMap::restore(std::span<const size_t> indices, BackingStore& store, StreamHandle stream) {
+  std::vector<ChunkTransfer> transfers;
+  std::vector<size_t> mapped_here;
+  transfers.reserve(indices.size());
+  Status status = Status::ok();
+  for (size_t index : indices) {
+    Entry& e = entries_[index];
+    if (e.residency != store.residency()) {
+      status = Status(Errc::kInvalidArgument);
+      break;
+    }
+    const Residency saved = e.residency;
+    status = map_one(index);  // sets kMapped
+    if (!status.is_ok()) {
+      e.residency = saved;
+      break;
+    }
+    e.residency = Residency::kInFlight;
+    mapped_here.push_back(index);
+    transfers.push_back({e.slot, reinterpret_cast<void*>(address_of(index))});
+  }
+  if (status.is_ok()) status = store.load(transfers, stream);
+  if (!status.is_ok()) {
+    // Back out: the store still holds every chunk of the batch.
+    for (size_t index : mapped_here) {
+      entries_[index].residency = Residency::kMapped;
+      (void)unmap_one(index);
+      entries_[index].residency = store.residency();
+    }
+    return status;
+  }
+  for (size_t index : mapped_here) {
+    entries_[index].residency = Residency::kMapped;
+    store.release_slot(entries_[index].slot);
+  }
+  return Status::ok();
 }
 
 }  // namespace zico

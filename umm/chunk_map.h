@@ -18,7 +18,11 @@
 #include <cstdint>
 #include <vector>
 
+#include <span>
+
+#include "backing_store.h"
 #include "driver.h"
+#include "residency.h"
 
 namespace zico {
 
@@ -54,6 +58,19 @@ class ChunkMap {
   // Unmaps every mapped chunk regardless of references (teardown only).
   void unmap_all();
 
+  // --- eviction (residency.h) ---------------------------------------------------
+  [[nodiscard]] Residency residency(size_t index) const { return entries_[index].residency; }
+  // Mapped chunks that hold blocks: what an eviction must save.
+  [[nodiscard]] std::vector<size_t> chunks_in_use() const;
+  // Chunks whose contents are in a store.
+  [[nodiscard]] std::vector<size_t> evicted_chunks() const;
+  // Saves the chunks (mapped, quiet on the GPU) to `store` and unmaps them.
+  // All or nothing: on failure every chunk is still mapped with its data.
+  [[nodiscard]] Status evict(std::span<const size_t> indices, BackingStore& store, StreamHandle stream);
+  // Maps the chunks again (same addresses) and loads their contents. All or
+  // nothing: on failure every chunk is still in the store.
+  [[nodiscard]] Status restore(std::span<const size_t> indices, BackingStore& store, StreamHandle stream);
+
   [[nodiscard]] size_t mapped_bytes() const { return mapped_chunks_ * chunk_bytes_; }
   [[nodiscard]] uint64_t maps() const { return maps_; }
   [[nodiscard]] uint64_t unmaps() const { return unmaps_; }
@@ -61,7 +78,9 @@ class ChunkMap {
  private:
   struct Entry {
     uint64_t used = 0;  // bytes of this chunk outside the free SpanHeap
-    bool mapped = false;
+    Residency residency = Residency::kEmpty;
+    uint32_t slot = 0;  // backing-store slot while kHost or kNvme
+    [[nodiscard]] bool mapped() const { return residency == Residency::kMapped; }
   };
   // Calls fn(entry, overlap_bytes) for each chunk overlapping the range.
   template <typename Fn>

@@ -5,6 +5,7 @@
 #include <link.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdarg>
 #include <cstdio>
 #include <new>
@@ -24,6 +25,9 @@ namespace zico {
   X(cuDeviceGetCount, 2000)                       \
   X(cuDeviceGetAttribute, 2000)                   \
   X(cuDeviceTotalMem, 3020)                       \
+  X(cuDeviceGetPCIBusId, 4010)                    \
+  X(cuMemHostRegister, 6050)                      \
+  X(cuMemHostUnregister, 4000)                    \
   X(cuDevicePrimaryCtxRetain, 7000)               \
   X(cuDevicePrimaryCtxRelease, 11000)             \
   X(cuCtxGetCurrent, 4000)                        \
@@ -357,6 +361,21 @@ Status CudaDriver::enter_any(ContextScope* scope) noexcept {
   return enter(DeviceId{0}, scope);
 }
 
+// The NUMA node of the device's PCI slot, from sysfs; -1 when unknown.
+int CudaDriver::numa_node_of(int device_handle) const noexcept {
+  char bus_id[32] = {};
+  if (api_->cuDeviceGetPCIBusId(bus_id, sizeof bus_id, device_handle) != CUDA_SUCCESS) return -1;
+  for (char* c = bus_id; *c != '\0'; ++c) *c = static_cast<char>(std::tolower(static_cast<unsigned char>(*c)));
+  char path[96];
+  std::snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", bus_id);
+  std::FILE* file = std::fopen(path, "r");
+  if (file == nullptr) return -1;
+  int node = -1;
+  if (std::fscanf(file, "%d", &node) != 1) node = -1;
+  std::fclose(file);
+  return node;
+}
+
 Status CudaDriver::device_caps(DeviceId device, Capabilities* caps) noexcept {
   if (!valid(device)) return Errc::kNoDevice;
   Device& slot = devices_[device.value];
@@ -372,6 +391,7 @@ Status CudaDriver::device_caps(DeviceId device, Capabilities* caps) noexcept {
     found.posix_fd_export = fd_export != 0;
     found.managed_memory = managed != 0;
     found.discard = found.managed_memory && api_->cuMemDiscardBatchAsync != nullptr;
+    found.numa_node = numa_node_of(slot.handle);
     // Same properties create() uses: the handle type can change the granularity.
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -599,6 +619,21 @@ Status CudaDriver::memset_async(void* dst, uint8_t value, size_t bytes, StreamHa
   ContextScope scope;
   ZICO_RETURN_IF_ERROR(enter_any(&scope));
   return from_cu(api_->cuMemsetD8Async(device_ptr(dst), value, bytes, cu_stream(stream)));
+}
+
+Status CudaDriver::host_register(void* ptr, size_t bytes) noexcept {
+  if (ptr == nullptr || bytes == 0) return Errc::kInvalidArgument;
+  ContextScope scope;
+  ZICO_RETURN_IF_ERROR(enter_any(&scope));
+  // Portable: the pinned pages are usable from every context, as with cudaHostRegister.
+  return from_cu(api_->cuMemHostRegister(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE));
+}
+
+Status CudaDriver::host_unregister(void* ptr) noexcept {
+  if (ptr == nullptr) return Errc::kInvalidArgument;
+  ContextScope scope;
+  ZICO_RETURN_IF_ERROR(enter_any(&scope));
+  return from_cu(api_->cuMemHostUnregister(ptr));
 }
 
 Status CudaDriver::managed_allocate(size_t bytes, void** out) noexcept {

@@ -50,6 +50,8 @@ class CudaDriver final : public Driver {
   [[nodiscard]] const char* name() const noexcept override;
   [[nodiscard]] Status device_count(int* count) noexcept override;
   [[nodiscard]] Status current_device(DeviceId* out) noexcept override;
+  [[nodiscard]] Status host_register(void* ptr, size_t bytes) noexcept override;
+  [[nodiscard]] Status host_unregister(void* ptr) noexcept override;
   [[nodiscard]] Status capabilities(DeviceId device, Capabilities* caps) noexcept override;
   [[nodiscard]] Status memory_info(DeviceId device, size_t* free_bytes, size_t* total_bytes) noexcept override;
 
@@ -102,6 +104,7 @@ class CudaDriver final : public Driver {
   [[nodiscard]] Status enter_any(ContextScope* scope) noexcept;
   [[nodiscard]] Status retained_context(DeviceId device, CUctx_st** context) noexcept;
   [[nodiscard]] Status device_caps(DeviceId device, Capabilities* caps) noexcept;
+  [[nodiscard]] int numa_node_of(int device_handle) const noexcept;
 
   std::unique_ptr<const Api> api_;
   std::unique_ptr<Device[]> devices_;

@@ -32,7 +32,8 @@ Fn next_symbol(const char* name) {
 cudaError_t to_runtime_error(Status status) {
   switch (status.code()) {
     case Errc::kOk: return cudaSuccess;
-    case Errc::kOutOfMemory: return cudaErrorMemoryAllocation;
+    case Errc::kOutOfMemory:
+    case Errc::kSuspended: return cudaErrorMemoryAllocation;
     case Errc::kInvalidArgument:
     case Errc::kNotFound: return cudaErrorInvalidValue;
     case Errc::kConfigError: return cudaErrorInitializationError;
@@ -46,7 +47,8 @@ cudaError_t to_runtime_error(Status status) {
 CUresult to_driver_error(Status status) {
   switch (status.code()) {
     case Errc::kOk: return CUDA_SUCCESS;
-    case Errc::kOutOfMemory: return CUDA_ERROR_OUT_OF_MEMORY;
+    case Errc::kOutOfMemory:
+    case Errc::kSuspended: return CUDA_ERROR_OUT_OF_MEMORY;
     case Errc::kInvalidArgument:
     case Errc::kNotFound: return CUDA_ERROR_INVALID_VALUE;
     case Errc::kConfigError: return CUDA_ERROR_NOT_INITIALIZED;

@@ -89,6 +89,7 @@ DeviceAllocator::~DeviceAllocator() {
   (void)driver_.device_synchronize(device_);
   collect_fences(true);
   for (EventHandle event : spare_events_) (void)driver_.event_destroy(event);
+  if (has_copy_stream_) (void)driver_.stream_destroy(copy_stream_);
   chunks_.unmap_all();
   if (Status status = driver_.unreserve(arena_); !status.is_ok()) {
     ZICO_LOG(kWarn, "freeing the arena of device %d failed: %s", device_.value, status.message().c_str());
@@ -101,6 +102,7 @@ Status DeviceAllocator::allocate(size_t bytes, StreamHandle stream, void** out) 
   if (bytes == 0) return Status(Errc::kInvalidArgument);
   if (bytes > arena_.bytes) return Status(Errc::kOutOfMemory);
   std::lock_guard lock(mutex_);
+  if (suspended_to_ != nullptr) return Status(Errc::kSuspended);
   try {
     const bool small = bytes <= small_limit_;
     const size_t rounded = small ? size_class_bytes(size_class_of(bytes)) : round_up(bytes, kMinBlock);
@@ -565,6 +567,82 @@ AllocatorStats DeviceAllocator::stats() const noexcept {
   s.chunk_maps = chunks_.maps();
   s.chunk_unmaps = chunks_.unmaps();
   return s;
+}
+
+// --- suspend and resume ----------------------------------------------------------
+
+namespace {
+// Chunks per store call: large enough to keep a store's links busy, small
+// enough that a failed batch is cheap to undo.
+constexpr size_t kEvictionBatch = 64;
+}  // namespace
+
+Status DeviceAllocator::ensure_copy_stream() {
+  if (has_copy_stream_) return Status::ok();
+  ZICO_RETURN_IF_ERROR(driver_.stream_create(device_, &copy_stream_));
+  has_copy_stream_ = true;
+  return Status::ok();
+}
+
+bool DeviceAllocator::suspended() const noexcept {
+  std::lock_guard lock(mutex_);
+  return suspended_to_ != nullptr;
+}
+
+Status DeviceAllocator::suspend(BackingStore& store) noexcept {
+  std::lock_guard lock(mutex_);
+  if (suspended_to_ != nullptr) return Status(Errc::kSuspended);
+  if (store.chunk_bytes() != chunks_.chunk_bytes()) return Status(Errc::kInvalidArgument);
+  try {
+    ZICO_RETURN_IF_ERROR(ensure_copy_stream());
+    reclaim();
+    ZICO_RETURN_IF_ERROR(unmap_idle(SIZE_MAX, VaRange{}));  // synchronizes the device; free memory needs no saving
+    const std::vector<size_t> in_use = chunks_.chunks_in_use();
+    for (size_t start = 0; start < in_use.size(); start += kEvictionBatch) {
+      const size_t count = std::min(kEvictionBatch, in_use.size() - start);
+      const Status status = chunks_.evict(std::span(in_use).subspan(start, count), store, copy_stream_);
+      if (status.is_ok()) continue;
+      // Undo the batches already evicted, so a failed suspend changes nothing.
+      const std::vector<size_t> evicted = chunks_.evicted_chunks();
+      for (size_t s = 0; s < evicted.size(); s += kEvictionBatch) {
+        const size_t n = std::min(kEvictionBatch, evicted.size() - s);
+        if (!chunks_.restore(std::span(evicted).subspan(s, n), store, copy_stream_).is_ok()) {
+          suspended_to_ = &store;  // the data is safe in the store; resume() will finish the job
+          ZICO_LOG(kError, "device %d: suspend failed (%s) and could not be undone; call resume()", device_.value,
+                   status.message().c_str());
+          return status;
+        }
+      }
+      return status;
+    }
+    suspended_to_ = &store;
+    ZICO_LOG(kInfo, "device %d: suspended, %zu chunks saved to %s", device_.value, in_use.size(),
+             to_string(store.residency()));
+    return Status::ok();
+  } catch (const std::bad_alloc&) {
+    return Status(Errc::kOutOfMemory);
+  }
+}
+
+Status DeviceAllocator::resume() noexcept {
+  std::lock_guard lock(mutex_);
+  if (suspended_to_ == nullptr) return Status::ok();
+  try {
+    const std::vector<size_t> evicted = chunks_.evicted_chunks();
+    if (chunks_.mapped_bytes() + evicted.size() * chunks_.chunk_bytes() > budget_) {
+      return Status(Errc::kOutOfMemory);  // the budget shrank while suspended
+    }
+    for (size_t start = 0; start < evicted.size(); start += kEvictionBatch) {
+      const size_t count = std::min(kEvictionBatch, evicted.size() - start);
+      ZICO_RETURN_IF_ERROR(chunks_.restore(std::span(evicted).subspan(start, count), *suspended_to_, copy_stream_));
+    }
+    update_peaks();
+    suspended_to_ = nullptr;
+    ZICO_LOG(kInfo, "device %d: resumed, %zu chunks restored", device_.value, evicted.size());
+    return Status::ok();
+  } catch (const std::bad_alloc&) {
+    return Status(Errc::kOutOfMemory);
+  }
 }
 
 }  // namespace zico

@@ -26,6 +26,13 @@
 // existing block intact. A request larger than the budget minus live memory
 // fails at once, without disturbing the cache.
 //
+// Suspend and resume: suspend() waits for all GPU work, returns idle memory,
+// and evicts every chunk that holds blocks to a BackingStore, releasing all
+// of the device memory; allocations fail with kSuspended until resume() maps
+// the chunks again at the same addresses and loads their contents. A failed
+// suspend leaves everything mapped; a failed resume leaves the rest in the
+// store, and resume() may be called again.
+//
 // Thread-safety: all methods lock one mutex; owns() is lock-free.
 #pragma once
 
@@ -101,6 +108,11 @@ class DeviceAllocator {
   // Future maps obey the new budget; shrinking also trims idle memory.
   [[nodiscard]] Status set_budget(size_t bytes) noexcept;
   void mark_iteration() noexcept;
+  // The caller keeps `store` alive until resume() has succeeded. No other
+  // thread may launch work on this allocator's memory while suspended.
+  [[nodiscard]] Status suspend(BackingStore& store) noexcept;
+  [[nodiscard]] Status resume() noexcept;
+  [[nodiscard]] bool suspended() const noexcept;
   [[nodiscard]] AllocatorStats stats() const noexcept;
 
   [[nodiscard]] DeviceId device() const { return device_; }
@@ -201,6 +213,11 @@ class DeviceAllocator {
   std::vector<EventHandle> spare_events_;
   AllocatorStats stats_;
   size_t iteration_peak_ = 0;
+  BackingStore* suspended_to_ = nullptr;  // non-null while suspended
+  StreamHandle copy_stream_{};            // for evictions; created on first use
+  bool has_copy_stream_ = false;
+
+  Status ensure_copy_stream();
 };
 
 }  // namespace zico

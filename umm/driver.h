@@ -30,6 +30,7 @@ struct Capabilities {
   bool posix_fd_export = false; // chunks can be exported/imported as POSIX fds
   bool managed_memory = false;  // managed (unified) allocations are available
   bool discard = false;         // managed ranges can be discarded (cuMemDiscardBatchAsync)
+  int numa_node = -1;           // host NUMA node nearest the device; -1: unknown (use the local node)
 };
 
 enum class CopyKind : uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice };
@@ -105,6 +106,11 @@ class Driver {
                                           StreamHandle stream) noexcept = 0;
   [[nodiscard]] virtual Status memset_async(void* dst, uint8_t value, size_t bytes,
                                             StreamHandle stream) noexcept = 0;
+
+  // --- host memory ------------------------------------------------------------
+  // Pins host memory so device copies run at full speed (cuMemHostRegister).
+  [[nodiscard]] virtual Status host_register(void* ptr, size_t bytes) noexcept = 0;
+  [[nodiscard]] virtual Status host_unregister(void* ptr) noexcept = 0;
 
   // --- managed (unified) memory ----------------------------------------------
   // `bytes` may be any size; the result is host- and device-accessible.

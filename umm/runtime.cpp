@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cuda_driver.h"
+#include "host_store.h"
 #include "log.h"
 #include "sim_driver.h"
 #include "sizes.h"
@@ -106,6 +107,33 @@ std::string Runtime::device_error(DeviceId device, Status status) const {
 DeviceAllocator* Runtime::existing_allocator(DeviceId device) const noexcept {
   if (device.value < 0 || device.value >= kMaxDevices) return nullptr;
   return allocators_[static_cast<size_t>(device.value)].load(std::memory_order_acquire);
+}
+
+Status Runtime::backing_store(DeviceId device, Residency kind, BackingStore** out) noexcept {
+  DeviceAllocator* allocator = nullptr;
+  ZICO_RETURN_IF_ERROR(this->allocator(device, &allocator));
+  std::lock_guard lock(store_mutex_);
+  auto& slot = (kind == Residency::kHost ? host_stores_ : nvme_stores_)[static_cast<size_t>(device.value)];
+  if (slot == nullptr) {
+    std::string why;
+    try {
+      if (kind == Residency::kHost) {
+        std::unique_ptr<HostStore> store;
+        const Status status = HostStore::create(*driver_, device, allocator->chunk_bytes(), HostStoreOptions{}, &store, &why);
+        if (!status.is_ok()) {
+          ZICO_LOG(kError, "%s", why.c_str());
+          return status;
+        }
+        slot = std::move(store);
+      } else {
+        return Status(Errc::kNotSupported);
+      }
+    } catch (const std::bad_alloc&) {
+      return Status(Errc::kOutOfMemory);
+    }
+  }
+  *out = slot.get();
+  return Status::ok();
 }
 
 DeviceAllocator* Runtime::owner_of(const void* ptr) const noexcept {

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "config.h"
+#include "backing_store.h"
 #include "device_allocator.h"
 #include "driver.h"
 
@@ -41,6 +42,8 @@ class Runtime {
   [[nodiscard]] DeviceAllocator* existing_allocator(DeviceId device) const noexcept;
   // The allocator whose arena holds `ptr`, or nullptr. Lock-free.
   [[nodiscard]] DeviceAllocator* owner_of(const void* ptr) const noexcept;
+  // The device's store for `kind` (kHost or kNvme), created on first use.
+  [[nodiscard]] Status backing_store(DeviceId device, Residency kind, BackingStore** out) noexcept;
   // What the job may still use: total = budget, free = budget - allocated,
   // also capped by what the device really has free (other processes).
   [[nodiscard]] Status memory_info(DeviceId device, size_t* free_bytes, size_t* total_bytes) noexcept;
@@ -58,6 +61,9 @@ class Runtime {
   std::array<Status, kMaxDevices> creation_status_{};
   std::array<std::string, kMaxDevices> creation_error_{};
   std::array<std::atomic<DeviceAllocator*>, kMaxDevices> allocators_{};
+  std::mutex store_mutex_;  // guards the stores below
+  std::array<std::unique_ptr<BackingStore>, kMaxDevices> host_stores_{};
+  std::array<std::unique_ptr<BackingStore>, kMaxDevices> nvme_stores_{};
 };
 
 }  // namespace zico

@@ -72,6 +72,7 @@ struct SimDriver::State {
   std::map<uintptr_t, Mapping> mappings;
   std::unordered_map<uint64_t, Chunk> chunks;
   std::map<uintptr_t, size_t> managed;
+  std::map<uintptr_t, size_t> pinned;  // host_register()ed ranges
   std::unordered_map<uintptr_t, SimStream> streams;
   std::unordered_map<uintptr_t, SimEvent> events;
   std::vector<size_t> created_bytes;  // per device
@@ -517,6 +518,18 @@ Status SimDriver::memset_async(void* dst, uint8_t value, size_t bytes, StreamHan
   (void)state_->enqueue(stream, PendingOp{[dst, value, bytes] { std::memset(dst, value, bytes); },
                                           {VaRange{d, bytes}, VaRange{}}});
   return Status::ok();
+}
+
+Status SimDriver::host_register(void* ptr, size_t bytes) noexcept {
+  if (ptr == nullptr || bytes == 0) return Status(Errc::kInvalidArgument);
+  std::lock_guard lock(state_->mutex);
+  return state_->pinned.emplace(reinterpret_cast<uintptr_t>(ptr), bytes).second ? Status::ok()
+                                                                                : Status(Errc::kInvalidArgument);
+}
+
+Status SimDriver::host_unregister(void* ptr) noexcept {
+  std::lock_guard lock(state_->mutex);
+  return state_->pinned.erase(reinterpret_cast<uintptr_t>(ptr)) == 1 ? Status::ok() : Status(Errc::kInvalidArgument);
 }
 
 Status SimDriver::managed_allocate(size_t bytes, void** out) noexcept {

@@ -105,6 +105,9 @@ class SimDriver final : public Driver {
   Status copy_async(void* dst, const void* src, size_t bytes, CopyKind kind,
                     StreamHandle stream) noexcept override;
   Status memset_async(void* dst, uint8_t value, size_t bytes, StreamHandle stream) noexcept override;
+  // Host memory is already as fast as it gets here: registration only checks.
+  Status host_register(void* ptr, size_t bytes) noexcept override;
+  Status host_unregister(void* ptr) noexcept override;
   Status managed_allocate(size_t bytes, void** out) noexcept override;
   Status managed_free(void* ptr) noexcept override;
   Status managed_advise(void* ptr, size_t bytes, ManagedAdvice advice, DeviceId device) noexcept override;

@@ -16,6 +16,7 @@ const char* to_string(Errc code) noexcept {
     case Errc::kConfigError: return "configuration error";
     case Errc::kFenceViolation: return "VA edit while stream work in flight";
     case Errc::kInjectedFault: return "injected fault";
+    case Errc::kSuspended: return "suspended: memory is evicted until resumed";
   }
   return "unknown status";
 }

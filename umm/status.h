@@ -25,6 +25,7 @@ enum class Errc : uint8_t {
   kConfigError,      // a ZICO_* variable is malformed
   kFenceViolation,   // SimDriver: a VA edit raced in-flight stream work
   kInjectedFault,    // SimDriver: a fault-injection knob fired
+  kSuspended,        // the allocator's memory is evicted until resume()
 };
 
 const char* to_string(Errc code) noexcept;

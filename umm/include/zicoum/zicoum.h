@@ -44,7 +44,8 @@ typedef enum zico_status {
   ZICO_ERROR_NO_DEVICE = 4,       /* no driver or no such device */
   ZICO_ERROR_NOT_SUPPORTED = 5,
   ZICO_ERROR_DRIVER = 6,          /* the CUDA driver reported an error */
-  ZICO_ERROR_INTERNAL = 7
+  ZICO_ERROR_INTERNAL = 7,
+  ZICO_ERROR_SUSPENDED = 8        /* the device's memory is evicted until zico_resume() */
 } zico_status_t;
 
 /* A static, human-readable description of `status`. Never NULL. */
@@ -93,6 +94,25 @@ ZICO_API zico_status_t zico_mark_iteration(void);
 
 /* Returns cached, unused physical memory on `device` to the driver. */
 ZICO_API zico_status_t zico_empty_cache(int device);
+
+/* Where zico_suspend() puts a device's memory. */
+typedef enum zico_store {
+  ZICO_STORE_HOST = 0,  /* pinned host memory on the GPU's NUMA node */
+  ZICO_STORE_NVME = 1   /* a file under ZICO_SWAP_DIR, through io_uring */
+} zico_store_t;
+
+/* Suspends the calling job's use of `device` (like vLLM's sleep mode): waits
+ * for all GPU work, then saves every allocation's contents to `store` and
+ * releases all of the device's memory to the driver. Pointers stay valid as
+ * numbers but must not be used until zico_resume(); allocations fail with
+ * ZICO_ERROR_SUSPENDED meanwhile. No other thread may launch GPU work on this
+ * memory while suspended. On failure nothing changed (or, if even undoing
+ * failed, zico_resume() finishes the job; zico_last_error() says which). */
+ZICO_API zico_status_t zico_suspend(int device, zico_store_t store);
+
+/* Maps the memory back at the same addresses and restores its contents.
+ * A no-op if the device is not suspended; may be retried after a failure. */
+ZICO_API zico_status_t zico_resume(int device);
 
 /* Parses "512MiB", "40GiB", "1.5GB" (see README). ZICO_ERROR_INVALID_VALUE
  * and *bytes untouched if `text` is not a size. */
