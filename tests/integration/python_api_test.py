@@ -125,6 +125,23 @@ class BudgetTest(unittest.TestCase):
         self.free_all(again)
         self.assertTrue(60 <= len(again) <= 64, f"{len(again)} x 1 MiB fit after freeing everything")
 
+    def test_suspend_and_resume_keep_the_data(self):
+        pointer = ctypes.c_void_p()
+        self.assertEqual(self.lib.zico_malloc(ctypes.byref(pointer), 3 * MiB, 0, None), zicoum.Status.OK)
+        ctypes.memmove(pointer.value, b"zicoum" * 100, 600)
+        zicoum.suspend(device=0, to="host")
+        self.assertEqual(zicoum.stats()["mapped_bytes"], 0)
+        other = ctypes.c_void_p()
+        self.assertEqual(self.lib.zico_malloc(ctypes.byref(other), MiB, 0, None), zicoum.Status.SUSPENDED)
+        with self.assertRaises(zicoum.ZicoError) as caught:
+            zicoum.suspend(device=0)
+        self.assertEqual(caught.exception.status, zicoum.Status.SUSPENDED)
+        zicoum.resume(device=0)
+        self.assertEqual(ctypes.string_at(pointer.value, 600), b"zicoum" * 100)
+        self.assertEqual(self.lib.zico_free(pointer, None), zicoum.Status.OK)
+        with self.assertRaises(ValueError):
+            zicoum.suspend(to="tape")
+
     def test_empty_cache_keeps_within_budget(self):
         pointer = self.lib.zico_torch_malloc(MiB, 0, None)
         self.assertTrue(pointer)

@@ -37,6 +37,7 @@ class Status(enum.IntEnum):
     NOT_SUPPORTED = 5
     DRIVER = 6
     INTERNAL = 7
+    SUSPENDED = 8
 
 
 class ZicoError(RuntimeError):
@@ -136,6 +137,8 @@ def _library():
                 ("zico_get_stats", c_int, [c_int, ctypes.POINTER(_Stats)]),
                 ("zico_mark_iteration", c_int, []),
                 ("zico_empty_cache", c_int, [c_int]),
+                ("zico_suspend", c_int, [c_int, c_int]),
+                ("zico_resume", c_int, [c_int]),
                 ("zico_parse_size", c_int, [c_char_p, ctypes.POINTER(ctypes.c_uint64)]),
                 ("zico_torch_malloc", c_void_p, [ctypes.c_ssize_t, c_int, c_void_p]),
                 ("zico_torch_free", None, [c_void_p, ctypes.c_ssize_t, c_int, c_void_p])):
@@ -182,6 +185,26 @@ def mark_iteration():
 def empty_cache(device=0):
     """Returns cached, unused physical memory on `device` to the driver. Raises ZicoError."""
     _initializing_call("zico_empty_cache", int(device))
+
+
+_STORES = {"host": 0, "nvme": 1}
+
+
+def suspend(device=0, to="host"):
+    """Saves every allocation on `device` to host memory (to="host") or to a swap file
+    (to="nvme"), after waiting for all GPU work, and releases the device's memory, like
+    vLLM's sleep mode. Tensors keep their addresses but must not be used until resume();
+    allocations fail meanwhile. Raises ValueError for an unknown `to`, ZicoError if the
+    suspend failed (then nothing changed)."""
+    if to not in _STORES:
+        raise ValueError(f"to={to!r} is not a store; expected one of {sorted(_STORES)}")
+    _initializing_call("zico_suspend", int(device), _STORES[to])
+
+
+def resume(device=0):
+    """Maps `device`'s memory back at the same addresses and restores its contents.
+    A no-op when not suspended. Raises ZicoError (the data stays saved; call again)."""
+    _initializing_call("zico_resume", int(device))
 
 
 def parse_size(text):
