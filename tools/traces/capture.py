@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Capture a zicoum memory trace (docs/trace-format.md) of a real model's training loop.
 
-No GPU is used and nothing is downloaded. The model is built from its config with random weights on
+Two modes, picked by --device. `meta` (the default, and how the committed traces were made) uses no GPU;
+`cuda` runs the same loop on a real GPU and measures each op's time (see "GPU mode" below). Nothing is
+downloaded in either mode. In meta mode, the model is built from its config with random weights on
 PyTorch's `meta` device, where every tensor has a shape, a dtype and a storage of the right size but no
 data, so a full-size batch costs no memory and little time. A TorchDispatchMode sees every ATen op the
 training loop runs (forward, autograd's backward, the optimizer) and turns it into trace records:
@@ -29,6 +31,33 @@ scaled_dot_product_attention is the memory-efficient kernel (what PyTorch picks 
 --attention math keeps the math path instead, which materialises the S x S attention scores).
 Adam/AdamW run with foreach=True, PyTorch's default on CUDA. All floating tensors are float32.
 
+GPU mode (--device cuda): the same model, built with random weights directly on the current CUDA
+device (torch.manual_seed(0)), trains on real random batches through the same loop and the same
+Recorder, so sizes, categories and op indices mean what they mean in meta mode and the two traces can be
+compared (compare_devices.py). The differences:
+
+  * Kernels are PyTorch's own choice on the GPU: nothing is substituted (on CUDA dropout is
+    native_dropout and fp32 attention the memory-efficient kernel anyway); --attention math forces
+    SDPBackend.MATH. What was picked is counted in `meta kernels`. Matmuls run in TF32
+    (set_float32_matmul_precision("high")), as the roofline assumes; cuDNN keeps its defaults.
+  * Time: one pair of CUDA events per recorded op, recorded on the current stream immediately before and
+    after the op runs; no synchronisation per op. The events come from a pool, read after a
+    torch.cuda.synchronize() at each iteration's end and reused. DUR is an op's elapsed time, T the sum
+    of the DURs of all earlier ops (GPU time; the gaps between ops are left out). Where the GPU is
+    faster than the CPU launching work (small kernels, and this recorder's Python cost per op), the
+    first event runs before the kernel is even launched, so DUR includes the op's CPU launch time.
+    The first iteration's DURs also include one-time costs (CUDA's lazy loading of each kernel,
+    cuBLAS and cuDNN handles). Records are written with provisional times (an op count) that are
+    resolved once the durations are known.
+  * Safety on a shared GPU: before touching the GPU's memory the expected footprint is estimated by a
+    meta-mode capture of the same settings (a child process), and the capture refuses to start (exit
+    3) unless the GPU has that much free, with allowances (torch.cuda.mem_get_info); the caching
+    allocator is then capped at the estimate plus its allowance (set_per_process_memory_fraction), so an
+    underestimate ends in an out-of-memory error inside this process instead of taking memory from
+    others. See gpu_memory_plan().
+  * The meta keys add the GPU, driver and library versions, the footprint plan, and PyTorch's own peak
+    of allocated and reserved bytes (which include workspaces and rounding the trace leaves out).
+
 Needs torch, torchvision, transformers and timm (tools/traces/requirements.txt); CI does not run it.
 """
 
@@ -40,7 +69,9 @@ import gc
 import gzip
 import os
 import shlex
+import subprocess
 import sys
+import tempfile
 import time
 from typing import Callable
 
@@ -64,6 +95,33 @@ TIMING_META = (
     f"at (bytes read + written) / ({HBM_BYTES_PER_S / 1e12:g} TB/s = 3.35 TB/s x 0.8); "
     f"at least {MIN_KERNEL_NS} ns per kernel; allocation-only ops (empty*) 0 ns; CPU overhead ignored"
 )
+
+TIMING_CUDA_META = (
+    "CUDA events per op: a torch.cuda.Event pair (enable_timing) recorded on the current stream "
+    "immediately before and after each recorded op, read after torch.cuda.synchronize() at each "
+    "iteration's end; DUR = the pair's elapsed time, T = sum of the DURs of all earlier ops (GPU time, "
+    "gaps between ops left out); where the GPU outruns the CPU a DUR includes the op's CPU launch time; "
+    "allocation-only ops (empty*) 0 ns, no events; event resolution about 0.5 us"
+)
+
+# Seed of the random weights and batches in GPU mode (meta tensors hold no values).
+CUDA_SEED = 0
+
+# GPU mode's memory plan (gpu_memory_plan): the caching allocator may hold up to the estimated tensor
+# peak x ALLOCATOR_FACTOR + ALLOCATOR_EXTRA (512-byte rounding, fragmentation, cuDNN and cuBLAS
+# workspaces, which come from the same allocator), and the GPU must have OUTSIDE_ALLOCATOR more free
+# than that (CUDA libraries' kernels and handles, loaded lazily, outside the allocator).
+GIB = 1 << 30
+ALLOCATOR_FACTOR = 1.5
+ALLOCATOR_EXTRA = 1 * GIB
+OUTSIDE_ALLOCATOR = 1 * GIB
+
+# Exit status of main() when the GPU cannot be used (no CUDA device, not enough free memory); 2 is a
+# usage error, 1 a failure (including a failed footprint estimate).
+EXIT_NO_GPU = 3
+
+# Op names counted in GPU mode's `meta kernels`: those whose kernel PyTorch chooses by device.
+KERNEL_CHOICE_WORDS = ("dropout", "bernoulli", "attention", "batch_norm", "cudnn")
 
 # Outputs that CUDA keeps in host memory although the meta device makes them device tensors: the
 # philox seed and offset of the memory-efficient attention kernel. They are not recorded as blocks.
@@ -93,7 +151,7 @@ class Recorder:
     thread waits for it, so the recorder is never entered concurrently.
     """
 
-    def __init__(self, device):
+    def __init__(self, device, timer=None):
         import torch
         from torch.multiprocessing.reductions import StorageWeakRef
         from torch.utils.flop_counter import flop_registry
@@ -112,6 +170,17 @@ class Recorder:
         self.untracked_found = 0
         self.paused = False   # while True, ops run unrecorded (making the batch, like a host copy)
         self._mutable_args: dict[object, list[tuple[int, str, bool]]] = {}
+        # None: roofline estimates (meta mode). Otherwise measured times (CudaOpTimer): records get
+        # provisional times, the number of ops before them, resolved by finish() into real times.
+        self.timer = timer
+        self.durations_ns: list[int | None] = []   # per op, measured mode only; None until read
+        self._in_op = False
+        self._resolved = False
+
+    def _now(self) -> int:
+        """The time field of a record made now: the clock, or in measured mode the number of ops so far
+        (the op about to be recorded starts, and the last one recorded ends, at that position)."""
+        return self.clock_ns if self.timer is None else self.op_count
 
     # -- blocks -----------------------------------------------------------------------------------
 
@@ -122,7 +191,7 @@ class Recorder:
         nbytes = storage.nbytes()
         if nbytes == 0:
             return None  # the caching allocator is not called for an empty tensor
-        rec = ["a", self.next_id, nbytes, self.clock_ns, None, op]
+        rec = ["a", self.next_id, nbytes, self._now(), None, op]
         block = Block(self.next_id, self._weakref(storage), op, rec, role)
         self.next_id += 1
         self.records.append(rec)
@@ -131,7 +200,7 @@ class Recorder:
 
     def _free(self, key: int) -> None:
         block = self.live.pop(key)
-        self.records.append(["f", block.id, self.clock_ns])
+        self.records.append(["f", block.id, self._now()])
         if block.role is not None:
             block.record[4] = block.role
         else:
@@ -176,11 +245,13 @@ class Recorder:
 
     def begin_iteration(self) -> None:
         self.iteration += 1
-        self.records.append(["i", self.iteration, self.clock_ns])
+        self.records.append(["i", self.iteration, self._now()])
 
     def end_iteration(self) -> None:
         gc.collect()
         self.sweep(everything=True)
+        if self.timer is not None:
+            self.timer.collect(self.durations_ns)  # synchronises; the event pool is free again
 
     # -- ops --------------------------------------------------------------------------------------
 
@@ -218,6 +289,20 @@ class Recorder:
     def on_op(self, func, args, kwargs, run: Callable):
         if self.paused:
             return run()
+        if self.timer is None:
+            return self._on_op(func, args, kwargs, run)
+        # Measured mode runs backward on autograd's CUDA thread. The caller's thread waits for it, so
+        # ops never overlap; if they ever did, the records and the event pool would be corrupt: stop.
+        if self._in_op:
+            raise RuntimeError("capture.py: two ops recorded at once (autograd ran ops concurrently); "
+                               "the trace would be wrong")
+        self._in_op = True
+        try:
+            return self._on_op(func, args, kwargs, run)
+        finally:
+            self._in_op = False
+
+    def _on_op(self, func, args, kwargs, run: Callable):
         self.sweep()
         mutable = self._mutable(func)
         out_names = {name for _, name, kwarg_only in mutable if kwarg_only}
@@ -238,7 +323,13 @@ class Recorder:
                 if self._allocate(t.untyped_storage(), -1, "other") is not None:
                     self.untracked_found += 1
 
+        alloc_only = func._schema.name in ALLOC_ONLY_OPS
+        timed = self.timer is not None and not alloc_only
+        if timed:
+            self.timer.before()   # the pair is claimed below only if the op is recorded
         out = run()
+        if timed:
+            self.timer.after()
 
         for pos in HOST_OUTPUTS.get(func._schema.name, ()):
             storage = out[pos].untyped_storage()
@@ -261,10 +352,15 @@ class Recorder:
 
         read_ids = _unique_ids(self.block_of(t) for t in reads)
         write_ids = _unique_ids([self.block_of(t) for t in written] + new_blocks)
-        alloc_only = func._schema.name in ALLOC_ONLY_OPS
-        dur = self._duration_ns(func, args, kwargs, out, reads, written + new_outs, alloc_only)
+        if self.timer is None:
+            dur = self._duration_ns(func, args, kwargs, out, reads, written + new_outs, alloc_only)
+        else:
+            dur = 0  # resolved by finish()
+            self.durations_ns.append(None if timed else 0)
+            if timed:
+                self.timer.claim(op)
         name = func.name().replace("aten::", "")
-        self.records.append(["o", op, self.clock_ns, dur, name,
+        self.records.append(["o", op, self._now(), dur, name,
                              ",".join(map(str, read_ids)) or "-",
                              ",".join(map(str, write_ids)) or "-"])
         self.op_count += 1
@@ -277,12 +373,35 @@ class Recorder:
         """Sweeps once more and names every block's category; returns how many live blocks had none."""
         gc.collect()
         self.sweep(everything=True)
+        if self.timer is not None:
+            self.timer.collect(self.durations_ns)
+            self._resolve_times()
         unnamed = 0
         for block in self.live.values():
             if block.role is None:
                 unnamed += 1
             block.record[4] = block.role or "other"
         return unnamed
+
+    def _resolve_times(self) -> None:
+        """Measured mode: turns each record's provisional time (ops before it) into nanoseconds."""
+        if self._resolved:
+            return
+        if len(self.durations_ns) != self.op_count or any(d is None for d in self.durations_ns):
+            raise AssertionError("an op's duration was never read from its CUDA events")
+        starts = [0]
+        for d in self.durations_ns:
+            starts.append(starts[-1] + d)
+        for rec in self.records:
+            kind = rec[0]
+            if kind == "a":
+                rec[3] = starts[rec[3]]
+            elif kind in ("f", "i"):
+                rec[2] = starts[rec[2]]
+            else:  # "o"
+                rec[2], rec[3] = starts[rec[1]], self.durations_ns[rec[1]]
+        self.clock_ns = starts[-1]
+        self._resolved = True
 
     def write(self, path: str, meta: dict[str, str]) -> int:
         lines = ["zicoum-trace 1"]
@@ -298,6 +417,42 @@ class Recorder:
                 gz.write(data)
         os.replace(tmp, path)
         return len(self.records)
+
+
+class CudaOpTimer:
+    """Times recorded ops with CUDA events: before() and after() record a pair on the current stream
+    around an op, claim() keeps the pair for a recorded op (an unclaimed pair is simply recorded over by
+    the next op), and collect() synchronises once and reads every claimed pair's elapsed time. Pairs
+    come from a pool that grows to the largest number of ops in one iteration and is reused after each
+    collect(), so no event is re-recorded before the GPU has passed it and been waited for.
+    """
+
+    def __init__(self, torch, device):
+        self._cuda = torch.cuda
+        self._device = device
+        self._pairs: list[tuple[object, object]] = []
+        self._used = 0                # pairs claimed since the last collect()
+        self._ops: list[int] = []     # the op index of each claimed pair
+
+    def before(self) -> None:
+        if self._used == len(self._pairs):
+            self._pairs.append((self._cuda.Event(enable_timing=True),
+                                self._cuda.Event(enable_timing=True)))
+        self._pairs[self._used][0].record(self._cuda.current_stream(self._device))
+
+    def after(self) -> None:
+        self._pairs[self._used][1].record(self._cuda.current_stream(self._device))
+
+    def claim(self, op: int) -> None:
+        self._ops.append(op)
+        self._used += 1
+
+    def collect(self, durations_ns: list) -> None:
+        self._cuda.synchronize(self._device)
+        for (start, end), op in zip(self._pairs, self._ops):
+            durations_ns[op] = max(0, round(start.elapsed_time(end) * 1e6))  # ms -> ns
+        self._ops.clear()
+        self._used = 0
 
 
 def _unique_ids(blocks) -> list[int]:
@@ -494,8 +649,9 @@ MODELS: dict[str, ModelSpec] = {
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(
-        description="Capture a zicoum memory trace of a model's training loop, on the meta device "
-                    "with roofline-estimated H100 times (docs/trace-format.md).")
+        description="Capture a zicoum memory trace of a model's training loop (docs/trace-format.md): "
+                    "on the meta device with roofline-estimated H100 times, or on a CUDA GPU with "
+                    "times measured by CUDA events.")
     parser.add_argument("--list", action="store_true", help="list the models and exit")
     parser.add_argument("--model", help="model name (see --list)")
     parser.add_argument("--batch", type=int, help="batch size")
@@ -506,6 +662,10 @@ def parse_args(argv):
     parser.add_argument("--attention", choices=("efficient", "math"),
                         help="scaled_dot_product_attention kernel: efficient (CUDA's choice for fp32 "
                              "on an H100, the default) or math (materialises the S x S scores)")
+    parser.add_argument("--device", choices=("meta", "cuda"), default="meta",
+                        help="meta (the default): no GPU, estimated times; cuda: the current CUDA "
+                             "device, random weights, measured times, refused unless the GPU has the "
+                             f"memory free (exit {EXIT_NO_GPU})")
     parser.add_argument("--out", help="output file, NAME.ztrace.gz")
     args = parser.parse_args(argv)
     if args.list:
@@ -585,11 +745,23 @@ class Training:
 
 
 def build_training(args) -> Training:
-    """The model in training mode on the meta device, with its optimizer (also used by crosscheck.py)."""
+    """The model in training mode with its optimizer (also used by crosscheck.py).
+
+    On the meta device (args.device "meta", or no args.device) with CUDA's kernel choices installed;
+    otherwise on a real device ("cuda": the current CUDA device) with random weights from a fixed seed,
+    where PyTorch picks its own kernels.
+    """
     import torch
     spec = MODELS[args.model]
-    device = torch.device("meta")
-    install_cuda_kernel_choices(device, args.attention)
+    kind = getattr(args, "device", "meta")
+    if kind == "meta":
+        device = torch.device("meta")
+        install_cuda_kernel_choices(device, args.attention)
+    else:
+        # With an index: tensors report cuda:N, and the Recorder compares devices exactly.
+        device = (torch.device("cuda", torch.cuda.current_device()) if kind == "cuda"
+                  else torch.device(kind))
+        torch.manual_seed(CUDA_SEED)
     if spec.kind != "image":
         install_known_batch_facts()
     with torch.device(device):
@@ -601,15 +773,12 @@ def build_training(args) -> Training:
     return Training(spec, device, model, params, opt_cls(params, lr=1e-4, foreach=True), vocab_size)
 
 
-def capture(args) -> None:
+def record_training(training: Training, args, recorder: Recorder, kernel_context=None) -> None:
+    """Runs args.iterations training iterations (forward, backward, optimizer step) under recording."""
+    import contextlib
     import torch
-    started = time.monotonic()
-    training = build_training(args)
     spec, device, model, params, optimizer = (training.spec, training.device, training.model,
                                               training.params, training.optimizer)
-    vocab_size = training.vocab_size
-
-    recorder = Recorder(device)
     recorder.register(params, "param", persistent=True)
     recorder.register(list(model.buffers()), "param", persistent=True)
     mode = make_dispatch_mode(recorder)
@@ -617,12 +786,12 @@ def capture(args) -> None:
     gc.collect()
     gc.disable()  # frees happen when references drop, and cycles only at iteration ends: deterministic
     try:
-        with mode:
+        with kernel_context or contextlib.nullcontext(), mode:
             for _ in range(args.iterations):
                 recorder.begin_iteration()
                 optimizer.zero_grad(set_to_none=True)
                 recorder.paused = True
-                batch = make_batch(spec, args, device, vocab_size)
+                batch = make_batch(spec, args, device, training.vocab_size)
                 recorder.paused = False
                 recorder.register(batch, "input")
                 loss = loss_of(model, spec, batch)
@@ -635,18 +804,58 @@ def capture(args) -> None:
                 recorder.end_iteration()
     finally:
         gc.enable()
+
+
+def package_versions() -> str:
+    import importlib.metadata as md
+    parts = []
+    for p in ("torch", "torchvision", "transformers", "timm"):
+        try:
+            parts.append(f"{p}=={md.version(p)}")
+        except md.PackageNotFoundError:
+            parts.append(f"{p} (not installed)")  # resnet110 needs only torch
+    return " ".join(parts)
+
+
+def observed_kernels(records: list) -> str:
+    """Forward ops of the first iteration whose kernel PyTorch picks by device, with their counts."""
+    counts: dict[str, int] = {}
+    for rec in records:
+        if rec[0] == "i" and rec[1] > 0:
+            break
+        if rec[0] == "o" and "backward" not in rec[4] and any(w in rec[4] for w in KERNEL_CHOICE_WORDS):
+            counts[rec[4]] = counts.get(rec[4], 0) + 1
+    return ", ".join(f"{name} x{n}" for name, n in sorted(counts.items())) or "none"
+
+
+def capture(args) -> None:
+    import torch
+    started = time.monotonic()
+    cuda = getattr(args, "device", "meta") == "cuda"
+    training = build_training(args)
+    spec, device, optimizer = training.spec, training.device, training.optimizer
+
+    kernel_context = None
+    if cuda:
+        # TF32 matmuls, as the roofline of meta mode assumes (cuDNN convolutions use TF32 by default).
+        torch.set_float32_matmul_precision("high")
+        if args.attention == "math":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            kernel_context = sdpa_kernel(SDPBackend.MATH)
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    recorder = Recorder(device, CudaOpTimer(torch, device) if cuda else None)
+    record_training(training, args, recorder, kernel_context)
     unnamed = recorder.finish()
     elapsed = time.monotonic() - started
 
-    import importlib.metadata as md
-    versions = " ".join(f"{p}=={md.version(p)}" for p in ("torch", "torchvision", "transformers", "timm"))
     meta = {
         "model": args.model,
         "command": shlex.join([os.path.basename(sys.executable)] + sys.argv),
-        "source": "meta",
+        "source": "cuda" if cuda else "meta",
         "batch": str(args.batch),
         "iterations": str(args.iterations),
-        "timing": TIMING_META,
+        "timing": TIMING_CUDA_META if cuda else TIMING_META,
     }
     if spec.kind == "image":
         meta["image_size"] = str(args.image_size)
@@ -664,13 +873,190 @@ def capture(args) -> None:
         "categories": f"param = parameters and buffers; grad = .grad after backward; optim = "
                       f"optimizer.state; input = batch and labels; temp = freed within "
                       f"{TEMP_MAX_OPS} ops of its op; act = the rest",
-        "versions": versions,
+        "versions": package_versions(),
     })
+    if cuda:
+        seen = observed_kernels(recorder.records)
+        try:
+            name = torch.cuda.get_device_name(device)
+        except Exception:  # noqa: BLE001 - the name is only a label; gpu_meta says more or why not
+            name = "name unknown"
+        meta["device"] = (f"{device} ({name}); sizes are storage nbytes before the caching "
+                          f"allocator's rounding")
+        meta["kernels"] = ("PyTorch's own choices on this GPU, none substituted" + (
+            ", scaled_dot_product_attention restricted to SDPBackend.MATH (--attention math)"
+            if args.attention == "math" else "") + f"; forward ops of iteration 0 that depend on "
+            f"the choice: {seen}")
+        meta.update(gpu_meta(torch, device, args))
+        meta["allocator_max_allocated"] = str(torch.cuda.max_memory_allocated(device))
+        meta["allocator_max_reserved"] = str(torch.cuda.max_memory_reserved(device))
+        meta["untracked_blocks"] = str(recorder.untracked_found)
+        if (spec.transformer and args.attention == "efficient"
+                and "_scaled_dot_product_efficient_attention" not in seen):
+            print(f"capture.py: warning: PyTorch did not pick the memory-efficient attention kernel "
+                  f"that meta mode assumes ({seen}); sizes will differ from a meta trace",
+                  file=sys.stderr)
     count = recorder.write(args.out, meta)
     print(f"{args.out}: {count} records, {recorder.op_count} ops, {recorder.next_id} blocks, "
-          f"{recorder.clock_ns / 1e6:.1f} ms estimated GPU time, {elapsed:.1f} s to capture, "
+          f"{recorder.clock_ns / 1e6:.1f} ms {'measured' if cuda else 'estimated'} GPU time, "
+          f"{elapsed:.1f} s to capture, "
           f"{recorder.untracked_found} blocks found untracked, {unnamed} live without a category",
           file=sys.stderr)
+
+
+# --- GPU mode: what the GPU is, and whether it has room ---------------------------------------------
+
+class GpuUnavailable(Exception):
+    """--device cuda cannot run: no CUDA device, or not enough free memory. Nothing ran on the GPU."""
+
+
+class FootprintUnknown(Exception):
+    """The meta-mode capture that estimates GPU mode's footprint failed. Nothing ran on the GPU."""
+
+
+def gpu_memory_plan(estimated_peak: int, free: int, total: int, gpu: str = "the GPU") -> dict:
+    """How much the capture may take, from the estimated tensor peak; raises GpuUnavailable unless the
+    GPU's free memory covers it. The trace's peak is tensors only: the caching allocator also rounds
+    every block up to 512 bytes, fragments, and serves cuDNN's and cuBLAS's workspaces, hence the cap
+    of peak x ALLOCATOR_FACTOR + ALLOCATOR_EXTRA; CUDA libraries load kernels and create handles outside
+    the allocator, hence OUTSIDE_ALLOCATOR on top of the cap.
+    """
+    cap = int(estimated_peak * ALLOCATOR_FACTOR) + ALLOCATOR_EXTRA
+    need = cap + OUTSIDE_ALLOCATOR
+    if need > free:
+        raise GpuUnavailable(
+            f"refusing to run on {gpu}: the capture needs about {need / GIB:.2f} GiB (an estimated "
+            f"tensor peak of {estimated_peak / GIB:.2f} GiB x {ALLOCATOR_FACTOR:g} + "
+            f"{ALLOCATOR_EXTRA / GIB:g} GiB for allocator rounding, fragmentation and cuDNN/cuBLAS "
+            f"workspaces, + {OUTSIDE_ALLOCATOR / GIB:g} GiB for CUDA libraries), but only "
+            f"{free / GIB:.2f} GiB of its {total / GIB:.2f} GiB are free; the GPU is never "
+            f"oversubscribed: use a smaller --batch, or wait until the GPU has room")
+    return {"estimate": estimated_peak, "cap": cap, "need": need, "free": free, "total": total}
+
+
+def estimate_peak_bytes(args) -> int:
+    """The peak of live tensor bytes of the same capture on the meta device, in a child process that
+    sees no GPU (so it cannot touch one, and installs nothing in this process): min(iterations, 2)
+    iterations, since the peak falls in the second, the first with optimizer state."""
+    spec = MODELS[args.model]
+    with tempfile.TemporaryDirectory(prefix="zicoum-footprint-") as tmp:
+        out = os.path.join(tmp, "estimate.ztrace.gz")
+        command = [sys.executable, os.path.abspath(__file__), "--device", "meta",
+                   "--model", args.model, "--batch", str(args.batch),
+                   "--iterations", str(min(args.iterations, 2)), "--out", out]
+        if spec.kind == "image":
+            command += ["--image-size", str(args.image_size)]
+        else:
+            command += ["--seq-len", str(args.seq_len)]
+        if spec.transformer:
+            command += ["--attention", args.attention]
+        done = subprocess.run(command, capture_output=True, text=True,
+                              env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+        if done.returncode != 0 or not os.path.exists(out):
+            raise FootprintUnknown(
+                f"cannot estimate the footprint, so the GPU is not used: {shlex.join(command)} exited "
+                f"with {done.returncode}:\n{done.stderr[-4000:]}")
+        here = os.path.dirname(os.path.abspath(__file__))
+        if here not in sys.path:
+            sys.path.insert(0, here)
+        import summarize
+        return summarize.summarize(out)["peak"]
+
+
+def prepare_gpu(args, torch) -> dict:
+    """Checks that --device cuda can run: a CUDA device, and the capture's footprint free on it; caps
+    the caching allocator at the plan. Raises GpuUnavailable (or FootprintUnknown if the estimate
+    fails), before any GPU memory is taken, if not."""
+    if not torch.cuda.is_available():
+        if torch.version.cuda is None:
+            why = f"this PyTorch ({torch.__version__}) is a CPU-only build"
+        else:
+            why = f"PyTorch {torch.__version__} (CUDA {torch.version.cuda}) finds no usable CUDA device"
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:
+            why += f" (CUDA_VISIBLE_DEVICES={visible!r})"
+        raise GpuUnavailable(f"--device cuda needs a GPU, but torch.cuda.is_available() is False: "
+                             f"{why}; --device meta captures without one")
+    print("capture.py: estimating the footprint with a meta-device capture ...", file=sys.stderr)
+    estimate = estimate_peak_bytes(args)
+    try:
+        index = torch.cuda.current_device()
+        gpu = f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+        free, total = torch.cuda.mem_get_info(index)
+    except RuntimeError as e:
+        raise GpuUnavailable(f"--device cuda: cannot query the GPU: {e}") from None
+    plan = gpu_memory_plan(estimate, free, total, gpu)
+    torch.cuda.set_per_process_memory_fraction(plan["cap"] / total, index)
+    print(f"capture.py: {gpu}: {free / GIB:.2f} GiB of {total / GIB:.2f} GiB free, estimated tensor "
+          f"peak {estimate / GIB:.2f} GiB, caching allocator capped at {plan['cap'] / GIB:.2f} GiB",
+          file=sys.stderr)
+    return plan
+
+
+def nvidia_driver_version() -> str:
+    import re
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8", errors="replace") as f:
+            found = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", f.read())
+        if found:
+            return found.group(1)
+    except OSError:
+        pass
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=60)
+        if done.returncode == 0 and done.stdout.strip():
+            return done.stdout.strip().splitlines()[0].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return "unknown"
+
+
+def cuda_driver_api_version() -> str:
+    """The CUDA version the driver supports (cuDriverGetVersion), e.g. 12.4."""
+    import ctypes
+    try:
+        version = ctypes.c_int()
+        if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(version)) == 0:
+            return f"{version.value // 1000}.{version.value % 1000 // 10}"
+    except (OSError, AttributeError):
+        pass
+    return "unknown"
+
+
+def gpu_meta(torch, device, args) -> dict[str, str]:
+    """Meta keys about the GPU and its software. Each is best effort: a fact that cannot be read is
+    written as "unknown (...)" rather than losing a finished capture."""
+    def fact(read) -> str:
+        try:
+            value = read()
+        except Exception as e:  # noqa: BLE001 - any failure to read a fact only loses that fact
+            return f"unknown ({type(e).__name__}: {e})".replace("\n", " ")
+        return str(value) if value not in (None, "") else "unknown"
+
+    def gpu() -> str:
+        props = torch.cuda.get_device_properties(device)
+        return (f"{props.name}, compute capability {props.major}.{props.minor}, "
+                f"{props.multi_processor_count} SMs, {props.total_memory} bytes")
+
+    meta = {
+        "gpu": fact(gpu),
+        "nvidia_driver": fact(nvidia_driver_version),
+        "cuda_driver_api": fact(cuda_driver_api_version),
+        "cuda_runtime": fact(lambda: torch.version.cuda),
+        "cudnn": fact(torch.backends.cudnn.version),
+        "cuda_settings": fact(lambda: f"seed {CUDA_SEED}; float32_matmul_precision "
+                                      f"{torch.get_float32_matmul_precision()}; cudnn.allow_tf32 "
+                                      f"{torch.backends.cudnn.allow_tf32}; cudnn.benchmark "
+                                      f"{torch.backends.cudnn.benchmark}; cudnn.deterministic "
+                                      f"{torch.backends.cudnn.deterministic}"),
+    }
+    plan = getattr(args, "gpu_plan", None)
+    if plan is not None:
+        meta["footprint"] = (f"estimated tensor peak {plan['estimate']} B (meta capture); caching "
+                             f"allocator capped at {plan['cap']} B; {plan['free']} B of {plan['total']} B "
+                             f"free at the start")
+    return meta
 
 
 def main(argv=None) -> int:
@@ -682,11 +1068,28 @@ def main(argv=None) -> int:
             print(f"{name:14} {spec.source} ({default})")
         return 0
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:
         print("capture.py needs PyTorch: pip install -r tools/traces/requirements.txt", file=sys.stderr)
         return 2
-    capture(args)
+    if args.device != "cuda":
+        capture(args)
+        return 0
+    try:
+        args.gpu_plan = prepare_gpu(args, torch)
+    except GpuUnavailable as e:
+        print(f"capture.py: {e}", file=sys.stderr)
+        return EXIT_NO_GPU
+    except FootprintUnknown as e:
+        print(f"capture.py: {e}", file=sys.stderr)
+        return 1
+    try:
+        capture(args)
+    except torch.cuda.OutOfMemoryError as e:
+        print(f"capture.py: out of GPU memory under this capture's cap of "
+              f"{args.gpu_plan['cap'] / GIB:.2f} GiB (the estimate was too low, or the allocator "
+              f"fragmented more than allowed for); no trace written: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
