@@ -23,6 +23,11 @@ constexpr OptionInfo kOptions[] = {
     {"ZICO_SIM_CAPACITY", "80GiB", "size > 0", "sim backend: memory of each simulated device"},
     {"ZICO_SIM_GRANULARITY", "2MiB", "power of two, 4KiB..1GiB", "sim backend: allocation granularity"},
     {"ZICO_SIM_DEVICES", "1", "integer 1..64", "sim backend: number of simulated devices"},
+    {"ZICO_SWAP_DIR", "/var/tmp/zicoum", "a directory on a file system with O_DIRECT",
+     "where zico_suspend(..., ZICO_STORE_NVME) writes the job's swap file"},
+    {"ZICO_NVME_QUEUE_DEPTH", "32", "integer 1..4096", "io_uring requests in flight for the swap file"},
+    {"ZICO_NVME_STAGING_BUFFERS", "4", "integer 2..1024", "pinned chunk-sized buffers between the GPU and the disk"},
+    {"ZICO_NVME_IO_SIZE", "512KiB", "size, a multiple of 4KiB", "size of each swap-file read or write"},
     {"ZICO_LIBRARY", "found beside the tool", "path to libzicoum.so",
      "zico-run and the Python package: which libzicoum to load"},
 };
@@ -100,6 +105,35 @@ Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
       return Status(Errc::kConfigError);
     }
     config.sim_devices = static_cast<int>(n);
+  }
+  if (const char* v = lookup("ZICO_SWAP_DIR")) {
+    if (*v == '\0') {
+      *error = bad_value("ZICO_SWAP_DIR", v, "a directory path");
+      return Status(Errc::kConfigError);
+    }
+    config.swap_dir = v;
+  }
+  const auto integer = [&](const char* name, long lo, long hi, uint32_t* value) -> Status {
+    const char* v = lookup(name);
+    if (v == nullptr) return Status::ok();
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < lo || n > hi) {
+      *error = bad_value(name, v, ("an integer from " + std::to_string(lo) + " to " + std::to_string(hi)).c_str());
+      return Status(Errc::kConfigError);
+    }
+    *value = static_cast<uint32_t>(n);
+    return Status::ok();
+  };
+  ZICO_RETURN_IF_ERROR(integer("ZICO_NVME_QUEUE_DEPTH", 1, 4096, &config.nvme_queue_depth));
+  ZICO_RETURN_IF_ERROR(integer("ZICO_NVME_STAGING_BUFFERS", 2, 1024, &config.nvme_staging_buffers));
+  if (const char* v = lookup("ZICO_NVME_IO_SIZE")) {
+    const std::optional<uint64_t> bytes = parse_size(v);
+    if (!bytes || *bytes == 0 || *bytes % 4096 != 0) {
+      *error = bad_value("ZICO_NVME_IO_SIZE", v, "a size that is a multiple of 4KiB, e.g. 512KiB");
+      return Status(Errc::kConfigError);
+    }
+    config.nvme_io_bytes = *bytes;
   }
   if (config.sim_capacity < config.sim_granularity) {
     *error = "ZICO_SIM_CAPACITY must be at least ZICO_SIM_GRANULARITY (" + format_size(config.sim_granularity) + ")";

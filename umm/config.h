@@ -29,6 +29,10 @@ struct Config {
   uint64_t sim_capacity = uint64_t{80} << 30;
   uint64_t sim_granularity = uint64_t{2} << 20;
   int sim_devices = 1;
+  std::string swap_dir;             // "": the NVMe store's default directory
+  uint32_t nvme_queue_depth = 32;
+  uint32_t nvme_staging_buffers = 4;
+  uint64_t nvme_io_bytes = uint64_t{512} << 10;
 };
 
 struct OptionInfo {

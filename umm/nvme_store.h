@@ -13,21 +13,26 @@
 // Data path. Device memory is never handed to the kernel: every chunk passes
 // through one of `staging_buffers` pinned, chunk-sized host buffers.
 //   save: D2H copy (driver copy on the caller's stream, one event per buffer)
-//         -> XXH3-64 of the staged chunk -> WRITE_FIXED requests
+//         -> WRITE_FIXED requests, and XXH3-64 of the staged chunk while
+//         they run (both only read the buffer)
 //   load: READ_FIXED requests -> checksum verified -> H2D copy
 // With several buffers the two links overlap: while chunk k is on its way to
 // or from the disk, chunk k+1 is on the PCIe link. A chunk is written or read
 // whole, in requests of `io_bytes` each (at most `queue_depth` in flight).
+// The stream should be a copy stream of the caller's (the allocator's): the
+// store waits only for its own copies, through its events, and returns once
+// every copy and request of the batch has finished.
 //
 // Sizes, and why. A staging buffer holds a whole chunk because the checksum
 // covers a whole chunk and must be checked before a byte reaches the device.
 // Copies are one chunk (2 MiB by default): a pinned copy of 2 MiB already runs
 // at the link's peak (its 10-50 us fixed cost is under 5 % at 25-55 GB/s).
 // Disk requests default to 512 KiB: NVMe drives reach their sequential peak at
-// 128 KiB-1 MiB with a few requests queued, and 4 buffers x 4 requests keeps
-// ~12 requests (6 MiB) in flight while one buffer is on the PCIe link, which
-// is what fio needs to saturate the drives we measured (docs/benchmarks.md).
-// Pinned memory: staging_buffers x chunk_bytes (8 MiB by default).
+// 128 KiB-1 MiB with several requests queued, and 4 buffers x 4 requests keep
+// 12-16 requests (6-8 MiB) in flight while one buffer is on the PCIe link;
+// fio gets no more from 32 in flight on the disks we measured
+// (docs/benchmarks.md, tests/bench/nvme_vs_fio.sh). Pinned memory:
+// staging_buffers x chunk_bytes (8 MiB by default).
 //
 // Slot states: free -> reserved (reserve_slot) -> saved (save succeeded)
 // -> reserved (a failed save: the slot is empty again) -> free (release_slot).
@@ -123,8 +128,13 @@ class NvmeStore final : public BackingStore {
  private:
   struct Engine;  // the ring, staging buffers and request table (nvme_store.cpp)
   enum class SlotState : uint8_t { kFree, kReserved, kSaved };
+  struct Slot {
+    uint64_t checksum = 0;    // XXH3-64 of the chunk, valid in kSaved
+    uint32_t batch_mark = 0;  // catches a slot named twice in one batch
+    SlotState state = SlotState::kFree;
+  };
 
-  NvmeStore(Driver& driver, size_t chunk_bytes) : driver_(driver), chunk_bytes_(chunk_bytes) {}
+  NvmeStore(Driver& driver, size_t chunk_bytes) noexcept;
   Status validate_batch(std::span<const ChunkTransfer> chunks, bool need_saved) noexcept;
   Status grow_file(uint64_t bytes) noexcept;
   int take_fault(NvmeOp op) noexcept;  // the errno to inject, -1 for none
@@ -132,15 +142,14 @@ class NvmeStore final : public BackingStore {
 
   Driver& driver_;
   const size_t chunk_bytes_;
+  const int owner_;  // the pid that created the file and may remove it
   std::string path_;
   int fd_ = -1;
   uint64_t file_bytes_ = 0;
   bool fallocate_works_ = true;
   bool fixed_buffers_ = false;
   std::unique_ptr<Engine> engine_;
-  std::vector<SlotState> slots_;      // by slot
-  std::vector<uint64_t> checksums_;   // XXH3-64 of each saved slot
-  std::vector<uint32_t> batch_mark_;  // duplicate detection within a batch
+  std::vector<Slot> slots_;  // by slot number; the file covers all of them
   uint32_t batch_serial_ = 0;
   std::vector<uint32_t> free_slots_;
   size_t in_use_ = 0;
@@ -149,8 +158,6 @@ class NvmeStore final : public BackingStore {
   uint64_t fault_at_[static_cast<size_t>(NvmeOp::kCount)] = {};
   int fault_errno_[static_cast<size_t>(NvmeOp::kCount)] = {};
   std::string last_error_;
-
-  friend struct NvmeStoreTestPeer;
 };
 
 }  // namespace zico

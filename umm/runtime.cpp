@@ -1,9 +1,12 @@
 #include "runtime.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <mutex>
 
 #include "cuda_driver.h"
 #include "host_store.h"
+#include "nvme_store.h"
 #include "log.h"
 #include "sim_driver.h"
 #include "sizes.h"
@@ -126,7 +129,21 @@ Status Runtime::backing_store(DeviceId device, Residency kind, BackingStore** ou
         }
         slot = std::move(store);
       } else {
-        return Status(Errc::kNotSupported);
+        NvmeStoreOptions options;
+        options.directory = config_.swap_dir;
+        options.queue_depth = config_.nvme_queue_depth;
+        options.staging_buffers = config_.nvme_staging_buffers;
+        options.io_bytes = config_.nvme_io_bytes;
+        std::unique_ptr<NvmeStore> store;
+        const Status status = NvmeStore::create(*driver_, device, allocator->chunk_bytes(), options, &store, &why);
+        if (!status.is_ok()) {
+          ZICO_LOG(kError, "%s", why.c_str());
+          return status;
+        }
+        slot = std::move(store);
+        // The runtime lives forever, so remove the swap files when the process exits normally.
+        static std::once_flag registered;
+        std::call_once(registered, [] { std::atexit([] { Runtime::instance().close_swap_files(); }); });
       }
     } catch (const std::bad_alloc&) {
       return Status(Errc::kOutOfMemory);
@@ -134,6 +151,11 @@ Status Runtime::backing_store(DeviceId device, Residency kind, BackingStore** ou
   }
   *out = slot.get();
   return Status::ok();
+}
+
+void Runtime::close_swap_files() noexcept {
+  std::lock_guard lock(store_mutex_);
+  for (auto& store : nvme_stores_) store.reset();  // each unlinks its file
 }
 
 DeviceAllocator* Runtime::owner_of(const void* ptr) const noexcept {

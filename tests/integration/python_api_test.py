@@ -138,6 +138,9 @@ class BudgetTest(unittest.TestCase):
         self.assertEqual(caught.exception.status, zicoum.Status.SUSPENDED)
         zicoum.resume(device=0)
         self.assertEqual(ctypes.string_at(pointer.value, 600), b"zicoum" * 100)
+        zicoum.suspend(device=0, to="nvme")
+        zicoum.resume(device=0)
+        self.assertEqual(ctypes.string_at(pointer.value, 600), b"zicoum" * 100)
         self.assertEqual(self.lib.zico_free(pointer, None), zicoum.Status.OK)
         with self.assertRaises(ValueError):
             zicoum.suspend(to="tape")

@@ -1,5 +1,10 @@
 // Host store, chunk eviction and allocator suspend/resume on SimDriver.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
 
 #include <cstring>
 #include <random>
@@ -8,6 +13,7 @@
 #include "device_allocator.h"
 #include "driver_contract_test.h"
 #include "host_store.h"
+#include "nvme_store.h"
 #include "sim_driver.h"
 
 namespace zico::testing {
@@ -120,6 +126,83 @@ TEST_F(SuspendTest, ReleasesAllDeviceMemoryAndRestoresDataAtTheSameAddresses) {
   EXPECT_EQ(store_->slots_in_use(), 0u);
   for (const Block& b : blocks) EXPECT_TRUE(intact(b)) << b.bytes << "-byte block";
   ZICO_ASSERT_OK(allocator_->allocate(4096, StreamHandle{}, &p));
+}
+
+TEST_F(SuspendTest, SuspendsToTheNvmeStoreAndBack) {
+  const std::vector<Block> blocks = fill_blocks();
+  NvmeStoreOptions options;
+  options.directory = ::testing::TempDir() + "/zicoum-suspend-nvme";
+  std::filesystem::create_directories(options.directory);
+  std::unique_ptr<NvmeStore> nvme;
+  std::string why;
+  ASSERT_TRUE(NvmeStore::create(*driver_, DeviceId{0}, allocator_->chunk_bytes(), options, &nvme, &why).is_ok()) << why;
+  ZICO_ASSERT_OK(allocator_->suspend(*nvme));
+  EXPECT_EQ(driver_->counters().live_chunks, 0u);
+  ZICO_ASSERT_OK(allocator_->resume());
+  for (const Block& b : blocks) EXPECT_TRUE(intact(b));
+}
+
+// A job killed while it evicts: its device memory dies with the process (the
+// driver frees it), and the swap file it leaves is removed by a later store
+// that opens in that directory, once the dead process's io_uring has been torn
+// down. That is the whole guarantee: a suspend is the job's own act, so there
+// is no one left who could need the data.
+TEST_F(SuspendTest, AJobKilledMidEvictionLeavesOnlyAFileTheNextStoreRemoves) {
+  const std::string dir = ::testing::TempDir() + "/zicoum-killed";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    (void)fill_blocks();
+    NvmeStoreOptions options;
+    options.directory = dir;
+    std::unique_ptr<NvmeStore> nvme;
+    std::string why;
+    if (!NvmeStore::create(*driver_, DeviceId{0}, allocator_->chunk_bytes(), options, &nvme, &why).is_ok()) _exit(2);
+    // Die inside the second batch of the eviction.
+    class KillingStore final : public BackingStore {
+     public:
+      explicit KillingStore(BackingStore& inner) : inner_(inner) {}
+      Residency residency() const override { return inner_.residency(); }
+      size_t chunk_bytes() const override { return inner_.chunk_bytes(); }
+      Status reserve_slot(uint32_t* slot) override { return inner_.reserve_slot(slot); }
+      void release_slot(uint32_t slot) override { inner_.release_slot(slot); }
+      Status save(std::span<const ChunkTransfer> chunks, StreamHandle stream) override {
+        const Status status = inner_.save(chunks.subspan(0, chunks.size() / 2), stream);
+        if (status.is_ok()) raise(SIGKILL);
+        return status;
+      }
+      Status load(std::span<const ChunkTransfer> chunks, StreamHandle stream) override { return inner_.load(chunks, stream); }
+
+     private:
+      BackingStore& inner_;
+    } killing(*nvme);
+    (void)allocator_->suspend(killing);
+    _exit(3);  // not reached
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the child was to die mid-eviction";
+  auto swap_files = [&] {
+    size_t n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) n += entry.path().extension() == ".swap";
+    return n;
+  };
+  EXPECT_EQ(swap_files(), 1u) << "the killed job's swap file is left behind";
+  // The kernel tears a dead process's io_uring down asynchronously, and its
+  // registered file keeps the swap file's lock until then: cleanup retries.
+  for (int attempt = 0; attempt < 200 && swap_files() > 0; ++attempt) {
+    (void)NvmeStore::clean_stale_files(dir);
+    usleep(10'000);
+  }
+  EXPECT_EQ(swap_files(), 0u) << "the stale file was removed once its lock was gone";
+  NvmeStoreOptions options;
+  options.directory = dir;
+  std::unique_ptr<NvmeStore> next;
+  std::string why;
+  ASSERT_TRUE(NvmeStore::create(*driver_, DeviceId{0}, allocator_->chunk_bytes(), options, &next, &why).is_ok()) << why;
+  EXPECT_EQ(swap_files(), 1u) << "only the new store's own file";
 }
 
 TEST_F(SuspendTest, AFailedSuspendChangesNothing) {
