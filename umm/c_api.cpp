@@ -142,6 +142,7 @@ zico_status_t zico_suspend(int device, zico_store_t store) {
                                                store == ZICO_STORE_HOST ? zico::Residency::kHost : zico::Residency::kNvme,
                                                &backing);
   }
+  if (!status.is_ok() && backing == nullptr && allocator != nullptr) return zico::to_c(status);  // reason already set
   if (status.is_ok()) status = allocator->suspend(*backing);
   return zico::report(status, "zico_suspend", device);
 }

@@ -153,18 +153,21 @@ Status ChunkMap::evict(std::span<const size_t> indices, BackingStore& store, Str
     return status;
   }
   // Saved: the physical memory can go. Contents now live only in the store.
+  Status result = Status::ok();
   for (size_t k = 0; k < indices.size(); ++k) {
     const size_t index = indices[k];
     if (Status unmapped = unmap_one(index); !unmapped.is_ok()) {
-      // Still mapped and still intact: keep it that way, drop its copy.
+      // Still mapped and intact: keep it so, drop its copy, and report it,
+      // since the caller expected the memory to be gone.
       store.release_slot(transfers[k].slot);
       ZICO_LOG(kWarn, "evict: unmapping chunk %zu failed (%s); it stays mapped", index, unmapped.message().c_str());
+      result = unmapped;
       continue;
     }
     entries_[index].residency = store.residency();
     entries_[index].slot = transfers[k].slot;
   }
-  return Status::ok();
+  return result;
 }
 
 Status ChunkMap::restore(std::span<const size_t> indices, BackingStore& store, StreamHandle stream) {
@@ -193,7 +196,12 @@ Status ChunkMap::restore(std::span<const size_t> indices, BackingStore& store, S
     // Back out: the store still holds every chunk of the batch.
     for (size_t index : mapped_here) {
       entries_[index].residency = Residency::kMapped;
-      (void)unmap_one(index);
+      if (!unmap_one(index).is_ok()) {
+        // The mapping stays (and stays counted); the data is still in the
+        // store, but a later restore of this chunk would map over it.
+        ZICO_LOG(kError, "restore: could not undo the mapping of chunk %zu; it holds no data", index);
+        continue;
+      }
       entries_[index].residency = store.residency();
     }
     return status;

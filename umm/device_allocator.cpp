@@ -596,7 +596,9 @@ Status DeviceAllocator::suspend(BackingStore& store) noexcept {
   try {
     ZICO_RETURN_IF_ERROR(ensure_copy_stream());
     reclaim();
-    ZICO_RETURN_IF_ERROR(unmap_idle(SIZE_MAX, VaRange{}));  // synchronizes the device; free memory needs no saving
+    // Kernels may still be writing the memory we are about to copy and unmap.
+    ZICO_RETURN_IF_ERROR(driver_.device_synchronize(device_));
+    ZICO_RETURN_IF_ERROR(unmap_idle(SIZE_MAX, VaRange{}));  // free memory needs no saving
     const std::vector<size_t> in_use = chunks_.chunks_in_use();
     for (size_t start = 0; start < in_use.size(); start += kEvictionBatch) {
       const size_t count = std::min(kEvictionBatch, in_use.size() - start);

@@ -30,8 +30,10 @@
 // and evicts every chunk that holds blocks to a BackingStore, releasing all
 // of the device memory; allocations fail with kSuspended until resume() maps
 // the chunks again at the same addresses and loads their contents. A failed
-// suspend leaves everything mapped; a failed resume leaves the rest in the
-// store, and resume() may be called again.
+// suspend leaves everything mapped (in the rare case where undoing it fails
+// too, the allocator stays suspended with its data safe in the store, and
+// resume() finishes the job); a failed resume leaves the rest in the store,
+// and resume() may be called again.
 //
 // Thread-safety: all methods lock one mutex; owns() is lock-free.
 #pragma once

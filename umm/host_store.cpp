@@ -104,18 +104,25 @@ void* HostStore::slot_data(uint32_t slot) const {
   return static_cast<char*>(block.memory) + (slot % options_.block_chunks) * chunk_bytes_;
 }
 
-Status HostStore::save(std::span<const ChunkTransfer> chunks, StreamHandle stream) {
+Status HostStore::transfer(std::span<const ChunkTransfer> chunks, StreamHandle stream, bool to_host) {
+  Status status = Status::ok();
   for (const ChunkTransfer& c : chunks) {
-    ZICO_RETURN_IF_ERROR(driver_.copy_async(slot_data(c.slot), c.device, chunk_bytes_, CopyKind::kDeviceToHost, stream));
+    status = to_host ? driver_.copy_async(slot_data(c.slot), c.device, chunk_bytes_, CopyKind::kDeviceToHost, stream)
+                     : driver_.copy_async(c.device, slot_data(c.slot), chunk_bytes_, CopyKind::kHostToDevice, stream);
+    if (!status.is_ok()) break;
   }
-  return driver_.stream_synchronize(stream);
+  // Even after a failure: copies already queued must finish before anyone
+  // unmaps their source or reuses their slot.
+  const Status synced = driver_.stream_synchronize(stream);
+  return status.is_ok() ? synced : status;
+}
+
+Status HostStore::save(std::span<const ChunkTransfer> chunks, StreamHandle stream) {
+  return transfer(chunks, stream, true);
 }
 
 Status HostStore::load(std::span<const ChunkTransfer> chunks, StreamHandle stream) {
-  for (const ChunkTransfer& c : chunks) {
-    ZICO_RETURN_IF_ERROR(driver_.copy_async(c.device, slot_data(c.slot), chunk_bytes_, CopyKind::kHostToDevice, stream));
-  }
-  return driver_.stream_synchronize(stream);
+  return transfer(chunks, stream, false);
 }
 
 void HostStore::shrink() {

@@ -58,6 +58,7 @@ class HostStore final : public BackingStore {
   HostStore(Driver& driver, size_t chunk_bytes, const HostStoreOptions& options, int numa_node)
       : driver_(driver), chunk_bytes_(chunk_bytes), options_(options), numa_node_(numa_node) {}
   Status grow();
+  Status transfer(std::span<const ChunkTransfer> chunks, StreamHandle stream, bool to_host);
   void free_block(Block& block);
 
   Driver& driver_;

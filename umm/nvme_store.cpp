@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <random>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -292,6 +293,15 @@ struct NvmeStore::Engine {
     return Status::ok();
   }
 
+  [[nodiscard]] bool all_idle() const {
+    return std::all_of(buffers.begin(), buffers.end(), [](const Buffer& b) { return b.state == BufferState::kIdle; });
+  }
+  // A batch must never end with work unfinished; if it does, it failed.
+  Status unfinished_batch() {
+    store.fail("internal error: a batch on %s ended with staging buffers still busy", store.path_.c_str());
+    return Status(Errc::kOsError, EIO);
+  }
+
   // Waits for the oldest copy; on an event failure, for the whole stream.
   Status finish_copy(uint32_t b, StreamHandle stream) {
     Status status = store.driver_.event_synchronize(buffers[b].event);
@@ -317,7 +327,10 @@ Status NvmeStore::create(Driver& driver, DeviceId device, size_t chunk_bytes, co
       *why = "nvme store: queue depth must be 1-4096, staging buffers 2-1024, I/O size a multiple of 4 KiB";
       return Status(Errc::kInvalidArgument);
     }
-    const std::string tag = options.job_tag.empty() ? "dev" + std::to_string(device.value) : options.job_tag;
+    // A random part keeps names apart across PID namespaces sharing the directory.
+    const std::string tag = options.job_tag.empty()
+                                ? "dev" + std::to_string(device.value) + "-" + std::to_string(std::random_device{}() & 0xffffff)
+                                : options.job_tag;
     if (!valid_tag(tag)) {
       *why = "nvme store: job tag '" + tag + "' must be 1-64 characters of [A-Za-z0-9._-]";
       return Status(Errc::kInvalidArgument);
@@ -426,6 +439,18 @@ NvmeStore::~NvmeStore() {
   // child that runs exit handlers must not remove its parent's file.
   if (!path_.empty() && getpid() == owner_) unlink(path_.c_str());
   if (fd_ >= 0) close(fd_);
+}
+
+// The ring broke mid-batch: no copy may still run into a staging buffer or
+// onto the device once the caller sees the error.
+Status NvmeStore::abandon_batch(Status status, StreamHandle stream) noexcept {
+  (void)driver_.stream_synchronize(stream);
+  return status;
+}
+
+void NvmeStore::remove_file() noexcept {
+  if (!path_.empty() && getpid() == owner_) unlink(path_.c_str());
+  path_.clear();
 }
 
 size_t NvmeStore::clean_stale_files(const std::string& directory) noexcept {
@@ -589,17 +614,24 @@ Status NvmeStore::save(std::span<const ChunkTransfer> chunks, StreamHandle strea
       slots_[chunks[e.buffers[b].chunk].slot].checksum = XXH3_64bits(e.buffers[b].data, chunk_bytes_);
     }
     e.submit(failed());
-    if (Status status = e.reap(false); !status.is_ok()) return status;
+    if (Status status = e.reap(false); !status.is_ok()) return abandon_batch(status, stream);
     for (b = 0; b < e.buffers.size(); ++b) {
       if (!e.io_finished(b)) continue;
       e.buffers[b].state = BufferState::kIdle;
       progress = true;
     }
     if (progress) continue;
-    if (e.in_flight == 0) break;
-    if (Status status = e.reap(true); !status.is_ok()) return status;
+    if (e.in_flight > 0) {
+      if (Status status = e.reap(true); !status.is_ok()) return abandon_batch(status, stream);
+      continue;
+    }
+    // Nothing in flight: done only if nothing is queued or copying either
+    // (a chunk needs more requests than the queue holds) and no chunk is left.
+    if (!e.to_submit.empty() || !e.copying.empty() || (!failed() && next < chunks.size())) continue;
+    break;
   }
   if (error.is_ok() && e.batch_errno != 0) error = errno_status(e.batch_errno);
+  if (error.is_ok() && !e.all_idle()) error = e.unfinished_batch();
   if (!error.is_ok()) return error;
   for (const ChunkTransfer& c : chunks) slots_[c.slot].state = SlotState::kSaved;
   return Status::ok();
@@ -629,7 +661,7 @@ Status NvmeStore::load(std::span<const ChunkTransfer> chunks, StreamHandle strea
       progress = true;
     }
     e.submit(failed());
-    if (Status status = e.reap(false); !status.is_ok()) return status;
+    if (Status status = e.reap(false); !status.is_ok()) return abandon_batch(status, stream);
     for (b = 0; b < e.buffers.size(); ++b) {
       if (!e.io_finished(b)) continue;
       Buffer& buf = e.buffers[b];
@@ -659,16 +691,25 @@ Status NvmeStore::load(std::span<const ChunkTransfer> chunks, StreamHandle strea
     }
     if (progress) continue;
     if (e.in_flight > 0) {
-      if (Status status = e.reap(true); !status.is_ok()) return status;
+      if (Status status = e.reap(true); !status.is_ok()) return abandon_batch(status, stream);
       continue;
     }
-    if (e.copying.empty()) break;
-    b = e.copying.front();
-    e.copying.pop();
-    if (Status status = e.finish_copy(b, stream); !status.is_ok() && error.is_ok()) error = status;
-    e.buffers[b].state = BufferState::kIdle;
+    // Nothing in flight. Queued requests: the next round submits them. A copy
+    // still running: wait for the oldest, which frees its buffer. Chunks not
+    // yet started: the next round starts them. Otherwise the batch is done.
+    if (!e.to_submit.empty()) continue;
+    if (!e.copying.empty()) {
+      b = e.copying.front();
+      e.copying.pop();
+      if (Status status = e.finish_copy(b, stream); !status.is_ok() && error.is_ok()) error = status;
+      e.buffers[b].state = BufferState::kIdle;
+      continue;
+    }
+    if (!failed() && next < chunks.size()) continue;
+    break;
   }
   if (error.is_ok() && e.batch_errno != 0) error = errno_status(e.batch_errno);
+  if (error.is_ok() && !e.all_idle()) error = e.unfinished_batch();
   return error;
 }
 

@@ -65,7 +65,7 @@ struct NvmeStoreOptions {
   uint32_t queue_depth = 32;      // io_uring entries = most requests in flight (ZICO_NVME_QUEUE_DEPTH)
   uint32_t staging_buffers = 4;   // pinned chunk-sized buffers, >= 2 (ZICO_NVME_STAGING_BUFFERS)
   size_t io_bytes = 512 << 10;    // request size, a multiple of 4 KiB; clamped to the chunk (ZICO_NVME_IO_SIZE)
-  std::string job_tag;            // [A-Za-z0-9._-]+; "": "dev<device>" (ZICO_JOB_TAG)
+  std::string job_tag;            // [A-Za-z0-9._-]+; "": "dev<device>-<random>"
 };
 
 // Operations whose Nth occurrence a test can make fail.
@@ -97,6 +97,14 @@ class NvmeStore final : public BackingStore {
   static size_t clean_stale_files(const std::string& directory) noexcept;
 
   ~NvmeStore() override;
+  // Unlinks the swap file now (at process exit), leaving the object usable
+  // for nothing but destruction; data still in it is lost with the process.
+  void remove_file() noexcept;
+
+ private:
+  Status abandon_batch(Status status, StreamHandle stream) noexcept;
+
+ public:
   NvmeStore(const NvmeStore&) = delete;
   NvmeStore& operator=(const NvmeStore&) = delete;
 

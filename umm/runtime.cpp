@@ -7,6 +7,7 @@
 #include "cuda_driver.h"
 #include "host_store.h"
 #include "nvme_store.h"
+#include "last_error.h"
 #include "log.h"
 #include "sim_driver.h"
 #include "sizes.h"
@@ -125,6 +126,7 @@ Status Runtime::backing_store(DeviceId device, Residency kind, BackingStore** ou
         const Status status = HostStore::create(*driver_, device, allocator->chunk_bytes(), HostStoreOptions{}, &store, &why);
         if (!status.is_ok()) {
           ZICO_LOG(kError, "%s", why.c_str());
+          set_last_error(why);
           return status;
         }
         slot = std::move(store);
@@ -138,6 +140,7 @@ Status Runtime::backing_store(DeviceId device, Residency kind, BackingStore** ou
         const Status status = NvmeStore::create(*driver_, device, allocator->chunk_bytes(), options, &store, &why);
         if (!status.is_ok()) {
           ZICO_LOG(kError, "%s", why.c_str());
+          set_last_error(why);
           return status;
         }
         slot = std::move(store);
@@ -154,8 +157,12 @@ Status Runtime::backing_store(DeviceId device, Residency kind, BackingStore** ou
 }
 
 void Runtime::close_swap_files() noexcept {
+  // Unlink only: an allocator, or a late atexit handler, may still point at
+  // the store, so the object must outlive every caller (the runtime does).
   std::lock_guard lock(store_mutex_);
-  for (auto& store : nvme_stores_) store.reset();  // each unlinks its file
+  for (auto& store : nvme_stores_) {
+    if (store != nullptr) static_cast<NvmeStore*>(store.get())->remove_file();
+  }
 }
 
 DeviceAllocator* Runtime::owner_of(const void* ptr) const noexcept {

@@ -44,7 +44,7 @@ class Runtime {
   [[nodiscard]] DeviceAllocator* owner_of(const void* ptr) const noexcept;
   // The device's store for `kind` (kHost or kNvme), created on first use.
   [[nodiscard]] Status backing_store(DeviceId device, Residency kind, BackingStore** out) noexcept;
-  // At exit: removes the swap files (a suspended job's data dies with it anyway).
+  // At exit: unlinks the swap files (a suspended job's data dies with it anyway).
   void close_swap_files() noexcept;
   // What the job may still use: total = budget, free = budget - allocated,
   // also capped by what the device really has free (other processes).

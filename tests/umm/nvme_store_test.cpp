@@ -226,6 +226,29 @@ TEST_F(NvmeStoreTest, RoundTripsWithShallowQueueAndSmallRequests) {
   EXPECT_EQ(mismatches(0, 10, 5), 0u);
 }
 
+// Regression: with fewer requests in flight than a chunk needs, a batch could
+// reap everything in flight and stop with requests still queued, reporting
+// success for chunks never fully written or read. Queue depth 1 makes every
+// chunk go through that point dozens of times.
+TEST_F(NvmeStoreTest, FinishesEveryRequestWhenTheQueueIsShallowerThanAChunk) {
+  make_device(2 * kMiB, 8);
+  NvmeStoreOptions options;
+  options.queue_depth = 1;
+  options.staging_buffers = 2;
+  options.io_bytes = 64 << 10;
+  ZICO_ASSERT_OK(open_store(options));
+  std::vector<uint32_t> slots = reserve(8);
+  for (int round = 0; round < 5; ++round) {
+    fill_device(0, 8, static_cast<uint8_t>(40 + round));
+    ZICO_ASSERT_OK(store_->save(transfers(slots), stream_));
+    scribble_device(0, 8);
+    ZICO_ASSERT_OK(store_->load(transfers(slots), stream_));
+    ASSERT_EQ(mismatches(0, 8, static_cast<uint8_t>(40 + round)), 0u) << "round " << round;
+  }
+  EXPECT_EQ(store_->counters().write_requests, 5u * 8 * 32);
+  EXPECT_EQ(store_->counters().checksum_failures, 0u);
+}
+
 // The caller's stream still has work queued (a busy GPU): save must wait for
 // its copies through the events, not read stale staging buffers.
 TEST_F(NvmeStoreTest, WaitsForCopiesOnABusyStream) {
@@ -440,7 +463,8 @@ TEST_F(NvmeStoreTest, RemovesItsFileAndStaleFilesOfDeadJobs) {
 
   ZICO_ASSERT_OK(open_store());
   const std::string path = store_->path();
-  EXPECT_EQ(path, dir_ + "/zicoum-" + std::to_string(getpid()) + "-dev0.swap");
+  const std::string prefix = dir_ + "/zicoum-" + std::to_string(getpid()) + "-dev0-";
+  EXPECT_TRUE(path.starts_with(prefix) && path.ends_with(".swap")) << path;
   EXPECT_FALSE(fs::exists(dead));
   EXPECT_FALSE(fs::exists(recycled));
   EXPECT_TRUE(fs::exists(alive));
@@ -449,15 +473,20 @@ TEST_F(NvmeStoreTest, RemovesItsFileAndStaleFilesOfDeadJobs) {
   // A live store's file survives cleaning, even under our own pid: it is locked.
   EXPECT_EQ(NvmeStore::clean_stale_files(dir_), 0u);
   EXPECT_TRUE(fs::exists(path));
-  // A second store of this process needs its own tag.
+  // A second store of this process gets a name of its own (the random part);
+  // an explicit tag that is already taken is refused with the path.
   std::unique_ptr<NvmeStore> second;
   std::string why;
-  EXPECT_FALSE(NvmeStore::create(*driver_, DeviceId{0}, chunk_, in_dir(dir_), &second, &why).is_ok());
-  EXPECT_NE(why.find(path), std::string::npos) << why;
+  ZICO_ASSERT_OK(NvmeStore::create(*driver_, DeviceId{0}, chunk_, in_dir(dir_), &second, &why));
+  EXPECT_NE(second->path(), path);
+  second.reset();
   NvmeStoreOptions tagged = in_dir(dir_);
   tagged.job_tag = "job-17.b";
   ZICO_ASSERT_OK(NvmeStore::create(*driver_, DeviceId{0}, chunk_, tagged, &second, &why));
   EXPECT_TRUE(fs::exists(dir_ + "/zicoum-" + std::to_string(getpid()) + "-job-17.b.swap"));
+  std::unique_ptr<NvmeStore> clash;
+  EXPECT_FALSE(NvmeStore::create(*driver_, DeviceId{0}, chunk_, tagged, &clash, &why).is_ok());
+  EXPECT_NE(why.find("job-17.b"), std::string::npos) << why;
   second.reset();
   store_.reset();
   EXPECT_FALSE(fs::exists(path));

@@ -205,6 +205,22 @@ TEST_F(SuspendTest, AJobKilledMidEvictionLeavesOnlyAFileTheNextStoreRemoves) {
   EXPECT_EQ(swap_files(), 1u) << "only the new store's own file";
 }
 
+// Regression: suspend must wait for running work even when there is no idle
+// memory to trim; otherwise it saves stale data and unmaps under a kernel.
+TEST_F(SuspendTest, WaitsForRunningWorkBeforeSavingIt) {
+  StreamHandle busy;
+  ZICO_ASSERT_OK(driver_->stream_create(DeviceId{0}, &busy));
+  void* p = nullptr;
+  ZICO_ASSERT_OK(allocator_->allocate(2 * kMiB, busy, &p));  // fills its chunk: nothing idle to trim
+  driver_->hold_stream(busy);
+  ZICO_ASSERT_OK(driver_->memset_async(p, 0x6B, 2 * kMiB, busy));  // a kernel still writing
+  ZICO_ASSERT_OK(allocator_->suspend(*store_));
+  EXPECT_EQ(allocator_->stats().mapped_bytes, 0u);
+  ZICO_ASSERT_OK(allocator_->resume());
+  EXPECT_EQ(static_cast<uint8_t*>(p)[0], 0x6B) << "the kernel's writes were saved";
+  EXPECT_EQ(static_cast<uint8_t*>(p)[2 * kMiB - 1], 0x6B);
+}
+
 TEST_F(SuspendTest, AFailedSuspendChangesNothing) {
   const std::vector<Block> blocks = fill_blocks();
   FailingStore failing(*store_);
