@@ -293,6 +293,12 @@ struct NvmeStore::Engine {
     return Status::ok();
   }
 
+  void begin_batch(std::span<const ChunkTransfer> chunks, bool write) {
+    batch = chunks;
+    writing = write;
+    batch_errno = 0;
+  }
+
   [[nodiscard]] bool all_idle() const {
     return std::all_of(buffers.begin(), buffers.end(), [](const Buffer& b) { return b.state == BufferState::kIdle; });
   }
@@ -572,9 +578,7 @@ Status NvmeStore::save(std::span<const ChunkTransfer> chunks, StreamHandle strea
   ZICO_RETURN_IF_ERROR(validate_batch(chunks, false));
   for (const ChunkTransfer& c : chunks) slots_[c.slot].state = SlotState::kReserved;  // empty until all is written
   Engine& e = *engine_;
-  e.batch = chunks;
-  e.writing = true;
-  e.batch_errno = 0;
+  e.begin_batch(chunks, /*write=*/true);
   Status error;
   auto failed = [&] { return !error.is_ok() || e.batch_errno != 0; };
   size_t next = 0;
@@ -641,9 +645,7 @@ Status NvmeStore::save(std::span<const ChunkTransfer> chunks, StreamHandle strea
 Status NvmeStore::load(std::span<const ChunkTransfer> chunks, StreamHandle stream) noexcept {
   ZICO_RETURN_IF_ERROR(validate_batch(chunks, true));
   Engine& e = *engine_;
-  e.batch = chunks;
-  e.writing = false;
-  e.batch_errno = 0;
+  e.begin_batch(chunks, /*write=*/false);
   Status error;
   auto failed = [&] { return !error.is_ok() || e.batch_errno != 0; };
   size_t next = 0;
