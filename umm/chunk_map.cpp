@@ -120,6 +120,14 @@ std::vector<size_t> ChunkMap::chunks_in_use() const {
   return indices;
 }
 
+void ChunkMap::discard_evicted(BackingStore& store) {
+  for (Entry& e : entries_) {
+    if (e.residency != store.residency()) continue;
+    store.release_slot(e.slot);
+    e.residency = Residency::kEmpty;
+  }
+}
+
 std::vector<size_t> ChunkMap::evicted_chunks() const {
   std::vector<size_t> indices;
   for (size_t i = 0; i < entries_.size(); ++i) {

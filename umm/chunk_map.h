@@ -62,6 +62,9 @@ class ChunkMap {
   [[nodiscard]] Residency residency(size_t index) const { return entries_[index].residency; }
   // Mapped chunks that hold blocks: what an eviction must save.
   [[nodiscard]] std::vector<size_t> chunks_in_use() const;
+  // Forgets the contents of evicted chunks, giving their slots back to
+  // `store` (an allocator destroyed while suspended).
+  void discard_evicted(BackingStore& store);
   // Chunks whose contents are in a store.
   [[nodiscard]] std::vector<size_t> evicted_chunks() const;
   // Saves the chunks (mapped, quiet on the GPU) to `store` and unmaps them.

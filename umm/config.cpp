@@ -32,6 +32,17 @@ constexpr OptionInfo kOptions[] = {
      "zico-run and the Python package: which libzicoum to load"},
 };
 
+// Digits only: strtol would also take leading spaces and a sign.
+std::optional<long> parse_decimal(const char* text) {
+  long value = 0;
+  if (*text == '\0') return std::nullopt;
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (*c < '0' || *c > '9' || value > 1'000'000'000) return std::nullopt;
+    value = value * 10 + (*c - '0');
+  }
+  return value;
+}
+
 std::string bad_value(const char* name, const char* value, const char* accepted) {
   return std::string(name) + "='" + value + "' is not valid; expected " + accepted;
 }
@@ -98,13 +109,12 @@ Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
     config.sim_granularity = *g;
   }
   if (const char* v = lookup("ZICO_SIM_DEVICES")) {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || n < 1 || n > 64) {
+    const std::optional<long> n = parse_decimal(v);
+    if (!n || *n < 1 || *n > 64) {
       *error = bad_value("ZICO_SIM_DEVICES", v, "an integer from 1 to 64");
       return Status(Errc::kConfigError);
     }
-    config.sim_devices = static_cast<int>(n);
+    config.sim_devices = static_cast<int>(*n);
   }
   if (const char* v = lookup("ZICO_SWAP_DIR")) {
     if (*v == '\0') {
@@ -116,13 +126,12 @@ Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
   const auto integer = [&](const char* name, long lo, long hi, uint32_t* value) -> Status {
     const char* v = lookup(name);
     if (v == nullptr) return Status::ok();
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || n < lo || n > hi) {
+    const std::optional<long> n = parse_decimal(v);
+    if (!n || *n < lo || *n > hi) {
       *error = bad_value(name, v, ("an integer from " + std::to_string(lo) + " to " + std::to_string(hi)).c_str());
       return Status(Errc::kConfigError);
     }
-    *value = static_cast<uint32_t>(n);
+    *value = static_cast<uint32_t>(*n);
     return Status::ok();
   };
   ZICO_RETURN_IF_ERROR(integer("ZICO_NVME_QUEUE_DEPTH", 1, 4096, &config.nvme_queue_depth));

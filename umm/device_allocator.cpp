@@ -90,6 +90,7 @@ DeviceAllocator::~DeviceAllocator() {
   collect_fences(true);
   for (EventHandle event : spare_events_) (void)driver_.event_destroy(event);
   if (has_copy_stream_) (void)driver_.stream_destroy(copy_stream_);
+  if (suspended_to_ != nullptr) chunks_.discard_evicted(*suspended_to_);  // the store outlives us
   chunks_.unmap_all();
   if (Status status = driver_.unreserve(arena_); !status.is_ok()) {
     ZICO_LOG(kWarn, "freeing the arena of device %d failed: %s", device_.value, status.message().c_str());

@@ -89,6 +89,7 @@ class DeviceAllocator {
   [[nodiscard]] static Status create(Driver& driver, DeviceId device, const AllocatorOptions& options,
                                      std::unique_ptr<DeviceAllocator>* out, std::string* why);
   // Unmaps everything and frees the arena: outstanding pointers die with it.
+  // If suspended, the evicted contents are dropped and their slots returned.
   ~DeviceAllocator();
   DeviceAllocator(const DeviceAllocator&) = delete;
   DeviceAllocator& operator=(const DeviceAllocator&) = delete;

@@ -58,7 +58,8 @@ TEST(Config, BadValuesNameTheVariableValueAndForm) {
       {"ZICO_LOG", "loud", "debug"},         {"ZICO_SIM_GRANULARITY", "3MiB", "power of two"},
       {"ZICO_SIM_DEVICES", "0", "1 to 64"},  {"ZICO_SIM_DEVICES", "2x", "1 to 64"},
       {"ZICO_CHUNK_SIZE", "", "MiB"},
-      {"ZICO_NVME_QUEUE_DEPTH", "0", "1 to 4096"},  {"ZICO_NVME_STAGING_BUFFERS", "1", "2 to 1024"},
+      {"ZICO_NVME_QUEUE_DEPTH", "0", "1 to 4096"},  {"ZICO_NVME_QUEUE_DEPTH", " 8", "1 to 4096"},
+      {"ZICO_SIM_DEVICES", "+2", "1 to 64"},  {"ZICO_NVME_STAGING_BUFFERS", "1", "2 to 1024"},
       {"ZICO_NVME_IO_SIZE", "1000", "multiple of 4KiB"}, {"ZICO_SWAP_DIR", "", "directory"},
   };
   for (const auto& [name, value, form] : cases) {

@@ -221,6 +221,14 @@ TEST_F(SuspendTest, WaitsForRunningWorkBeforeSavingIt) {
   EXPECT_EQ(static_cast<uint8_t*>(p)[2 * kMiB - 1], 0x6B);
 }
 
+TEST_F(SuspendTest, DestroyingASuspendedAllocatorGivesTheSlotsBack) {
+  (void)fill_blocks();
+  ZICO_ASSERT_OK(allocator_->suspend(*store_));
+  EXPECT_GT(store_->slots_in_use(), 0u);
+  allocator_.reset();
+  EXPECT_EQ(store_->slots_in_use(), 0u);
+}
+
 TEST_F(SuspendTest, AFailedSuspendChangesNothing) {
   const std::vector<Block> blocks = fill_blocks();
   FailingStore failing(*store_);
