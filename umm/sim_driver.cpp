@@ -103,15 +103,17 @@ struct SimDriver::State {
     chunks.erase(it);
   }
 
+  // True when `range` lies inside one managed allocation.
+  bool in_managed(VaRange range) const {
+    auto m = managed.upper_bound(range.base);
+    return m != managed.begin() && VaRange{std::prev(m)->first, std::prev(m)->second}.contains(range);
+  }
+
   // True when [addr, addr+bytes) is managed memory or fully covered by
   // contiguous, accessible mappings.
   bool device_range_ok(uintptr_t addr, size_t bytes) const {
     if (bytes == 0) return true;
-    auto m = managed.upper_bound(addr);
-    if (m != managed.begin() && addr >= std::prev(m)->first &&
-        addr + bytes <= std::prev(m)->first + std::prev(m)->second) {
-      return true;
-    }
+    if (in_managed(VaRange{addr, bytes})) return true;
     auto it = mappings.upper_bound(addr);
     if (it == mappings.begin()) return false;
     --it;
@@ -556,22 +558,15 @@ Status SimDriver::managed_free(void* ptr) noexcept {
 Status SimDriver::managed_advise(void* ptr, size_t bytes, ManagedAdvice /*advice*/, DeviceId device) noexcept {
   ZICO_SIM_CHECK_DEVICE(device);
   std::lock_guard lock(state_->mutex);
-  auto m = state_->managed.upper_bound(reinterpret_cast<uintptr_t>(ptr));
-  if (m == state_->managed.begin() || !VaRange{std::prev(m)->first, std::prev(m)->second}.contains(
-                                          VaRange{reinterpret_cast<uintptr_t>(ptr), bytes})) {
-    return Status(Errc::kInvalidArgument);
-  }
+  if (!state_->in_managed(VaRange{reinterpret_cast<uintptr_t>(ptr), bytes})) return Status(Errc::kInvalidArgument);
   return Status::ok();  // residency hints have no effect on host memory
 }
 
 Status SimDriver::managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target, StreamHandle stream) noexcept {
   if (!target.to_host) ZICO_SIM_CHECK_DEVICE(target.device);
   std::lock_guard lock(state_->mutex);
-  auto m = state_->managed.upper_bound(reinterpret_cast<uintptr_t>(ptr));
   const VaRange range{reinterpret_cast<uintptr_t>(ptr), bytes};
-  if (m == state_->managed.begin() || !VaRange{std::prev(m)->first, std::prev(m)->second}.contains(range)) {
-    return Status(Errc::kInvalidArgument);
-  }
+  if (!state_->in_managed(range)) return Status(Errc::kInvalidArgument);
   (void)state_->enqueue(stream, PendingOp{[] {}, {range, VaRange{}}});
   return Status::ok();
 }
@@ -580,10 +575,7 @@ Status SimDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream) 
   if (!options_.discard) return Status(Errc::kNotSupported);
   std::lock_guard lock(state_->mutex);
   const VaRange range{reinterpret_cast<uintptr_t>(ptr), bytes};
-  auto m = state_->managed.upper_bound(range.base);
-  if (m == state_->managed.begin() || !VaRange{std::prev(m)->first, std::prev(m)->second}.contains(range)) {
-    return Status(Errc::kInvalidArgument);
-  }
+  if (!state_->in_managed(range)) return Status(Errc::kInvalidArgument);
   // Dropping whole pages makes them read back as zeros: "undefined" contents.
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t first = (range.base + page - 1) & ~(page - 1);
