@@ -14,7 +14,8 @@ namespace {
 zico_status_t to_c(Status status) {
   switch (status.code()) {
     case Errc::kOk: return ZICO_OK;
-    case Errc::kOutOfMemory: return ZICO_ERROR_OUT_OF_MEMORY;
+    case Errc::kOutOfMemory:
+    case Errc::kYield: return ZICO_ERROR_OUT_OF_MEMORY;
     case Errc::kInvalidArgument:
     case Errc::kNotFound: return ZICO_ERROR_INVALID_VALUE;
     case Errc::kConfigError: return ZICO_ERROR_CONFIG;

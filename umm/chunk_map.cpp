@@ -8,10 +8,38 @@
 
 namespace zico {
 
-ChunkMap::ChunkMap(Driver& driver, DeviceId device, VaRange arena, size_t chunk_bytes)
-    : driver_(driver), device_(device), arena_(arena), chunk_bytes_(chunk_bytes),
+ChunkMap::ChunkMap(Driver& driver, ChunkSource& source, DeviceId device, VaRange arena, size_t chunk_bytes)
+    : driver_(driver), source_(source), device_(device), arena_(arena), chunk_bytes_(chunk_bytes),
       chunk_shift_(std::has_single_bit(chunk_bytes) ? std::countr_zero(chunk_bytes) : -1),
       entries_(arena.bytes / chunk_bytes) {}
+
+ChunkMap::~ChunkMap() {
+  drop_spares();
+  flush_returns();
+}
+
+Status ChunkMap::obtain_spares(size_t count, Patience patience) {
+  if (spares_.size() >= count) return Status::ok();
+  return source_.obtain(count - spares_.size(), patience, &spares_);
+}
+
+void ChunkMap::drop_spares() {
+  if (spares_.empty()) return;
+  std::vector<uint64_t> ids;
+  ids.reserve(spares_.size());
+  for (const SourcedChunk& chunk : spares_) {
+    source_.release_handle(chunk.handle);
+    ids.push_back(chunk.id);
+  }
+  spares_.clear();
+  source_.give_back(ids);
+}
+
+void ChunkMap::flush_returns() {
+  if (returns_.empty()) return;
+  source_.give_back(returns_);
+  returns_.clear();
+}
 
 size_t ChunkMap::unmapped_bytes_in(uintptr_t addr, size_t bytes) const {
   if (bytes == 0) return 0;
@@ -22,18 +50,18 @@ size_t ChunkMap::unmapped_bytes_in(uintptr_t addr, size_t bytes) const {
 
 Status ChunkMap::map_one(size_t index) {
   const VaRange range{address_of(index), chunk_bytes_};
-  PhysHandle handle;
-  ZICO_RETURN_IF_ERROR(driver_.create(device_, chunk_bytes_, &handle));
-  Status status = driver_.map(range, handle);
+  const SourcedChunk chunk = spares_.back();
+  Status status = driver_.map(range, chunk.handle);
   if (status.is_ok()) {
     status = driver_.set_access(device_, range);
     if (!status.is_ok()) (void)driver_.unmap(range);
   }
+  if (!status.is_ok()) return status;  // the chunk stays a spare
+  spares_.pop_back();
   // The mapping keeps the memory alive; holding the handle would only pin an fd.
-  const Status released = driver_.release(handle);
-  if (!released.is_ok()) ZICO_LOG(kWarn, "releasing a chunk handle failed: %s", released.message().c_str());
-  if (!status.is_ok()) return status;
+  source_.release_handle(chunk.handle);
   entries_[index].residency = Residency::kMapped;
+  entries_[index].id = chunk.id;
   ++mapped_chunks_;
   if (entries_[index].used == 0) ++idle_chunks_;
   ++maps_;
@@ -43,14 +71,16 @@ Status ChunkMap::map_one(size_t index) {
 Status ChunkMap::unmap_one(size_t index) {
   ZICO_RETURN_IF_ERROR(driver_.unmap(VaRange{address_of(index), chunk_bytes_}));
   entries_[index].residency = Residency::kEmpty;
+  returns_.push_back(entries_[index].id);
   --mapped_chunks_;
   if (entries_[index].used == 0) --idle_chunks_;
   ++unmaps_;
   return Status::ok();
 }
 
-Status ChunkMap::map_range(uintptr_t addr, size_t bytes) {
+Status ChunkMap::map_range(uintptr_t addr, size_t bytes, Patience patience) {
   if (bytes == 0) return Status::ok();
+  ZICO_RETURN_IF_ERROR(obtain_spares(unmapped_bytes_in(addr, bytes) / chunk_bytes_, patience));
   std::vector<size_t> mapped_here;
   for (size_t i = index_of(addr), last = last_index(addr, bytes); i <= last; ++i) {
     if (entries_[i].mapped()) continue;
@@ -58,6 +88,7 @@ Status ChunkMap::map_range(uintptr_t addr, size_t bytes) {
     if (!status.is_ok()) {
       // All or nothing: nothing can use the chunks this call mapped yet.
       for (size_t j : mapped_here) (void)unmap_one(j);
+      flush_returns();
       return status;
     }
     mapped_here.push_back(i);
@@ -98,9 +129,13 @@ Status ChunkMap::trim(size_t want, VaRange keep, size_t* freed) {
     const Entry& e = entries_[i];
     if (!e.mapped() || e.used != 0) continue;
     if (keep.bytes != 0 && keep.overlaps(VaRange{address_of(i), chunk_bytes_})) continue;
-    ZICO_RETURN_IF_ERROR(unmap_one(i));
+    if (Status status = unmap_one(i); !status.is_ok()) {
+      flush_returns();
+      return status;
+    }
     *freed += chunk_bytes_;
   }
+  flush_returns();
   return Status::ok();
 }
 
@@ -110,6 +145,7 @@ void ChunkMap::unmap_all() {
     const Status status = unmap_one(i);
     if (!status.is_ok()) ZICO_LOG(kWarn, "unmapping chunk %zu at teardown failed: %s", i, status.message().c_str());
   }
+  flush_returns();
 }
 
 std::vector<size_t> ChunkMap::chunks_in_use() const {
@@ -175,10 +211,13 @@ Status ChunkMap::evict(std::span<const size_t> indices, BackingStore& store, Str
     entries_[index].residency = store.residency();
     entries_[index].slot = transfers[k].slot;
   }
+  flush_returns();
   return result;
 }
 
-Status ChunkMap::restore(std::span<const size_t> indices, BackingStore& store, StreamHandle stream) {
+Status ChunkMap::restore(std::span<const size_t> indices, BackingStore& store, StreamHandle stream,
+                         Patience patience) {
+  ZICO_RETURN_IF_ERROR(obtain_spares(indices.size(), patience));
   std::vector<ChunkTransfer> transfers;
   std::vector<size_t> mapped_here;
   transfers.reserve(indices.size());
@@ -212,6 +251,7 @@ Status ChunkMap::restore(std::span<const size_t> indices, BackingStore& store, S
       }
       entries_[index].residency = store.residency();
     }
+    flush_returns();
     return status;
   }
   for (size_t index : mapped_here) {
@@ -219,6 +259,36 @@ Status ChunkMap::restore(std::span<const size_t> indices, BackingStore& store, S
     store.release_slot(entries_[index].slot);
   }
   return Status::ok();
+}
+
+}  // namespace zico
+
+namespace zico {
+
+Status DriverChunkSource::obtain(size_t count, Patience, std::vector<SourcedChunk>* out) noexcept {
+  const size_t first = out->size();
+  for (size_t i = 0; i < count; ++i) {
+    PhysHandle handle;
+    if (Status status = driver_.create(device_, chunk_bytes_, &handle); !status.is_ok()) {
+      for (size_t j = first; j < out->size(); ++j) release_handle((*out)[j].handle);
+      out->resize(first);
+      return status;
+    }
+    try {
+      out->push_back(SourcedChunk{handle, 0});
+    } catch (const std::bad_alloc&) {
+      release_handle(handle);
+      for (size_t j = first; j < out->size(); ++j) release_handle((*out)[j].handle);
+      out->resize(first);
+      return Status(Errc::kOutOfMemory);
+    }
+  }
+  return Status::ok();
+}
+
+void DriverChunkSource::release_handle(PhysHandle handle) noexcept {
+  const Status released = driver_.release(handle);
+  if (!released.is_ok()) ZICO_LOG(kWarn, "releasing a chunk handle failed: %s", released.message().c_str());
 }
 
 }  // namespace zico

@@ -1,9 +1,10 @@
 // ChunkMap: which chunks of an arena are backed by physical memory.
 //
 // The arena is cut into fixed chunks (the driver's granularity or a multiple).
-// Each chunk is either unmapped (VA only) or mapped (a physical chunk created,
-// mapped and made accessible; the handle is released at once, so the memory
-// lives exactly as long as the mapping). Each chunk counts its bytes in use:
+// Each chunk is either unmapped (VA only) or mapped (a physical chunk obtained
+// from the ChunkSource, mapped and made accessible; the handle is released at
+// once, so the memory lives exactly as long as the mapping, or as long as the
+// node daemon that lent it keeps it). Each chunk counts its bytes in use:
 // bytes that lie outside the arena's free SpanHeap (live blocks, slabs, and
 // blocks cached per stream). Counting bytes rather than blocks means cached
 // spans can merge and split without touching the counts. Only mapped chunks
@@ -21,6 +22,7 @@
 #include <span>
 
 #include "backing_store.h"
+#include "chunk_source.h"
 #include "driver.h"
 #include "residency.h"
 
@@ -28,7 +30,8 @@ namespace zico {
 
 class ChunkMap {
  public:
-  ChunkMap(Driver& driver, DeviceId device, VaRange arena, size_t chunk_bytes);
+  ChunkMap(Driver& driver, ChunkSource& source, DeviceId device, VaRange arena, size_t chunk_bytes);
+  ~ChunkMap();
   ChunkMap(const ChunkMap&) = delete;
   ChunkMap& operator=(const ChunkMap&) = delete;
 
@@ -42,9 +45,16 @@ class ChunkMap {
 
   // Bytes that map_range(addr, bytes) would newly map.
   [[nodiscard]] size_t unmapped_bytes_in(uintptr_t addr, size_t bytes) const;
-  // Maps every unmapped chunk overlapping the range. All or nothing: on
-  // failure the chunks mapped by this call are unmapped again.
-  [[nodiscard]] Status map_range(uintptr_t addr, size_t bytes);
+  // Maps every unmapped chunk overlapping the range, obtaining the chunks in
+  // one batch. All or nothing: on failure the chunks mapped by this call are
+  // unmapped again. kYield passes the source's request on (chunk_source.h).
+  [[nodiscard]] Status map_range(uintptr_t addr, size_t bytes, Patience patience = Patience::kDefault);
+  // Makes sure at least `count` chunks are obtained ahead of the
+  // map_range()/restore() calls that will use them, so that several calls
+  // share one request to the source.
+  [[nodiscard]] Status obtain_spares(size_t count, Patience patience);
+  // Gives back spares that no call used.
+  void drop_spares();
 
   // [addr, addr+bytes) leaves / returns to the free SpanHeap.
   void ref(uintptr_t addr, size_t bytes);
@@ -72,7 +82,8 @@ class ChunkMap {
   [[nodiscard]] Status evict(std::span<const size_t> indices, BackingStore& store, StreamHandle stream);
   // Maps the chunks again (same addresses) and loads their contents. All or
   // nothing: on failure every chunk is still in the store.
-  [[nodiscard]] Status restore(std::span<const size_t> indices, BackingStore& store, StreamHandle stream);
+  [[nodiscard]] Status restore(std::span<const size_t> indices, BackingStore& store, StreamHandle stream,
+                               Patience patience = Patience::kDefault);
 
   [[nodiscard]] size_t mapped_bytes() const { return mapped_chunks_ * chunk_bytes_; }
   [[nodiscard]] uint64_t maps() const { return maps_; }
@@ -81,6 +92,7 @@ class ChunkMap {
  private:
   struct Entry {
     uint64_t used = 0;  // bytes of this chunk outside the free SpanHeap
+    uint64_t id = 0;    // the source's id for the chunk while mapped
     Residency residency = Residency::kEmpty;
     uint32_t slot = 0;  // backing-store slot while kHost or kNvme
     [[nodiscard]] bool mapped() const { return residency == Residency::kMapped; }
@@ -89,16 +101,22 @@ class ChunkMap {
   template <typename Fn>
   void for_each_overlap(uintptr_t addr, size_t bytes, Fn fn);
 
+  // Maps a spare at `index`.
   [[nodiscard]] Status map_one(size_t index);
+  // Unmaps; the chunk's id waits in returns_ until flush_returns().
   [[nodiscard]] Status unmap_one(size_t index);
+  void flush_returns();
   [[nodiscard]] size_t last_index(uintptr_t addr, size_t bytes) const { return index_of(addr + bytes - 1); }
 
   Driver& driver_;
+  ChunkSource& source_;
   DeviceId device_;
   VaRange arena_;
   size_t chunk_bytes_;
   int chunk_shift_;  // log2(chunk_bytes_), or -1 when it is not a power of two
   std::vector<Entry> entries_;
+  std::vector<SourcedChunk> spares_;  // obtained, not mapped yet
+  std::vector<uint64_t> returns_;     // unmapped, not given back yet
   size_t mapped_chunks_ = 0;
   size_t idle_chunks_ = 0;  // mapped with used == 0
   uint64_t maps_ = 0;

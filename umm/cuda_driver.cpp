@@ -1,5 +1,7 @@
 #include "cuda_driver.h"
 
+#include <cstring>
+
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
 #include <link.h>
@@ -26,6 +28,7 @@ namespace zico {
   X(cuDeviceGetAttribute, 2000)                   \
   X(cuDeviceTotalMem, 3020)                       \
   X(cuDeviceGetPCIBusId, 4010)                    \
+  X(cuDeviceGetUuid, 11040)                       \
   X(cuMemHostRegister, 6050)                      \
   X(cuMemHostUnregister, 4000)                    \
   X(cuDevicePrimaryCtxRetain, 7000)               \
@@ -392,6 +395,9 @@ Status CudaDriver::device_caps(DeviceId device, Capabilities* caps) noexcept {
     found.managed_memory = managed != 0;
     found.discard = found.managed_memory && api_->cuMemDiscardBatchAsync != nullptr;
     found.numa_node = numa_node_of(slot.handle);
+    CUuuid uuid{};
+    ZICO_RETURN_IF_ERROR(from_cu(api_->cuDeviceGetUuid(&uuid, slot.handle)));
+    std::memcpy(found.uuid.data(), uuid.bytes, found.uuid.size());
     // Same properties create() uses: the handle type can change the granularity.
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;

@@ -33,7 +33,8 @@ cudaError_t to_runtime_error(Status status) {
   switch (status.code()) {
     case Errc::kOk: return cudaSuccess;
     case Errc::kOutOfMemory:
-    case Errc::kSuspended: return cudaErrorMemoryAllocation;
+    case Errc::kSuspended:
+    case Errc::kYield: return cudaErrorMemoryAllocation;
     case Errc::kInvalidArgument:
     case Errc::kNotFound: return cudaErrorInvalidValue;
     case Errc::kConfigError: return cudaErrorInitializationError;
@@ -48,7 +49,8 @@ CUresult to_driver_error(Status status) {
   switch (status.code()) {
     case Errc::kOk: return CUDA_SUCCESS;
     case Errc::kOutOfMemory:
-    case Errc::kSuspended: return CUDA_ERROR_OUT_OF_MEMORY;
+    case Errc::kSuspended:
+    case Errc::kYield: return CUDA_ERROR_OUT_OF_MEMORY;
     case Errc::kInvalidArgument:
     case Errc::kNotFound: return CUDA_ERROR_INVALID_VALUE;
     case Errc::kConfigError: return CUDA_ERROR_NOT_INITIALIZED;

@@ -66,7 +66,7 @@ Status DeviceAllocator::create(Driver& driver, DeviceId device, const AllocatorO
     return status;
   }
   try {
-    out->reset(new DeviceAllocator(driver, device, arena, chunk, options.budget_bytes));
+    out->reset(new DeviceAllocator(driver, device, arena, chunk, options));
   } catch (const std::bad_alloc&) {
     (void)driver.unreserve(arena);
     *why = "no host memory for the bookkeeping of a " + format_size(arena_bytes) + " arena";
@@ -75,12 +75,24 @@ Status DeviceAllocator::create(Driver& driver, DeviceId device, const AllocatorO
   return Status::ok();
 }
 
-DeviceAllocator::DeviceAllocator(Driver& driver, DeviceId device, VaRange arena, size_t chunk_bytes, size_t budget)
+namespace {
+std::unique_ptr<ChunkSource> driver_source_unless(ChunkSource* given, Driver& driver, DeviceId device, size_t chunk) {
+  if (given != nullptr) return nullptr;
+  return std::make_unique<DriverChunkSource>(driver, device, chunk);
+}
+}  // namespace
+
+DeviceAllocator::DeviceAllocator(Driver& driver, DeviceId device, VaRange arena, size_t chunk_bytes,
+                                 const AllocatorOptions& options)
     : driver_(driver), device_(device), arena_(arena),
       page_bytes_(page_bytes_for(chunk_bytes)),
       page_shift_(std::countr_zero(page_bytes_)),
       small_limit_(std::min(kSmallMax, page_bytes_ / 4)),
-      chunks_(driver, device, arena, chunk_bytes), heap_(arena), budget_(budget),
+      owned_source_(driver_source_unless(options.source, driver, device, chunk_bytes)),
+      source_(options.source != nullptr ? *options.source : *owned_source_),
+      shared_source_(options.source != nullptr),
+      yield_store_(options.yield_store),
+      chunks_(driver, source_, device, arena, chunk_bytes), heap_(arena), budget_(options.budget_bytes),
       small_chunk_of_(arena.bytes / chunk_bytes) {}
 
 DeviceAllocator::~DeviceAllocator() {
@@ -255,12 +267,16 @@ Status DeviceAllocator::map_within_budget(VaRange range) {
     (void)unmap_idle(chunks_.mapped_bytes() + need - budget_, range);
     if (chunks_.mapped_bytes() + need > budget_) return Status(Errc::kOutOfMemory);
   }
+  // Lent chunks are the node's memory: reuse our own idle ones before asking
+  // the daemon for more (they go back first, so the request can use them).
+  if (shared_source_ && chunks_.idle_bytes() > 0) (void)unmap_idle(need, range);
   Status status = chunks_.map_range(range.base, range.bytes);
   if (status.code() == Errc::kOutOfMemory && chunks_.idle_bytes() > 0) {
     // The device itself is full (other processes): give back idle chunks and retry once.
     (void)unmap_idle(need, range);
     status = chunks_.map_range(range.base, range.bytes);
   }
+  if (status.code() == Errc::kYield) status = yield_and_map(range);
   return status;
 }
 
@@ -360,6 +376,7 @@ Status DeviceAllocator::deallocate(void* ptr, StreamHandle stream) noexcept {
       }
     }
     ++stats_.frees;
+    iteration_low_ = std::min(iteration_low_, stats_.allocated_bytes);
     return Status::ok();
   } catch (const std::bad_alloc&) {
     // Could not record the block for reuse; leaking it is the only safe choice.
@@ -556,11 +573,24 @@ void DeviceAllocator::mark_iteration() noexcept {
   std::lock_guard lock(mutex_);
   ++stats_.iterations;
   stats_.last_iteration_peak_bytes = iteration_peak_;
+  stats_.last_iteration_low_bytes = iteration_low_;
   iteration_peak_ = stats_.allocated_bytes;
+  iteration_low_ = stats_.allocated_bytes;
 }
 
 AllocatorStats DeviceAllocator::stats() const noexcept {
   std::lock_guard lock(mutex_);
+  return stats_locked();
+}
+
+bool DeviceAllocator::try_stats(AllocatorStats* out) const noexcept {
+  std::unique_lock lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  *out = stats_locked();
+  return true;
+}
+
+AllocatorStats DeviceAllocator::stats_locked() const {
   AllocatorStats s = stats_;
   s.budget_bytes = budget_;
   s.mapped_bytes = chunks_.mapped_bytes();
@@ -568,6 +598,21 @@ AllocatorStats DeviceAllocator::stats() const noexcept {
   s.chunk_maps = chunks_.maps();
   s.chunk_unmaps = chunks_.unmaps();
   return s;
+}
+
+Status DeviceAllocator::try_trim(size_t want, size_t* freed) noexcept {
+  *freed = 0;
+  std::unique_lock lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock() || suspended_to_ != nullptr) return Status::ok();
+  try {
+    const size_t before = chunks_.mapped_bytes();
+    if (chunks_.idle_bytes() < want) reclaim();  // empty pages and fenced blocks become idle chunks
+    const Status status = unmap_idle(want, VaRange{});
+    *freed = before - chunks_.mapped_bytes();
+    return status;
+  } catch (const std::bad_alloc&) {
+    return Status(Errc::kOutOfMemory);
+  }
 }
 
 // --- suspend and resume ----------------------------------------------------------
@@ -590,6 +635,46 @@ bool DeviceAllocator::suspended() const noexcept {
   return suspended_to_ != nullptr;
 }
 
+Status DeviceAllocator::evict_in_use(BackingStore& store) {
+  const std::vector<size_t> in_use = chunks_.chunks_in_use();
+  for (size_t start = 0; start < in_use.size(); start += kEvictionBatch) {
+    const size_t count = std::min(kEvictionBatch, in_use.size() - start);
+    const Status status = chunks_.evict(std::span(in_use).subspan(start, count), store, copy_stream_);
+    if (status.is_ok()) continue;
+    // Undo the batches already evicted, so a failed eviction changes nothing.
+    suspended_to_ = &store;
+    if (!restore_evicted(Patience::kForever).is_ok()) {
+      // The data is safe in the store; resume() will finish the job.
+      ZICO_LOG(kError, "device %d: evicting failed (%s) and could not be undone; call resume()", device_.value,
+               status.message().c_str());
+      return status;
+    }
+    return status;
+  }
+  suspended_to_ = &store;
+  ZICO_LOG(kInfo, "device %d: %zu chunks saved to %s", device_.value, in_use.size(), to_string(store.residency()));
+  return Status::ok();
+}
+
+Status DeviceAllocator::restore_evicted(Patience patience) {
+  const std::vector<size_t> evicted = chunks_.evicted_chunks();
+  // One request for all of it: under the node manager, a job that holds part
+  // of its memory while waiting for the rest could deadlock again.
+  if (Status status = chunks_.obtain_spares(evicted.size(), patience); !status.is_ok()) return status;
+  for (size_t start = 0; start < evicted.size(); start += kEvictionBatch) {
+    const size_t count = std::min(kEvictionBatch, evicted.size() - start);
+    if (Status status = chunks_.restore(std::span(evicted).subspan(start, count), *suspended_to_, copy_stream_);
+        !status.is_ok()) {
+      chunks_.drop_spares();
+      return status;
+    }
+  }
+  update_peaks();
+  suspended_to_ = nullptr;
+  ZICO_LOG(kInfo, "device %d: %zu chunks restored", device_.value, evicted.size());
+  return Status::ok();
+}
+
 Status DeviceAllocator::suspend(BackingStore& store) noexcept {
   std::lock_guard lock(mutex_);
   if (suspended_to_ != nullptr) return Status(Errc::kSuspended);
@@ -600,28 +685,7 @@ Status DeviceAllocator::suspend(BackingStore& store) noexcept {
     // Kernels may still be writing the memory we are about to copy and unmap.
     ZICO_RETURN_IF_ERROR(driver_.device_synchronize(device_));
     ZICO_RETURN_IF_ERROR(unmap_idle(SIZE_MAX, VaRange{}));  // free memory needs no saving
-    const std::vector<size_t> in_use = chunks_.chunks_in_use();
-    for (size_t start = 0; start < in_use.size(); start += kEvictionBatch) {
-      const size_t count = std::min(kEvictionBatch, in_use.size() - start);
-      const Status status = chunks_.evict(std::span(in_use).subspan(start, count), store, copy_stream_);
-      if (status.is_ok()) continue;
-      // Undo the batches already evicted, so a failed suspend changes nothing.
-      const std::vector<size_t> evicted = chunks_.evicted_chunks();
-      for (size_t s = 0; s < evicted.size(); s += kEvictionBatch) {
-        const size_t n = std::min(kEvictionBatch, evicted.size() - s);
-        if (!chunks_.restore(std::span(evicted).subspan(s, n), store, copy_stream_).is_ok()) {
-          suspended_to_ = &store;  // the data is safe in the store; resume() will finish the job
-          ZICO_LOG(kError, "device %d: suspend failed (%s) and could not be undone; call resume()", device_.value,
-                   status.message().c_str());
-          return status;
-        }
-      }
-      return status;
-    }
-    suspended_to_ = &store;
-    ZICO_LOG(kInfo, "device %d: suspended, %zu chunks saved to %s", device_.value, in_use.size(),
-             to_string(store.residency()));
-    return Status::ok();
+    return evict_in_use(store);
   } catch (const std::bad_alloc&) {
     return Status(Errc::kOutOfMemory);
   }
@@ -631,21 +695,58 @@ Status DeviceAllocator::resume() noexcept {
   std::lock_guard lock(mutex_);
   if (suspended_to_ == nullptr) return Status::ok();
   try {
-    const std::vector<size_t> evicted = chunks_.evicted_chunks();
-    if (chunks_.mapped_bytes() + evicted.size() * chunks_.chunk_bytes() > budget_) {
+    const size_t evicted_bytes = chunks_.evicted_chunks().size() * chunks_.chunk_bytes();
+    if (chunks_.mapped_bytes() + evicted_bytes > budget_) {
       return Status(Errc::kOutOfMemory);  // the budget shrank while suspended
     }
-    for (size_t start = 0; start < evicted.size(); start += kEvictionBatch) {
-      const size_t count = std::min(kEvictionBatch, evicted.size() - start);
-      ZICO_RETURN_IF_ERROR(chunks_.restore(std::span(evicted).subspan(start, count), *suspended_to_, copy_stream_));
-    }
-    update_peaks();
-    suspended_to_ = nullptr;
-    ZICO_LOG(kInfo, "device %d: resumed, %zu chunks restored", device_.value, evicted.size());
-    return Status::ok();
+    return restore_evicted(Patience::kDefault);
   } catch (const std::bad_alloc&) {
     return Status(Errc::kOutOfMemory);
   }
+}
+
+Status DeviceAllocator::yield_and_map(VaRange range) {
+  if (yield_store_ == nullptr || suspended_to_ != nullptr) {
+    ZICO_LOG(kWarn, "device %d: zico-umd asked this job to yield its memory, but it has no store to park it in",
+             device_.value);
+    return Status(Errc::kOutOfMemory);
+  }
+  ++stats_.yields;
+  ZICO_LOG(kInfo, "device %d: yielding %zu bytes to break a deadlock", device_.value, chunks_.mapped_bytes());
+  ZICO_RETURN_IF_ERROR(ensure_copy_stream());
+  // This thread is inside the allocator, so it launches nothing; wait for
+  // what it launched before. The blocks of `range` are not handed out yet.
+  ZICO_RETURN_IF_ERROR(driver_.device_synchronize(device_));
+  ZICO_RETURN_IF_ERROR(unmap_idle(SIZE_MAX, range));
+  ZICO_RETURN_IF_ERROR(evict_in_use(*yield_store_));
+  // Chunks of `range` that hold no block yet and are still mapped would keep
+  // memory we promised to give back.
+  ZICO_RETURN_IF_ERROR(unmap_idle(SIZE_MAX, VaRange{}));
+  chunks_.drop_spares();
+  const size_t need = chunks_.unmapped_bytes_in(range.base, range.bytes) / chunks_.chunk_bytes();
+  const size_t evicted = chunks_.evicted_chunks().size();
+  Status wanted = Status(Errc::kYield);
+  // Picked again (we hold nothing now, so only in a race): ask again.
+  for (int attempt = 0; attempt < 8 && wanted.code() == Errc::kYield; ++attempt) {
+    wanted = chunks_.obtain_spares(evicted + need, Patience::kDefault);
+  }
+  if (!wanted.is_ok()) {
+    // This allocation fails, but the job's data must come back whatever it
+    // takes: its kernels will touch those addresses.
+    Status back = Status(Errc::kYield);
+    while (back.code() == Errc::kYield) back = chunks_.obtain_spares(evicted, Patience::kForever);
+    if (!back.is_ok()) {
+      ZICO_LOG(kError, "device %d: cannot get the memory of a yield back (%s); the job stays evicted",
+               device_.value, back.message().c_str());
+      return back;
+    }
+  }
+  ZICO_RETURN_IF_ERROR(restore_evicted(Patience::kForever));
+  if (!wanted.is_ok()) return wanted;
+  const Status mapped = chunks_.map_range(range.base, range.bytes);
+  chunks_.drop_spares();
+  update_peaks();
+  return mapped;
 }
 
 }  // namespace zico

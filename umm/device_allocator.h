@@ -35,6 +35,15 @@
 // resume() finishes the job); a failed resume leaves the rest in the store,
 // and resume() may be called again.
 //
+// Under the node manager the chunks are lent by zico-umd (a ChunkSource that
+// may wait): before asking for more, the allocator reuses its own idle chunks,
+// and when the daemon picks it to break a deadlock (kYield) it parks its data
+// in the yield store, gives everything back and waits for it all to return,
+// inside the allocation call. That rests on one assumption: while a thread
+// is inside this allocator, no other thread of the process launches GPU work
+// on the allocator's memory (the caching allocators of PyTorch and of CUDA
+// applications allocate on the thread that launches).
+//
 // Thread-safety: all methods lock one mutex; owns() is lock-free.
 #pragma once
 
@@ -47,7 +56,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backing_store.h"
 #include "chunk_map.h"
+#include "chunk_source.h"
 #include "driver.h"
 #include "size_classes.h"
 #include "span_heap.h"
@@ -65,6 +76,10 @@ struct AllocatorOptions {
   size_t budget_bytes = SIZE_MAX;  // cap on mapped bytes
   size_t chunk_bytes = 0;          // 0: the driver's granularity
   size_t arena_bytes = 0;          // 0: 4x the device's memory
+  // Where chunks come from; nullptr: the driver (standalone). Must outlive the allocator.
+  ChunkSource* source = nullptr;
+  // Where a yield (chunk_source.h) parks the job's data; nullptr: yielding fails.
+  BackingStore* yield_store = nullptr;
 };
 
 struct AllocatorStats {
@@ -81,6 +96,8 @@ struct AllocatorStats {
   uint64_t chunk_unmaps = 0;
   uint64_t iterations = 0;
   size_t last_iteration_peak_bytes = 0;
+  size_t last_iteration_low_bytes = 0;  // live throughout the last iteration: persistent memory
+  uint64_t yields = 0;                  // times the node manager made this job give all back
 };
 
 class DeviceAllocator {
@@ -108,6 +125,12 @@ class DeviceAllocator {
 
   // Waits for all fences and returns every idle chunk to the driver.
   [[nodiscard]] Status trim() noexcept;
+  // Returns idle chunks until `want` bytes are freed, unless another thread
+  // holds the allocator (then *freed = 0 at once: a reclaim must never wait
+  // on an allocation that is itself waiting for memory).
+  [[nodiscard]] Status try_trim(size_t want, size_t* freed) noexcept;
+  // stats() unless another thread holds the allocator; false then.
+  [[nodiscard]] bool try_stats(AllocatorStats* out) const noexcept;
   // Future maps obey the new budget; shrinking also trims idle memory.
   [[nodiscard]] Status set_budget(size_t bytes) noexcept;
   void mark_iteration() noexcept;
@@ -154,7 +177,7 @@ class DeviceAllocator {
     std::vector<CachedBlock> blocks;
   };
 
-  DeviceAllocator(Driver& driver, DeviceId device, VaRange arena, size_t chunk_bytes, size_t budget);
+  DeviceAllocator(Driver& driver, DeviceId device, VaRange arena, size_t chunk_bytes, const AllocatorOptions& options);
 
   Status allocate_small(size_t cls, StreamHandle stream, void** out);
   Status allocate_large(size_t bytes, StreamHandle stream, void** out);
@@ -191,6 +214,15 @@ class DeviceAllocator {
   void reclaim();
   // Synchronizes the device, then unmaps idle chunks outside `keep`.
   Status unmap_idle(size_t want, VaRange keep);
+  // The node manager picked this job to break a deadlock while it was
+  // mapping `range`: park every chunk in the yield store, give all memory
+  // back, ask for it again with what `range` needs, and restore.
+  Status yield_and_map(VaRange range);
+  // Evicts every chunk that holds blocks to `store`; all or nothing.
+  Status evict_in_use(BackingStore& store);
+  // Maps the evicted chunks again and loads them; spares first obtained.
+  Status restore_evicted(Patience patience);
+  AllocatorStats stats_locked() const;
   void release_empty_pages();
   void update_peaks();
 
@@ -200,6 +232,11 @@ class DeviceAllocator {
   const size_t page_bytes_;   // power of two dividing the chunk, <= kSmallPageMax
   const int page_shift_;      // log2(page_bytes_)
   const size_t small_limit_;  // largest request served from pages
+
+  std::unique_ptr<ChunkSource> owned_source_;  // standalone: a DriverChunkSource
+  ChunkSource& source_;
+  const bool shared_source_;  // chunks are lent by zico-umd
+  BackingStore* const yield_store_;
 
   mutable std::mutex mutex_;
   // Everything below is guarded by mutex_.
@@ -216,6 +253,7 @@ class DeviceAllocator {
   std::vector<EventHandle> spare_events_;
   AllocatorStats stats_;
   size_t iteration_peak_ = 0;
+  size_t iteration_low_ = 0;
   BackingStore* suspended_to_ = nullptr;  // non-null while suspended
   StreamHandle copy_stream_{};            // for evictions; created on first use
   bool has_copy_stream_ = false;

@@ -15,6 +15,7 @@
 // and addresses must be multiples of Capabilities::granularity unless stated.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -31,6 +32,9 @@ struct Capabilities {
   bool managed_memory = false;  // managed (unified) allocations are available
   bool discard = false;         // managed ranges can be discarded (cuMemDiscardBatchAsync)
   int numa_node = -1;           // host NUMA node nearest the device; -1: unknown (use the local node)
+  // Names the device across processes whatever CUDA_VISIBLE_DEVICES says
+  // (cuDeviceGetUuid; SimDriver: "zicoum-sim-gpu" and the ordinal).
+  std::array<uint8_t, 16> uuid{};
 };
 
 enum class CopyKind : uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice };

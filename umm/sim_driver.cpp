@@ -232,6 +232,10 @@ Status SimDriver::capabilities(DeviceId device, Capabilities* caps) noexcept {
   caps->posix_fd_export = options_.posix_fd_export;
   caps->managed_memory = true;
   caps->discard = options_.discard;
+  static constexpr char kName[] = "zicoum-sim-gpu";
+  caps->uuid.fill(0);
+  std::memcpy(caps->uuid.data(), kName, sizeof kName - 1);
+  caps->uuid[15] = static_cast<uint8_t>(device.value);
   return Status::ok();
 }
 

@@ -79,4 +79,30 @@ std::string format_size(uint64_t bytes) {
   return text;
 }
 
+std::optional<uint64_t> parse_duration_ns(std::string_view text) noexcept {
+  size_t digits = 0;
+  uint64_t value = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') {
+    if (value > 1'000'000'000'000) return std::nullopt;
+    value = value * 10 + static_cast<uint64_t>(text[digits] - '0');
+    ++digits;
+  }
+  if (digits == 0) return std::nullopt;
+  const std::string_view unit = text.substr(digits);
+  uint64_t scale = 0;
+  if (unit == "ms") {
+    scale = 1'000'000;
+  } else if (unit == "s") {
+    scale = 1'000'000'000;
+  } else if (unit == "m") {
+    scale = 60'000'000'000;
+  } else if (unit == "h") {
+    scale = 3'600'000'000'000;
+  } else {
+    return std::nullopt;
+  }
+  if (value > UINT64_MAX / scale) return std::nullopt;
+  return value * scale;
+}
+
 }  // namespace zico

@@ -21,6 +21,10 @@ inline constexpr const char* kSizeForm =
 // nullopt when `text` is not a size or overflows 64 bits.
 [[nodiscard]] std::optional<uint64_t> parse_size(std::string_view text) noexcept;
 
+// Durations: a non-negative integer with a unit ms, s, m or h ("500ms", "60s").
+inline constexpr const char* kDurationForm = "an integer with a unit ms, s, m or h, e.g. 500ms, 60s, 5m";
+[[nodiscard]] std::optional<uint64_t> parse_duration_ns(std::string_view text) noexcept;
+
 // "64 MiB", "1.50 GiB", "512 B": exact for whole units, 2 decimals otherwise.
 [[nodiscard]] std::string format_size(uint64_t bytes);
 

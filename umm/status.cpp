@@ -17,6 +17,7 @@ const char* to_string(Errc code) noexcept {
     case Errc::kFenceViolation: return "VA edit while stream work in flight";
     case Errc::kInjectedFault: return "injected fault";
     case Errc::kSuspended: return "suspended: memory is evicted until resumed";
+    case Errc::kYield: return "asked by zico-umd to give its memory back (deadlock)";
   }
   return "unknown status";
 }

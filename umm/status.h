@@ -26,6 +26,7 @@ enum class Errc : uint8_t {
   kFenceViolation,   // SimDriver: a VA edit raced in-flight stream work
   kInjectedFault,    // SimDriver: a fault-injection knob fired
   kSuspended,        // the allocator's memory is evicted until resume()
+  kYield,            // the node manager picked this job to break a deadlock: give all memory back, ask again
 };
 
 const char* to_string(Errc code) noexcept;

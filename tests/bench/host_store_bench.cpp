@@ -46,7 +46,8 @@ void BM_HostStoreRoundTrip(benchmark::State& state) {
     state.SkipWithError("setup failed");
     return;
   }
-  ChunkMap chunks(driver, DeviceId{0}, arena, kChunk);
+  DriverChunkSource source(driver, DeviceId{0}, kChunk);
+  ChunkMap chunks(driver, source, DeviceId{0}, arena, kChunk);
   if (!chunks.map_range(arena.base, arena.bytes).is_ok()) {
     state.SkipWithError("map failed");
     return;

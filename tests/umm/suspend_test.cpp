@@ -267,7 +267,8 @@ TEST(ChunkEviction, TenThousandRandomEvictionsAndRestoresKeepEveryByte) {
   SimDriver driver(sim);
   VaRange arena;
   ZICO_ASSERT_OK(driver.reserve(DeviceId{0}, kChunks * kChunk, 0, &arena));
-  ChunkMap chunks(driver, DeviceId{0}, arena, kChunk);
+  DriverChunkSource source(driver, DeviceId{0}, kChunk);
+  ChunkMap chunks(driver, source, DeviceId{0}, arena, kChunk);
   ZICO_ASSERT_OK(chunks.map_range(arena.base, arena.bytes));
   chunks.ref(arena.base, arena.bytes);
   std::unique_ptr<HostStore> host;
