@@ -1,0 +1,248 @@
+// The node protocol: messages between zico-umd, job processes (libzicoum) and
+// zico-umctl. docs/protocol.md is the normative description; this header is
+// its C++ form.
+//
+// Transport: a Unix SOCK_SEQPACKET socket, so every message is one datagram
+// and file descriptors (SCM_RIGHTS) travel with the message they belong to.
+// Every datagram is a 16-byte header followed by the payload:
+//
+//   u32 magic 'ZICO' (0x4F43495A)  u16 version (1)  u16 type
+//   u32 payload_bytes (== datagram size - 16, <= kMaxPayload)  u32 reserved (0)
+//
+// All integers are little-endian and fixed width; strings are u16 length +
+// bytes (printable ASCII, at most kMaxString). A payload must be consumed
+// exactly: trailing bytes are an error. Only kGrant carries descriptors, one
+// per chunk id, in order; any other message with descriptors is malformed.
+//
+// Pure code: encoding and decoding know nothing of sockets (see wire.h), so
+// the decoder can be fuzzed directly.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace zico::proto {
+
+inline constexpr uint32_t kMagic = 0x4F43495A;  // "ZICO" little-endian
+inline constexpr uint16_t kVersion = 1;
+inline constexpr size_t kHeaderBytes = 16;
+inline constexpr size_t kMaxPayload = 60 * 1024;
+inline constexpr size_t kMaxString = 255;
+// Chunk ids (and descriptors) per kGrant / kReturn message; below SCM_MAX_FD (253).
+inline constexpr size_t kMaxChunksPerMessage = 128;
+// Entries in a kStatus reply.
+inline constexpr size_t kMaxStatusGpus = 64;
+inline constexpr size_t kMaxStatusJobs = 256;
+
+enum class Type : uint16_t {
+  // job -> daemon
+  kHello = 1,
+  kOpenGpu = 2,
+  kRequest = 3,
+  kCancel = 4,
+  kReturn = 5,
+  kReport = 6,
+  // daemon -> job
+  kWelcome = 32,
+  kGpuOpened = 33,
+  kGrant = 34,
+  kDeny = 35,
+  kReclaim = 36,
+  kYield = 37,
+  kLimits = 38,
+  // zico-umctl <-> daemon
+  kStatusQuery = 64,
+  kStatus = 65,
+  kSetBudget = 66,
+  kResult = 67,
+  // daemon -> anyone, just before it closes a connection it cannot serve
+  kGoodbye = 96,
+};
+
+// Identifies a GPU across processes whatever CUDA_VISIBLE_DEVICES says.
+using GpuUuid = std::array<uint8_t, 16>;
+
+// --- job -> daemon -----------------------------------------------------------
+
+// First message of a job connection. resume_job_id != 0: this job was
+// registered with a daemon that went away and asks to keep its id.
+struct Hello {
+  uint64_t resume_job_id = 0;
+  std::string name;  // e.g. the program name; informational
+};
+
+// The job starts using a GPU. held_chunks: chunks it already holds on it
+// (after a daemon restart; 0 otherwise). They are counted as granted and
+// have no id ("unowned"): returning one just lowers the count.
+struct OpenGpu {
+  GpuUuid uuid{};
+  uint64_t held_chunks = 0;
+};
+
+// Asks for `chunks` more chunks of the GPU (the daemon's index).
+struct Request {
+  uint64_t request_id = 0;  // chosen by the job, unique per connection, != 0
+  uint32_t gpu = 0;
+  uint32_t chunks = 0;      // >= 1
+};
+
+// Withdraws a waiting request (the job timed out). Answered by kDeny, or by
+// the kGrant(s) already on their way.
+struct Cancel {
+  uint64_t request_id = 0;
+};
+
+// Gives chunks back, fenced (no GPU work of the job touches them any more).
+// ids: daemon chunk ids; unowned: chunks without an id (see OpenGpu).
+// reclaim_reply: this answers a kReclaim (possibly with nothing).
+struct Return {
+  uint32_t gpu = 0;
+  bool reclaim_reply = false;
+  uint32_t unowned = 0;
+  std::vector<uint32_t> ids;  // at most kMaxChunksPerMessage, each != 0
+};
+
+// Periodic usage, for the scheduler, zico-umctl top and the metrics.
+struct Report {
+  uint32_t gpu = 0;
+  uint64_t allocated_bytes = 0;   // live blocks
+  uint64_t persistent_bytes = 0;  // live across the last iteration (low-water mark)
+  uint64_t iterations = 0;        // iteration marks so far
+};
+
+// --- daemon -> job -----------------------------------------------------------
+
+struct Welcome {
+  uint64_t job_id = 0;
+};
+
+// Answer to OpenGpu: the daemon's index for the GPU, the chunk size every
+// request is counted in, and the job's limits there.
+struct GpuOpened {
+  uint32_t gpu = 0;
+  uint64_t chunk_bytes = 0;
+  uint64_t min_bytes = 0;
+  uint64_t max_bytes = 0;
+};
+
+// Chunks for a request, with one descriptor each. A request for more than
+// kMaxChunksPerMessage chunks is answered by several grants; `last` marks
+// the final one.
+struct Grant {
+  uint64_t request_id = 0;
+  uint32_t gpu = 0;
+  bool last = true;
+  std::vector<uint32_t> ids;  // 1..kMaxChunksPerMessage, each != 0
+};
+
+// A request that will not be served. errc: zico::Errc value (kOutOfMemory
+// for a deadlock victim or a request beyond every limit).
+struct Deny {
+  uint64_t request_id = 0;
+  uint32_t errc = 0;
+  std::string reason;
+};
+
+// Please give back up to `chunks` chunks of the GPU (idle ones); answer with
+// kReturn{reclaim_reply = true}, even if empty.
+struct Reclaim {
+  uint32_t gpu = 0;
+  uint64_t chunks = 0;
+};
+
+// Deadlock: the waiting request is withdrawn; the job must evict and return
+// every chunk it holds on the GPU, then ask again for all it needs.
+struct Yield {
+  uint64_t request_id = 0;
+  uint32_t gpu = 0;
+};
+
+// The job's limits on the GPU changed (zico-umctl budget set).
+struct Limits {
+  uint32_t gpu = 0;
+  uint64_t min_bytes = 0;
+  uint64_t max_bytes = 0;
+};
+
+// --- zico-umctl <-> daemon ---------------------------------------------------
+
+struct StatusQuery {};
+
+struct GpuStatus {
+  uint32_t index = 0;
+  GpuUuid uuid{};
+  uint64_t chunk_bytes = 0;
+  uint64_t budget_bytes = 0;
+  uint64_t granted_bytes = 0;
+  uint64_t pool_bytes = 0;      // chunks the daemon has created (granted or free)
+  uint64_t waiting_bytes = 0;   // requested and not yet granted
+  uint64_t grants = 0;          // chunks granted since start
+  uint64_t reclaims = 0;        // chunks given back since start
+  uint64_t deadlocks = 0;       // deadlocks broken since start
+};
+
+struct JobStatus {
+  uint64_t id = 0;
+  uint32_t pid = 0;
+  uint32_t uid = 0;
+  uint32_t gpu = 0;
+  std::string name;
+  uint64_t granted_bytes = 0;
+  uint64_t min_bytes = 0;
+  uint64_t max_bytes = 0;
+  uint64_t allocated_bytes = 0;
+  uint64_t persistent_bytes = 0;
+  uint64_t waiting_bytes = 0;
+  uint64_t wait_ns = 0;         // total time spent waiting for chunks
+  uint64_t iterations = 0;
+};
+
+// One JobStatus per (job, GPU) the job opened.
+struct StatusReply {
+  uint64_t daemon_pid = 0;
+  uint64_t uptime_ns = 0;
+  std::vector<GpuStatus> gpus;  // at most kMaxStatusGpus
+  std::vector<JobStatus> jobs;  // at most kMaxStatusJobs
+};
+
+enum class BudgetTarget : uint8_t { kNode = 0, kJobMin = 1, kJobMax = 2 };
+
+struct SetBudget {
+  BudgetTarget target = BudgetTarget::kNode;
+  uint32_t gpu = 0;
+  uint64_t job_id = 0;  // 0 for kNode
+  uint64_t bytes = 0;
+};
+
+// Answer to kSetBudget: errc 0 on success, else a zico::Errc and why.
+struct Result {
+  uint32_t errc = 0;
+  std::string message;
+};
+
+struct Goodbye {
+  std::string reason;
+};
+
+using Message = std::variant<Hello, OpenGpu, Request, Cancel, Return, Report, Welcome, GpuOpened, Grant,
+                             Deny, Reclaim, Yield, Limits, StatusQuery, StatusReply, SetBudget, Result,
+                             Goodbye>;
+
+[[nodiscard]] Type type_of(const Message& message);
+[[nodiscard]] const char* to_string(Type type);
+
+// Appends header + payload to *out. The message must satisfy the limits above
+// (the encoder checks them too and returns false with *why set otherwise).
+[[nodiscard]] bool encode(const Message& message, std::vector<uint8_t>* out, std::string* why);
+
+// Decodes one whole datagram. `fd_count`: descriptors that came with it.
+// On failure returns false and *why names the offending field and value.
+[[nodiscard]] bool decode(std::span<const uint8_t> datagram, size_t fd_count, Message* out,
+                          std::string* why);
+
+}  // namespace zico::proto
