@@ -1,0 +1,534 @@
+#include "ledger.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <map>
+#include <utility>
+
+namespace zico::sharing {
+namespace {
+
+// held + chunks may overflow when a request asks for an absurd count; such a
+// request must read as "too big", never wrap around to "fits".
+uint64_t add_sat(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+uint64_t sub_floor(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
+
+struct Request {
+  JobId job = 0;
+  uint64_t id = 0;
+  uint64_t chunks = 0;
+  uint64_t enqueued_ns = 0;
+};
+
+// One job on one GPU.
+struct Use {
+  uint64_t held = 0;
+  uint64_t min = 0;
+  uint64_t max = UINT64_MAX;
+  // Mirrors of this job's entries in the GPU queue, so "is it waiting" is O(1).
+  uint64_t waiting_chunks = 0;
+  uint64_t waiting_requests = 0;
+  uint64_t waited_ns = 0;  // finished waits only; queued requests add theirs on read
+  // An unanswered kReclaim: the job is not asked again until it replies, and
+  // what it was asked counts as already on its way back.
+  bool reclaim_outstanding = false;
+  uint64_t reclaim_asked = 0;
+  bool ever_asked = false;
+  uint64_t last_asked_ns = 0;  // the last ask or reply, for reclaim_retry_ns
+};
+
+struct Gpu {
+  uint64_t budget = 0;
+  uint64_t granted = 0;
+  uint64_t grants = 0;
+  uint64_t returns = 0;
+  uint64_t deadlocks = 0;
+  std::map<JobId, Use> users;  // the jobs that opened this GPU
+  std::vector<Request> queue;  // arrival order; the front is the head
+  // The kYield victim until it has returned everything: one victim at a time,
+  // or every waiter would be told to yield before the first one's chunks are back.
+  bool yielding = false;
+  JobId yield_victim = 0;
+};
+
+struct Job {
+  uint32_t uid = 0;
+  uint64_t order = 0;
+};
+
+Status invalid(std::string* why, std::string text) {
+  if (why != nullptr) *why = std::move(text);
+  return Status(Errc::kInvalidArgument);
+}
+
+}  // namespace
+
+struct Ledger::Impl {
+  LedgerOptions options;
+  std::vector<Gpu> gpus;
+  std::map<JobId, Job> jobs;
+
+  // a is younger than b: a later arrival, job id as the tie-break so the
+  // choice never depends on map iteration details.
+  bool younger(JobId a, JobId b) const {
+    const uint64_t oa = jobs.at(a).order;
+    const uint64_t ob = jobs.at(b).order;
+    return oa != ob ? oa > ob : a > b;
+  }
+
+  static uint64_t free_of(const Gpu& gpu) { return sub_floor(gpu.budget, gpu.granted); }
+
+  static uint64_t sum_mins(const Gpu& gpu) {
+    uint64_t sum = 0;
+    for (const auto& [id, use] : gpu.users) sum += use.min;
+    return sum;
+  }
+
+  // What the other jobs still lack to reach their guaranteed minimums.
+  static uint64_t others_unmet(const Gpu& gpu, JobId job) {
+    uint64_t sum = 0;
+    for (const auto& [id, use] : gpu.users) {
+      if (id != job) sum += sub_floor(use.min, use.held);
+    }
+    return sum;
+  }
+
+  // The most `job` can ever hold: its max, and what the budget leaves once
+  // every other job has its minimum.
+  static uint64_t ceiling(const Gpu& gpu, JobId job) {
+    const Use& use = gpu.users.at(job);
+    return std::min(use.max, sub_floor(gpu.budget, sum_mins(gpu) - use.min));
+  }
+
+  static bool possible(const Gpu& gpu, const Request& r) {
+    return add_sat(gpu.users.at(r.job).held, r.chunks) <= ceiling(gpu, r.job);
+  }
+
+  // Granting keeps granted <= budget (free is 0 above it) and leaves room for
+  // the others' minimums. The max is covered by possible(), checked first.
+  static bool fits(const Gpu& gpu, const Request& r) {
+    return add_sat(r.chunks, others_unmet(gpu, r.job)) <= free_of(gpu);
+  }
+
+  // Takes queue[index] out of the queue and books its wait.
+  static Request finish(Gpu& gpu, size_t index, uint64_t now_ns) {
+    Request r = gpu.queue[index];
+    gpu.queue.erase(gpu.queue.begin() + static_cast<std::ptrdiff_t>(index));
+    Use& use = gpu.users.at(r.job);
+    use.waiting_chunks -= r.chunks;
+    use.waiting_requests -= 1;
+    use.waited_ns += sub_floor(now_ns, r.enqueued_ns);
+    return r;
+  }
+
+  static void grant(Gpu& gpu, uint32_t g, size_t index, uint64_t now_ns, std::vector<LedgerAction>* out) {
+    const Request r = finish(gpu, index, now_ns);
+    gpu.users.at(r.job).held += r.chunks;
+    gpu.granted += r.chunks;
+    gpu.grants += r.chunks;
+    out->push_back({LedgerAction::Kind::kGrant, r.job, g, r.id, r.chunks, Errc::kOk, {}});
+  }
+
+  static void deny(Gpu& gpu, uint32_t g, size_t index, uint64_t now_ns, std::string reason,
+                   std::vector<LedgerAction>* out) {
+    const Request r = finish(gpu, index, now_ns);
+    out->push_back({LedgerAction::Kind::kDeny, r.job, g, r.id, r.chunks, Errc::kOutOfMemory, std::move(reason)});
+  }
+
+  // Denies every queued request that no amount of waiting can serve. Returns
+  // whether it denied any.
+  static bool deny_impossible(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+    bool denied = false;
+    for (size_t i = 0; i < gpu.queue.size();) {
+      const Request& r = gpu.queue[i];
+      if (possible(gpu, r)) {
+        ++i;
+        continue;
+      }
+      const Use& use = gpu.users.at(r.job);
+      std::string reason = "GPU " + std::to_string(g) + ": asks for " + std::to_string(r.chunks) +
+                           " chunks while holding " + std::to_string(use.held) + ", but the job can hold at most " +
+                           std::to_string(ceiling(gpu, r.job)) + " (its max " +
+                           (use.max == UINT64_MAX ? std::string("unlimited") : std::to_string(use.max)) +
+                           ", budget " + std::to_string(gpu.budget) + " less the other jobs' minimums " +
+                           std::to_string(sum_mins(gpu) - use.min) + ")";
+      deny(gpu, g, i, now_ns, std::move(reason), out);
+      denied = true;
+    }
+    return denied;
+  }
+
+  // One grant or denial at a time, re-evaluated from scratch: every grant
+  // changes free, the grantee's held and the others' unmet minimums.
+  static bool serve_one(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+    if (deny_impossible(gpu, g, now_ns, out)) return true;
+    for (size_t i = 0; i < gpu.queue.size(); ++i) {
+      const Request& r = gpu.queue[i];
+      const Use& use = gpu.users.at(r.job);
+      if (add_sat(use.held, r.chunks) <= use.min && fits(gpu, r)) {
+        grant(gpu, g, i, now_ns, out);
+        return true;
+      }
+    }
+    if (!gpu.queue.empty() && fits(gpu, gpu.queue.front())) {
+      grant(gpu, g, 0, now_ns, out);
+      return true;
+    }
+    return false;
+  }
+
+  // The head is blocked (or granted > budget). Jobs that neither wait nor sit
+  // at their minimum could give chunks back; when none could, and none is
+  // already giving back, the waiters hold each other up and only the policy
+  // can break it.
+  bool break_deadlock(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+    if (gpu.queue.empty() || gpu.yielding) return false;
+    JobId victim = 0;
+    bool found = false;
+    for (const auto& [id, use] : gpu.users) {
+      if (use.reclaim_outstanding) return false;
+      if (use.held <= use.min) continue;  // its chunks are guaranteed, not part of the jam
+      if (use.waiting_requests == 0) return false;  // reclaim can reach it
+      if (found) {
+        const uint64_t best = gpu.users.at(victim).held;
+        const bool better = options.deadlock_policy == DeadlockPolicy::kYield
+                                ? use.held > best || (use.held == best && younger(id, victim))
+                                : younger(id, victim);
+        if (!better) continue;
+      }
+      victim = id;
+      found = true;
+    }
+    // A possible head that does not fit implies some other job holds more
+    // than its minimum, so `found` only fails if the books are broken.
+    if (!found) return false;
+    gpu.deadlocks += 1;
+    for (size_t i = 0; i < gpu.queue.size();) {
+      if (gpu.queue[i].job != victim) {
+        ++i;
+        continue;
+      }
+      if (options.deadlock_policy == DeadlockPolicy::kYield) {
+        const Request r = finish(gpu, i, now_ns);
+        out->push_back({LedgerAction::Kind::kYield, victim, g, r.id, gpu.users.at(victim).held, Errc::kOk, {}});
+      } else {
+        deny(gpu, g, i, now_ns,
+             "GPU " + std::to_string(g) +
+                 ": deadlock, every job holding more than its minimum waits; the youngest is refused",
+             out);
+      }
+    }
+    if (options.deadlock_policy == DeadlockPolicy::kYield) {
+      gpu.yielding = true;
+      gpu.yield_victim = victim;
+    }
+    return true;
+  }
+
+  void reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+    // Enough to bring granted to the budget and, if a request waits, to fit
+    // the head including the room it must leave for the others' minimums.
+    uint64_t needed = gpu.granted;
+    if (!gpu.queue.empty()) {
+      const Request& head = gpu.queue.front();
+      needed = add_sat(needed, add_sat(head.chunks, others_unmet(gpu, head.job)));
+    }
+    uint64_t shortfall = sub_floor(needed, gpu.budget);
+    // Chunks already on their way back are not asked for twice.
+    for (const auto& [id, use] : gpu.users) {
+      if (use.reclaim_outstanding) shortfall = sub_floor(shortfall, use.reclaim_asked);
+    }
+    if (gpu.yielding) shortfall = sub_floor(shortfall, gpu.users.at(gpu.yield_victim).held);
+    if (shortfall == 0) return;
+
+    std::vector<JobId> candidates;
+    for (const auto& [id, use] : gpu.users) {
+      if (use.waiting_requests > 0 || use.held <= use.min || use.reclaim_outstanding) continue;
+      if (gpu.yielding && id == gpu.yield_victim) continue;
+      if (use.ever_asked && (now_ns < use.last_asked_ns || now_ns - use.last_asked_ns < options.reclaim_retry_ns)) {
+        continue;
+      }
+      candidates.push_back(id);
+    }
+    // Biggest holders first: they most likely have idle chunks, and fewer
+    // jobs are disturbed.
+    std::sort(candidates.begin(), candidates.end(), [&](JobId a, JobId b) {
+      const uint64_t ha = gpu.users.at(a).held;
+      const uint64_t hb = gpu.users.at(b).held;
+      return ha != hb ? ha > hb : younger(a, b);
+    });
+    for (JobId id : candidates) {
+      if (shortfall == 0) break;
+      Use& use = gpu.users.at(id);
+      const uint64_t ask = std::min(use.held - use.min, shortfall);
+      use.reclaim_outstanding = true;
+      use.reclaim_asked = ask;
+      use.ever_asked = true;
+      use.last_asked_ns = now_ns;
+      shortfall -= ask;
+      out->push_back({LedgerAction::Kind::kReclaim, id, g, 0, ask, Errc::kOk, {}});
+    }
+  }
+
+  void pump_gpu(uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+    Gpu& gpu = gpus[g];
+    while (serve_one(gpu, g, now_ns, out)) {
+    }
+    // Deadlock before reclaim: under kFail the refused job stops waiting and
+    // becomes a reclaim candidate in the same pump; either way the victim's
+    // requests leave the queue, so a new head may fit already.
+    if (break_deadlock(gpu, g, now_ns, out)) {
+      while (serve_one(gpu, g, now_ns, out)) {
+      }
+    }
+    if (!gpu.queue.empty() || gpu.granted > gpu.budget) reclaim(gpu, g, now_ns, out);
+  }
+
+  Use* find_use(JobId job, uint32_t g) {
+    if (g >= gpus.size()) return nullptr;
+    auto it = gpus[g].users.find(job);
+    return it == gpus[g].users.end() ? nullptr : &it->second;
+  }
+};
+
+void Ledger::ImplDeleter::operator()(Impl* impl) const { delete impl; }
+
+Ledger::Ledger(LedgerOptions options) : impl_(new Impl) { impl_->options = options; }
+
+uint32_t Ledger::add_gpu(uint64_t budget_chunks) {
+  impl_->gpus.emplace_back();
+  impl_->gpus.back().budget = budget_chunks;
+  return static_cast<uint32_t>(impl_->gpus.size() - 1);
+}
+
+size_t Ledger::gpu_count() const { return impl_->gpus.size(); }
+
+bool Ledger::add_job(JobId job, uint32_t uid, uint64_t order) {
+  return impl_->jobs.emplace(job, Job{uid, order}).second;
+}
+
+void Ledger::remove_job(JobId job) {
+  if (impl_->jobs.erase(job) == 0) return;
+  for (Gpu& gpu : impl_->gpus) {
+    auto it = gpu.users.find(job);
+    if (it == gpu.users.end()) continue;
+    gpu.granted -= it->second.held;
+    gpu.returns += it->second.held;
+    gpu.users.erase(it);
+    std::erase_if(gpu.queue, [job](const Request& r) { return r.job == job; });
+    if (gpu.yielding && gpu.yield_victim == job) gpu.yielding = false;
+  }
+}
+
+bool Ledger::has_job(JobId job) const { return impl_->jobs.count(job) != 0; }
+
+Status Ledger::open(JobId job, uint32_t gpu, uint64_t held, std::string* why) {
+  if (!has_job(job)) return invalid(why, "unknown job " + std::to_string(job));
+  if (gpu >= impl_->gpus.size()) return invalid(why, "unknown GPU " + std::to_string(gpu));
+  Gpu& g = impl_->gpus[gpu];
+  if (g.users.count(job) != 0) {
+    return invalid(why, "job " + std::to_string(job) + " already opened GPU " + std::to_string(gpu));
+  }
+  // A reconnecting job keeps what it holds even past the budget: taking it
+  // away would break the job; reclaims bring granted down instead.
+  g.users[job].held = held;
+  g.granted += held;
+  return Status::ok();
+}
+
+Status Ledger::request(JobId job, uint32_t gpu, uint64_t request_id, uint64_t chunks, uint64_t now_ns,
+                       std::string* why) {
+  if (!has_job(job)) return invalid(why, "unknown job " + std::to_string(job));
+  Use* use = impl_->find_use(job, gpu);
+  if (use == nullptr) {
+    return invalid(why, "job " + std::to_string(job) + " has not opened GPU " + std::to_string(gpu));
+  }
+  if (request_id == 0) return invalid(why, "request id 0 is reserved");
+  if (chunks == 0) return invalid(why, "a request asks for at least one chunk");
+  // Ids are per job, across GPUs, because cancel() names no GPU.
+  for (const Gpu& g : impl_->gpus) {
+    for (const Request& r : g.queue) {
+      if (r.job == job && r.id == request_id) {
+        return invalid(why, "request " + std::to_string(request_id) + " of job " + std::to_string(job) +
+                                " is already waiting");
+      }
+    }
+  }
+  impl_->gpus[gpu].queue.push_back({job, request_id, chunks, now_ns});
+  use->waiting_chunks += chunks;
+  use->waiting_requests += 1;
+  return Status::ok();
+}
+
+bool Ledger::cancel(JobId job, uint64_t request_id, uint64_t now_ns) {
+  for (Gpu& gpu : impl_->gpus) {
+    for (size_t i = 0; i < gpu.queue.size(); ++i) {
+      if (gpu.queue[i].job == job && gpu.queue[i].id == request_id) {
+        Impl::finish(gpu, i, now_ns);
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+Status Ledger::returned(JobId job, uint32_t gpu, uint64_t chunks, bool reclaim_reply, uint64_t now_ns,
+                        std::string* why) {
+  Use* use = impl_->find_use(job, gpu);
+  if (use == nullptr) {
+    return invalid(why, "job " + std::to_string(job) + " has not opened GPU " + std::to_string(gpu));
+  }
+  if (chunks > use->held) {
+    return invalid(why, "job " + std::to_string(job) + " returns " + std::to_string(chunks) + " chunks of GPU " +
+                            std::to_string(gpu) + " but holds " + std::to_string(use->held));
+  }
+  Gpu& g = impl_->gpus[gpu];
+  use->held -= chunks;
+  g.granted -= chunks;
+  g.returns += chunks;
+  if (reclaim_reply) {
+    use->reclaim_outstanding = false;
+    use->reclaim_asked = 0;
+    use->ever_asked = true;
+    use->last_asked_ns = now_ns;
+  }
+  if (g.yielding && g.yield_victim == job && use->held == 0) g.yielding = false;
+  return Status::ok();
+}
+
+Status Ledger::set_budget(uint32_t gpu, uint64_t chunks, std::string* why) {
+  if (gpu >= impl_->gpus.size()) return invalid(why, "unknown GPU " + std::to_string(gpu));
+  Gpu& g = impl_->gpus[gpu];
+  const uint64_t mins = Impl::sum_mins(g);
+  if (chunks < mins) {
+    return invalid(why, "budget " + std::to_string(chunks) + " chunks for GPU " + std::to_string(gpu) +
+                            " is below the jobs' guaranteed minimums, " + std::to_string(mins) + " in all");
+  }
+  g.budget = chunks;
+  return Status::ok();
+}
+
+Status Ledger::set_job_limits(JobId job, uint32_t gpu, uint64_t min_chunks, uint64_t max_chunks,
+                              std::string* why) {
+  Use* use = impl_->find_use(job, gpu);
+  if (use == nullptr) {
+    return invalid(why, "job " + std::to_string(job) + " has not opened GPU " + std::to_string(gpu));
+  }
+  if (min_chunks > max_chunks) {
+    return invalid(why, "minimum " + std::to_string(min_chunks) + " exceeds maximum " + std::to_string(max_chunks));
+  }
+  const Gpu& g = impl_->gpus[gpu];
+  const uint64_t mins = Impl::sum_mins(g) - use->min + min_chunks;
+  if (mins > g.budget) {
+    return invalid(why, "minimums would total " + std::to_string(mins) + " chunks on GPU " + std::to_string(gpu) +
+                            ", above its budget " + std::to_string(g.budget));
+  }
+  use->min = min_chunks;
+  use->max = max_chunks;
+  return Status::ok();
+}
+
+std::vector<LedgerAction> Ledger::pump(uint64_t now_ns) {
+  std::vector<LedgerAction> actions;
+  for (uint32_t g = 0; g < impl_->gpus.size(); ++g) impl_->pump_gpu(g, now_ns, &actions);
+  return actions;
+}
+
+Ledger::GpuView Ledger::gpu(uint32_t gpu) const {
+  GpuView view;
+  if (gpu >= impl_->gpus.size()) return view;
+  const Gpu& g = impl_->gpus[gpu];
+  view.budget = g.budget;
+  view.granted = g.granted;
+  for (const Request& r : g.queue) view.waiting += r.chunks;
+  view.grants = g.grants;
+  view.returns = g.returns;
+  view.deadlocks = g.deadlocks;
+  return view;
+}
+
+bool Ledger::job(JobId job, uint32_t gpu, uint64_t now_ns, JobView* out) const {
+  auto job_it = impl_->jobs.find(job);
+  if (job_it == impl_->jobs.end() || gpu >= impl_->gpus.size()) return false;
+  const Gpu& g = impl_->gpus[gpu];
+  auto it = g.users.find(job);
+  if (it == g.users.end()) return false;
+  const Use& use = it->second;
+  out->uid = job_it->second.uid;
+  out->order = job_it->second.order;
+  out->held = use.held;
+  out->min = use.min;
+  out->max = use.max;
+  out->waiting = use.waiting_chunks;
+  out->wait_ns = use.waited_ns;
+  for (const Request& r : g.queue) {
+    if (r.job == job) out->wait_ns += sub_floor(now_ns, r.enqueued_ns);
+  }
+  return true;
+}
+
+std::vector<JobId> Ledger::jobs() const {
+  std::vector<JobId> ids;
+  ids.reserve(impl_->jobs.size());
+  for (const auto& [id, job] : impl_->jobs) ids.push_back(id);
+  return ids;
+}
+
+std::string Ledger::check() const {
+  for (uint32_t g = 0; g < impl_->gpus.size(); ++g) {
+    const Gpu& gpu = impl_->gpus[g];
+    const std::string where = "GPU " + std::to_string(g) + ": ";
+    uint64_t held = 0;
+    uint64_t mins = 0;
+    for (const auto& [id, use] : gpu.users) {
+      const std::string who = where + "job " + std::to_string(id) + " ";
+      if (impl_->jobs.count(id) == 0) return who + "opened the GPU but does not exist";
+      if (use.min > use.max) return who + "has min above max";
+      if (use.reclaim_outstanding && use.reclaim_asked == 0) return who + "has an outstanding reclaim of 0 chunks";
+      uint64_t chunks = 0;
+      uint64_t requests = 0;
+      for (const Request& r : gpu.queue) {
+        if (r.job == id) {
+          chunks += r.chunks;
+          requests += 1;
+        }
+      }
+      if (chunks != use.waiting_chunks || requests != use.waiting_requests) {
+        return who + "waits for " + std::to_string(chunks) + " chunks in " + std::to_string(requests) +
+               " requests, but its counters say " + std::to_string(use.waiting_chunks) + " in " +
+               std::to_string(use.waiting_requests);
+      }
+      held += use.held;
+      mins += use.min;
+    }
+    if (held != gpu.granted) {
+      return where + "granted " + std::to_string(gpu.granted) + " but jobs hold " + std::to_string(held);
+    }
+    if (mins > gpu.budget) {
+      return where + "minimums " + std::to_string(mins) + " exceed the budget " + std::to_string(gpu.budget);
+    }
+    for (const Request& r : gpu.queue) {
+      if (gpu.users.count(r.job) == 0) {
+        return where + "request " + std::to_string(r.id) + " of job " + std::to_string(r.job) +
+               " waits but the job did not open the GPU";
+      }
+      if (r.id == 0 || r.chunks == 0) return where + "a queued request has id 0 or 0 chunks";
+    }
+    if (gpu.yielding) {
+      auto it = gpu.users.find(gpu.yield_victim);
+      if (it == gpu.users.end() || it->second.held == 0) return where + "a yield is in progress without a victim";
+    }
+  }
+  // Request ids are unique per job across GPUs (cancel names no GPU).
+  std::map<std::pair<JobId, uint64_t>, int> ids;
+  for (const Gpu& gpu : impl_->gpus) {
+    for (const Request& r : gpu.queue) {
+      if (++ids[{r.job, r.id}] > 1) {
+        return "request " + std::to_string(r.id) + " of job " + std::to_string(r.job) + " waits twice";
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace zico::sharing

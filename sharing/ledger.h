@@ -1,0 +1,153 @@
+// Ledger: who holds how many chunks of each GPU, who waits, and what the
+// daemon should do next. Pure policy: no sockets, no chunks, no clock (time
+// is passed in), so the daemon, the simulator and the tests run the same code.
+//
+// Counting is in chunks (the daemon's chunk size per GPU). Per GPU there is a
+// node budget; per (job, GPU) a guaranteed minimum and a maximum.
+//
+// Rules, applied by pump():
+//  - Invariant: no grant makes granted exceed the budget. Granted can be above
+//    the budget only after a budget shrink or a reconciliation (a job that
+//    reconnects holding chunks); then nothing is granted until it is below,
+//    and reclaims bring it down.
+//  - A request that can never be served is denied (kOutOfMemory) at once:
+//    held + chunks > min(max, budget - the other jobs' minimums).
+//  - Waiting requests of a GPU are served first come, first served: a request
+//    that does not fit blocks the ones behind it (so a large request is not
+//    starved by small ones). Exception: a request that stays within the job's
+//    guaranteed minimum (held + chunks <= min) is served ahead of the queue
+//    whenever the free budget covers it.
+//  - A grant must leave enough free budget for every other job to reach its
+//    minimum (free - chunks >= sum over other jobs of max(0, min - held)).
+//  - When the head request does not fit, jobs that are not waiting and hold
+//    more than their minimum are asked to give back idle chunks (kReclaim),
+//    biggest holders first, at most the shortfall in all, each job at most
+//    once per reclaim_retry_ns and never while an earlier reclaim to it is
+//    unanswered. No job is asked below its minimum. The shortfall is what
+//    the head lacks (its chunks plus the others' unmet minimums, less the
+//    free budget) or, above the budget, the excess even with no waiter;
+//    chunks asked by unanswered reclaims and a yielding victim's holdings
+//    count as already on their way back. The retry interval runs from the
+//    last ask or reply.
+//  - Deadlock: the head request does not fit, no reclaim is outstanding on
+//    the GPU, no yield is in progress there, and every job holding more than
+//    its minimum of the GPU is waiting on it. (Chunks within a minimum can
+//    never be reclaimed, so an idle job sitting at its minimum must not hide
+//    a deadlock among the others.) Only waiters holding more than their
+//    minimum can be victims: a victim at its minimum would get its chunks
+//    straight back through the minimum bypass and nothing would change.
+//    Policy kYield: of those, the one holding the most chunks (ties: the
+//    youngest) gets kYield, once per request it has waiting on the GPU; its
+//    requests leave the queue and it must return everything and ask again
+//    (at the back). No second victim is chosen on the GPU until the first
+//    has returned all it held (or is removed). Policy kFail: the youngest of
+//    them has its waiting requests on the GPU denied with kOutOfMemory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "status.h"
+
+namespace zico::sharing {
+
+using JobId = uint64_t;
+
+enum class DeadlockPolicy : uint8_t { kYield, kFail };
+
+struct LedgerAction {
+  enum class Kind : uint8_t { kGrant, kDeny, kReclaim, kYield };
+  Kind kind = Kind::kGrant;
+  JobId job = 0;
+  uint32_t gpu = 0;
+  uint64_t request_id = 0;  // kGrant, kDeny, kYield
+  uint64_t chunks = 0;      // kGrant: the whole request; kReclaim: chunks asked back;
+                            // kYield: all the job holds on the GPU; kDeny: the request
+  Errc errc = Errc::kOk;    // kDeny
+  std::string reason;       // kDeny: one line for the job's error message
+};
+
+struct LedgerOptions {
+  DeadlockPolicy deadlock_policy = DeadlockPolicy::kYield;
+  uint64_t reclaim_retry_ns = 100'000'000;
+};
+
+class Ledger {
+ public:
+  explicit Ledger(LedgerOptions options = {});
+
+  // GPUs are numbered 0, 1, ... in the order added.
+  uint32_t add_gpu(uint64_t budget_chunks);
+  [[nodiscard]] size_t gpu_count() const;
+
+  // `order` ranks jobs by arrival (higher = younger). False if `job` exists.
+  [[nodiscard]] bool add_job(JobId job, uint32_t uid, uint64_t order);
+  // Everything the job held is free again and its requests vanish.
+  void remove_job(JobId job);
+  [[nodiscard]] bool has_job(JobId job) const;
+
+  // The job starts using `gpu` (min 0, max unlimited), already holding `held`
+  // chunks (a job that reconnects after a daemon restart; 0 otherwise).
+  // Errors (kInvalidArgument, *why set): unknown job or GPU, already open.
+  [[nodiscard]] Status open(JobId job, uint32_t gpu, uint64_t held, std::string* why);
+
+  // Queues a request (chunks >= 1). Errors: unknown job, GPU not opened,
+  // request_id 0 or already waiting.
+  [[nodiscard]] Status request(JobId job, uint32_t gpu, uint64_t request_id, uint64_t chunks, uint64_t now_ns,
+                               std::string* why);
+  // True if the request was still waiting and is now withdrawn (the caller
+  // tells the job); false if it is not waiting (granted or denied already).
+  bool cancel(JobId job, uint64_t request_id, uint64_t now_ns);
+  // The job gave back `chunks` (fenced). reclaim_reply clears its outstanding
+  // reclaim. Error if it holds fewer than `chunks` or the GPU is not open.
+  [[nodiscard]] Status returned(JobId job, uint32_t gpu, uint64_t chunks, bool reclaim_reply, uint64_t now_ns,
+                                std::string* why);
+
+  // Error (kInvalidArgument) if below the sum of the jobs' minimums.
+  [[nodiscard]] Status set_budget(uint32_t gpu, uint64_t chunks, std::string* why);
+  // Error if min > max, or the minimums would exceed the budget, or the job
+  // has not opened the GPU.
+  [[nodiscard]] Status set_job_limits(JobId job, uint32_t gpu, uint64_t min_chunks, uint64_t max_chunks,
+                                      std::string* why);
+
+  // Decides what follows from the current state (rules above). Call after
+  // every change and periodically while requests wait (reclaim retries).
+  [[nodiscard]] std::vector<LedgerAction> pump(uint64_t now_ns);
+
+  struct GpuView {
+    uint64_t budget = 0;
+    uint64_t granted = 0;
+    uint64_t waiting = 0;    // chunks requested and not granted
+    uint64_t grants = 0;     // chunks granted, ever
+    uint64_t returns = 0;    // chunks given back, ever
+    uint64_t deadlocks = 0;  // deadlocks broken, ever
+  };
+  struct JobView {
+    uint32_t uid = 0;
+    uint64_t order = 0;
+    uint64_t held = 0;
+    uint64_t min = 0;
+    uint64_t max = UINT64_MAX;
+    uint64_t waiting = 0;  // chunks in its waiting requests
+    uint64_t wait_ns = 0;  // total time its requests waited, the current wait included
+  };
+  [[nodiscard]] GpuView gpu(uint32_t gpu) const;
+  // False if the job does not exist or has not opened the GPU.
+  [[nodiscard]] bool job(JobId job, uint32_t gpu, uint64_t now_ns, JobView* out) const;
+  [[nodiscard]] std::vector<JobId> jobs() const;
+
+  // "" if the books balance (granted == sum of holdings on every GPU, no
+  // waiting request of a missing job, ...), else what is wrong. For tests.
+  [[nodiscard]] std::string check() const;
+
+ private:
+  struct Impl;
+  struct ImplDeleter {
+    void operator()(Impl* impl) const;
+  };
+  std::unique_ptr<Impl, ImplDeleter> impl_;
+};
+
+}  // namespace zico::sharing
