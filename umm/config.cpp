@@ -30,6 +30,12 @@ constexpr OptionInfo kOptions[] = {
     {"ZICO_NVME_IO_SIZE", "512KiB", "size, a multiple of 4KiB", "size of each swap-file read or write"},
     {"ZICO_LIBRARY", "found beside the tool", "path to libzicoum.so",
      "zico-run and the Python package: which libzicoum to load"},
+    {"ZICO_SOCKET", "/run/zicoum/zicoum.sock", "a socket path, or off",
+     "zico-umd's socket; when it exists the job borrows memory from the node manager, else it runs standalone"},
+    {"ZICO_WAIT_TIMEOUT", "60s", kDurationForm,
+     "how long an allocation waits for zico-umd to lend memory before it fails with out-of-memory"},
+    {"ZICO_ON_DEADLOCK", "yield", "yield | fail",
+     "zico-umd: when every job waits, one gives its memory back for a while (yield) or the youngest fails (fail)"},
 };
 
 // Digits only: strtol would also take leading spaces and a sign.
@@ -143,6 +149,27 @@ Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
       return Status(Errc::kConfigError);
     }
     config.nvme_io_bytes = *bytes;
+  }
+  if (const char* v = lookup("ZICO_SOCKET")) {
+    if (*v == '\0') {
+      *error = bad_value("ZICO_SOCKET", v, "a socket path, or off");
+      return Status(Errc::kConfigError);
+    }
+    config.socket_path = v;
+  }
+  if (const char* v = lookup("ZICO_WAIT_TIMEOUT")) {
+    const std::optional<uint64_t> ns = parse_duration_ns(v);
+    if (!ns) {
+      *error = bad_value("ZICO_WAIT_TIMEOUT", v, kDurationForm);
+      return Status(Errc::kConfigError);
+    }
+    config.wait_timeout_ns = *ns;
+  }
+  if (const char* v = lookup("ZICO_ON_DEADLOCK")) {
+    if (std::strcmp(v, "yield") != 0 && std::strcmp(v, "fail") != 0) {
+      *error = bad_value("ZICO_ON_DEADLOCK", v, "yield or fail");
+      return Status(Errc::kConfigError);
+    }
   }
   if (config.sim_capacity < config.sim_granularity) {
     *error = "ZICO_SIM_CAPACITY must be at least ZICO_SIM_GRANULARITY (" + format_size(config.sim_granularity) + ")";

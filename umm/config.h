@@ -33,7 +33,11 @@ struct Config {
   uint32_t nvme_queue_depth = 32;
   uint32_t nvme_staging_buffers = 4;
   uint64_t nvme_io_bytes = uint64_t{512} << 10;
+  std::string socket_path = "/run/zicoum/zicoum.sock";  // "off": never use zico-umd
+  uint64_t wait_timeout_ns = uint64_t{60} * 1'000'000'000;  // waiting for zico-umd to lend memory
 };
+
+inline constexpr const char* kDefaultSocketPath = "/run/zicoum/zicoum.sock";
 
 struct OptionInfo {
   const char* name;

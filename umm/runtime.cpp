@@ -1,11 +1,15 @@
 #include "runtime.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <thread>
 #include <cstdlib>
 #include <mutex>
 
 #include "cuda_driver.h"
 #include "host_store.h"
+#include "node_client.h"
 #include "nvme_store.h"
 #include "last_error.h"
 #include "log.h"
@@ -47,10 +51,59 @@ Runtime::Runtime() noexcept {
     }
     ZICO_LOG(kInfo, "backend=%s budget=%s", driver_->name(),
              config_.budget ? format_size(*config_.budget).c_str() : "device memory");
+    connect_to_node();
   } catch (const std::exception& e) {
     init_status_ = Status(Errc::kOutOfMemory);
     init_error_ = std::string("initialization failed: ") + e.what();
   }
+}
+
+void Runtime::connect_to_node() {
+  if (config_.socket_path == "off") return;
+  sharing::NodeClientOptions options;
+  options.socket_path = config_.socket_path;
+  options.wait_timeout_ns = config_.wait_timeout_ns;
+  std::string why;
+  Status status = sharing::NodeClient::connect(*driver_, options, &node_, &why);
+  // A socket file nobody answers on: the daemon is restarting. Wait for it
+  // as an allocation would, rather than run outside the node's budget.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::nanoseconds(config_.wait_timeout_ns);
+  while (status.code() == Errc::kNotFound && status.detail() == ECONNREFUSED &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    status = sharing::NodeClient::connect(*driver_, options, &node_, &why);
+  }
+  if (status.is_ok()) {
+    ZICO_LOG(kInfo, "registered with zico-umd at %s as job %llu", config_.socket_path.c_str(),
+             static_cast<unsigned long long>(node_->job_id()));
+  } else if (status.code() == Errc::kNotFound && status.detail() == ENOENT) {
+    ZICO_LOG(kDebug, "no zico-umd at %s: standalone", config_.socket_path.c_str());
+  } else {
+    ZICO_LOG(kWarn, "cannot register with zico-umd at %s (%s); running standalone under ZICO_BUDGET",
+             config_.socket_path.c_str(), why.c_str());
+  }
+}
+
+bool Runtime::borrow_from_node(DeviceId device, AllocatorOptions* options) {
+  if (node_ == nullptr) return false;
+  size_t chunk = 0;
+  ChunkSource* source = nullptr;
+  std::string why;
+  if (Status status = node_->open_gpu(device, &chunk, &source, &why); !status.is_ok()) {
+    ZICO_LOG(kWarn, "device %d runs standalone: %s", device.value, why.c_str());
+    return false;
+  }
+  std::unique_ptr<HostStore> store;
+  if (Status status = HostStore::create(*driver_, device, chunk, HostStoreOptions{}, &store, &why); !status.is_ok()) {
+    ZICO_LOG(kWarn, "device %d: no host store for deadlock yields (%s)", device.value, why.c_str());
+  } else {
+    std::lock_guard lock(store_mutex_);
+    options->yield_store = store.get();
+    host_stores_[static_cast<size_t>(device.value)] = std::move(store);
+  }
+  options->chunk_bytes = chunk;
+  options->source = source;
+  return true;
 }
 
 Status Runtime::allocator(DeviceId device, DeviceAllocator** out) noexcept {
@@ -80,6 +133,7 @@ Status Runtime::allocator(DeviceId device, DeviceAllocator** out) noexcept {
   std::unique_ptr<DeviceAllocator> created;
   std::string why;
   try {
+    const bool borrowed = borrow_from_node(device, &options);
     const Status status = DeviceAllocator::create(*driver_, device, options, &created, &why);
     if (!status.is_ok()) {
       ZICO_LOG(kError, "%s", why.c_str());
@@ -87,9 +141,10 @@ Status Runtime::allocator(DeviceId device, DeviceAllocator** out) noexcept {
       creation_error_[index] = why;
       return status;
     }
-    ZICO_LOG(kInfo, "device %d: budget %s, chunk %s, arena %s", device.value,
+    ZICO_LOG(kInfo, "device %d: budget %s, chunk %s, arena %s%s", device.value,
              format_size(options.budget_bytes).c_str(), format_size(created->chunk_bytes()).c_str(),
-             format_size(created->arena().bytes).c_str());
+             format_size(created->arena().bytes).c_str(), borrowed ? ", memory lent by zico-umd" : "");
+    if (borrowed) node_->attach(device, created.get());
   } catch (const std::bad_alloc&) {
     return Status(Errc::kOutOfMemory);
   }

@@ -22,6 +22,9 @@
 #include "driver.h"
 
 namespace zico {
+namespace sharing {
+class NodeClient;
+}
 
 class Runtime {
  public:
@@ -33,6 +36,8 @@ class Runtime {
   [[nodiscard]] const std::string& init_error() const { return init_error_; }
   [[nodiscard]] const Config& config() const { return config_; }
   [[nodiscard]] Driver* driver() const { return driver_.get(); }
+  // The link to zico-umd, or nullptr when running standalone.
+  [[nodiscard]] sharing::NodeClient* node() const { return node_.get(); }
 
   // The allocator of `device`, created on first use. *out stays valid forever.
   [[nodiscard]] Status allocator(DeviceId device, DeviceAllocator** out) noexcept;
@@ -52,11 +57,17 @@ class Runtime {
 
  private:
   Runtime() noexcept;
+  // Registers with zico-umd if its socket exists (config_.socket_path).
+  void connect_to_node();
+  // Client mode: the daemon's chunk size, its chunk source and a host store
+  // for yields. False (and standalone) if the daemon cannot open the device.
+  bool borrow_from_node(DeviceId device, AllocatorOptions* options);
 
   Status init_status_;
   std::string init_error_;
   Config config_;
   std::unique_ptr<Driver> driver_;
+  std::unique_ptr<sharing::NodeClient> node_;
   mutable std::mutex create_mutex_;  // serializes allocator creation; guards the two below
   // A device whose allocator could not be created stays failed: retrying on
   // every cudaMalloc would only repeat the same error line.

@@ -1,0 +1,877 @@
+#include "daemon.h"
+
+#include <arpa/inet.h>
+#include <grp.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "log.h"
+#include "metrics.h"
+#include "sizes.h"
+#include "wire.h"
+
+namespace zico::sharing {
+namespace {
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+constexpr uint32_t kFreshChunk = UINT32_MAX;  // last_uid of a chunk no job has used yet
+constexpr uint64_t kTickNs = 50'000'000;
+constexpr size_t kStatusJobs = 128;
+
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+bool process_exited(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+std::string uuid_text(const proto::GpuUuid& uuid) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string text;
+  for (uint8_t byte : uuid) {
+    text += kHex[byte >> 4];
+    text += kHex[byte & 15];
+  }
+  return text;
+}
+
+// Is `uid` a member of `group` (primary or supplementary)?
+bool in_group(uid_t uid, gid_t primary, gid_t group) {
+  if (group == static_cast<gid_t>(-1)) return false;
+  if (primary == group) return true;
+  passwd pw{};
+  passwd* found = nullptr;
+  std::vector<char> buffer(16384);
+  if (::getpwuid_r(uid, &pw, buffer.data(), buffer.size(), &found) != 0 || found == nullptr) return false;
+  int count = 64;
+  std::vector<gid_t> groups(static_cast<size_t>(count));
+  if (::getgrouplist(pw.pw_name, primary, groups.data(), &count) < 0) {
+    groups.resize(static_cast<size_t>(count));
+    if (::getgrouplist(pw.pw_name, primary, groups.data(), &count) < 0) return false;
+  }
+  groups.resize(static_cast<size_t>(count));
+  return std::find(groups.begin(), groups.end(), group) != groups.end();
+}
+
+}  // namespace
+
+struct Daemon::Impl {
+  struct PoolChunk {
+    PhysHandle handle;
+    uint64_t owner = 0;  // job id, 0 when free
+    uint32_t last_uid = kFreshChunk;
+  };
+  struct Gpu {
+    DeviceId device;
+    proto::GpuUuid uuid{};
+    size_t chunk_bytes = 0;
+    std::vector<PoolChunk> chunks;  // id = index + 1
+    std::vector<uint32_t> free_ids;
+    VaRange scratch;                // where a chunk is mapped to be zeroed
+    StreamHandle stream;
+    bool has_stream = false;
+    uint64_t bytes_moved = 0;       // granted + returned, in bytes
+    uint64_t zeroed = 0;            // chunks zeroed for a new owner
+  };
+  struct JobGpu {
+    bool open = false;
+    std::unordered_set<uint32_t> lent;  // pool ids the job holds
+    uint64_t unowned = 0;               // chunks it held when it (re)connected
+    proto::Report report;
+  };
+  struct Job {
+    uint64_t id = 0;
+    int fd = -1;        // -1: connection gone, waiting for the process to exit
+    int pidfd = -1;
+    wire::PeerCredentials peer;
+    std::string name;
+    std::vector<JobGpu> gpus;
+  };
+  enum class Role : uint8_t { kNew, kJob, kAdmin };
+  struct Connection {
+    int fd = -1;
+    wire::PeerCredentials peer;
+    Role role = Role::kNew;
+    uint64_t job = 0;
+  };
+
+  Impl(Driver& d, DaemonOptions o, LedgerOptions lo) : driver(d), options(std::move(o)), ledger(lo) {}
+
+  Driver& driver;
+  DaemonOptions options;
+  Ledger ledger;
+  std::vector<Gpu> gpus;
+  std::unordered_map<uint64_t, Job> jobs;
+  std::unordered_map<int, Connection> connections;  // by fd
+  std::unordered_map<int, uint64_t> pidfd_jobs;     // pidfd -> job whose connection ended
+  int listen_fd = -1;
+  int epoll_fd = -1;
+  int timer_fd = -1;
+  int signal_fd = -1;
+  int stop_fd = -1;  // eventfd-like pipe end for stop()
+  int stop_write = -1;
+  int metrics_fd = -1;
+  uint16_t metrics_port_number = 0;
+  uint64_t next_job_id = 1;
+  uint64_t arrivals = 0;
+  uint64_t start_ns = now_ns();
+  RateWindow rates;
+
+  // --- setup ------------------------------------------------------------------
+  Status setup(std::string* why);
+  Status setup_metrics(std::string* why);
+  void watch(int fd) const;
+  void unwatch(int fd) const;
+
+  // --- connections ------------------------------------------------------------
+  void accept_connections();
+  void on_readable(int fd);
+  void close_connection(int fd, const std::string& reason, bool say_goodbye);
+  void on_process_exit(int pidfd);
+  void remove_job(uint64_t id, const char* why);
+  bool send(int fd, const proto::Message& message, std::span<const int> fds = {});
+
+  // --- messages ---------------------------------------------------------------
+  // Each returns "" or the reason to close the connection.
+  std::string on_message(Connection& connection, const proto::Message& message);
+  std::string on_hello(Connection& connection, const proto::Hello& hello);
+  std::string on_job_message(Job& job, const proto::Message& message);
+  std::string on_return(Job& job, const proto::Return& ret);
+  proto::StatusReply status() const;
+  proto::Result set_budget(const Connection& connection, const proto::SetBudget& request);
+
+  // --- lending ----------------------------------------------------------------
+  void pump();
+  void grant(const LedgerAction& action);
+  Status take_chunks(Gpu& gpu, uint32_t uid, uint64_t count, std::vector<uint32_t>* ids, std::string* why);
+  Status zero(Gpu& gpu, PoolChunk& chunk);
+  bool is_admin(const wire::PeerCredentials& peer) const;
+  int gpu_of(const proto::GpuUuid& uuid) const;
+};
+
+// --- setup ----------------------------------------------------------------------
+
+void Daemon::Impl::watch(int fd) const {
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = fd;
+  (void)::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event);
+}
+
+void Daemon::Impl::unwatch(int fd) const { (void)::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr); }
+
+Status Daemon::Impl::setup(std::string* why) {
+  if (options.gpus.empty()) {
+    *why = "no GPU to manage";
+    return Status(Errc::kInvalidArgument);
+  }
+  for (const DaemonGpuConfig& config : options.gpus) {
+    Capabilities caps;
+    if (Status status = driver.capabilities(config.device, &caps); !status.is_ok()) {
+      *why = "GPU " + std::to_string(config.device.value) + ": " + status.message();
+      return status;
+    }
+    if (!caps.posix_fd_export) {
+      *why = "GPU " + std::to_string(config.device.value) +
+             " cannot export memory as POSIX file descriptors, which lending chunks to processes needs";
+      return Status(Errc::kNotSupported);
+    }
+    Gpu gpu;
+    gpu.device = config.device;
+    gpu.uuid = caps.uuid;
+    gpu.chunk_bytes = options.chunk_bytes != 0 ? options.chunk_bytes : caps.granularity;
+    if (gpu.chunk_bytes % caps.granularity != 0 || !std::has_single_bit(gpu.chunk_bytes)) {
+      *why = "chunk size " + format_size(gpu.chunk_bytes) + " must be a power of two and a multiple of GPU " +
+             std::to_string(config.device.value) + "'s granularity " + format_size(caps.granularity);
+      return Status(Errc::kInvalidArgument);
+    }
+    const uint64_t budget = config.budget_bytes != 0 ? config.budget_bytes : caps.total_memory;
+    if (budget < gpu.chunk_bytes) {
+      *why = "budget " + format_size(budget) + " of GPU " + std::to_string(config.device.value) +
+             " is less than one chunk (" + format_size(gpu.chunk_bytes) + ")";
+      return Status(Errc::kInvalidArgument);
+    }
+    if (Status status = driver.reserve(gpu.device, gpu.chunk_bytes, 0, &gpu.scratch); !status.is_ok()) {
+      *why = "reserving addresses on GPU " + std::to_string(config.device.value) + ": " + status.message();
+      return status;
+    }
+    (void)ledger.add_gpu(budget / gpu.chunk_bytes);
+    gpus.push_back(std::move(gpu));
+  }
+  listen_fd = wire::listen_unix(options.socket_path, options.socket_mode, options.socket_group, why);
+  if (listen_fd < 0) return Status(Errc::kOsError, errno);
+  epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  timer_fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  int pipe_fds[2];
+  if (epoll_fd < 0 || timer_fd < 0 || ::pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+    *why = std::string("epoll/timerfd/pipe: ") + std::strerror(errno);
+    return Status(Errc::kOsError, errno);
+  }
+  stop_fd = pipe_fds[0];
+  stop_write = pipe_fds[1];
+  itimerspec tick{};
+  tick.it_interval.tv_nsec = static_cast<long>(kTickNs);
+  tick.it_value.tv_nsec = static_cast<long>(kTickNs);
+  (void)::timerfd_settime(timer_fd, 0, &tick, nullptr);
+  watch(listen_fd);
+  watch(timer_fd);
+  watch(stop_fd);
+  return setup_metrics(why);
+}
+
+Status Daemon::Impl::setup_metrics(std::string* why) {
+  if (options.metrics_address.empty()) return Status::ok();
+  const std::string& address = options.metrics_address;
+  const size_t colon = address.rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  const std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
+  const std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
+  char* end = nullptr;
+  const unsigned long port_number = std::strtoul(port.c_str(), &end, 10);
+  if (host.empty() || port.empty() || *end != '\0' || port_number > 65535 ||
+      ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    *why = "--metrics '" + address + "' is not valid; expected IPV4:PORT, e.g. 127.0.0.1:9464";
+    return Status(Errc::kInvalidArgument);
+  }
+  addr.sin_port = htons(static_cast<uint16_t>(port_number));
+  metrics_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  (void)::setsockopt(metrics_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (metrics_fd < 0 || ::bind(metrics_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(metrics_fd, 16) != 0) {
+    *why = "metrics on " + address + ": " + std::strerror(errno);
+    return Status(Errc::kOsError, errno);
+  }
+  socklen_t length = sizeof addr;
+  (void)::getsockname(metrics_fd, reinterpret_cast<sockaddr*>(&addr), &length);
+  metrics_port_number = ntohs(addr.sin_port);
+  watch(metrics_fd);
+  return Status::ok();
+}
+
+int Daemon::Impl::gpu_of(const proto::GpuUuid& uuid) const {
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    if (gpus[i].uuid == uuid) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool Daemon::Impl::is_admin(const wire::PeerCredentials& peer) const {
+  return peer.uid == 0 || peer.uid == ::getuid() || in_group(peer.uid, peer.gid, options.admin_group);
+}
+
+// --- connections ------------------------------------------------------------------
+
+bool Daemon::Impl::send(int fd, const proto::Message& message, std::span<const int> fds) {
+  std::string why;
+  if (wire::send_message(fd, message, fds, &why)) return true;
+  ZICO_LOG(kWarn, "sending %s failed: %s", proto::to_string(proto::type_of(message)), why.c_str());
+  return false;
+}
+
+void Daemon::Impl::accept_connections() {
+  for (;;) {
+    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    Connection connection;
+    connection.fd = fd;
+    std::string why;
+    if (!wire::peer_credentials(fd, &connection.peer, &why)) {
+      ZICO_LOG(kWarn, "refusing a connection: %s", why.c_str());
+      ::close(fd);
+      continue;
+    }
+    // A job that stops reading must not stall the daemon: sends give up.
+    const timeval timeout{1, 0};
+    (void)::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+    connections[fd] = connection;
+    watch(fd);
+  }
+}
+
+void Daemon::Impl::on_readable(int fd) {
+  // Drain what is queued, a bounded number per wake-up so one chatty peer
+  // cannot starve the others.
+  for (int n = 0; n < 64; ++n) {
+    auto it = connections.find(fd);
+    if (it == connections.end()) return;
+    proto::Message message;
+    std::vector<int> fds;
+    std::string why;
+    const wire::Received got = wire::receive_message(fd, &message, &fds, &why);
+    for (int f : fds) ::close(f);  // only grants carry descriptors, and we send those
+    switch (got) {
+      case wire::Received::kWouldBlock:
+        return;
+      case wire::Received::kClosed:
+        close_connection(fd, "closed by the peer", false);
+        return;
+      case wire::Received::kError:
+        close_connection(fd, why, false);
+        return;
+      case wire::Received::kMalformed:
+        close_connection(fd, "malformed message: " + why, true);
+        return;
+      case wire::Received::kMessage:
+        break;
+    }
+    if (!fds.empty()) {
+      close_connection(fd, "descriptors attached to a " + std::string(proto::to_string(proto::type_of(message))), true);
+      return;
+    }
+    const std::string problem = on_message(it->second, message);
+    if (!problem.empty()) {
+      close_connection(fd, problem, true);
+      return;
+    }
+    pump();
+  }
+}
+
+void Daemon::Impl::close_connection(int fd, const std::string& reason, bool say_goodbye) {
+  auto it = connections.find(fd);
+  if (it == connections.end()) return;
+  const Connection connection = it->second;
+  connections.erase(it);
+  if (say_goodbye) (void)send(fd, proto::Goodbye{reason.substr(0, proto::kMaxString)});
+  unwatch(fd);
+  ::close(fd);
+  if (connection.role != Role::kJob) {
+    if (say_goodbye) ZICO_LOG(kWarn, "closed a connection of pid %d: %s", connection.peer.pid, reason.c_str());
+    return;
+  }
+  auto job_it = jobs.find(connection.job);
+  if (job_it == jobs.end()) return;
+  Job& job = job_it->second;
+  job.fd = -1;
+  if (say_goodbye) {
+    ZICO_LOG(kWarn, "job %llu (pid %d) disconnected: %s", static_cast<unsigned long long>(job.id), job.peer.pid,
+             reason.c_str());
+  } else {
+    ZICO_LOG(kInfo, "job %llu (pid %d) disconnected: %s", static_cast<unsigned long long>(job.id), job.peer.pid,
+             reason.c_str());
+  }
+  // The process may still have our chunks mapped: they stay its own until it exits.
+  if (job.pidfd >= 0 && !process_exited(job.pidfd)) {
+    pidfd_jobs[job.pidfd] = job.id;
+    watch(job.pidfd);
+    return;
+  }
+  remove_job(job.id, "its process exited");
+}
+
+void Daemon::Impl::on_process_exit(int pidfd) {
+  auto it = pidfd_jobs.find(pidfd);
+  if (it == pidfd_jobs.end()) return;
+  const uint64_t id = it->second;
+  pidfd_jobs.erase(it);
+  unwatch(pidfd);
+  remove_job(id, "its process exited");
+}
+
+void Daemon::Impl::remove_job(uint64_t id, const char* why) {
+  auto it = jobs.find(id);
+  if (it == jobs.end()) return;
+  Job& job = it->second;
+  uint64_t freed = 0;
+  for (size_t g = 0; g < job.gpus.size(); ++g) {
+    for (uint32_t chunk_id : job.gpus[g].lent) {
+      PoolChunk& chunk = gpus[g].chunks[chunk_id - 1];
+      chunk.owner = 0;
+      chunk.last_uid = job.peer.uid;
+      gpus[g].free_ids.push_back(chunk_id);
+      ++freed;
+    }
+  }
+  if (job.pidfd >= 0) {
+    pidfd_jobs.erase(job.pidfd);
+    ::close(job.pidfd);
+  }
+  ledger.remove_job(id);
+  ZICO_LOG(kInfo, "job %llu (pid %d) removed (%s): %llu chunks back in the pool", static_cast<unsigned long long>(id),
+           job.peer.pid, why, static_cast<unsigned long long>(freed));
+  jobs.erase(it);
+  pump();
+}
+
+// --- messages -------------------------------------------------------------------------
+
+std::string Daemon::Impl::on_message(Connection& connection, const proto::Message& message) {
+  if (connection.role == Role::kNew) {
+    if (const auto* hello = std::get_if<proto::Hello>(&message)) return on_hello(connection, *hello);
+    connection.role = Role::kAdmin;  // anything else makes it a zico-umctl connection
+  }
+  if (connection.role == Role::kJob) {
+    auto it = jobs.find(connection.job);
+    if (it == jobs.end()) return "job is gone";
+    return on_job_message(it->second, message);
+  }
+  if (std::holds_alternative<proto::StatusQuery>(message)) {
+    return send(connection.fd, status()) ? "" : "cannot send the status";
+  }
+  if (const auto* request = std::get_if<proto::SetBudget>(&message)) {
+    return send(connection.fd, set_budget(connection, *request)) ? "" : "cannot send the result";
+  }
+  return std::string(proto::to_string(proto::type_of(message))) + " is not a zico-umctl request";
+}
+
+std::string Daemon::Impl::on_hello(Connection& connection, const proto::Hello& hello) {
+  uint64_t id = 0;
+  if (hello.resume_job_id != 0) {
+    if (jobs.contains(hello.resume_job_id)) {
+      // Its earlier connection ended while its process lived: what it holds
+      // stays counted under the old record until it exits.
+      return "job " + std::to_string(hello.resume_job_id) + " is still registered; it keeps what it holds";
+    }
+    id = hello.resume_job_id;  // a daemon restart: keep the job's name for it
+    next_job_id = std::max(next_job_id, id + 1);
+  } else {
+    id = next_job_id++;
+  }
+  Job job;
+  job.id = id;
+  job.fd = connection.fd;
+  job.peer = connection.peer;
+  job.name = hello.name;
+  job.gpus.resize(gpus.size());
+  job.pidfd = connection.peer.pid > 0 ? open_pidfd(connection.peer.pid) : -1;
+  if (job.pidfd < 0) {
+    ZICO_LOG(kWarn, "no pidfd for pid %d (%s): its chunks return when its connection closes", connection.peer.pid,
+             std::strerror(errno));
+  }
+  if (!ledger.add_job(id, connection.peer.uid, ++arrivals)) return "job id " + std::to_string(id) + " is in use";
+  jobs[id] = std::move(job);
+  connection.role = Role::kJob;
+  connection.job = id;
+  ZICO_LOG(kInfo, "job %llu registered: pid %d uid %u '%s'%s", static_cast<unsigned long long>(id),
+           connection.peer.pid, connection.peer.uid, hello.name.c_str(), hello.resume_job_id != 0 ? " (resumed)" : "");
+  return send(connection.fd, proto::Welcome{id}) ? "" : "cannot send Welcome";
+}
+
+std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message) {
+  const uint64_t now = now_ns();
+  std::string why;
+  if (const auto* open = std::get_if<proto::OpenGpu>(&message)) {
+    const int g = gpu_of(open->uuid);
+    if (g < 0) return "no GPU with UUID " + uuid_text(open->uuid) + " is managed here";
+    const auto gpu = static_cast<uint32_t>(g);
+    if (!ledger.open(job.id, gpu, open->held_chunks, &why).is_ok()) return why;
+    job.gpus[gpu].open = true;
+    job.gpus[gpu].unowned = open->held_chunks;
+    Ledger::JobView view;
+    (void)ledger.job(job.id, gpu, now, &view);
+    const uint64_t chunk = gpus[gpu].chunk_bytes;
+    const uint64_t max_bytes = view.max > UINT64_MAX / chunk ? UINT64_MAX : view.max * chunk;
+    return send(job.fd, proto::GpuOpened{gpu, chunk, view.min * chunk, max_bytes}) ? "" : "cannot send GpuOpened";
+  }
+  if (const auto* request = std::get_if<proto::Request>(&message)) {
+    if (request->gpu >= gpus.size() || !job.gpus[request->gpu].open) {
+      return "Request for GPU " + std::to_string(request->gpu) + ", which the job has not opened";
+    }
+    if (!ledger.request(job.id, request->gpu, request->request_id, request->chunks, now, &why).is_ok()) return why;
+    return "";
+  }
+  if (const auto* cancel = std::get_if<proto::Cancel>(&message)) {
+    if (ledger.cancel(job.id, cancel->request_id, now)) {
+      (void)send(job.fd, proto::Deny{cancel->request_id, static_cast<uint32_t>(Errc::kOutOfMemory), "cancelled"});
+    }
+    return "";
+  }
+  if (const auto* ret = std::get_if<proto::Return>(&message)) return on_return(job, *ret);
+  if (const auto* report = std::get_if<proto::Report>(&message)) {
+    if (report->gpu >= gpus.size() || !job.gpus[report->gpu].open) return "Report for a GPU the job has not opened";
+    job.gpus[report->gpu].report = *report;
+    return "";
+  }
+  return std::string(proto::to_string(proto::type_of(message))) + " is not a job request";
+}
+
+std::string Daemon::Impl::on_return(Job& job, const proto::Return& ret) {
+  if (ret.gpu >= gpus.size() || !job.gpus[ret.gpu].open) return "Return for a GPU the job has not opened";
+  JobGpu& held = job.gpus[ret.gpu];
+  if (ret.unowned > held.unowned) {
+    return "Return of " + std::to_string(ret.unowned) + " unowned chunks; the job has " + std::to_string(held.unowned);
+  }
+  for (uint32_t id : ret.ids) {
+    if (!held.lent.contains(id)) return "Return of chunk " + std::to_string(id) + ", which the job does not hold";
+  }
+  Gpu& gpu = gpus[ret.gpu];
+  for (uint32_t id : ret.ids) {
+    held.lent.erase(id);
+    PoolChunk& chunk = gpu.chunks[id - 1];
+    chunk.owner = 0;
+    chunk.last_uid = job.peer.uid;
+    gpu.free_ids.push_back(id);
+  }
+  held.unowned -= ret.unowned;
+  const uint64_t count = ret.ids.size() + ret.unowned;
+  gpu.bytes_moved += count * gpu.chunk_bytes;
+  std::string why;
+  if (!ledger.returned(job.id, ret.gpu, count, ret.reclaim_reply, now_ns(), &why).is_ok()) return why;
+  return "";
+}
+
+proto::StatusReply Daemon::Impl::status() const {
+  proto::StatusReply reply;
+  const uint64_t now = now_ns();
+  reply.daemon_pid = static_cast<uint64_t>(::getpid());
+  reply.uptime_ns = now - start_ns;
+  for (size_t g = 0; g < gpus.size() && g < proto::kMaxStatusGpus; ++g) {
+    const Gpu& gpu = gpus[g];
+    const Ledger::GpuView view = ledger.gpu(static_cast<uint32_t>(g));
+    proto::GpuStatus s;
+    s.index = static_cast<uint32_t>(g);
+    s.uuid = gpu.uuid;
+    s.chunk_bytes = gpu.chunk_bytes;
+    s.budget_bytes = view.budget * gpu.chunk_bytes;
+    s.granted_bytes = view.granted * gpu.chunk_bytes;
+    s.pool_bytes = gpu.chunks.size() * gpu.chunk_bytes;
+    s.waiting_bytes = view.waiting * gpu.chunk_bytes;
+    s.grants = view.grants;
+    s.reclaims = view.returns;
+    s.deadlocks = view.deadlocks;
+    reply.gpus.push_back(s);
+  }
+  std::vector<const Job*> ordered;
+  for (const auto& [id, job] : jobs) ordered.push_back(&job);
+  std::sort(ordered.begin(), ordered.end(), [](const Job* a, const Job* b) { return a->id < b->id; });
+  for (const Job* job : ordered) {
+    for (size_t g = 0; g < job->gpus.size(); ++g) {
+      Ledger::JobView view;
+      if (!job->gpus[g].open || !ledger.job(job->id, static_cast<uint32_t>(g), now, &view)) continue;
+      // 128 jobs with the longest names still fit in one message.
+      if (reply.jobs.size() == kStatusJobs) break;
+      const uint64_t chunk = gpus[g].chunk_bytes;
+      proto::JobStatus s;
+      s.id = job->id;
+      s.pid = static_cast<uint32_t>(job->peer.pid);
+      s.uid = job->peer.uid;
+      s.gpu = static_cast<uint32_t>(g);
+      s.name = job->name;
+      s.granted_bytes = view.held * chunk;
+      s.min_bytes = view.min * chunk;
+      s.max_bytes = view.max > UINT64_MAX / chunk ? UINT64_MAX : view.max * chunk;
+      s.allocated_bytes = job->gpus[g].report.allocated_bytes;
+      s.persistent_bytes = job->gpus[g].report.persistent_bytes;
+      s.waiting_bytes = view.waiting * chunk;
+      s.wait_ns = view.wait_ns;
+      s.iterations = job->gpus[g].report.iterations;
+      reply.jobs.push_back(s);
+    }
+  }
+  return reply;
+}
+
+proto::Result Daemon::Impl::set_budget(const Connection& connection, const proto::SetBudget& request) {
+  const auto refuse = [](Errc errc, std::string message) {
+    return proto::Result{static_cast<uint32_t>(errc), std::move(message)};
+  };
+  if (request.gpu >= gpus.size()) {
+    return refuse(Errc::kNotFound, "no GPU " + std::to_string(request.gpu) + " (this node has " +
+                                       std::to_string(gpus.size()) + ")");
+  }
+  Gpu& gpu = gpus[request.gpu];
+  const uint64_t chunks = request.bytes / gpu.chunk_bytes;
+  const uint64_t now = now_ns();
+  std::string why;
+  if (request.target == proto::BudgetTarget::kNode) {
+    if (!is_admin(connection.peer)) {
+      return refuse(Errc::kInvalidArgument, "permission denied: changing a node budget needs root or the admin group");
+    }
+    if (chunks == 0) return refuse(Errc::kInvalidArgument, "a budget must hold at least one chunk (" + format_size(gpu.chunk_bytes) + ")");
+    uint64_t persistent = 0;
+    for (const auto& [id, job] : jobs) persistent += job.gpus[request.gpu].report.persistent_bytes;
+    if (request.bytes < persistent) {
+      return refuse(Errc::kInvalidArgument, "budget " + format_size(request.bytes) + " is below the jobs' persistent memory (" +
+                                                format_size(persistent) + ") on GPU " + std::to_string(request.gpu));
+    }
+    if (!ledger.set_budget(request.gpu, chunks, &why).is_ok()) return refuse(Errc::kInvalidArgument, why);
+    ZICO_LOG(kInfo, "GPU %u budget set to %s by uid %u", request.gpu, format_size(chunks * gpu.chunk_bytes).c_str(),
+             connection.peer.uid);
+    pump();
+    return refuse(Errc::kOk, "GPU " + std::to_string(request.gpu) + " budget is now " +
+                                 format_size(chunks * gpu.chunk_bytes));
+  }
+  auto it = jobs.find(request.job_id);
+  Ledger::JobView view;
+  if (it == jobs.end() || !ledger.job(request.job_id, request.gpu, now, &view)) {
+    return refuse(Errc::kNotFound, "no job " + std::to_string(request.job_id) + " on GPU " + std::to_string(request.gpu) +
+                                       " (zico-umctl jobs lists them)");
+  }
+  Job& job = it->second;
+  if (!is_admin(connection.peer) && connection.peer.uid != job.peer.uid) {
+    return refuse(Errc::kInvalidArgument, "permission denied: job " + std::to_string(job.id) + " belongs to uid " +
+                                              std::to_string(job.peer.uid));
+  }
+  const uint64_t persistent = job.gpus[request.gpu].report.persistent_bytes;
+  uint64_t min = view.min;
+  uint64_t max = view.max;
+  if (request.target == proto::BudgetTarget::kJobMin) {
+    min = (request.bytes + gpu.chunk_bytes - 1) / gpu.chunk_bytes;
+  } else {
+    if (request.bytes < persistent) {
+      return refuse(Errc::kInvalidArgument, "maximum " + format_size(request.bytes) + " is below job " +
+                                                std::to_string(job.id) + "'s persistent memory (" + format_size(persistent) + ")");
+    }
+    max = chunks;
+  }
+  if (!ledger.set_job_limits(job.id, request.gpu, min, max, &why).is_ok()) return refuse(Errc::kInvalidArgument, why);
+  const uint64_t max_bytes = max > UINT64_MAX / gpu.chunk_bytes ? UINT64_MAX : max * gpu.chunk_bytes;
+  if (job.fd >= 0) {
+    (void)send(job.fd, proto::Limits{request.gpu, min * gpu.chunk_bytes, max_bytes});
+    // Above its new maximum: ask for the excess back (idle memory; live blocks stay).
+    if (view.held > max) (void)send(job.fd, proto::Reclaim{request.gpu, view.held - max});
+  }
+  pump();
+  return refuse(Errc::kOk, "job " + std::to_string(job.id) + " on GPU " + std::to_string(request.gpu) + ": min " +
+                               format_size(min * gpu.chunk_bytes) + ", max " +
+                               (max == UINT64_MAX ? std::string("unlimited") : format_size(max_bytes)));
+}
+
+// --- lending ---------------------------------------------------------------------------
+
+Status Daemon::Impl::zero(Gpu& gpu, PoolChunk& chunk) {
+  if (!gpu.has_stream) {
+    ZICO_RETURN_IF_ERROR(driver.stream_create(gpu.device, &gpu.stream));
+    gpu.has_stream = true;
+  }
+  ZICO_RETURN_IF_ERROR(driver.map(gpu.scratch, chunk.handle));
+  Status status = driver.set_access(gpu.device, gpu.scratch);
+  if (status.is_ok()) status = driver.memset_async(gpu.scratch.ptr(), 0, gpu.chunk_bytes, gpu.stream);
+  if (status.is_ok()) status = driver.stream_synchronize(gpu.stream);
+  const Status unmapped = driver.unmap(gpu.scratch);
+  ZICO_RETURN_IF_ERROR(status);
+  ZICO_RETURN_IF_ERROR(unmapped);
+  ++gpu.zeroed;
+  return Status::ok();
+}
+
+Status Daemon::Impl::take_chunks(Gpu& gpu, uint32_t uid, uint64_t count, std::vector<uint32_t>* ids, std::string* why) {
+  while (ids->size() < count) {
+    uint32_t id = 0;
+    if (!gpu.free_ids.empty()) {
+      id = gpu.free_ids.back();
+      gpu.free_ids.pop_back();
+    } else {
+      PoolChunk chunk;
+      if (Status status = driver.create(gpu.device, gpu.chunk_bytes, &chunk.handle); !status.is_ok()) {
+        *why = "creating a " + format_size(gpu.chunk_bytes) + " chunk failed: " + status.message();
+        return status;
+      }
+      if (!options.zero_new_chunks) chunk.last_uid = uid;
+      gpu.chunks.push_back(chunk);
+      id = static_cast<uint32_t>(gpu.chunks.size());
+    }
+    ids->push_back(id);
+    PoolChunk& chunk = gpu.chunks[id - 1];
+    if (chunk.last_uid != uid) {
+      if (Status status = zero(gpu, chunk); !status.is_ok()) {
+        *why = "zeroing a chunk for its new owner failed: " + status.message();
+        return status;
+      }
+      chunk.last_uid = uid;
+    }
+  }
+  return Status::ok();
+}
+
+void Daemon::Impl::grant(const LedgerAction& action) {
+  auto it = jobs.find(action.job);
+  if (it == jobs.end()) return;
+  Job& job = it->second;
+  Gpu& gpu = gpus[action.gpu];
+  std::vector<uint32_t> ids;
+  std::string why;
+  if (Status status = take_chunks(gpu, job.peer.uid, action.chunks, &ids, &why); !status.is_ok()) {
+    for (uint32_t id : ids) gpu.free_ids.push_back(id);
+    std::string ignored;
+    (void)ledger.returned(job.id, action.gpu, action.chunks, false, now_ns(), &ignored);
+    ZICO_LOG(kError, "GPU %u: %s", action.gpu, why.c_str());
+    if (job.fd >= 0) (void)send(job.fd, proto::Deny{action.request_id, static_cast<uint32_t>(Errc::kOutOfMemory), why});
+    return;
+  }
+  for (uint32_t id : ids) {
+    gpu.chunks[id - 1].owner = job.id;
+    job.gpus[action.gpu].lent.insert(id);
+  }
+  gpu.bytes_moved += ids.size() * gpu.chunk_bytes;
+  if (job.fd < 0) return;  // gone meanwhile: the chunks return when its process exits
+  for (size_t start = 0; start < ids.size(); start += proto::kMaxChunksPerMessage) {
+    const size_t count = std::min(proto::kMaxChunksPerMessage, ids.size() - start);
+    proto::Grant message;
+    message.request_id = action.request_id;
+    message.gpu = action.gpu;
+    message.last = start + count == ids.size();
+    message.ids.assign(ids.begin() + static_cast<ptrdiff_t>(start), ids.begin() + static_cast<ptrdiff_t>(start + count));
+    std::vector<int> fds;
+    Status status = Status::ok();
+    for (uint32_t id : message.ids) {
+      int fd = -1;
+      status = driver.export_fd(gpu.chunks[id - 1].handle, &fd);
+      if (!status.is_ok()) break;
+      fds.push_back(fd);
+    }
+    const bool sent = status.is_ok() && send(job.fd, message, fds);
+    for (int fd : fds) ::close(fd);
+    if (!sent) {
+      // The job's chunks stay counted; they come back when it goes.
+      close_connection(job.fd, status.is_ok() ? "cannot send a grant" : "exporting a chunk failed: " + status.message(),
+                       true);
+      return;
+    }
+  }
+}
+
+void Daemon::Impl::pump() {
+  // Carrying out actions can change the books (a failed grant, a closed
+  // connection), so ask again until nothing is left to do.
+  for (int round = 0; round < 16; ++round) {
+    const std::vector<LedgerAction> actions = ledger.pump(now_ns());
+    if (actions.empty()) return;
+    for (const LedgerAction& action : actions) {
+      auto it = jobs.find(action.job);
+      if (it == jobs.end()) continue;
+      const int fd = it->second.fd;
+      switch (action.kind) {
+        case LedgerAction::Kind::kGrant:
+          grant(action);
+          break;
+        case LedgerAction::Kind::kDeny:
+          if (fd >= 0) (void)send(fd, proto::Deny{action.request_id, static_cast<uint32_t>(action.errc), action.reason});
+          break;
+        case LedgerAction::Kind::kReclaim:
+          if (fd >= 0) (void)send(fd, proto::Reclaim{action.gpu, action.chunks});
+          break;
+        case LedgerAction::Kind::kYield:
+          ZICO_LOG(kInfo, "GPU %u: deadlock; job %llu yields its memory", action.gpu,
+                   static_cast<unsigned long long>(action.job));
+          if (fd >= 0) (void)send(fd, proto::Yield{action.request_id, action.gpu});
+          break;
+      }
+    }
+  }
+}
+
+// --- Daemon ---------------------------------------------------------------------------------
+
+Daemon::Daemon(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Status Daemon::create(Driver& driver, const DaemonOptions& options, std::unique_ptr<Daemon>* out, std::string* why) {
+  try {
+    LedgerOptions ledger_options;
+    ledger_options.deadlock_policy = options.deadlock_policy;
+    auto impl = std::make_unique<Impl>(driver, options, ledger_options);
+    std::unique_ptr<Daemon> daemon(new Daemon(std::move(impl)));
+    ZICO_RETURN_IF_ERROR(daemon->impl_->setup(why));
+    *out = std::move(daemon);
+    return Status::ok();
+  } catch (const std::bad_alloc&) {
+    *why = "out of host memory";
+    return Status(Errc::kOutOfMemory);
+  }
+}
+
+Daemon::~Daemon() {
+  Impl& d = *impl_;
+  for (auto& [fd, connection] : d.connections) ::close(fd);
+  for (auto& [id, job] : d.jobs) {
+    if (job.pidfd >= 0) ::close(job.pidfd);
+  }
+  // Chunks lent to live jobs stay alive in their mappings; our handles go.
+  for (Impl::Gpu& gpu : d.gpus) {
+    for (const Impl::PoolChunk& chunk : gpu.chunks) (void)d.driver.release(chunk.handle);
+    if (gpu.has_stream) (void)d.driver.stream_destroy(gpu.stream);
+    (void)d.driver.unreserve(gpu.scratch);
+  }
+  for (int fd : {d.listen_fd, d.epoll_fd, d.timer_fd, d.signal_fd, d.stop_fd, d.stop_write, d.metrics_fd}) {
+    if (fd >= 0) ::close(fd);
+  }
+  if (d.listen_fd >= 0) ::unlink(d.options.socket_path.c_str());
+}
+
+void Daemon::stop() {
+  const char byte = 1;
+  (void)!::write(impl_->stop_write, &byte, 1);
+}
+
+uint16_t Daemon::metrics_port() const { return impl_->metrics_port_number; }
+
+Status Daemon::run(bool handle_signals) {
+  Impl& d = *impl_;
+  if (handle_signals) {
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    (void)::pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+    d.signal_fd = ::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (d.signal_fd >= 0) d.watch(d.signal_fd);
+  }
+  (void)::signal(SIGPIPE, SIG_IGN);
+  ZICO_LOG(kInfo, "zico-umd serving %zu GPU(s) on %s", d.gpus.size(), d.options.socket_path.c_str());
+  epoll_event events[64];
+  for (;;) {
+    const int ready = ::epoll_wait(d.epoll_fd, events, 64, -1);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      return Status(Errc::kOsError, errno);
+    }
+    for (int i = 0; i < ready; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == d.stop_fd || fd == d.signal_fd) {
+        ZICO_LOG(kInfo, "zico-umd stopping; jobs keep what they hold");
+        return Status::ok();
+      }
+      if (fd == d.listen_fd) {
+        d.accept_connections();
+      } else if (fd == d.timer_fd) {
+        uint64_t expirations = 0;
+        (void)!::read(d.timer_fd, &expirations, sizeof expirations);
+        d.rates.sample(now_ns(), d.status());
+        d.pump();
+      } else if (fd == d.metrics_fd) {
+        serve_metrics(d.metrics_fd, d.status(), d.rates);
+      } else if (d.pidfd_jobs.contains(fd)) {
+        d.on_process_exit(fd);
+      } else {
+        d.on_readable(fd);
+      }
+    }
+  }
+}
+
+}  // namespace zico::sharing

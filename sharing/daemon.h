@@ -1,0 +1,78 @@
+// Daemon: the core of zico-umd, one per node, all GPUs.
+//
+// It owns a pool of physical chunks per GPU (created with the driver as
+// POSIX-fd exportable memory, never mapped except to zero one), lends them to
+// job processes over a Unix socket (descriptors with SCM_RIGHTS) as the
+// Ledger decides, and takes them back. One thread, one epoll loop: the
+// listening socket, every connection, the pidfds of jobs whose connection
+// ended, a 50 ms timer (reclaim retries), the metrics listener.
+//
+// Safety rules:
+//  - A chunk returns to the free pool only when the job gives it back
+//    (fenced on its side) or the job's process has exited: when a job's
+//    connection ends while its process lives (it may still have the chunks
+//    mapped), its holdings stay counted until its pidfd says it is gone.
+//  - A chunk that moves to a job of another uid is zeroed first.
+//  - A bad message closes that one connection, with a Goodbye naming why and
+//    a log line; nothing else changes.
+//  - Changing a node budget needs root, the daemon's own uid or the admin
+//    group; changing a job's limits needs that, or the job's own uid.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "driver.h"
+#include "ledger.h"
+#include "protocol.h"
+#include "status.h"
+
+namespace zico::sharing {
+
+struct DaemonGpuConfig {
+  DeviceId device;
+  uint64_t budget_bytes = 0;  // rounded down to whole chunks
+};
+
+struct DaemonOptions {
+  std::string socket_path;
+  mode_t socket_mode = 0660;
+  gid_t socket_group = static_cast<gid_t>(-1);  // -1: the daemon's group
+  gid_t admin_group = static_cast<gid_t>(-1);   // -1: only root and the daemon's uid
+  size_t chunk_bytes = 0;                       // 0: each GPU's granularity
+  std::vector<DaemonGpuConfig> gpus;            // the GPUs to manage
+  DeadlockPolicy deadlock_policy = DeadlockPolicy::kYield;
+  bool zero_new_chunks = true;                  // false where fresh chunks are known to be zero (SimDriver)
+  std::string metrics_address;                  // "HOST:PORT" or ""
+};
+
+class Daemon {
+ public:
+  // Binds the socket (and the metrics port) and prepares the GPUs. *why
+  // explains a failure (socket in use, bad budget, metrics port taken...).
+  [[nodiscard]] static Status create(Driver& driver, const DaemonOptions& options, std::unique_ptr<Daemon>* out,
+                                     std::string* why);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Serves until stop() (or SIGINT/SIGTERM when handle_signals is true).
+  [[nodiscard]] Status run(bool handle_signals);
+  // Thread-safe and async-signal-safe.
+  void stop();
+
+  // The port the metrics listener got ("HOST:0" picks one), 0 if none.
+  [[nodiscard]] uint16_t metrics_port() const;
+
+  struct Impl;
+
+ private:
+  explicit Daemon(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zico::sharing

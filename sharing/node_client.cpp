@@ -1,0 +1,721 @@
+#include "node_client.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "log.h"
+#include "protocol.h"
+#include "sizes.h"
+#include "wire.h"
+
+namespace zico::sharing {
+namespace {
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+std::string program_name() {
+  std::ifstream comm("/proc/self/comm");
+  std::string name;
+  std::getline(comm, name);
+  std::string clean;
+  for (char c : name) clean += (c >= 0x20 && c <= 0x7e) ? c : '?';
+  return clean.substr(0, proto::kMaxString);
+}
+
+// Ids handed to the allocator carry the connection they came from: after a
+// reconnection the new daemon knows nothing of the old ids, and an old id
+// must never be mistaken for a new chunk with the same number.
+uint64_t tag(uint64_t generation, uint32_t id) { return generation << 32 | id; }
+uint32_t untag(uint64_t tagged) { return static_cast<uint32_t>(tagged); }
+
+// Handshake replies must come promptly; a daemon that hangs is treated as gone.
+constexpr int kHandshakeTimeoutMs = 2000;
+// After a timeout, how long to wait for the daemon to confirm the cancel.
+constexpr auto kCancelGrace = std::chrono::seconds(5);
+
+}  // namespace
+
+class LentChunkSource;
+
+struct NodeClient::Impl {
+  Impl(Driver& d, NodeClientOptions o) : driver(d), options(std::move(o)) {}
+
+  struct Gpu {
+    DeviceId device;
+    proto::GpuUuid uuid{};
+    uint32_t index = 0;         // the daemon's number for it
+    size_t chunk_bytes = 0;
+    bool open_now = false;      // opened on the current connection
+    uint64_t held = 0;          // chunks this job holds there, whoever lent them
+    uint64_t local_limit = 0;   // while disconnected, held may grow up to this
+    std::unordered_set<uint64_t> lent_ids;  // tagged ids lent on the current connection
+    uint64_t min_bytes = 0;
+    uint64_t max_bytes = 0;
+    DeviceAllocator* allocator = nullptr;
+    std::unique_ptr<LentChunkSource> source;
+  };
+
+  struct Pending {
+    size_t gpu_slot = 0;
+    uint64_t chunks = 0;
+    enum class State : uint8_t { kWaiting, kGranted, kDenied, kYield, kLost } state = State::kWaiting;
+    std::vector<SourcedChunk> received;
+    std::string reason;
+  };
+
+  Driver& driver;
+  NodeClientOptions options;
+
+  // Guards everything below; sends happen under it too (the daemon never
+  // waits on us to read, so holding it across a send cannot deadlock).
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<int> fd{-1};
+  uint64_t generation = 0;
+  uint64_t job_id = 0;
+  bool stopping = false;
+  bool said_gone = false;
+  int wake_fd = -1;
+  std::thread link;
+  std::map<uint64_t, Pending> pending;
+  uint64_t next_request = 0;
+  std::vector<std::unique_ptr<Gpu>> gpus;
+  std::deque<size_t> awaiting_open;  // gpu slots whose OpenGpu is unanswered
+  std::string last_failure;
+
+  // --- connection -------------------------------------------------------------
+  Status handshake(int socket, std::string* why);
+  bool send_locked(const proto::Message& message, std::string* why = nullptr);
+  void disconnect_locked(const std::string& reason);
+  bool try_reconnect();
+
+  // --- the link thread --------------------------------------------------------
+  void run_link();
+  void handle(const proto::Message& message, std::vector<int>& fds);
+  void on_grant(const proto::Grant& grant, std::vector<int>& fds);
+  void on_reclaim(const proto::Reclaim& reclaim);
+  void send_reports();
+
+  // --- chunk source -----------------------------------------------------------
+  Status obtain(size_t slot, size_t count, Patience patience, std::vector<SourcedChunk>* out);
+  void give_back(size_t slot, std::span<const uint64_t> ids);
+  void return_received_locked(Gpu& gpu, std::vector<SourcedChunk>& chunks);
+  Gpu* gpu_by_index(uint32_t index) {
+    for (auto& g : gpus) {
+      if (g->open_now && g->index == index) return g.get();
+    }
+    return nullptr;
+  }
+};
+
+class LentChunkSource final : public ChunkSource {
+ public:
+  LentChunkSource(NodeClient::Impl& impl, size_t slot) : impl_(impl), slot_(slot) {}
+  Status obtain(size_t count, Patience patience, std::vector<SourcedChunk>* out) noexcept override {
+    try {
+      return impl_.obtain(slot_, count, patience, out);
+    } catch (const std::bad_alloc&) {
+      return Status(Errc::kOutOfMemory);
+    }
+  }
+  void release_handle(PhysHandle handle) noexcept override { (void)impl_.driver.release(handle); }
+  void give_back(std::span<const uint64_t> ids) noexcept override {
+    try {
+      impl_.give_back(slot_, ids);
+    } catch (const std::bad_alloc&) {
+      ZICO_LOG(kError, "no host memory to tell zico-umd about %zu returned chunks", ids.size());
+    }
+  }
+  std::string last_failure() const override {
+    std::lock_guard lock(impl_.mu);
+    return impl_.last_failure;
+  }
+
+ private:
+  NodeClient::Impl& impl_;
+  size_t slot_;
+};
+
+namespace {
+// The forked child of a job must not keep the job's connection alive.
+std::atomic<NodeClient::Impl*> g_fork_guard{nullptr};
+void close_socket_in_child() {
+  if (NodeClient::Impl* impl = g_fork_guard.load()) {
+    const int fd = impl->fd.exchange(-1);
+    if (fd >= 0) ::close(fd);
+  }
+}
+}  // namespace
+
+// --- connection ----------------------------------------------------------------
+
+bool NodeClient::Impl::send_locked(const proto::Message& message, std::string* why) {
+  std::string error;
+  const int socket = fd.load();
+  if (socket < 0) return false;
+  if (!wire::send_message(socket, message, {}, &error)) {
+    ZICO_LOG(kDebug, "sending %s to zico-umd failed: %s", proto::to_string(proto::type_of(message)), error.c_str());
+    if (why != nullptr) *why = error;
+    return false;
+  }
+  return true;
+}
+
+// Waits for one message on a blocking socket, within the handshake timeout.
+static wire::Received receive_within(int socket, proto::Message* out, std::vector<int>* fds, std::string* why) {
+  pollfd p{socket, POLLIN, 0};
+  const int ready = ::poll(&p, 1, kHandshakeTimeoutMs);
+  if (ready == 0) {
+    *why = "zico-umd did not answer within " + std::to_string(kHandshakeTimeoutMs) + " ms";
+    return wire::Received::kError;
+  }
+  return wire::receive_message(socket, out, fds, why);
+}
+
+Status NodeClient::Impl::handshake(int socket, std::string* why) {
+  const auto expect = [&](auto* reply) -> Status {
+    using Want = std::remove_pointer_t<decltype(reply)>;
+    for (;;) {
+      proto::Message message;
+      std::vector<int> fds;
+      const wire::Received got = receive_within(socket, &message, &fds, why);
+      for (int f : fds) ::close(f);
+      if (got == wire::Received::kClosed) *why = "zico-umd closed the connection";
+      if (got != wire::Received::kMessage) return Status(Errc::kOsError);
+      if (auto* bye = std::get_if<proto::Goodbye>(&message)) {
+        *why = "zico-umd refused the job: " + bye->reason;
+        return Status(Errc::kInvalidArgument);
+      }
+      if (auto* want = std::get_if<Want>(&message)) {
+        *reply = *want;
+        return Status::ok();
+      }
+      if (auto* reclaim = std::get_if<proto::Reclaim>(&message)) {
+        // Nothing to give before every GPU is open again; say so.
+        proto::Return none;
+        none.gpu = reclaim->gpu;
+        none.reclaim_reply = true;
+        std::string ignored;
+        (void)wire::send_message(socket, none, {}, &ignored);
+        continue;
+      }
+      ZICO_LOG(kDebug, "ignoring %s from zico-umd during the handshake", proto::to_string(proto::type_of(message)));
+    }
+  };
+  std::string error;
+  if (!wire::send_message(socket, proto::Hello{job_id, options.job_name}, {}, &error)) {
+    *why = "registering with zico-umd failed: " + error;
+    return Status(Errc::kOsError);
+  }
+  proto::Welcome welcome;
+  ZICO_RETURN_IF_ERROR(expect(&welcome));
+  for (auto& gpu : gpus) {
+    if (gpu->chunk_bytes == 0) continue;  // never opened
+    if (!wire::send_message(socket, proto::OpenGpu{gpu->uuid, gpu->held}, {}, &error)) {
+      *why = "reopening GPU " + std::to_string(gpu->device.value) + " with zico-umd failed: " + error;
+      return Status(Errc::kOsError);
+    }
+    proto::GpuOpened opened;
+    ZICO_RETURN_IF_ERROR(expect(&opened));
+    if (opened.chunk_bytes != gpu->chunk_bytes) {
+      *why = "zico-umd now uses " + format_size(opened.chunk_bytes) + " chunks on GPU " +
+             std::to_string(gpu->device.value) + ", this job " + format_size(gpu->chunk_bytes) +
+             "; it keeps running on what it holds";
+      return Status(Errc::kInvalidArgument);
+    }
+    gpu->index = opened.gpu;
+    gpu->min_bytes = opened.min_bytes;
+    gpu->max_bytes = opened.max_bytes;
+  }
+  job_id = welcome.job_id;
+  return Status::ok();
+}
+
+void NodeClient::Impl::disconnect_locked(const std::string& reason) {
+  const int socket = fd.exchange(-1);
+  if (socket >= 0) ::close(socket);
+  for (auto& gpu : gpus) {
+    if (gpu->open_now) gpu->local_limit = gpu->held;
+    gpu->open_now = false;
+  }
+  for (auto& [id, request] : pending) {
+    if (request.state == Pending::State::kWaiting) request.state = Pending::State::kLost;
+  }
+  awaiting_open.clear();
+  if (!said_gone) {
+    ZICO_LOG(kWarn, "lost zico-umd (%s); running on the memory this job holds until it returns", reason.c_str());
+    said_gone = true;
+  }
+  cv.notify_all();
+}
+
+bool NodeClient::Impl::try_reconnect() {
+  std::string why;
+  const int socket = wire::connect_unix(options.socket_path, &why);
+  if (socket < 0) return false;
+  std::lock_guard lock(mu);
+  if (Status status = handshake(socket, &why); !status.is_ok()) {
+    ZICO_LOG(kDebug, "reconnecting to zico-umd failed: %s", why.c_str());
+    ::close(socket);
+    return false;
+  }
+  ++generation;
+  for (auto& gpu : gpus) {
+    if (gpu->chunk_bytes == 0) continue;
+    gpu->open_now = true;
+    gpu->lent_ids.clear();  // what we hold is unowned for this daemon
+  }
+  fd.store(socket);
+  said_gone = false;
+  ZICO_LOG(kInfo, "reconnected to zico-umd as job %llu", static_cast<unsigned long long>(job_id));
+  cv.notify_all();
+  return true;
+}
+
+// --- the link thread -------------------------------------------------------------
+
+void NodeClient::Impl::run_link() {
+  uint64_t next_report = now_ns() + options.report_interval_ns;
+  for (;;) {
+    {
+      std::lock_guard lock(mu);
+      if (stopping) return;
+    }
+    const int socket = fd.load();
+    const uint64_t now = now_ns();
+    uint64_t wait_ns = next_report > now ? next_report - now : 0;
+    if (socket < 0) wait_ns = std::min(wait_ns, options.reconnect_interval_ns);
+    pollfd polls[2] = {{wake_fd, POLLIN, 0}, {socket, POLLIN, 0}};
+    const int ready = ::poll(polls, socket >= 0 ? 2 : 1, static_cast<int>(wait_ns / 1'000'000) + 1);
+    if (ready < 0 && errno != EINTR) return;
+    if ((polls[0].revents & POLLIN) != 0) return;  // stopping
+    if (socket < 0) {
+      (void)try_reconnect();
+    } else if (polls[1].revents != 0) {
+      proto::Message message;
+      std::vector<int> fds;
+      std::string why;
+      switch (wire::receive_message(socket, &message, &fds, &why)) {
+        case wire::Received::kMessage:
+          handle(message, fds);
+          break;
+        case wire::Received::kWouldBlock:
+          break;
+        case wire::Received::kClosed: {
+          std::lock_guard lock(mu);
+          if (fd.load() == socket) disconnect_locked("the daemon closed the connection");
+          break;
+        }
+        case wire::Received::kMalformed:
+        case wire::Received::kError: {
+          std::lock_guard lock(mu);
+          if (fd.load() == socket) disconnect_locked(why);
+          break;
+        }
+      }
+      for (int f : fds) ::close(f);
+    }
+    if (now_ns() >= next_report) {
+      send_reports();
+      next_report = now_ns() + options.report_interval_ns;
+    }
+  }
+}
+
+void NodeClient::Impl::handle(const proto::Message& message, std::vector<int>& fds) {
+  if (const auto* grant = std::get_if<proto::Grant>(&message)) {
+    on_grant(*grant, fds);
+    return;
+  }
+  if (const auto* reclaim = std::get_if<proto::Reclaim>(&message)) {
+    on_reclaim(*reclaim);
+    return;
+  }
+  std::lock_guard lock(mu);
+  if (const auto* deny = std::get_if<proto::Deny>(&message)) {
+    auto it = pending.find(deny->request_id);
+    if (it != pending.end() && it->second.state == Pending::State::kWaiting) {
+      it->second.state = Pending::State::kDenied;
+      it->second.reason = deny->reason;
+      cv.notify_all();
+    }
+  } else if (const auto* yield = std::get_if<proto::Yield>(&message)) {
+    auto it = pending.find(yield->request_id);
+    if (it != pending.end() && it->second.state == Pending::State::kWaiting) {
+      it->second.state = Pending::State::kYield;
+      cv.notify_all();
+    }
+  } else if (const auto* opened = std::get_if<proto::GpuOpened>(&message)) {
+    if (awaiting_open.empty()) return;
+    Gpu& gpu = *gpus[awaiting_open.front()];
+    awaiting_open.pop_front();
+    gpu.index = opened->gpu;
+    gpu.chunk_bytes = opened->chunk_bytes;
+    gpu.min_bytes = opened->min_bytes;
+    gpu.max_bytes = opened->max_bytes;
+    gpu.open_now = true;
+    cv.notify_all();
+  } else if (const auto* limits = std::get_if<proto::Limits>(&message)) {
+    if (Gpu* gpu = gpu_by_index(limits->gpu)) {
+      gpu->min_bytes = limits->min_bytes;
+      gpu->max_bytes = limits->max_bytes;
+    }
+  } else if (const auto* bye = std::get_if<proto::Goodbye>(&message)) {
+    ZICO_LOG(kWarn, "zico-umd says goodbye: %s", bye->reason.c_str());
+  } else {
+    ZICO_LOG(kDebug, "ignoring unexpected %s from zico-umd", proto::to_string(proto::type_of(message)));
+  }
+}
+
+void NodeClient::Impl::on_grant(const proto::Grant& grant, std::vector<int>& fds) {
+  std::lock_guard lock(mu);
+  Gpu* gpu = gpu_by_index(grant.gpu);
+  std::vector<SourcedChunk> chunks;
+  bool import_failed = false;
+  for (size_t i = 0; i < grant.ids.size(); ++i) {
+    PhysHandle handle;
+    if (Status status = driver.import_fd(fds[i], &handle); !status.is_ok()) {
+      ZICO_LOG(kError, "importing chunk %u from zico-umd failed: %s", grant.ids[i], status.message().c_str());
+      import_failed = true;
+      handle = PhysHandle{};
+    }
+    chunks.push_back(SourcedChunk{handle, tag(generation, grant.ids[i])});
+  }
+  for (int& f : fds) {
+    ::close(f);
+    f = -1;
+  }
+  fds.clear();
+  if (gpu == nullptr) return;  // cannot happen with a sane daemon; nothing to account
+  for (const SourcedChunk& chunk : chunks) gpu->lent_ids.insert(chunk.id);
+  gpu->held += chunks.size();
+  auto it = pending.find(grant.request_id);
+  if (it == pending.end() || it->second.state != Pending::State::kWaiting || import_failed) {
+    // Nobody waits for these any more (timed out) or they are unusable.
+    return_received_locked(*gpu, chunks);
+    if (it != pending.end() && it->second.state == Pending::State::kWaiting) {
+      return_received_locked(*gpu, it->second.received);
+      it->second.state = Pending::State::kDenied;
+      it->second.reason = "a chunk from zico-umd could not be imported";
+      cv.notify_all();
+    }
+    return;
+  }
+  it->second.received.insert(it->second.received.end(), chunks.begin(), chunks.end());
+  if (grant.last) {
+    it->second.state = Pending::State::kGranted;
+    cv.notify_all();
+  }
+}
+
+void NodeClient::Impl::on_reclaim(const proto::Reclaim& reclaim) {
+  DeviceAllocator* allocator = nullptr;
+  size_t chunk = 0;
+  {
+    std::lock_guard lock(mu);
+    if (Gpu* gpu = gpu_by_index(reclaim.gpu)) {
+      allocator = gpu->allocator;
+      chunk = gpu->chunk_bytes;
+    }
+  }
+  size_t freed = 0;
+  if (allocator != nullptr) {
+    // try_trim never waits for an allocation in progress (which may itself be
+    // waiting for the daemon); the daemon asks again later.
+    const uint64_t want = reclaim.chunks > SIZE_MAX / chunk ? SIZE_MAX : reclaim.chunks * chunk;
+    (void)allocator->try_trim(static_cast<size_t>(want), &freed);  // gives back through give_back()
+  }
+  std::lock_guard lock(mu);
+  proto::Return reply;
+  reply.gpu = reclaim.gpu;
+  reply.reclaim_reply = true;
+  (void)send_locked(reply);
+}
+
+void NodeClient::Impl::send_reports() {
+  std::vector<std::pair<Gpu*, DeviceAllocator*>> targets;
+  {
+    std::lock_guard lock(mu);
+    for (auto& gpu : gpus) {
+      if (gpu->open_now && gpu->allocator != nullptr) targets.emplace_back(gpu.get(), gpu->allocator);
+    }
+  }
+  for (auto [gpu, allocator] : targets) {
+    AllocatorStats stats;
+    if (!allocator->try_stats(&stats)) continue;  // busy: next time
+    std::lock_guard lock(mu);
+    if (!gpu->open_now) continue;
+    (void)send_locked(proto::Report{gpu->index, stats.allocated_bytes, stats.last_iteration_low_bytes,
+                                    stats.iterations});
+  }
+}
+
+// --- chunk source -------------------------------------------------------------------
+
+void NodeClient::Impl::return_received_locked(Gpu& gpu, std::vector<SourcedChunk>& chunks) {
+  std::vector<uint64_t> ids;
+  for (const SourcedChunk& chunk : chunks) {
+    if (chunk.handle.valid()) (void)driver.release(chunk.handle);
+    ids.push_back(chunk.id);
+  }
+  chunks.clear();
+  if (ids.empty()) return;
+  // Same bookkeeping as give_back, already under the lock.
+  gpu.held -= std::min<uint64_t>(gpu.held, ids.size());
+  proto::Return message;
+  message.gpu = gpu.index;
+  for (uint64_t id : ids) {
+    if (gpu.lent_ids.erase(id) != 0) {
+      message.ids.push_back(untag(id));
+    } else {
+      ++message.unowned;
+    }
+    if (message.ids.size() == proto::kMaxChunksPerMessage) {
+      (void)send_locked(message);
+      message.ids.clear();
+      message.unowned = 0;
+    }
+  }
+  if (gpu.open_now && (!message.ids.empty() || message.unowned != 0)) (void)send_locked(message);
+}
+
+void NodeClient::Impl::give_back(size_t slot, std::span<const uint64_t> ids) {
+  if (ids.empty()) return;
+  std::lock_guard lock(mu);
+  Gpu& gpu = *gpus[slot];
+  gpu.held -= std::min<uint64_t>(gpu.held, ids.size());
+  if (!gpu.open_now) return;  // the memory died with the unmap, or the old daemon counts it
+  proto::Return message;
+  message.gpu = gpu.index;
+  for (uint64_t id : ids) {
+    if (gpu.lent_ids.erase(id) != 0) {
+      message.ids.push_back(untag(id));
+    } else {
+      ++message.unowned;  // lent by an earlier daemon, or created while it was away
+    }
+    if (message.ids.size() == proto::kMaxChunksPerMessage) {
+      (void)send_locked(message);
+      message.ids.clear();
+      message.unowned = 0;
+    }
+  }
+  if (!message.ids.empty() || message.unowned != 0) (void)send_locked(message);
+}
+
+Status NodeClient::Impl::obtain(size_t slot, size_t count, Patience patience, std::vector<SourcedChunk>* out) {
+  if (count == 0) return Status::ok();
+  std::unique_lock lock(mu);
+  Gpu& gpu = *gpus[slot];
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = patience == Patience::kForever
+                            ? std::chrono::steady_clock::time_point::max()
+                            : start + std::chrono::nanoseconds(options.wait_timeout_ns);
+  const auto fail = [&](std::string reason) {
+    last_failure = std::move(reason);
+    ZICO_LOG(kWarn, "%s", last_failure.c_str());
+    return Status(Errc::kOutOfMemory);
+  };
+  for (;;) {
+    if (stopping) return Status(Errc::kOutOfMemory);
+    if (fd.load() >= 0 && gpu.open_now) {
+      const uint64_t id = ++next_request;
+      Pending& queued = pending[id];
+      queued.gpu_slot = slot;
+      queued.chunks = count;
+      if (!send_locked(proto::Request{id, gpu.index, static_cast<uint32_t>(count)})) {
+        pending.erase(id);
+        cv.wait_for(lock, std::chrono::nanoseconds(options.reconnect_interval_ns));
+        continue;
+      }
+      const auto resolved = [&] { return stopping || pending[id].state != Pending::State::kWaiting; };
+      if (!cv.wait_until(lock, deadline, resolved)) {
+        (void)send_locked(proto::Cancel{id});
+        cv.wait_for(lock, kCancelGrace, resolved);
+      }
+      Pending request = std::move(pending[id]);
+      pending.erase(id);
+      switch (request.state) {
+        case Pending::State::kGranted:
+          out->insert(out->end(), request.received.begin(), request.received.end());
+          return Status::ok();
+        case Pending::State::kDenied:
+          return fail("zico-umd denied " + format_size(count * gpu.chunk_bytes) + " on GPU " +
+                      std::to_string(gpu.device.value) + ": " + request.reason);
+        case Pending::State::kYield:
+          return_received_locked(gpu, request.received);
+          return Status(Errc::kYield);
+        case Pending::State::kLost:
+          return_received_locked(gpu, request.received);
+          continue;  // disconnected: see below
+        case Pending::State::kWaiting:
+          return_received_locked(gpu, request.received);
+          return fail("waited " +
+                      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                         std::chrono::steady_clock::now() - start).count()) +
+                      " s for zico-umd to lend " + format_size(count * gpu.chunk_bytes) + " on GPU " +
+                      std::to_string(gpu.device.value) +
+                      "; out of memory (raise ZICO_WAIT_TIMEOUT, or the budget with zico-umctl budget)");
+      }
+    }
+    // No daemon: keep within what this job held when it left.
+    if (gpu.held + count <= gpu.local_limit) {
+      const size_t first = out->size();
+      for (size_t i = 0; i < count; ++i) {
+        PhysHandle handle;
+        if (Status status = driver.create(gpu.device, gpu.chunk_bytes, &handle); !status.is_ok()) {
+          for (size_t j = first; j < out->size(); ++j) (void)driver.release((*out)[j].handle);
+          out->resize(first);
+          return status;
+        }
+        out->push_back(SourcedChunk{handle, 0});
+      }
+      gpu.held += count;
+      return Status::ok();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return fail("zico-umd is unreachable and this job already holds its last budget (" +
+                  format_size(gpu.local_limit * gpu.chunk_bytes) + ") on GPU " + std::to_string(gpu.device.value) +
+                  "; out of memory");
+    }
+    cv.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() +
+                                               std::chrono::nanoseconds(options.reconnect_interval_ns)));
+  }
+}
+
+// --- NodeClient ------------------------------------------------------------------
+
+NodeClient::NodeClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Status NodeClient::connect(Driver& driver, const NodeClientOptions& options, std::unique_ptr<NodeClient>* out,
+                           std::string* why) {
+  try {
+    auto impl = std::make_unique<Impl>(driver, options);
+    if (impl->options.job_name.empty()) impl->options.job_name = program_name();
+    const int socket = wire::connect_unix(options.socket_path, why);
+    if (socket < 0) {
+      return Status(errno == ENOENT || errno == ECONNREFUSED ? Errc::kNotFound : Errc::kOsError, errno);
+    }
+    {
+      std::lock_guard lock(impl->mu);
+      if (Status status = impl->handshake(socket, why); !status.is_ok()) {
+        ::close(socket);
+        return status;
+      }
+      impl->generation = 1;
+      impl->fd.store(socket);
+    }
+    impl->wake_fd = ::eventfd(0, EFD_CLOEXEC);
+    if (impl->wake_fd < 0) {
+      *why = std::string("eventfd: ") + std::strerror(errno);
+      ::close(impl->fd.exchange(-1));
+      return Status(Errc::kOsError, errno);
+    }
+    Impl* raw = impl.get();
+    impl->link = std::thread([raw] { raw->run_link(); });
+    static std::once_flag fork_handler;
+    std::call_once(fork_handler, [] { (void)pthread_atfork(nullptr, nullptr, close_socket_in_child); });
+    g_fork_guard.store(raw);
+    out->reset(new NodeClient(std::move(impl)));
+    return Status::ok();
+  } catch (const std::exception& e) {
+    *why = std::string("connecting to zico-umd: ") + e.what();
+    return Status(Errc::kOutOfMemory);
+  }
+}
+
+NodeClient::~NodeClient() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
+    impl_->cv.notify_all();
+  }
+  const uint64_t one = 1;
+  if (impl_->wake_fd >= 0) (void)!::write(impl_->wake_fd, &one, sizeof one);
+  if (impl_->link.joinable()) impl_->link.join();
+  if (g_fork_guard.load() == impl_.get()) g_fork_guard.store(nullptr);
+  const int socket = impl_->fd.exchange(-1);
+  if (socket >= 0) ::close(socket);
+  if (impl_->wake_fd >= 0) ::close(impl_->wake_fd);
+}
+
+Status NodeClient::open_gpu(DeviceId device, size_t* chunk_bytes, ChunkSource** source, std::string* why) {
+  try {
+    Capabilities caps;
+    if (Status status = impl_->driver.capabilities(device, &caps); !status.is_ok()) {
+      *why = "cannot query device " + std::to_string(device.value) + ": " + status.message();
+      return status;
+    }
+    std::unique_lock lock(impl_->mu);
+    for (auto& gpu : impl_->gpus) {
+      if (gpu->device == device) {
+        *why = "device " + std::to_string(device.value) + " is already open";
+        return Status(Errc::kInvalidArgument);
+      }
+    }
+    if (impl_->fd.load() < 0) {
+      *why = "zico-umd is unreachable";
+      return Status(Errc::kNotFound);
+    }
+    auto gpu = std::make_unique<Impl::Gpu>();
+    gpu->device = device;
+    gpu->uuid = caps.uuid;
+    const size_t slot = impl_->gpus.size();
+    gpu->source = std::make_unique<LentChunkSource>(*impl_, slot);
+    Impl::Gpu* raw = gpu.get();
+    impl_->gpus.push_back(std::move(gpu));
+    impl_->awaiting_open.push_back(slot);
+    if (!impl_->send_locked(proto::OpenGpu{caps.uuid, 0}, why)) return Status(Errc::kOsError);
+    const bool answered = impl_->cv.wait_for(lock, std::chrono::milliseconds(kHandshakeTimeoutMs),
+                                             [&] { return raw->open_now || impl_->fd.load() < 0; });
+    if (!answered || !raw->open_now) {
+      *why = "zico-umd did not open device " + std::to_string(device.value);
+      return Status(Errc::kOsError);
+    }
+    if (raw->chunk_bytes == 0 || raw->chunk_bytes % caps.granularity != 0) {
+      *why = "zico-umd uses " + format_size(raw->chunk_bytes) + " chunks, not a multiple of device " +
+             std::to_string(device.value) + "'s granularity " + format_size(caps.granularity);
+      return Status(Errc::kInvalidArgument);
+    }
+    *chunk_bytes = raw->chunk_bytes;
+    *source = raw->source.get();
+    return Status::ok();
+  } catch (const std::bad_alloc&) {
+    return Status(Errc::kOutOfMemory);
+  }
+}
+
+void NodeClient::attach(DeviceId device, DeviceAllocator* allocator) {
+  std::lock_guard lock(impl_->mu);
+  for (auto& gpu : impl_->gpus) {
+    if (gpu->device == device) gpu->allocator = allocator;
+  }
+}
+
+bool NodeClient::connected() const { return impl_->fd.load() >= 0; }
+
+uint64_t NodeClient::job_id() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->job_id;
+}
+
+}  // namespace zico::sharing

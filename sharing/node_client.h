@@ -1,0 +1,67 @@
+// NodeClient: libzicoum's side of the node manager (client mode).
+//
+// When zico-umd's socket exists, the job registers, and each device's
+// allocator gets its chunks through a ChunkSource that borrows them from the
+// daemon: a request per batch, descriptors received with SCM_RIGHTS, imported
+// and mapped by the allocator, given back by id once fenced. A background
+// thread (the link) reads the daemon's messages: grants, denials, yields,
+// reclaims (answered by trimming the allocator's idle chunks, never by waiting
+// on it), and sends a usage report twice a second.
+//
+// If the daemon goes away, the job keeps what it holds and may still create
+// chunks locally up to what it held then (its last budget), so the node stays
+// within what the daemon had granted. The link reconnects every 100 ms; on
+// success the job keeps its id, reports what it holds (those chunks are
+// "unowned" for the new daemon: giving one back just lowers the count) and
+// waiting requests are sent again.
+//
+// A forked child (e.g. a data-loader worker) closes its copy of the socket, so
+// the daemon sees the job's end when the parent ends.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "chunk_source.h"
+#include "device_allocator.h"
+#include "driver.h"
+#include "status.h"
+
+namespace zico::sharing {
+
+struct NodeClientOptions {
+  std::string socket_path;
+  uint64_t wait_timeout_ns = 60'000'000'000;
+  std::string job_name;  // "": the program's name
+  uint64_t reconnect_interval_ns = 100'000'000;
+  uint64_t report_interval_ns = 500'000'000;
+};
+
+class NodeClient {
+ public:
+  // Connects and registers. kNotFound: nobody listens at the path (run
+  // standalone); other errors: the daemon refused us (*why says why).
+  [[nodiscard]] static Status connect(Driver& driver, const NodeClientOptions& options,
+                                      std::unique_ptr<NodeClient>* out, std::string* why);
+  ~NodeClient();
+  NodeClient(const NodeClient&) = delete;
+  NodeClient& operator=(const NodeClient&) = delete;
+
+  // Tells the daemon the job uses `device`. *chunk_bytes: the chunk size the
+  // allocator must use; *source lends the chunks (owned by the client).
+  [[nodiscard]] Status open_gpu(DeviceId device, size_t* chunk_bytes, ChunkSource** source, std::string* why);
+  // The allocator of `device`, for reclaims and reports.
+  void attach(DeviceId device, DeviceAllocator* allocator);
+
+  [[nodiscard]] bool connected() const;
+  [[nodiscard]] uint64_t job_id() const;
+
+  struct Impl;
+
+ private:
+  explicit NodeClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zico::sharing
