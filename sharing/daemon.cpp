@@ -28,6 +28,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "sizes.h"
+#include "state_file.h"
 #include "wire.h"
 
 namespace zico::sharing {
@@ -119,6 +120,12 @@ struct Daemon::Impl {
     wire::PeerCredentials peer;
     std::string name;
     std::vector<JobGpu> gpus;
+    std::unordered_set<uint64_t> requests;  // waiting in the ledger
+    proto::JobRunState state = proto::JobRunState::kRunning;
+    // Known only from the predecessor's state file until it reconnects.
+    bool expected = false;
+    uint64_t expected_until_ns = 0;
+    int state_slot = -1;
   };
   enum class Role : uint8_t { kNew, kJob, kAdmin };
   struct Connection {
@@ -133,6 +140,7 @@ struct Daemon::Impl {
   Driver& driver;
   DaemonOptions options;
   Ledger ledger;
+  StateFile state_file;
   std::vector<Gpu> gpus;
   std::unordered_map<uint64_t, Job> jobs;
   std::unordered_map<int, Connection> connections;  // by fd
@@ -172,6 +180,13 @@ struct Daemon::Impl {
   std::string on_return(Job& job, const proto::Return& ret);
   proto::StatusReply status() const;
   proto::Result set_budget(const Connection& connection, const proto::SetBudget& request);
+  proto::Result control(const Connection& connection, const proto::JobControl& request);
+
+  // --- restarts (state file) ---------------------------------------------------
+  void load_state();
+  // Writes what the job holds on `gpu` to the state file.
+  void record_holding(Job& job, uint32_t gpu);
+  void expire_expected();
 
   // --- lending ----------------------------------------------------------------
   void pump();
@@ -249,6 +264,7 @@ Status Daemon::Impl::setup(std::string* why) {
   watch(listen_fd);
   watch(timer_fd);
   watch(stop_fd);
+  load_state();
   return setup_metrics(why);
 }
 
@@ -378,6 +394,9 @@ void Daemon::Impl::close_connection(int fd, const std::string& reason, bool say_
   if (job_it == jobs.end()) return;
   Job& job = job_it->second;
   job.fd = -1;
+  // Nobody would receive what it asked for.
+  for (uint64_t request : job.requests) (void)ledger.cancel(job.id, request, now_ns());
+  job.requests.clear();
   if (say_goodbye) {
     ZICO_LOG(kWarn, "job %llu (pid %d) disconnected: %s", static_cast<unsigned long long>(job.id), job.peer.pid,
              reason.c_str());
@@ -424,6 +443,7 @@ void Daemon::Impl::remove_job(uint64_t id, const char* why) {
   ledger.remove_job(id);
   ZICO_LOG(kInfo, "job %llu (pid %d) removed (%s): %llu chunks back in the pool", static_cast<unsigned long long>(id),
            job.peer.pid, why, static_cast<unsigned long long>(freed));
+  state_file.release(job.state_slot);
   jobs.erase(it);
   pump();
 }
@@ -446,11 +466,28 @@ std::string Daemon::Impl::on_message(Connection& connection, const proto::Messag
   if (const auto* request = std::get_if<proto::SetBudget>(&message)) {
     return send(connection.fd, set_budget(connection, *request)) ? "" : "cannot send the result";
   }
+  if (const auto* request = std::get_if<proto::JobControl>(&message)) {
+    return send(connection.fd, control(connection, *request)) ? "" : "cannot send the result";
+  }
   return std::string(proto::to_string(proto::type_of(message))) + " is not a zico-umctl request";
 }
 
 std::string Daemon::Impl::on_hello(Connection& connection, const proto::Hello& hello) {
   uint64_t id = 0;
+  if (auto it = jobs.find(hello.resume_job_id); it != jobs.end() && it->second.expected &&
+                                                 it->second.peer.uid == connection.peer.uid) {
+    // Back after a restart: its reservation becomes the job again.
+    Job& job = it->second;
+    job.expected = false;
+    job.fd = connection.fd;
+    job.peer = connection.peer;
+    job.name = hello.name;
+    connection.role = Role::kJob;
+    connection.job = job.id;
+    ZICO_LOG(kInfo, "job %llu is back: pid %d '%s'", static_cast<unsigned long long>(job.id), connection.peer.pid,
+             hello.name.c_str());
+    return send(connection.fd, proto::Welcome{job.id}) ? "" : "cannot send Welcome";
+  }
   if (hello.resume_job_id != 0) {
     if (jobs.contains(hello.resume_job_id)) {
       // Its earlier connection ended while its process lived: what it holds
@@ -474,6 +511,10 @@ std::string Daemon::Impl::on_hello(Connection& connection, const proto::Hello& h
              std::strerror(errno));
   }
   if (!ledger.add_job(id, connection.peer.uid, ++arrivals)) return "job id " + std::to_string(id) + " is in use";
+  job.state_slot = state_file.claim(id, connection.peer.pid, connection.peer.uid);
+  if (job.state_slot < 0 && state_file.is_open()) {
+    ZICO_LOG(kWarn, "state file full: a restart would not know what job %llu holds", static_cast<unsigned long long>(id));
+  }
   jobs[id] = std::move(job);
   connection.role = Role::kJob;
   connection.job = id;
@@ -489,9 +530,16 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
     const int g = gpu_of(open->uuid);
     if (g < 0) return "no GPU with UUID " + uuid_text(open->uuid) + " is managed here";
     const auto gpu = static_cast<uint32_t>(g);
-    if (!ledger.open(job.id, gpu, open->held_chunks, &why).is_ok()) return why;
+    if (job.gpus[gpu].open && job.gpus[gpu].lent.empty() && job.gpus[gpu].unowned >= open->held_chunks) {
+      // Reserved from the state file: keep what it really holds, free the rest.
+      const uint64_t surplus = job.gpus[gpu].unowned - open->held_chunks;
+      if (!ledger.returned(job.id, gpu, surplus, false, now, &why).is_ok()) return why;
+    } else if (!ledger.open(job.id, gpu, open->held_chunks, &why).is_ok()) {
+      return why;
+    }
     job.gpus[gpu].open = true;
     job.gpus[gpu].unowned = open->held_chunks;
+    record_holding(job, gpu);
     Ledger::JobView view;
     (void)ledger.job(job.id, gpu, now, &view);
     const uint64_t chunk = gpus[gpu].chunk_bytes;
@@ -503,10 +551,12 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
       return "Request for GPU " + std::to_string(request->gpu) + ", which the job has not opened";
     }
     if (!ledger.request(job.id, request->gpu, request->request_id, request->chunks, now, &why).is_ok()) return why;
+    job.requests.insert(request->request_id);
     return "";
   }
   if (const auto* cancel = std::get_if<proto::Cancel>(&message)) {
     if (ledger.cancel(job.id, cancel->request_id, now)) {
+      job.requests.erase(cancel->request_id);
       (void)send(job.fd, proto::Deny{cancel->request_id, static_cast<uint32_t>(Errc::kOutOfMemory), "cancelled"});
     }
     return "";
@@ -515,6 +565,17 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
   if (const auto* report = std::get_if<proto::Report>(&message)) {
     if (report->gpu >= gpus.size() || !job.gpus[report->gpu].open) return "Report for a GPU the job has not opened";
     job.gpus[report->gpu].report = *report;
+    return "";
+  }
+  if (const auto* reported = std::get_if<proto::JobState>(&message)) {
+    const bool expected = reported->state == proto::JobRunState::kRunning
+                              ? job.state != proto::JobRunState::kRunning
+                              : reported->state == proto::JobRunState::kSuspended &&
+                                    job.state == proto::JobRunState::kSuspendRequested;
+    if (!expected) return "JobState " + std::to_string(static_cast<int>(reported->state)) + " was not asked for";
+    job.state = reported->state;
+    ZICO_LOG(kInfo, "job %llu %s", static_cast<unsigned long long>(job.id),
+             reported->state == proto::JobRunState::kSuspended ? "suspended" : "runs again");
     return "";
   }
   return std::string(proto::to_string(proto::type_of(message))) + " is not a job request";
@@ -538,6 +599,7 @@ std::string Daemon::Impl::on_return(Job& job, const proto::Return& ret) {
     gpu.free_ids.push_back(id);
   }
   held.unowned -= ret.unowned;
+  record_holding(job, ret.gpu);
   const uint64_t count = ret.ids.size() + ret.unowned;
   gpu.bytes_moved += count * gpu.chunk_bytes;
   std::string why;
@@ -590,6 +652,7 @@ proto::StatusReply Daemon::Impl::status() const {
       s.waiting_bytes = view.waiting * chunk;
       s.wait_ns = view.wait_ns;
       s.iterations = job->gpus[g].report.iterations;
+      s.state = job->state;
       reply.jobs.push_back(s);
     }
   }
@@ -647,7 +710,7 @@ proto::Result Daemon::Impl::set_budget(const Connection& connection, const proto
       return refuse(Errc::kInvalidArgument, "maximum " + format_size(request.bytes) + " is below job " +
                                                 std::to_string(job.id) + "'s persistent memory (" + format_size(persistent) + ")");
     }
-    max = chunks;
+    max = request.bytes == UINT64_MAX ? UINT64_MAX : chunks;  // UINT64_MAX: unlimited
   }
   if (!ledger.set_job_limits(job.id, request.gpu, min, max, &why).is_ok()) return refuse(Errc::kInvalidArgument, why);
   const uint64_t max_bytes = max > UINT64_MAX / gpu.chunk_bytes ? UINT64_MAX : max * gpu.chunk_bytes;
@@ -660,6 +723,100 @@ proto::Result Daemon::Impl::set_budget(const Connection& connection, const proto
   return refuse(Errc::kOk, "job " + std::to_string(job.id) + " on GPU " + std::to_string(request.gpu) + ": min " +
                                format_size(min * gpu.chunk_bytes) + ", max " +
                                (max == UINT64_MAX ? std::string("unlimited") : format_size(max_bytes)));
+}
+
+proto::Result Daemon::Impl::control(const Connection& connection, const proto::JobControl& request) {
+  const auto answer = [](Errc errc, std::string message) {
+    return proto::Result{static_cast<uint32_t>(errc), std::move(message)};
+  };
+  auto it = jobs.find(request.job_id);
+  if (it == jobs.end()) {
+    return answer(Errc::kNotFound, "no job " + std::to_string(request.job_id) + " (zico-umctl jobs lists them)");
+  }
+  Job& job = it->second;
+  if (!is_admin(connection.peer) && connection.peer.uid != job.peer.uid) {
+    return answer(Errc::kInvalidArgument, "permission denied: job " + std::to_string(job.id) + " belongs to uid " +
+                                              std::to_string(job.peer.uid));
+  }
+  if (job.fd < 0) return answer(Errc::kNotFound, "job " + std::to_string(job.id) + " is not connected");
+  const std::string name = "job " + std::to_string(job.id);
+  if (request.action == proto::JobAction::kSuspend) {
+    if (job.state != proto::JobRunState::kRunning) {
+      return answer(Errc::kInvalidArgument, name + " is already suspended (or about to be)");
+    }
+    if (!send(job.fd, proto::Suspend{request.to})) return answer(Errc::kOsError, "cannot reach " + name);
+    job.state = proto::JobRunState::kSuspendRequested;
+    ZICO_LOG(kInfo, "%s asked to suspend to %s by uid %u", name.c_str(),
+             request.to == proto::StoreKind::kNvme ? "nvme" : "host", connection.peer.uid);
+    return answer(Errc::kOk, name + " suspends at its next allocation or iteration mark");
+  }
+  if (job.state == proto::JobRunState::kRunning) return answer(Errc::kInvalidArgument, name + " is not suspended");
+  if (!send(job.fd, proto::Resume{})) return answer(Errc::kOsError, "cannot reach " + name);
+  ZICO_LOG(kInfo, "%s asked to resume by uid %u", name.c_str(), connection.peer.uid);
+  return answer(Errc::kOk, name + " resumes");
+}
+
+// --- restarts ----------------------------------------------------------------------------
+
+namespace {
+constexpr uint64_t kExpectedForNs = 5'000'000'000;  // how long a reservation waits for its job
+}  // namespace
+
+void Daemon::Impl::record_holding(Job& job, uint32_t gpu) {
+  state_file.set_held(job.state_slot, gpu, job.gpus[gpu].lent.size() + job.gpus[gpu].unowned);
+}
+
+void Daemon::Impl::load_state() {
+  if (options.state_path.empty()) return;
+  std::vector<proto::GpuUuid> uuids;
+  for (const Gpu& gpu : gpus) uuids.push_back(gpu.uuid);
+  std::vector<StateFile::Entry> previous;
+  std::string why;
+  if (!state_file.open(options.state_path, uuids, &previous, &why)) {
+    ZICO_LOG(kWarn, "%s; a restart of this daemon will not know what jobs hold", why.c_str());
+    return;
+  }
+  size_t reserved = 0;
+  for (const StateFile::Entry& entry : previous) {
+    const int pidfd = open_pidfd(entry.pid);
+    if (pidfd < 0) continue;  // gone: nothing to reserve
+    if (process_exited(pidfd) || jobs.contains(entry.job) || !ledger.add_job(entry.job, entry.uid, ++arrivals)) {
+      ::close(pidfd);
+      continue;
+    }
+    Job job;
+    job.id = entry.job;
+    job.pidfd = pidfd;
+    job.peer = wire::PeerCredentials{entry.pid, entry.uid, 0};
+    job.name = "(expected back after a restart)";
+    job.gpus.resize(gpus.size());
+    job.expected = true;
+    job.expected_until_ns = now_ns() + kExpectedForNs;
+    job.state_slot = state_file.claim(job.id, entry.pid, entry.uid);
+    for (size_t g = 0; g < gpus.size(); ++g) {
+      if (entry.held[g] == 0 || !ledger.open(job.id, static_cast<uint32_t>(g), entry.held[g], &why).is_ok()) continue;
+      job.gpus[g].open = true;
+      job.gpus[g].unowned = entry.held[g];
+      state_file.set_held(job.state_slot, g, entry.held[g]);
+    }
+    pidfd_jobs[pidfd] = job.id;
+    watch(pidfd);
+    next_job_id = std::max<uint64_t>(next_job_id, job.id + 1);
+    jobs.emplace(job.id, std::move(job));
+    ++reserved;
+  }
+  if (reserved > 0) {
+    ZICO_LOG(kInfo, "reserving what %zu job(s) of the previous daemon hold until they reconnect", reserved);
+  }
+}
+
+void Daemon::Impl::expire_expected() {
+  const uint64_t now = now_ns();
+  std::vector<uint64_t> expired;
+  for (const auto& [id, job] : jobs) {
+    if (job.expected && now > job.expected_until_ns) expired.push_back(id);
+  }
+  for (uint64_t id : expired) remove_job(id, "it did not reconnect after the restart");
 }
 
 // --- lending ---------------------------------------------------------------------------
@@ -728,6 +885,7 @@ void Daemon::Impl::grant(const LedgerAction& action) {
     gpu.chunks[id - 1].owner = job.id;
     job.gpus[action.gpu].lent.insert(id);
   }
+  record_holding(job, action.gpu);  // before the job can have them
   gpu.bytes_moved += ids.size() * gpu.chunk_bytes;
   if (job.fd < 0) return;  // gone meanwhile: the chunks return when its process exits
   for (size_t start = 0; start < ids.size(); start += proto::kMaxChunksPerMessage) {
@@ -766,6 +924,7 @@ void Daemon::Impl::pump() {
       auto it = jobs.find(action.job);
       if (it == jobs.end()) continue;
       const int fd = it->second.fd;
+      if (action.kind != LedgerAction::Kind::kReclaim) it->second.requests.erase(action.request_id);
       switch (action.kind) {
         case LedgerAction::Kind::kGrant:
           grant(action);
@@ -774,7 +933,14 @@ void Daemon::Impl::pump() {
           if (fd >= 0) (void)send(fd, proto::Deny{action.request_id, static_cast<uint32_t>(action.errc), action.reason});
           break;
         case LedgerAction::Kind::kReclaim:
-          if (fd >= 0) (void)send(fd, proto::Reclaim{action.gpu, action.chunks});
+          if (fd >= 0) {
+            (void)send(fd, proto::Reclaim{action.gpu, action.chunks});
+          } else {
+            // Not connected (its process still maps what it holds, or it has not
+            // reconnected after a restart): nothing can come back yet; say so for it.
+            std::string ignored;
+            (void)ledger.returned(action.job, action.gpu, 0, true, now_ns(), &ignored);
+          }
           break;
         case LedgerAction::Kind::kYield:
           ZICO_LOG(kInfo, "GPU %u: deadlock; job %llu yields its memory", action.gpu,
@@ -862,6 +1028,7 @@ Status Daemon::run(bool handle_signals) {
         uint64_t expirations = 0;
         (void)!::read(d.timer_fd, &expirations, sizeof expirations);
         d.rates.sample(now_ns(), d.status());
+        d.expire_expected();
         d.pump();
       } else if (fd == d.metrics_fd) {
         serve_metrics(d.metrics_fd, d.status(), d.rates);

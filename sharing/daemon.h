@@ -15,6 +15,12 @@
 //  - A chunk that moves to a job of another uid is zeroed first.
 //  - A bad message closes that one connection, with a Goodbye naming why and
 //    a log line; nothing else changes.
+//  - Restarts: a new daemon cannot see what jobs hold until they reconnect,
+//    and must not lend that memory meanwhile. So the daemon records in the
+//    state file, before each grant that would exceed it, an upper bound of
+//    each job's holdings (pid and bound). Its successor reserves those bounds
+//    for jobs whose processes live, until each reconnects (then its own
+//    report counts), exits, or stays away for 5 s.
 //  - Changing a node budget needs root, the daemon's own uid or the admin
 //    group; changing a job's limits needs that, or the job's own uid.
 #pragma once
@@ -48,6 +54,9 @@ struct DaemonOptions {
   DeadlockPolicy deadlock_policy = DeadlockPolicy::kYield;
   bool zero_new_chunks = true;                  // false where fresh chunks are known to be zero (SimDriver)
   std::string metrics_address;                  // "HOST:PORT" or ""
+  // Where the daemon keeps, for its successor, an upper bound of what each
+  // live job holds (see "Restarts" above); "" keeps nothing.
+  std::string state_path;
 };
 
 class Daemon {

@@ -39,6 +39,7 @@ constexpr const char* kUsage =
     "  --chunk-size SIZE      unit of lending, a power of two (default: the GPU's granularity, 2MiB)\n"
     "  --on-deadlock POLICY   yield (default, or $ZICO_ON_DEADLOCK) or fail\n"
     "  --metrics HOST:PORT    serve Prometheus metrics at http://HOST:PORT/metrics\n"
+    "  --state-file PATH      what jobs hold, for a restarted daemon (default: the socket path + .state)\n"
     "  --help, --version\n"
     "\n"
     "The backend comes from ZICO_BACKEND (cuda or sim) and the ZICO_SIM_* variables,\n"
@@ -89,7 +90,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     static constexpr std::string_view kWithValue[] = {"--socket", "--group",      "--admin-group", "--mode",   "--budget",
-                                                      "--gpus",   "--chunk-size", "--on-deadlock", "--metrics"};
+                                                      "--gpus",   "--chunk-size", "--on-deadlock", "--metrics",
+                                                      "--state-file"};
     if (std::find(std::begin(kWithValue), std::end(kWithValue), arg) == std::end(kWithValue)) {
       return usage_error("unknown option '" + std::string(arg) + "'");
     }
@@ -135,8 +137,11 @@ int main(int argc, char** argv) {
       deadlock = v;
     } else if (arg == "--metrics") {
       options.metrics_address = v;
+    } else if (arg == "--state-file") {
+      options.state_path = v;
     }
   }
+  if (options.state_path.empty()) options.state_path = options.socket_path + ".state";
   if (deadlock == "yield") {
     options.deadlock_policy = sharing::DeadlockPolicy::kYield;
   } else if (deadlock == "fail") {
