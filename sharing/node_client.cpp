@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "log.h"
@@ -102,6 +103,11 @@ struct NodeClient::Impl {
   std::vector<std::unique_ptr<Gpu>> gpus;
   std::deque<size_t> awaiting_open;  // gpu slots whose OpenGpu is unanswered
   std::string last_failure;
+  // zico-umctl suspend / resume.
+  std::atomic<bool> suspend_requested{false};
+  proto::StoreKind suspend_to = proto::StoreKind::kHost;
+  bool resume_requested = false;
+  bool paused = false;  // evicted and waiting for kResume
 
   // --- connection -------------------------------------------------------------
   Status handshake(int socket, std::string* why);
@@ -287,6 +293,7 @@ bool NodeClient::Impl::try_reconnect() {
   }
   fd.store(socket);
   said_gone = false;
+  resume_requested = true;  // the new daemon knows of no suspension
   ZICO_LOG(kInfo, "reconnected to zico-umd as job %llu", static_cast<unsigned long long>(job_id));
   cv.notify_all();
   return true;
@@ -375,6 +382,17 @@ void NodeClient::Impl::handle(const proto::Message& message, std::vector<int>& f
     gpu.max_bytes = opened->max_bytes;
     gpu.open_now = true;
     cv.notify_all();
+  } else if (const auto* suspend = std::get_if<proto::Suspend>(&message)) {
+    suspend_to = suspend->to;
+    resume_requested = false;
+    suspend_requested.store(true);
+  } else if (std::holds_alternative<proto::Resume>(message)) {
+    if (paused) {
+      resume_requested = true;
+      cv.notify_all();
+    } else if (suspend_requested.exchange(false)) {
+      (void)send_locked(proto::JobState{proto::JobRunState::kRunning});  // it never got to pause
+    }
   } else if (const auto* limits = std::get_if<proto::Limits>(&message)) {
     if (Gpu* gpu = gpu_by_index(limits->gpu)) {
       gpu->min_bytes = limits->min_bytes;
@@ -712,6 +730,32 @@ void NodeClient::attach(DeviceId device, DeviceAllocator* allocator) {
 }
 
 bool NodeClient::connected() const { return impl_->fd.load() >= 0; }
+
+std::string NodeClient::take_last_failure() {
+  std::lock_guard lock(impl_->mu);
+  return std::exchange(impl_->last_failure, std::string());
+}
+
+bool NodeClient::suspend_requested(Residency* to) const {
+  if (!impl_->suspend_requested.load(std::memory_order_relaxed)) return false;
+  std::lock_guard lock(impl_->mu);
+  *to = impl_->suspend_to == proto::StoreKind::kNvme ? Residency::kNvme : Residency::kHost;
+  return impl_->suspend_requested.load();
+}
+
+void NodeClient::report_suspended(bool suspended) {
+  std::lock_guard lock(impl_->mu);
+  impl_->paused = suspended;
+  (void)impl_->send_locked(
+      proto::JobState{suspended ? proto::JobRunState::kSuspended : proto::JobRunState::kRunning});
+}
+
+void NodeClient::wait_for_resume() {
+  std::unique_lock lock(impl_->mu);
+  impl_->cv.wait(lock, [&] { return impl_->resume_requested || impl_->stopping; });
+  impl_->resume_requested = false;
+  impl_->suspend_requested.store(false);
+}
 
 uint64_t NodeClient::job_id() const {
   std::lock_guard lock(impl_->mu);

@@ -26,6 +26,7 @@
 #include "chunk_source.h"
 #include "device_allocator.h"
 #include "driver.h"
+#include "residency.h"
 #include "status.h"
 
 namespace zico::sharing {
@@ -56,6 +57,17 @@ class NodeClient {
 
   [[nodiscard]] bool connected() const;
   [[nodiscard]] uint64_t job_id() const;
+  // Why the last borrowing failed ("" if it did not), and forget it.
+  [[nodiscard]] std::string take_last_failure();
+
+  // zico-umctl suspend: true once the daemon asked this job to pause; *to
+  // says where its memory should go. Cheap (one atomic load) when not.
+  [[nodiscard]] bool suspend_requested(Residency* to) const;
+  // The job has paused (all memory evicted) or runs again.
+  void report_suspended(bool suspended);
+  // Blocks until zico-umctl resume (or a daemon restart, which forgets the
+  // suspension), then clears the request.
+  void wait_for_resume();
 
   struct Impl;
 

@@ -37,6 +37,7 @@ ZICO_PROTO_TRAITS(Request, kRequest, "Request");
 ZICO_PROTO_TRAITS(Cancel, kCancel, "Cancel");
 ZICO_PROTO_TRAITS(Return, kReturn, "Return");
 ZICO_PROTO_TRAITS(Report, kReport, "Report");
+ZICO_PROTO_TRAITS(JobState, kJobState, "JobState");
 ZICO_PROTO_TRAITS(Welcome, kWelcome, "Welcome");
 ZICO_PROTO_TRAITS(GpuOpened, kGpuOpened, "GpuOpened");
 ZICO_PROTO_TRAITS(Grant, kGrant, "Grant");
@@ -44,10 +45,13 @@ ZICO_PROTO_TRAITS(Deny, kDeny, "Deny");
 ZICO_PROTO_TRAITS(Reclaim, kReclaim, "Reclaim");
 ZICO_PROTO_TRAITS(Yield, kYield, "Yield");
 ZICO_PROTO_TRAITS(Limits, kLimits, "Limits");
+ZICO_PROTO_TRAITS(Suspend, kSuspend, "Suspend");
+ZICO_PROTO_TRAITS(Resume, kResume, "Resume");
 ZICO_PROTO_TRAITS(StatusQuery, kStatusQuery, "StatusQuery");
 ZICO_PROTO_TRAITS(StatusReply, kStatus, "Status");
 ZICO_PROTO_TRAITS(SetBudget, kSetBudget, "SetBudget");
 ZICO_PROTO_TRAITS(Result, kResult, "Result");
+ZICO_PROTO_TRAITS(JobControl, kJobControl, "JobControl");
 ZICO_PROTO_TRAITS(Goodbye, kGoodbye, "Goodbye");
 #undef ZICO_PROTO_TRAITS
 
@@ -261,6 +265,12 @@ class Reader : public Codec {
 template <class M, class T>
 concept Is = std::same_as<std::remove_const_t<M>, T>;
 
+// Largest value of each enum that travels; the codec refuses anything above.
+constexpr auto kMaxJobRunState = static_cast<uint8_t>(JobRunState::kSuspended);
+constexpr auto kMaxStoreKind = static_cast<uint8_t>(StoreKind::kNvme);
+constexpr auto kMaxBudgetTarget = static_cast<uint8_t>(BudgetTarget::kJobMax);
+constexpr auto kMaxJobAction = static_cast<uint8_t>(JobAction::kResume);
+
 template <class C, Is<Hello> M>
 bool fields(C& c, M& m) {
   return c.u64("Hello.resume_job_id", m.resume_job_id) && c.string("Hello.name", m.name);
@@ -306,6 +316,11 @@ bool fields(C& c, M& m) {
          c.u64("Report.persistent_bytes", m.persistent_bytes) && c.u64("Report.iterations", m.iterations);
 }
 
+template <class C, Is<JobState> M>
+bool fields(C& c, M& m) {
+  return c.enumeration("JobState.state", m.state, kMaxJobRunState);
+}
+
 template <class C, Is<Welcome> M>
 bool fields(C& c, M& m) {
   return c.u64("Welcome.job_id", m.job_id);
@@ -346,6 +361,16 @@ bool fields(C& c, M& m) {
          c.u64("Limits.max_bytes", m.max_bytes);
 }
 
+template <class C, Is<Suspend> M>
+bool fields(C& c, M& m) {
+  return c.enumeration("Suspend.to", m.to, kMaxStoreKind);
+}
+
+template <class C, Is<Resume> M>
+bool fields(C&, M&) {
+  return true;
+}
+
 template <class C, Is<StatusQuery> M>
 bool fields(C&, M&) {
   return true;
@@ -368,7 +393,7 @@ bool fields(C& c, M& m) {
          c.u64("JobStatus.max_bytes", m.max_bytes) && c.u64("JobStatus.allocated_bytes", m.allocated_bytes) &&
          c.u64("JobStatus.persistent_bytes", m.persistent_bytes) &&
          c.u64("JobStatus.waiting_bytes", m.waiting_bytes) && c.u64("JobStatus.wait_ns", m.wait_ns) &&
-         c.u64("JobStatus.iterations", m.iterations);
+         c.u64("JobStatus.iterations", m.iterations) && c.enumeration("JobStatus.state", m.state, kMaxJobRunState);
 }
 
 template <class C, Is<StatusReply> M>
@@ -387,9 +412,15 @@ bool fields(C& c, M& m) {
 
 template <class C, Is<SetBudget> M>
 bool fields(C& c, M& m) {
-  return c.enumeration("SetBudget.target", m.target, static_cast<uint8_t>(BudgetTarget::kJobMax)) &&
+  return c.enumeration("SetBudget.target", m.target, kMaxBudgetTarget) &&
          c.u32("SetBudget.gpu", m.gpu) && c.u64("SetBudget.job_id", m.job_id) &&
          c.u64("SetBudget.bytes", m.bytes);
+}
+
+template <class C, Is<JobControl> M>
+bool fields(C& c, M& m) {
+  return c.enumeration("JobControl.action", m.action, kMaxJobAction) && c.u64("JobControl.job_id", m.job_id) &&
+         c.enumeration("JobControl.to", m.to, kMaxStoreKind);
 }
 
 template <class C, Is<Result> M>
@@ -457,6 +488,7 @@ const char* to_string(Type type) {
     case Type::kCancel: return "Cancel";
     case Type::kReturn: return "Return";
     case Type::kReport: return "Report";
+    case Type::kJobState: return "JobState";
     case Type::kWelcome: return "Welcome";
     case Type::kGpuOpened: return "GpuOpened";
     case Type::kGrant: return "Grant";
@@ -464,10 +496,13 @@ const char* to_string(Type type) {
     case Type::kReclaim: return "Reclaim";
     case Type::kYield: return "Yield";
     case Type::kLimits: return "Limits";
+    case Type::kSuspend: return "Suspend";
+    case Type::kResume: return "Resume";
     case Type::kStatusQuery: return "StatusQuery";
     case Type::kStatus: return "Status";
     case Type::kSetBudget: return "SetBudget";
     case Type::kResult: return "Result";
+    case Type::kJobControl: return "JobControl";
     case Type::kGoodbye: return "Goodbye";
   }
   return "unknown";

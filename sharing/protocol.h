@@ -47,6 +47,7 @@ enum class Type : uint16_t {
   kCancel = 4,
   kReturn = 5,
   kReport = 6,
+  kJobState = 7,
   // daemon -> job
   kWelcome = 32,
   kGpuOpened = 33,
@@ -55,11 +56,14 @@ enum class Type : uint16_t {
   kReclaim = 36,
   kYield = 37,
   kLimits = 38,
+  kSuspend = 39,
+  kResume = 40,
   // zico-umctl <-> daemon
   kStatusQuery = 64,
   kStatus = 65,
   kSetBudget = 66,
   kResult = 67,
+  kJobControl = 68,
   // daemon -> anyone, just before it closes a connection it cannot serve
   kGoodbye = 96,
 };
@@ -113,6 +117,14 @@ struct Report {
   uint64_t allocated_bytes = 0;   // live blocks
   uint64_t persistent_bytes = 0;  // live across the last iteration (low-water mark)
   uint64_t iterations = 0;        // iteration marks so far
+};
+
+enum class JobRunState : uint8_t { kRunning = 0, kSuspendRequested = 1, kSuspended = 2 };
+
+// The job paused itself after a kSuspend (kSuspended: every chunk given
+// back) or runs again after a kResume (kRunning).
+struct JobState {
+  JobRunState state = JobRunState::kRunning;
 };
 
 // --- daemon -> job -----------------------------------------------------------
@@ -169,6 +181,18 @@ struct Limits {
   uint64_t max_bytes = 0;
 };
 
+enum class StoreKind : uint8_t { kHost = 0, kNvme = 1 };
+
+// zico-umctl suspend: at its next allocator call or iteration mark, the job
+// fences its streams, evicts its memory to `to`, gives every chunk back,
+// reports kJobState{kSuspended} and waits for kResume.
+struct Suspend {
+  StoreKind to = StoreKind::kHost;
+};
+
+// Restore (same addresses) and continue.
+struct Resume {};
+
 // --- zico-umctl <-> daemon ---------------------------------------------------
 
 struct StatusQuery {};
@@ -200,6 +224,7 @@ struct JobStatus {
   uint64_t waiting_bytes = 0;
   uint64_t wait_ns = 0;         // total time spent waiting for chunks
   uint64_t iterations = 0;
+  JobRunState state = JobRunState::kRunning;
 };
 
 // One JobStatus per (job, GPU) the job opened.
@@ -219,7 +244,17 @@ struct SetBudget {
   uint64_t bytes = 0;
 };
 
-// Answer to kSetBudget: errc 0 on success, else a zico::Errc and why.
+enum class JobAction : uint8_t { kSuspend = 0, kResume = 1 };
+
+// zico-umctl suspend / resume. Answered by kResult once the job has been
+// told (the state in kStatus shows when it has paused).
+struct JobControl {
+  JobAction action = JobAction::kSuspend;
+  uint64_t job_id = 0;
+  StoreKind to = StoreKind::kHost;  // kSuspend only
+};
+
+// Answer to kSetBudget and kJobControl: errc 0 on success, else a zico::Errc and why.
 struct Result {
   uint32_t errc = 0;
   std::string message;
@@ -231,7 +266,7 @@ struct Goodbye {
 
 using Message = std::variant<Hello, OpenGpu, Request, Cancel, Return, Report, Welcome, GpuOpened, Grant,
                              Deny, Reclaim, Yield, Limits, StatusQuery, StatusReply, SetBudget, Result,
-                             Goodbye>;
+                             Goodbye, JobState, Suspend, Resume, JobControl>;
 
 [[nodiscard]] Type type_of(const Message& message);
 [[nodiscard]] const char* to_string(Type type);

@@ -4,6 +4,7 @@
 
 #include "last_error.h"
 #include "log.h"
+#include "node_client.h"
 #include "runtime.h"
 #include "sizes.h"
 
@@ -11,6 +12,7 @@ namespace zico {
 
 Status api_allocate(size_t bytes, DeviceId device, StreamHandle stream, void** out) noexcept {
   Runtime& runtime = Runtime::instance();
+  runtime.pause_point();
   DeviceAllocator* allocator = nullptr;
   Status status = runtime.allocator(device, &allocator);
   if (!status.is_ok()) {
@@ -28,6 +30,9 @@ Status api_allocate(size_t bytes, DeviceId device, StreamHandle stream, void** o
                          status.message() + "; " + format_size(stats.allocated_bytes) + " of the " +
                          format_size(stats.budget_bytes) + " budget allocated, " + format_size(stats.mapped_bytes) +
                          " mapped";
+      if (sharing::NodeClient* node = runtime.node()) {
+        if (const std::string why = node->take_last_failure(); !why.empty()) text += "; " + why;
+      }
       ZICO_LOG(kInfo, "%s", text.c_str());
       set_last_error(std::move(text));
     } catch (...) {

@@ -115,8 +115,9 @@ zico_status_t zico_get_stats(int device, zico_stats_t* stats) {
 }
 
 zico_status_t zico_mark_iteration(void) {
-  const Runtime& runtime = Runtime::instance();
+  Runtime& runtime = Runtime::instance();
   if (!runtime.init_status().is_ok()) return zico::report(runtime.init_status(), "zico_mark_iteration", 0);
+  runtime.pause_point();
   // Only devices already in use have an iteration to mark.
   for (int device = 0; device < Runtime::kMaxDevices; ++device) {
     if (zico::DeviceAllocator* allocator = runtime.existing_allocator(zico::DeviceId{device})) allocator->mark_iteration();

@@ -211,6 +211,41 @@ Status Runtime::backing_store(DeviceId device, Residency kind, BackingStore** ou
   return Status::ok();
 }
 
+void Runtime::pause_point() noexcept {
+  Residency to = Residency::kHost;
+  if (node_ == nullptr || !node_->suspend_requested(&to)) return;
+  std::lock_guard pause(pause_mutex_);
+  if (!node_->suspend_requested(&to)) return;  // another thread paused and resumed meanwhile
+  std::vector<DeviceAllocator*> paused;
+  try {
+    paused.reserve(kMaxDevices);
+  } catch (const std::bad_alloc&) {
+    return;
+  }
+  for (int device = 0; device < kMaxDevices; ++device) {
+    DeviceAllocator* allocator = existing_allocator(DeviceId{device});
+    BackingStore* store = nullptr;
+    if (allocator == nullptr || !backing_store(DeviceId{device}, to, &store).is_ok()) continue;
+    if (Status status = allocator->suspend(*store); !status.is_ok()) {
+      ZICO_LOG(kWarn, "device %d: cannot suspend (%s); it keeps its memory", device, status.message().c_str());
+      continue;
+    }
+    paused.push_back(allocator);
+  }
+  ZICO_LOG(kInfo, "suspended by zico-umctl (%zu device(s) evicted to %s)", paused.size(), to_string(to));
+  node_->report_suspended(true);
+  node_->wait_for_resume();
+  for (DeviceAllocator* allocator : paused) {
+    // The data must come back before the job touches it again, however long that takes.
+    for (Status status = allocator->resume(); !status.is_ok(); status = allocator->resume()) {
+      ZICO_LOG(kWarn, "device %d: resume failed (%s); retrying", allocator->device().value, status.message().c_str());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  node_->report_suspended(false);
+  ZICO_LOG(kInfo, "resumed");
+}
+
 void Runtime::close_swap_files() noexcept {
   // Unlink only: an allocator, or a late atexit handler, may still point at
   // the store, so the object must outlive every caller (the runtime does).

@@ -49,6 +49,10 @@ class Runtime {
   [[nodiscard]] DeviceAllocator* owner_of(const void* ptr) const noexcept;
   // The device's store for `kind` (kHost or kNvme), created on first use.
   [[nodiscard]] Status backing_store(DeviceId device, Residency kind, BackingStore** out) noexcept;
+  // Where a job pauses when zico-umctl suspend asked it to: evicts every
+  // device's memory, waits for zico-umctl resume, restores. Called at every
+  // allocation and iteration mark; one atomic load otherwise.
+  void pause_point() noexcept;
   // At exit: unlinks the swap files (a suspended job's data dies with it anyway).
   void close_swap_files() noexcept;
   // What the job may still use: total = budget, free = budget - allocated,
@@ -74,6 +78,7 @@ class Runtime {
   std::array<Status, kMaxDevices> creation_status_{};
   std::array<std::string, kMaxDevices> creation_error_{};
   std::array<std::atomic<DeviceAllocator*>, kMaxDevices> allocators_{};
+  std::mutex pause_mutex_;  // one thread pauses the job; the others wait behind it
   std::mutex store_mutex_;  // guards the stores below
   std::array<std::unique_ptr<BackingStore>, kMaxDevices> host_stores_{};
   std::array<std::unique_ptr<BackingStore>, kMaxDevices> nvme_stores_{};

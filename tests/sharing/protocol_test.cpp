@@ -32,6 +32,7 @@ auto tie(const Request& m) { return std::tie(m.request_id, m.gpu, m.chunks); }
 auto tie(const Cancel& m) { return std::tie(m.request_id); }
 auto tie(const Return& m) { return std::tie(m.gpu, m.reclaim_reply, m.unowned, m.ids); }
 auto tie(const Report& m) { return std::tie(m.gpu, m.allocated_bytes, m.persistent_bytes, m.iterations); }
+auto tie(const JobState& m) { return std::tie(m.state); }
 auto tie(const Welcome& m) { return std::tie(m.job_id); }
 auto tie(const GpuOpened& m) { return std::tie(m.gpu, m.chunk_bytes, m.min_bytes, m.max_bytes); }
 auto tie(const Grant& m) { return std::tie(m.request_id, m.gpu, m.last, m.ids); }
@@ -39,6 +40,8 @@ auto tie(const Deny& m) { return std::tie(m.request_id, m.errc, m.reason); }
 auto tie(const Reclaim& m) { return std::tie(m.gpu, m.chunks); }
 auto tie(const Yield& m) { return std::tie(m.request_id, m.gpu); }
 auto tie(const Limits& m) { return std::tie(m.gpu, m.min_bytes, m.max_bytes); }
+auto tie(const Suspend& m) { return std::tie(m.to); }
+auto tie(const Resume&) { return std::tie(); }
 auto tie(const StatusQuery&) { return std::tie(); }
 auto tie(const GpuStatus& m) {
   return std::tie(m.index, m.uuid, m.chunk_bytes, m.budget_bytes, m.granted_bytes, m.pool_bytes, m.waiting_bytes,
@@ -46,10 +49,11 @@ auto tie(const GpuStatus& m) {
 }
 auto tie(const JobStatus& m) {
   return std::tie(m.id, m.pid, m.uid, m.gpu, m.name, m.granted_bytes, m.min_bytes, m.max_bytes,
-                  m.allocated_bytes, m.persistent_bytes, m.waiting_bytes, m.wait_ns, m.iterations);
+                  m.allocated_bytes, m.persistent_bytes, m.waiting_bytes, m.wait_ns, m.iterations, m.state);
 }
 auto tie(const StatusReply& m) { return std::tie(m.daemon_pid, m.uptime_ns, m.gpus, m.jobs); }
 auto tie(const SetBudget& m) { return std::tie(m.target, m.gpu, m.job_id, m.bytes); }
+auto tie(const JobControl& m) { return std::tie(m.action, m.job_id, m.to); }
 auto tie(const Result& m) { return std::tie(m.errc, m.message); }
 auto tie(const Goodbye& m) { return std::tie(m.reason); }
 }  // namespace
@@ -62,6 +66,7 @@ ZICO_TEST_EQUALITY(Request)
 ZICO_TEST_EQUALITY(Cancel)
 ZICO_TEST_EQUALITY(Return)
 ZICO_TEST_EQUALITY(Report)
+ZICO_TEST_EQUALITY(JobState)
 ZICO_TEST_EQUALITY(Welcome)
 ZICO_TEST_EQUALITY(GpuOpened)
 ZICO_TEST_EQUALITY(Grant)
@@ -69,11 +74,14 @@ ZICO_TEST_EQUALITY(Deny)
 ZICO_TEST_EQUALITY(Reclaim)
 ZICO_TEST_EQUALITY(Yield)
 ZICO_TEST_EQUALITY(Limits)
+ZICO_TEST_EQUALITY(Suspend)
+ZICO_TEST_EQUALITY(Resume)
 ZICO_TEST_EQUALITY(StatusQuery)
 ZICO_TEST_EQUALITY(GpuStatus)
 ZICO_TEST_EQUALITY(JobStatus)
 ZICO_TEST_EQUALITY(StatusReply)
 ZICO_TEST_EQUALITY(SetBudget)
+ZICO_TEST_EQUALITY(JobControl)
 ZICO_TEST_EQUALITY(Result)
 ZICO_TEST_EQUALITY(Goodbye)
 #undef ZICO_TEST_EQUALITY
@@ -94,7 +102,7 @@ GpuUuid uuid_from(uint8_t seed) {
 std::vector<Message> samples() {
   GpuStatus gpu{3, uuid_from(7), 2 << 20, 40ull << 30, 12ull << 30, 16ull << 30, 1ull << 30, 900, 40, 2};
   JobStatus job{42, 1234, 1000, 3, "train.py", 8ull << 30, 2ull << 30, 20ull << 30, 7ull << 30, 5ull << 30,
-                1ull << 30, 123456789, 77};
+                1ull << 30, 123456789, 77, JobRunState::kSuspendRequested};
   return {
       Hello{0x0102030405060708ull, "python3 train.py --lr 0.1"},
       OpenGpu{uuid_from(1), 17},
@@ -102,6 +110,7 @@ std::vector<Message> samples() {
       Cancel{99},
       Return{1, true, 5, {7, 8, 0xFFFFFFFFu}},
       Report{1, 1ull << 40, 1ull << 39, 12345},
+      JobState{JobRunState::kSuspended},
       Welcome{0xDEADBEEFull},
       GpuOpened{4, 2 << 20, 1ull << 30, 60ull << 30},
       Grant{77, 6, false, {10, 11, 12}},
@@ -109,9 +118,12 @@ std::vector<Message> samples() {
       Reclaim{2, 64},
       Yield{79, 3},
       Limits{5, 4ull << 30, 32ull << 30},
+      Suspend{StoreKind::kNvme},
+      Resume{},
       StatusQuery{},
       StatusReply{4321, 987654321, {gpu, gpu}, {job}},
       SetBudget{BudgetTarget::kJobMax, 7, 42, 24ull << 30},
+      JobControl{JobAction::kResume, 0x0102030405060708ull, StoreKind::kNvme},
       Result{2, "no such job 43"},
       Goodbye{"protocol version 2 (this side speaks version 1)"},
   };
@@ -227,8 +239,17 @@ TEST(ProtocolTest, TypeNames) {
   EXPECT_STREQ(to_string(Type::kGrant), "Grant");
   EXPECT_STREQ(to_string(Type::kStatus), "Status");
   EXPECT_STREQ(to_string(Type::kGoodbye), "Goodbye");
-  EXPECT_STREQ(to_string(static_cast<Type>(7)), "unknown");
+  EXPECT_STREQ(to_string(Type::kJobState), "JobState");
+  EXPECT_STREQ(to_string(Type::kSuspend), "Suspend");
+  EXPECT_STREQ(to_string(Type::kResume), "Resume");
+  EXPECT_STREQ(to_string(Type::kJobControl), "JobControl");
+  EXPECT_STREQ(to_string(static_cast<Type>(8)), "unknown");
   EXPECT_EQ(type_of(Message{SetBudget{}}), Type::kSetBudget);
+  EXPECT_EQ(type_of(Message{JobState{}}), Type::kJobState);
+  EXPECT_EQ(static_cast<int>(type_of(Message{JobState{}})), 7);
+  EXPECT_EQ(static_cast<int>(type_of(Message{Suspend{}})), 39);
+  EXPECT_EQ(static_cast<int>(type_of(Message{Resume{}})), 40);
+  EXPECT_EQ(static_cast<int>(type_of(Message{JobControl{}})), 68);
 }
 
 // --- header ------------------------------------------------------------------------
@@ -254,9 +275,9 @@ TEST(ProtocolRejectTest, WrongVersionNamesBoth) {
 
 TEST(ProtocolRejectTest, UnknownType) {
   std::vector<uint8_t> bytes = encoded(Welcome{1});
-  bytes[6] = 7;
+  bytes[6] = 8;
   bytes[7] = 0;
-  EXPECT_EQ(rejection(bytes), "unknown message type 7");
+  EXPECT_EQ(rejection(bytes), "unknown message type 8");
   bytes[6] = 0xFF;
   bytes[7] = 0xFF;
   EXPECT_EQ(rejection(bytes), "unknown message type 65535");
@@ -366,11 +387,80 @@ TEST(ProtocolRejectTest, BoolMustBeZeroOrOne) {
   EXPECT_EQ(rejection(reply), "Return.reclaim_reply is 255 (a bool must be 0 or 1)");
 }
 
+// Small fixed layouts, byte for byte: an enum is one byte, Resume is empty.
+TEST(ProtocolTest, JobControlLayouts) {
+  const auto payload = [](const Message& m) {
+    const std::vector<uint8_t> bytes = encoded(m);
+    return std::vector<uint8_t>(bytes.begin() + kHeaderBytes, bytes.end());
+  };
+  EXPECT_EQ(payload(JobState{JobRunState::kSuspended}), (std::vector<uint8_t>{2}));
+  EXPECT_EQ(payload(Suspend{StoreKind::kNvme}), (std::vector<uint8_t>{1}));
+  EXPECT_EQ(payload(Resume{}), (std::vector<uint8_t>{}));
+  EXPECT_EQ(payload(JobControl{JobAction::kSuspend, 0x0102030405060708ull, StoreKind::kHost}),
+            (std::vector<uint8_t>{0, 8, 7, 6, 5, 4, 3, 2, 1, 0}));
+  // JobStatus.state is the last byte of its entry, hence of a one-job reply.
+  StatusReply status;
+  status.jobs.push_back(JobStatus{});
+  status.jobs.back().state = JobRunState::kSuspended;
+  EXPECT_EQ(payload(status).back(), 2);
+}
+
 TEST(ProtocolRejectTest, BudgetTargetRange) {
   EXPECT_EQ(refusal(SetBudget{static_cast<BudgetTarget>(3), 0, 0, 0}), "SetBudget.target is 3 (must be 0..2)");
   std::vector<uint8_t> bytes = encoded(SetBudget{BudgetTarget::kNode, 0, 0, 1});
   bytes[kHeaderBytes] = 3;
   EXPECT_EQ(rejection(bytes), "SetBudget.target is 3 (must be 0..2)");
+}
+
+TEST(ProtocolRejectTest, JobRunStateRange) {
+  EXPECT_EQ(refusal(JobState{static_cast<JobRunState>(3)}), "JobState.state is 3 (must be 0..2)");
+  std::vector<uint8_t> bytes = encoded(JobState{JobRunState::kRunning});
+  bytes[kHeaderBytes] = 3;
+  EXPECT_EQ(rejection(bytes), "JobState.state is 3 (must be 0..2)");
+  bytes[kHeaderBytes] = 0xFF;
+  EXPECT_EQ(rejection(bytes), "JobState.state is 255 (must be 0..2)");
+
+  StatusReply status;
+  status.jobs.resize(2);
+  status.jobs[1].state = static_cast<JobRunState>(7);
+  EXPECT_EQ(refusal(status), "JobStatus.state is 7 (must be 0..2)");
+  status.jobs[1].state = JobRunState::kSuspended;
+  bytes = encoded(status);
+  ASSERT_EQ(bytes.back(), 2);
+  bytes.back() = 3;
+  EXPECT_EQ(rejection(bytes), "JobStatus.state is 3 (must be 0..2)");
+}
+
+TEST(ProtocolRejectTest, StoreKindRange) {
+  EXPECT_EQ(refusal(Suspend{static_cast<StoreKind>(2)}), "Suspend.to is 2 (must be 0..1)");
+  EXPECT_EQ(refusal(JobControl{JobAction::kSuspend, 1, static_cast<StoreKind>(2)}),
+            "JobControl.to is 2 (must be 0..1)");
+  std::vector<uint8_t> bytes = encoded(Suspend{StoreKind::kHost});
+  bytes[kHeaderBytes] = 2;
+  EXPECT_EQ(rejection(bytes), "Suspend.to is 2 (must be 0..1)");
+  bytes = encoded(JobControl{JobAction::kSuspend, 1, StoreKind::kNvme});
+  bytes.back() = 2;
+  EXPECT_EQ(rejection(bytes), "JobControl.to is 2 (must be 0..1)");
+}
+
+TEST(ProtocolRejectTest, JobActionRange) {
+  EXPECT_EQ(refusal(JobControl{static_cast<JobAction>(2), 1, StoreKind::kHost}),
+            "JobControl.action is 2 (must be 0..1)");
+  std::vector<uint8_t> bytes = encoded(JobControl{JobAction::kResume, 1, StoreKind::kHost});
+  bytes[kHeaderBytes] = 2;
+  EXPECT_EQ(rejection(bytes), "JobControl.action is 2 (must be 0..1)");
+}
+
+TEST(ProtocolRejectTest, JobControlFraming) {
+  std::vector<uint8_t> resume = encoded(Resume{});
+  resume.push_back(0);
+  fix_length(&resume);
+  EXPECT_EQ(rejection(resume), "Resume: 1 trailing bytes after the last field");
+  std::vector<uint8_t> control = encoded(JobControl{JobAction::kSuspend, 9, StoreKind::kHost});
+  control.pop_back();
+  fix_length(&control);
+  EXPECT_EQ(rejection(control), "truncated: JobControl.to needs 1 bytes, 0 left");
+  EXPECT_EQ(rejection(encoded(Suspend{}), 1), "Suspend: 1 descriptors attached (only Grant carries descriptors)");
 }
 
 // --- chunk ids and counts ---------------------------------------------------------------
