@@ -16,6 +16,17 @@ void JsonWriter::value(double number) {
   text_ += buffer;
 }
 
+void JsonWriter::value(double number, int decimals) {
+  separate();
+  if (!std::isfinite(number)) {
+    text_ += "null";
+    return;
+  }
+  char buffer[400];  // DBL_MAX has 309 digits before the point
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, number);
+  text_ += buffer;
+}
+
 void JsonWriter::write_string(std::string_view s) {
   text_ += '"';
   for (const char c : s) {

@@ -1,8 +1,9 @@
 // A minimal streaming JSON writer for zico-umctl's --json output: objects,
-// arrays, strings (escaped), integers and doubles. Commas are placed for the
-// caller; misuse (a value where a key is due) is the caller's bug.
+// arrays, strings (escaped), integers, doubles and null. Commas are placed for
+// the caller; misuse (a value where a key is due) is the caller's bug.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -31,6 +32,13 @@ class JsonWriter {
     text_ += std::to_string(number);
   }
   void value(double number);
+  // With exactly `decimals` digits after the point ("%.3f"), for values whose
+  // magnitude grows, like an uptime, where "%.6g" would drop digits.
+  void value(double number, int decimals);
+  void value(std::nullptr_t) {
+    separate();
+    text_ += "null";
+  }
   template <typename T>
   void field(std::string_view name, const T& v) {
     key(name);

@@ -1,9 +1,10 @@
 // zico-umctl: the command-line tool for zicoum. Each command lives in its own
 // file; this one only dispatches.
 #include <cstdio>
-#include <cstring>
 #include <string_view>
+#include <utility>
 
+#include "node_commands.h"
 #include "replay_command.h"
 
 namespace {
@@ -11,7 +12,15 @@ namespace {
 constexpr const char* kUsage =
     "Usage: zico-umctl COMMAND [ARG]...\n"
     "\n"
-    "Commands:\n"
+    "Commands that talk to zico-umd, the node daemon:\n"
+    "  status   the daemon, its GPUs' budgets and what is granted\n"
+    "  jobs     the jobs it serves and their memory\n"
+    "  top      a live view of GPUs and jobs\n"
+    "  budget   show or set a GPU's node budget, or a job's minimum and maximum\n"
+    "  suspend  make a job evict its memory and give it back\n"
+    "  resume   let a suspended job take its memory back and continue\n"
+    "\n"
+    "Offline:\n"
     "  replay   replay memory traces against zicoum and baseline allocators\n"
     "\n"
     "'zico-umctl COMMAND --help' describes a command.\n";
@@ -32,7 +41,15 @@ int main(int argc, char** argv) {
     std::printf("zico-umctl (zicoum) %s\n", ZICO_VERSION);
     return 0;
   }
-  if (command == "replay") return zico::umctl::run_replay(argc - 2, argv + 2);
+  using Command = int (*)(int, char**);
+  static constexpr std::pair<std::string_view, Command> kCommands[] = {
+      {"replay", zico::umctl::run_replay}, {"status", zico::umctl::run_status},   {"jobs", zico::umctl::run_jobs},
+      {"top", zico::umctl::run_top},       {"budget", zico::umctl::run_budget},   {"suspend", zico::umctl::run_suspend},
+      {"resume", zico::umctl::run_resume},
+  };
+  for (const auto& [name, run] : kCommands) {
+    if (command == name) return run(argc - 2, argv + 2);
+  }
   std::fprintf(stderr, "zico-umctl: unknown command '%s'\n%s", argv[1], kUsage);
   return 2;
 }

@@ -1,0 +1,368 @@
+// The node manager end to end on SimDriver: a real zico-umd process and real
+// job processes (node_job) that borrow memory through libzicoum, write
+// patterns and verify every byte. A sampler asks the daemon for its status
+// every few milliseconds and checks the budget at every sample.
+//
+// Paths of the programs come from the command line (see CMakeLists.txt):
+//   node_manager_test ZICO_UMD NODE_JOB
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "protocol.h"
+#include "wire.h"
+
+namespace {
+
+std::string g_umd;
+std::string g_job;
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// A child process with its output in a file.
+struct Child {
+  pid_t pid = -1;
+  std::string log;
+  int status = -1;
+
+  bool running() const { return pid > 0 && status == -1; }
+  // Waits for it; true when it exited with code 0.
+  int wait() {
+    if (pid > 0 && status == -1) {
+      int raw = 0;
+      (void)::waitpid(pid, &raw, 0);
+      status = raw;
+    }
+    return status;
+  }
+  bool succeeded() { return WIFEXITED(wait()) && WEXITSTATUS(status) == 0; }
+  std::string output() const {
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (status != -1 && WIFSIGNALED(status)) text << "[killed by signal " << WTERMSIG(status) << "]\n";
+    if (status != -1 && WIFEXITED(status)) text << "[exit status " << WEXITSTATUS(status) << "]\n";
+    return text.str();
+  }
+  void kill(int signal) const {
+    if (pid > 0 && status == -1) ::kill(pid, signal);
+  }
+};
+
+Child spawn(const std::vector<std::string>& args, const std::vector<std::string>& env, const std::string& log) {
+  Child child;
+  child.log = log;
+  child.pid = ::fork();
+  if (child.pid == 0) {
+    const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::dup2(out, 1);
+    ::dup2(out, 2);
+    for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    std::_Exit(127);
+  }
+  return child;
+}
+
+bool query_status(const std::string& socket_path, zico::proto::StatusReply* out) {
+  std::string why;
+  const int fd = zico::wire::connect_unix(socket_path, &why);
+  if (fd < 0) return false;
+  bool ok = zico::wire::send_message(fd, zico::proto::StatusQuery{}, {}, &why);
+  zico::proto::Message reply;
+  std::vector<int> fds;
+  ok = ok && zico::wire::receive_message(fd, &reply, &fds, &why) == zico::wire::Received::kMessage;
+  ::close(fd);
+  if (!ok || !std::holds_alternative<zico::proto::StatusReply>(reply)) return false;
+  *out = std::get<zico::proto::StatusReply>(reply);
+  return true;
+}
+
+template <typename Message>
+zico::proto::Result ask(const std::string& socket_path, const Message& message) {
+  std::string why;
+  zico::proto::Result result{UINT32_MAX, "no answer"};
+  const int fd = zico::wire::connect_unix(socket_path, &why);
+  if (fd < 0) return result;
+  zico::proto::Message reply;
+  std::vector<int> fds;
+  if (zico::wire::send_message(fd, message, {}, &why) &&
+      zico::wire::receive_message(fd, &reply, &fds, &why) == zico::wire::Received::kMessage &&
+      std::holds_alternative<zico::proto::Result>(reply)) {
+    result = std::get<zico::proto::Result>(reply);
+  }
+  ::close(fd);
+  return result;
+}
+
+// Samples the daemon's status until stopped: every sample must keep granted
+// within the budget.
+class Sampler {
+ public:
+  explicit Sampler(std::string socket_path) : socket_(std::move(socket_path)) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Sampler() { stop(); }
+  void stop() {
+    stopping_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  uint64_t samples() const { return samples_; }
+  uint64_t violations() const { return violations_; }
+  uint64_t max_granted() const { return max_granted_; }
+  uint64_t max_waiting() const { return max_waiting_; }
+  std::string first_violation() const {
+    std::lock_guard lock(mutex_);
+    return first_violation_;
+  }
+
+ private:
+  void run() {
+    while (!stopping_) {
+      zico::proto::StatusReply status;
+      if (query_status(socket_, &status) && !status.gpus.empty()) {
+        ++samples_;
+        const auto& gpu = status.gpus[0];
+        uint64_t held = 0;
+        for (const auto& job : status.jobs) held += job.granted_bytes;
+        max_granted_ = std::max<uint64_t>(max_granted_, gpu.granted_bytes);
+        max_waiting_ = std::max<uint64_t>(max_waiting_, gpu.waiting_bytes);
+        if (gpu.granted_bytes > gpu.budget_bytes || held != gpu.granted_bytes) {
+          ++violations_;
+          std::lock_guard lock(mutex_);
+          if (first_violation_.empty()) {
+            first_violation_ = "granted " + std::to_string(gpu.granted_bytes) + " budget " +
+                               std::to_string(gpu.budget_bytes) + " sum of jobs " + std::to_string(held);
+          }
+        }
+      }
+      std::this_thread::sleep_for(2ms);
+    }
+  }
+
+  std::string socket_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> samples_{0};
+  std::atomic<uint64_t> violations_{0};
+  std::atomic<uint64_t> max_granted_{0};
+  std::atomic<uint64_t> max_waiting_{0};
+  mutable std::mutex mutex_;
+  std::string first_violation_;
+};
+
+class NodeManager : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("zicoum-node-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    socket_ = (dir_ / "umd.sock").string();
+  }
+  void TearDown() override {
+    for (Child& job : jobs_) {
+      job.kill(SIGKILL);
+      job.wait();
+    }
+    daemon_.kill(SIGTERM);
+    daemon_.wait();
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  void start_daemon(uint64_t budget, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {g_umd, "--socket", socket_, "--budget", std::to_string(budget)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    daemon_ = spawn(args, {"ZICO_BACKEND=sim"}, (dir_ / "umd.log").string());
+    for (auto deadline = Clock::now() + 5s; Clock::now() < deadline; std::this_thread::sleep_for(5ms)) {
+      zico::proto::StatusReply status;
+      if (query_status(socket_, &status)) return;
+    }
+    FAIL() << "zico-umd did not come up:\n" << daemon_.output();
+  }
+
+  Child& start_job(uint64_t seed, long iterations, uint64_t peak, uint64_t persistent, long pause_ms,
+                   const std::vector<std::string>& env = {}, const std::vector<std::string>& extra_args = {}) {
+    std::vector<std::string> environment = {"ZICO_BACKEND=sim", "ZICO_SOCKET=" + socket_, "ZICO_WAIT_TIMEOUT=60s",
+                                            "ZICO_SWAP_DIR=" + (dir_ / "swap").string()};
+    environment.insert(environment.end(), env.begin(), env.end());
+    std::vector<std::string> args = {g_job, "--seed", std::to_string(seed), "--iterations", std::to_string(iterations),
+                                     "--peak", std::to_string(peak), "--persistent", std::to_string(persistent),
+                                     "--pause-ms", std::to_string(pause_ms)};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    jobs_.push_back(spawn(args, environment, (dir_ / ("job" + std::to_string(seed) + ".log")).string()));
+    return jobs_.back();
+  }
+
+  // Waits until the daemon lists the job of `pid` (registered and holding memory).
+  bool wait_for_job(pid_t pid, uint64_t min_granted, std::chrono::milliseconds limit) {
+    for (auto deadline = Clock::now() + limit; Clock::now() < deadline; std::this_thread::sleep_for(2ms)) {
+      zico::proto::StatusReply status;
+      if (!query_status(socket_, &status)) continue;
+      for (const auto& job : status.jobs) {
+        if (static_cast<pid_t>(job.pid) == pid && job.granted_bytes >= min_granted) return true;
+      }
+    }
+    return false;
+  }
+
+  std::filesystem::path dir_;
+  std::string socket_;
+  Child daemon_;
+  std::deque<Child> jobs_;  // references stay valid as jobs are added
+};
+
+TEST_F(NodeManager, FourJobsShareABudgetBelowTheSumOfTheirPeaks) {
+  const uint64_t budget = 96 * kMiB;
+  start_daemon(budget);
+  Sampler sampler(socket_);
+  for (uint64_t seed = 1; seed <= 4; ++seed) start_job(seed, 12, 48 * kMiB, 8 * kMiB, 2);  // 192 MiB of peaks
+  for (Child& job : jobs_) EXPECT_TRUE(job.succeeded()) << job.output();
+  sampler.stop();
+  EXPECT_GT(sampler.samples(), 20u);
+  EXPECT_EQ(sampler.violations(), 0u) << sampler.first_violation();
+  EXPECT_LE(sampler.max_granted(), budget);
+  EXPECT_GT(sampler.max_waiting(), 0u) << "the jobs never had to wait: the test shows no sharing";
+  zico::proto::StatusReply status;
+  ASSERT_TRUE(query_status(socket_, &status));
+  EXPECT_EQ(status.gpus[0].granted_bytes, 0u);
+  EXPECT_TRUE(status.jobs.empty());
+}
+
+TEST_F(NodeManager, KilledJobsGiveEverythingBackAtOnce) {
+  const uint64_t budget = 64 * kMiB;
+  start_daemon(budget);
+  Sampler sampler(socket_);
+  // Load that runs through the whole loop.
+  start_job(1001, 1'000'000, 28 * kMiB, 4 * kMiB, 1);
+  start_job(1002, 1'000'000, 28 * kMiB, 4 * kMiB, 1);  // with a victim: 72 MiB of peaks
+  std::mt19937 random(7);
+  std::vector<double> release_ms;
+  const int kKills = 200;
+  for (int i = 0; i < kKills; ++i) {
+    Child victim = spawn({g_job, "--seed", std::to_string(i + 1), "--iterations", "1000000", "--peak",
+                          std::to_string(16 * kMiB), "--persistent", std::to_string(4 * kMiB), "--pause-ms", "1"},
+                         {"ZICO_BACKEND=sim", "ZICO_SOCKET=" + socket_}, (dir_ / "victim.log").string());
+    // Some die while registering, some while waiting, most while holding memory.
+    if (i % 4 != 0) (void)wait_for_job(victim.pid, 4 * kMiB, 2000ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(random() % 10));
+    victim.kill(SIGKILL);
+    victim.wait();
+    const auto killed = Clock::now();
+    bool gone = false;
+    while (!gone && Clock::now() - killed < 2s) {
+      zico::proto::StatusReply status;
+      if (query_status(socket_, &status)) {
+        gone = std::none_of(status.jobs.begin(), status.jobs.end(),
+                            [&](const auto& job) { return static_cast<pid_t>(job.pid) == victim.pid; });
+      }
+      if (!gone) std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_TRUE(gone) << "job of killed pid " << victim.pid << " still listed after 2 s";
+    release_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - killed).count());
+  }
+  for (Child& job : jobs_) {
+    EXPECT_TRUE(job.running()) << job.output();
+    job.kill(SIGKILL);
+    job.wait();
+  }
+  std::sort(release_ms.begin(), release_ms.end());
+  std::printf("released after SIGKILL: median %.2f ms, max %.2f ms over %d kills\n", release_ms[release_ms.size() / 2],
+              release_ms.back(), kKills);
+  EXPECT_LE(release_ms.back(), 100.0);
+  // Let the daemon notice the load jobs' ends too, then every chunk must be free.
+  zico::proto::StatusReply status;
+  for (auto deadline = Clock::now() + 2s; Clock::now() < deadline; std::this_thread::sleep_for(5ms)) {
+    if (query_status(socket_, &status) && status.jobs.empty()) break;
+  }
+  sampler.stop();
+  EXPECT_EQ(sampler.violations(), 0u) << sampler.first_violation();
+  ASSERT_TRUE(status.jobs.empty());
+  EXPECT_EQ(status.gpus[0].granted_bytes, 0u);
+  EXPECT_LE(status.gpus[0].pool_bytes, budget);
+  // No chunk lost: one job can now map the whole budget, chunk for chunk.
+  Child& whole = start_job(1, 2, budget, 0, 0, {"ZICO_WAIT_TIMEOUT=5s"}, {"--block", "2MiB"});
+  EXPECT_TRUE(whole.succeeded()) << whole.output();
+}
+
+TEST_F(NodeManager, DaemonRestartsUnderLoadLoseNoJobAndNoData) {
+  const uint64_t budget = 96 * kMiB;
+  start_daemon(budget);
+  Sampler sampler(socket_);
+  for (uint64_t seed = 1; seed <= 4; ++seed) start_job(seed, 80, 40 * kMiB, 8 * kMiB, 3);
+  for (int restart = 0; restart < 20; ++restart) {
+    std::this_thread::sleep_for(100ms);
+    daemon_.kill(restart % 2 == 0 ? SIGKILL : SIGTERM);
+    daemon_.wait();
+    std::this_thread::sleep_for(20ms);  // jobs run on what they hold meanwhile
+    start_daemon(budget);
+    if (HasFatalFailure()) return;
+  }
+  for (Child& job : jobs_) EXPECT_TRUE(job.succeeded()) << job.output();
+  sampler.stop();
+  EXPECT_EQ(sampler.violations(), 0u) << sampler.first_violation();
+}
+
+TEST_F(NodeManager, SuspendedJobsMemoryGoesToOthersAndComesBackIntact) {
+  const uint64_t budget = 64 * kMiB;
+  start_daemon(budget);
+  Child& first = start_job(1, 400, 40 * kMiB, 16 * kMiB, 5);
+  ASSERT_TRUE(wait_for_job(first.pid, 16 * kMiB, 5000ms)) << first.output();
+  zico::proto::StatusReply status;
+  ASSERT_TRUE(query_status(socket_, &status));
+  const uint64_t first_id = status.jobs.at(0).id;
+  const zico::proto::Result suspended = ask(socket_, zico::proto::JobControl{zico::proto::JobAction::kSuspend, first_id,
+                                                                             zico::proto::StoreKind::kHost});
+  ASSERT_EQ(suspended.errc, 0u) << suspended.message;
+  // The second job needs more than the first leaves: it runs only on the first's memory.
+  Child& second = start_job(2, 6, 48 * kMiB, 8 * kMiB, 0);
+  EXPECT_TRUE(second.succeeded()) << second.output();
+  bool first_was_suspended = false;
+  ASSERT_TRUE(query_status(socket_, &status));
+  for (const auto& job : status.jobs) {
+    if (job.id == first_id) first_was_suspended = job.state == zico::proto::JobRunState::kSuspended && job.granted_bytes == 0;
+  }
+  EXPECT_TRUE(first_was_suspended);
+  const zico::proto::Result resumed = ask(socket_, zico::proto::JobControl{zico::proto::JobAction::kResume, first_id,
+                                                                           zico::proto::StoreKind::kHost});
+  ASSERT_EQ(resumed.errc, 0u) << resumed.message;
+  EXPECT_TRUE(first.succeeded()) << first.output();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: node_manager_test ZICO_UMD NODE_JOB\n");
+    return 64;
+  }
+  g_umd = argv[1];
+  g_job = argv[2];
+  return RUN_ALL_TESTS();
+}

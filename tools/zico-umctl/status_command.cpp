@@ -1,0 +1,104 @@
+// `zico-umctl status`: the daemon, its GPUs and the number of jobs; with
+// --json, every GPU and every job (the shape is in kUsage).
+#include <cstdio>
+#include <string>
+
+#include "command_args.h"
+#include "json_writer.h"
+#include "node_commands.h"
+#include "node_connection.h"
+#include "sizes.h"
+#include "status_view.h"
+#include "text_table.h"
+
+namespace zico::umctl {
+namespace {
+
+constexpr const char* kUsage =
+    "Usage: zico-umctl status [--json] [--socket PATH]\n"
+    "Show zico-umd: its pid and uptime, per GPU the budget, the memory granted to jobs, the\n"
+    "pool of chunks it created, what jobs wait for, and chunks granted, returned and deadlocks\n"
+    "broken since it started; and how many jobs it serves.\n"
+    "\n"
+    "  --json          on stdout: {\"daemon_pid\":N,\"uptime_s\":F,\"gpus\":[GPU...],\"jobs\":[JOB...]}\n"
+    "                  GPU: {\"index\",\"uuid\",\"chunk_bytes\",\"budget_bytes\",\"granted_bytes\",\n"
+    "                  \"pool_bytes\",\"waiting_bytes\",\"grants\",\"returns\",\"deadlocks\"}\n"
+    "                  JOB: as in 'zico-umctl jobs --json'\n"
+    "%s"
+    "\n"
+    "Exit status: 0, 1 if zico-umd failed to answer, 2 for bad usage, 3 if no zico-umd runs.\n";
+
+void print_text(const proto::StatusReply& status) {
+  const size_t jobs = job_count(status);
+  std::printf("zico-umd pid %llu, up %s, %zu job%s\n", static_cast<unsigned long long>(status.daemon_pid),
+              format_duration(static_cast<double>(status.uptime_ns) / 1e9).c_str(), jobs, jobs == 1 ? "" : "s");
+  using Align = TextTable::Align;
+  TextTable table({{"GPU", Align::kRight},
+                   {"BUDGET", Align::kRight},
+                   {"GRANTED", Align::kRight},
+                   {"POOL", Align::kRight},
+                   {"WAITING", Align::kRight},
+                   {"GRANTS", Align::kRight},
+                   {"RETURNS", Align::kRight},
+                   {"DEADLOCKS", Align::kRight}});
+  for (const proto::GpuStatus& gpu : status.gpus) {
+    table.add_row({std::to_string(gpu.index), format_size(gpu.budget_bytes), format_size(gpu.granted_bytes),
+                   format_size(gpu.pool_bytes), format_size(gpu.waiting_bytes), std::to_string(gpu.grants),
+                   std::to_string(gpu.reclaims), std::to_string(gpu.deadlocks)});
+  }
+  std::fputs(table.render().c_str(), stdout);
+}
+
+void print_json(const proto::StatusReply& status) {
+  JsonWriter json;
+  json.begin_object();
+  json.field("daemon_pid", status.daemon_pid);
+  json.key("uptime_s");
+  json.value(static_cast<double>(status.uptime_ns) / 1e9, 3);
+  json.key("gpus");
+  json.begin_array();
+  for (const proto::GpuStatus& gpu : status.gpus) write_gpu_json(json, gpu);
+  json.end_array();
+  json.key("jobs");
+  json.begin_array();
+  for (const proto::JobStatus& job : status.jobs) write_job_json(json, job);
+  json.end_array();
+  json.end_object();
+  std::printf("%s\n", json.text().c_str());
+}
+
+}  // namespace
+
+int run_status(int argc, char** argv) {
+  bool json = false;
+  std::string socket;
+  ArgReader args(argc, argv);
+  while (args.next()) {
+    if (args.flag("--help") || args.flag("-h")) {
+      std::printf(kUsage, kSocketOptionHelp);
+      return kExitOk;
+    } else if (args.flag("--json")) {
+      json = true;
+    } else if (args.option("--socket", &socket)) {
+      continue;
+    } else if (args.unknown_option()) {
+      return usage_error("status", "unknown option '" + std::string(args.current()) + "'");
+    } else {
+      return usage_error("status", "unexpected argument '" + std::string(args.current()) + "'");
+    }
+  }
+  if (!args.error().empty()) return usage_error("status", args.error());
+
+  NodeConnection daemon("status");
+  if (const int status = daemon.connect(socket_path(socket)); status != kExitOk) return status;
+  proto::StatusReply reply;
+  if (const int status = daemon.ask(proto::StatusQuery{}, &reply); status != kExitOk) return status;
+  if (json) {
+    print_json(reply);
+  } else {
+    print_text(reply);
+  }
+  return kExitOk;
+}
+
+}  // namespace zico::umctl

@@ -1,0 +1,118 @@
+#include "status_view.h"
+
+#include <pwd.h>
+#include <sys/types.h>
+
+#include <cstdio>
+#include <set>
+#include <vector>
+
+#include "sizes.h"
+
+namespace zico::umctl {
+
+const char* run_state_name(proto::JobRunState state) {
+  switch (state) {
+    case proto::JobRunState::kRunning: return "running";
+    case proto::JobRunState::kSuspendRequested: return "suspend-requested";
+    case proto::JobRunState::kSuspended: return "suspended";
+  }
+  return "unknown";
+}
+
+uint64_t transient_bytes(const proto::JobStatus& job) {
+  return job.allocated_bytes > job.persistent_bytes ? job.allocated_bytes - job.persistent_bytes : 0;
+}
+
+std::string short_name(const std::string& name) {
+  constexpr size_t kWidth = 24;
+  return name.size() <= kWidth ? name : name.substr(0, kWidth - 3) + "...";
+}
+
+std::string user_name(uint32_t uid) {
+  passwd entry{};
+  passwd* found = nullptr;
+  std::vector<char> buffer(16384);
+  if (::getpwuid_r(static_cast<uid_t>(uid), &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) {
+    return found->pw_name;
+  }
+  return std::to_string(uid);
+}
+
+std::string format_limit(uint64_t bytes) { return bytes == UINT64_MAX ? "unlimited" : format_size(bytes); }
+
+std::string format_duration(double seconds) {
+  char text[48];
+  if (seconds < 60) {
+    std::snprintf(text, sizeof text, "%.1fs", seconds < 0 ? 0.0 : seconds);
+    return text;
+  }
+  const auto whole = static_cast<unsigned long long>(seconds);
+  if (whole < 3600) {
+    std::snprintf(text, sizeof text, "%llum %02llus", whole / 60, whole % 60);
+  } else if (whole < 86400) {
+    std::snprintf(text, sizeof text, "%lluh %02llum", whole / 3600, whole / 60 % 60);
+  } else {
+    std::snprintf(text, sizeof text, "%llud %02lluh", whole / 86400, whole / 3600 % 24);
+  }
+  return text;
+}
+
+std::string uuid_hex(const proto::GpuUuid& uuid) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string text;
+  for (const uint8_t byte : uuid) {
+    text += kHex[byte >> 4];
+    text += kHex[byte & 15];
+  }
+  return text;
+}
+
+size_t job_count(const proto::StatusReply& status) {
+  std::set<uint64_t> ids;
+  for (const proto::JobStatus& job : status.jobs) ids.insert(job.id);
+  return ids.size();
+}
+
+void write_gpu_json(JsonWriter& json, const proto::GpuStatus& gpu) {
+  json.begin_object();
+  json.field("index", static_cast<uint64_t>(gpu.index));
+  json.field("uuid", uuid_hex(gpu.uuid));
+  json.field("chunk_bytes", gpu.chunk_bytes);
+  json.field("budget_bytes", gpu.budget_bytes);
+  json.field("granted_bytes", gpu.granted_bytes);
+  json.field("pool_bytes", gpu.pool_bytes);
+  json.field("waiting_bytes", gpu.waiting_bytes);
+  json.field("grants", gpu.grants);
+  json.field("returns", gpu.reclaims);  // chunks given back, whatever the reason
+  json.field("deadlocks", gpu.deadlocks);
+  json.end_object();
+}
+
+void write_job_json(JsonWriter& json, const proto::JobStatus& job) {
+  json.begin_object();
+  json.field("id", job.id);
+  json.field("pid", static_cast<uint64_t>(job.pid));
+  json.field("uid", static_cast<uint64_t>(job.uid));
+  json.field("name", job.name);
+  json.field("gpu", static_cast<uint64_t>(job.gpu));
+  json.field("granted_bytes", job.granted_bytes);
+  json.field("min_bytes", job.min_bytes);
+  json.key("max_bytes");
+  if (job.max_bytes == UINT64_MAX) {
+    json.value(nullptr);
+  } else {
+    json.value(job.max_bytes);
+  }
+  json.field("allocated_bytes", job.allocated_bytes);
+  json.field("persistent_bytes", job.persistent_bytes);
+  json.field("transient_bytes", transient_bytes(job));
+  json.field("waiting_bytes", job.waiting_bytes);
+  json.key("wait_s");
+  json.value(static_cast<double>(job.wait_ns) / 1e9, 3);
+  json.field("iterations", job.iterations);
+  json.field("state", run_state_name(job.state));
+  json.end_object();
+}
+
+}  // namespace zico::umctl

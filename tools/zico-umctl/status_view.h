@@ -1,0 +1,49 @@
+// How zico-umctl shows the daemon's status (proto::StatusReply): the words,
+// derived numbers and JSON objects that status, jobs, budget and top share,
+// so that one job looks the same in every command.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "json_writer.h"
+#include "protocol.h"
+
+namespace zico::umctl {
+
+// "running", "suspend-requested", "suspended".
+[[nodiscard]] const char* run_state_name(proto::JobRunState state);
+
+// Memory live now but not across the last iteration: allocated - persistent,
+// 0 when the report lags behind.
+[[nodiscard]] uint64_t transient_bytes(const proto::JobStatus& job);
+
+// A job's name cut to 24 characters ("..." at the end when cut), so that a
+// long command line does not push the other columns of a table out of line.
+[[nodiscard]] std::string short_name(const std::string& name);
+
+// The user's login name, or the number when it has none.
+[[nodiscard]] std::string user_name(uint32_t uid);
+
+// A job's maximum: "unlimited" for UINT64_MAX, else format_size.
+[[nodiscard]] std::string format_limit(uint64_t bytes);
+
+// "0.4s", "59.9s", "5m 07s", "3h 02m", "2d 04h".
+[[nodiscard]] std::string format_duration(double seconds);
+
+// The 32 lowercase hex digits of a GPU UUID.
+[[nodiscard]] std::string uuid_hex(const proto::GpuUuid& uuid);
+
+// Jobs, not (job, GPU) entries: a job on two GPUs counts once.
+[[nodiscard]] size_t job_count(const proto::StatusReply& status);
+
+// {"index":0,"uuid":"..","chunk_bytes":N,"budget_bytes":N,"granted_bytes":N,"pool_bytes":N,
+//  "waiting_bytes":N,"grants":N,"returns":N,"deadlocks":N}
+void write_gpu_json(JsonWriter& json, const proto::GpuStatus& gpu);
+
+// {"id":N,"pid":N,"uid":N,"name":"..","gpu":N,"granted_bytes":N,"min_bytes":N,"max_bytes":N|null,
+//  "allocated_bytes":N,"persistent_bytes":N,"transient_bytes":N,"waiting_bytes":N,"wait_s":F,
+//  "iterations":N,"state":".."}; max_bytes is null when unlimited.
+void write_job_json(JsonWriter& json, const proto::JobStatus& job);
+
+}  // namespace zico::umctl
