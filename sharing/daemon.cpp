@@ -405,12 +405,14 @@ void Daemon::Impl::close_connection(int fd, const std::string& reason, bool say_
              reason.c_str());
   }
   // The process may still have our chunks mapped: they stay its own until it exits.
-  if (job.pidfd >= 0 && !process_exited(job.pidfd)) {
+  const bool holds = std::any_of(job.gpus.begin(), job.gpus.end(),
+                                 [](const JobGpu& g) { return !g.lent.empty() || g.unowned != 0; });
+  if (holds && job.pidfd >= 0 && !process_exited(job.pidfd)) {
     pidfd_jobs[job.pidfd] = job.id;
     watch(job.pidfd);
     return;
   }
-  remove_job(job.id, "its process exited");
+  remove_job(job.id, holds ? "its process exited" : "it held nothing");
 }
 
 void Daemon::Impl::on_process_exit(int pidfd) {

@@ -4,9 +4,10 @@
 // every few milliseconds and checks the budget at every sample.
 //
 // Paths of the programs come from the command line (see CMakeLists.txt):
-//   node_manager_test ZICO_UMD NODE_JOB
+//   node_manager_test ZICO_UMD NODE_JOB ZICO_UMCTL
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,12 +29,14 @@
 #include <gtest/gtest.h>
 
 #include "protocol.h"
+#include "sim_driver.h"
 #include "wire.h"
 
 namespace {
 
 std::string g_umd;
 std::string g_job;
+std::string g_umctl;
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -100,23 +103,6 @@ bool query_status(const std::string& socket_path, zico::proto::StatusReply* out)
   if (!ok || !std::holds_alternative<zico::proto::StatusReply>(reply)) return false;
   *out = std::get<zico::proto::StatusReply>(reply);
   return true;
-}
-
-template <typename Message>
-zico::proto::Result ask(const std::string& socket_path, const Message& message) {
-  std::string why;
-  zico::proto::Result result{UINT32_MAX, "no answer"};
-  const int fd = zico::wire::connect_unix(socket_path, &why);
-  if (fd < 0) return result;
-  zico::proto::Message reply;
-  std::vector<int> fds;
-  if (zico::wire::send_message(fd, message, {}, &why) &&
-      zico::wire::receive_message(fd, &reply, &fds, &why) == zico::wire::Received::kMessage &&
-      std::holds_alternative<zico::proto::Result>(reply)) {
-    result = std::get<zico::proto::Result>(reply);
-  }
-  ::close(fd);
-  return result;
 }
 
 // Samples the daemon's status until stopped: every sample must keep granted
@@ -331,15 +317,17 @@ TEST_F(NodeManager, DaemonRestartsUnderLoadLoseNoJobAndNoData) {
 TEST_F(NodeManager, SuspendedJobsMemoryGoesToOthersAndComesBackIntact) {
   const uint64_t budget = 64 * kMiB;
   start_daemon(budget);
-  Child& first = start_job(1, 400, 40 * kMiB, 16 * kMiB, 5);
-  ASSERT_TRUE(wait_for_job(first.pid, 16 * kMiB, 5000ms)) << first.output();
+  Child& first = start_job(1, 400, 40 * kMiB, 24 * kMiB, 5);
+  ASSERT_TRUE(wait_for_job(first.pid, 24 * kMiB, 5000ms)) << first.output();
   zico::proto::StatusReply status;
   ASSERT_TRUE(query_status(socket_, &status));
   const uint64_t first_id = status.jobs.at(0).id;
-  const zico::proto::Result suspended = ask(socket_, zico::proto::JobControl{zico::proto::JobAction::kSuspend, first_id,
-                                                                             zico::proto::StoreKind::kHost});
-  ASSERT_EQ(suspended.errc, 0u) << suspended.message;
-  // The second job needs more than the first leaves: it runs only on the first's memory.
+  // As an operator would: zico-umctl, which waits until the job has paused.
+  Child suspend = spawn({g_umctl, "suspend", std::to_string(first_id), "--to", "host", "--socket", socket_}, {},
+                        (dir_ / "umctl.log").string());
+  ASSERT_TRUE(suspend.succeeded()) << suspend.output();
+  // The second job needs more than the first ever leaves (24 + 48 > 64 MiB):
+  // it can only run on the first's memory.
   Child& second = start_job(2, 6, 48 * kMiB, 8 * kMiB, 0);
   EXPECT_TRUE(second.succeeded()) << second.output();
   bool first_was_suspended = false;
@@ -348,21 +336,96 @@ TEST_F(NodeManager, SuspendedJobsMemoryGoesToOthersAndComesBackIntact) {
     if (job.id == first_id) first_was_suspended = job.state == zico::proto::JobRunState::kSuspended && job.granted_bytes == 0;
   }
   EXPECT_TRUE(first_was_suspended);
-  const zico::proto::Result resumed = ask(socket_, zico::proto::JobControl{zico::proto::JobAction::kResume, first_id,
-                                                                           zico::proto::StoreKind::kHost});
-  ASSERT_EQ(resumed.errc, 0u) << resumed.message;
+  EXPECT_EQ(status.gpus[0].deadlocks, 0u) << "memory moved by a deadlock yield, not by the suspension";
+  Child resume = spawn({g_umctl, "resume", std::to_string(first_id), "--socket", socket_}, {},
+                       (dir_ / "umctl.log").string());
+  ASSERT_TRUE(resume.succeeded()) << resume.output();
   EXPECT_TRUE(first.succeeded()) << first.output();
+}
+
+// Sends raw bytes as one datagram and reports how the daemon answered: the
+// text of its Goodbye, or "" if it only closed the connection.
+std::string send_raw_and_listen(const std::string& socket_path, const std::vector<std::vector<uint8_t>>& datagrams) {
+  std::string why;
+  const int fd = zico::wire::connect_unix(socket_path, &why);
+  if (fd < 0) return "connect failed: " + why;
+  for (const auto& datagram : datagrams) (void)::send(fd, datagram.data(), datagram.size(), MSG_NOSIGNAL);
+  std::string answer = "(still open)";
+  for (int i = 0; i < 8; ++i) {
+    zico::proto::Message message;
+    std::vector<int> fds;
+    const auto got = zico::wire::receive_message(fd, &message, &fds, &why);
+    for (int f : fds) ::close(f);
+    if (got == zico::wire::Received::kClosed) {
+      if (answer == "(still open)") answer = "";
+      break;
+    }
+    if (got != zico::wire::Received::kMessage) break;
+    if (const auto* bye = std::get_if<zico::proto::Goodbye>(&message)) answer = bye->reason;
+  }
+  ::close(fd);
+  return answer;
+}
+
+std::vector<uint8_t> encoded(const zico::proto::Message& message) {
+  std::vector<uint8_t> bytes;
+  std::string why;
+  EXPECT_TRUE(zico::proto::encode(message, &bytes, &why)) << why;
+  return bytes;
+}
+
+TEST_F(NodeManager, BadMessagesCloseOnlyTheirOwnConnection) {
+  const uint64_t budget = 64 * kMiB;
+  start_daemon(budget);
+  Sampler sampler(socket_);
+  start_job(1, 40, 40 * kMiB, 8 * kMiB, 2);
+  start_job(2, 40, 40 * kMiB, 8 * kMiB, 2);
+  ASSERT_TRUE(wait_for_job(jobs_[0].pid, 8 * kMiB, 5000ms));
+  // Garbage, a lie about the length, an oversized datagram.
+  EXPECT_NE(send_raw_and_listen(socket_, {{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}}).find("magic"),
+            std::string::npos);
+  std::vector<uint8_t> lying = encoded(zico::proto::Hello{0, "liar"});
+  lying[8] = 200;  // payload_bytes no longer matches the datagram
+  EXPECT_NE(send_raw_and_listen(socket_, {lying}).find("malformed"), std::string::npos);
+  EXPECT_NE(send_raw_and_listen(socket_, {std::vector<uint8_t>(100'000, 0x5a)}).find("malformed"), std::string::npos);
+  // Out of order: a request before the GPU is opened; a return of a chunk it never had.
+  EXPECT_NE(send_raw_and_listen(socket_, {encoded(zico::proto::Hello{0, "rogue"}),
+                                          encoded(zico::proto::Request{1, 0, 1})})
+                .find("not opened"),
+            std::string::npos);
+  zico::proto::Return forged;
+  forged.ids = {1, 2, 3};
+  zico::Capabilities caps;
+  zico::SimDriver sim;
+  ASSERT_TRUE(sim.capabilities(zico::DeviceId{0}, &caps).is_ok());
+  EXPECT_NE(send_raw_and_listen(socket_, {encoded(zico::proto::Hello{0, "forger"}),
+                                          encoded(zico::proto::OpenGpu{caps.uuid, 0}), encoded(forged)})
+                .find("does not hold"),
+            std::string::npos);
+  // A job's message from a zico-umctl connection.
+  EXPECT_NE(send_raw_and_listen(socket_, {encoded(zico::proto::Request{1, 0, 1})}).find("not a zico-umctl request"),
+            std::string::npos);
+  for (Child& job : jobs_) EXPECT_TRUE(job.succeeded()) << job.output();
+  sampler.stop();
+  EXPECT_EQ(sampler.violations(), 0u) << sampler.first_violation();
+  zico::proto::StatusReply status;
+  ASSERT_TRUE(query_status(socket_, &status));
+  EXPECT_EQ(status.gpus[0].granted_bytes, 0u);  // the rogues' connections left nothing behind
+  EXPECT_TRUE(status.jobs.empty());
+  const std::string log = daemon_.output();
+  EXPECT_NE(log.find("malformed message"), std::string::npos) << log;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: node_manager_test ZICO_UMD NODE_JOB\n");
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: node_manager_test ZICO_UMD NODE_JOB ZICO_UMCTL\n");
     return 64;
   }
   g_umd = argv[1];
   g_job = argv[2];
+  g_umctl = argv[3];
   return RUN_ALL_TESTS();
 }
