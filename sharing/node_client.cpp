@@ -14,6 +14,7 @@
 #include <deque>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
@@ -54,7 +55,19 @@ constexpr int kHandshakeTimeoutMs = 2000;
 // After a timeout, how long to wait for the daemon to confirm the cancel.
 constexpr auto kCancelGrace = std::chrono::seconds(5);
 
+// When the current allocation call first waited (AllocationWaitScope).
+thread_local std::optional<std::chrono::steady_clock::time_point> t_first_wait;
+thread_local bool t_in_scope = false;
+
 }  // namespace
+
+AllocationWaitScope::AllocationWaitScope() noexcept : outermost_(!t_in_scope) { t_in_scope = true; }
+
+AllocationWaitScope::~AllocationWaitScope() {
+  if (!outermost_) return;
+  t_in_scope = false;
+  t_first_wait.reset();
+}
 
 class LentChunkSource;
 
@@ -544,7 +557,9 @@ Status NodeClient::Impl::obtain(size_t slot, size_t count, Patience patience, st
   if (count == 0) return Status::ok();
   std::unique_lock lock(mu);
   Gpu& gpu = *gpus[slot];
-  const auto start = std::chrono::steady_clock::now();
+  if (!t_first_wait) t_first_wait = std::chrono::steady_clock::now();
+  const auto start = *t_first_wait;
+  if (!t_in_scope) t_first_wait.reset();  // no scope: each call has its own timeout
   const auto deadline = patience == Patience::kForever
                             ? std::chrono::steady_clock::time_point::max()
                             : start + std::chrono::nanoseconds(options.wait_timeout_ns);
@@ -552,6 +567,13 @@ Status NodeClient::Impl::obtain(size_t slot, size_t count, Patience patience, st
     last_failure = std::move(reason);
     ZICO_LOG(kWarn, "%s", last_failure.c_str());
     return Status(Errc::kOutOfMemory);
+  };
+  const auto timed_out = [&] {
+    return fail("waited " +
+                std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) +
+                " s for zico-umd to lend " + format_size(count * gpu.chunk_bytes) + " on GPU " +
+                std::to_string(gpu.device.value) +
+                "; out of memory (raise ZICO_WAIT_TIMEOUT, or the budget with zico-umctl budget)");
   };
   for (;;) {
     if (stopping) return Status(Errc::kOutOfMemory);
@@ -566,8 +588,9 @@ Status NodeClient::Impl::obtain(size_t slot, size_t count, Patience patience, st
         continue;
       }
       const auto resolved = [&] { return stopping || pending[id].state != Pending::State::kWaiting; };
+      bool cancelled = false;
       if (!cv.wait_until(lock, deadline, resolved)) {
-        (void)send_locked(proto::Cancel{id});
+        cancelled = send_locked(proto::Cancel{id});
         cv.wait_for(lock, kCancelGrace, resolved);
       }
       Pending request = std::move(pending[id]);
@@ -577,6 +600,7 @@ Status NodeClient::Impl::obtain(size_t slot, size_t count, Patience patience, st
           out->insert(out->end(), request.received.begin(), request.received.end());
           return Status::ok();
         case Pending::State::kDenied:
+          if (cancelled) return timed_out();
           return fail("zico-umd denied " + format_size(count * gpu.chunk_bytes) + " on GPU " +
                       std::to_string(gpu.device.value) + ": " + request.reason);
         case Pending::State::kYield:
@@ -587,12 +611,7 @@ Status NodeClient::Impl::obtain(size_t slot, size_t count, Patience patience, st
           continue;  // disconnected: see below
         case Pending::State::kWaiting:
           return_received_locked(gpu, request.received);
-          return fail("waited " +
-                      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                         std::chrono::steady_clock::now() - start).count()) +
-                      " s for zico-umd to lend " + format_size(count * gpu.chunk_bytes) + " on GPU " +
-                      std::to_string(gpu.device.value) +
-                      "; out of memory (raise ZICO_WAIT_TIMEOUT, or the budget with zico-umctl budget)");
+          return timed_out();
       }
     }
     // No daemon: keep within what this job held when it left.

@@ -39,6 +39,20 @@ struct NodeClientOptions {
   uint64_t report_interval_ns = 500'000'000;
 };
 
+// All the waits for memory inside one allocation call share one
+// ZICO_WAIT_TIMEOUT (the allocator may ask again after freeing its caches):
+// entry points hold one of these around each allocation.
+class AllocationWaitScope {
+ public:
+  AllocationWaitScope() noexcept;
+  ~AllocationWaitScope();
+  AllocationWaitScope(const AllocationWaitScope&) = delete;
+  AllocationWaitScope& operator=(const AllocationWaitScope&) = delete;
+
+ private:
+  bool outermost_;
+};
+
 class NodeClient {
  public:
   // Connects and registers. kNotFound: nobody listens at the path (run

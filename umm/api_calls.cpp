@@ -13,6 +13,7 @@ namespace zico {
 Status api_allocate(size_t bytes, DeviceId device, StreamHandle stream, void** out) noexcept {
   Runtime& runtime = Runtime::instance();
   runtime.pause_point();
+  const sharing::AllocationWaitScope one_timeout;
   DeviceAllocator* allocator = nullptr;
   Status status = runtime.allocator(device, &allocator);
   if (!status.is_ok()) {
