@@ -124,6 +124,8 @@ struct Daemon::Impl {
     proto::JobRunState state = proto::JobRunState::kRunning;
     // Known only from the predecessor's state file until it reconnects.
     bool expected = false;
+    std::vector<bool> expected_reservation_used;  // per GPU: the reservation was reconciled
+    bool resumed = false;                          // registered with an id from an earlier daemon
     uint64_t expected_until_ns = 0;
     int state_slot = -1;
   };
@@ -170,6 +172,10 @@ struct Daemon::Impl {
   void close_connection(int fd, const std::string& reason, bool say_goodbye);
   void on_process_exit(int pidfd);
   void remove_job(uint64_t id, const char* why);
+  // A job that cannot answer (its connection is gone, or it has not come
+  // back after a restart) holds exactly its limits: never asked to reclaim,
+  // never counted as a job that could free memory when deadlocks are looked for.
+  void freeze(Job& job, bool frozen);
   bool send(int fd, const proto::Message& message, std::span<const int> fds = {});
 
   // --- messages ---------------------------------------------------------------
@@ -315,6 +321,13 @@ bool Daemon::Impl::is_admin(const wire::PeerCredentials& peer) const {
 bool Daemon::Impl::send(int fd, const proto::Message& message, std::span<const int> fds) {
   std::string why;
   if (wire::send_message(fd, message, fds, &why)) return true;
+  // The peer's queue is full: give it a moment to read (jobs read on their
+  // own thread), then give up on it.
+  for (int attempt = 0; attempt < 10 && (errno == EAGAIN || errno == EWOULDBLOCK); ++attempt) {
+    pollfd p{fd, POLLOUT, 0};
+    (void)::poll(&p, 1, 100);
+    if (wire::send_message(fd, message, fds, &why)) return true;
+  }
   ZICO_LOG(kWarn, "sending %s failed: %s", proto::to_string(proto::type_of(message)), why.c_str());
   return false;
 }
@@ -331,9 +344,9 @@ void Daemon::Impl::accept_connections() {
       ::close(fd);
       continue;
     }
-    // A job that stops reading must not stall the daemon: sends give up.
-    const timeval timeout{1, 0};
-    (void)::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+    // Room for large grants: each message is small, but a batch is many.
+    const int buffer = 4 << 20;
+    (void)::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer, sizeof buffer);
     connections[fd] = connection;
     watch(fd);
   }
@@ -394,9 +407,13 @@ void Daemon::Impl::close_connection(int fd, const std::string& reason, bool say_
   if (job_it == jobs.end()) return;
   Job& job = job_it->second;
   job.fd = -1;
-  // Nobody would receive what it asked for.
+  // Nobody would receive what it asked for, nor answer a reclaim.
   for (uint64_t request : job.requests) (void)ledger.cancel(job.id, request, now_ns());
   job.requests.clear();
+  for (size_t g = 0; g < job.gpus.size(); ++g) {
+    std::string ignored;
+    if (job.gpus[g].open) (void)ledger.returned(job.id, static_cast<uint32_t>(g), 0, true, now_ns(), &ignored);
+  }
   if (say_goodbye) {
     ZICO_LOG(kWarn, "job %llu (pid %d) disconnected: %s", static_cast<unsigned long long>(job.id), job.peer.pid,
              reason.c_str());
@@ -408,12 +425,15 @@ void Daemon::Impl::close_connection(int fd, const std::string& reason, bool say_
   const bool holds = std::any_of(job.gpus.begin(), job.gpus.end(),
                                  [](const JobGpu& g) { return !g.lent.empty() || g.unowned != 0; });
   if (holds && job.pidfd >= 0 && !process_exited(job.pidfd)) {
+    freeze(job, true);
     pidfd_jobs[job.pidfd] = job.id;
     watch(job.pidfd);
     return;
   }
   remove_job(job.id, holds ? "its process exited" : "it held nothing");
 }
+
+void Daemon::Impl::freeze(Job& job, bool frozen) { ledger.set_frozen(job.id, frozen); }
 
 void Daemon::Impl::on_process_exit(int pidfd) {
   auto it = pidfd_jobs.find(pidfd);
@@ -476,11 +496,15 @@ std::string Daemon::Impl::on_message(Connection& connection, const proto::Messag
 
 std::string Daemon::Impl::on_hello(Connection& connection, const proto::Hello& hello) {
   uint64_t id = 0;
+  // The same process (its pidfd has not fired, so the pid was not reused);
+  // any other process asking for this id is a new job.
   if (auto it = jobs.find(hello.resume_job_id); it != jobs.end() && it->second.expected &&
-                                                 it->second.peer.uid == connection.peer.uid) {
+                                                 it->second.peer.uid == connection.peer.uid &&
+                                                 it->second.peer.pid == connection.peer.pid) {
     // Back after a restart: its reservation becomes the job again.
     Job& job = it->second;
     job.expected = false;
+    freeze(job, false);
     job.fd = connection.fd;
     job.peer = connection.peer;
     job.name = hello.name;
@@ -490,12 +514,12 @@ std::string Daemon::Impl::on_hello(Connection& connection, const proto::Hello& h
              hello.name.c_str());
     return send(connection.fd, proto::Welcome{job.id}) ? "" : "cannot send Welcome";
   }
+  if (hello.resume_job_id != 0 && jobs.contains(hello.resume_job_id)) {
+    // Its earlier connection ended while its process lived: what it holds
+    // stays counted under the old record until it exits.
+    return "job " + std::to_string(hello.resume_job_id) + " is still registered; it keeps what it holds";
+  }
   if (hello.resume_job_id != 0) {
-    if (jobs.contains(hello.resume_job_id)) {
-      // Its earlier connection ended while its process lived: what it holds
-      // stays counted under the old record until it exits.
-      return "job " + std::to_string(hello.resume_job_id) + " is still registered; it keeps what it holds";
-    }
     id = hello.resume_job_id;  // a daemon restart: keep the job's name for it
     next_job_id = std::max(next_job_id, id + 1);
   } else {
@@ -503,14 +527,18 @@ std::string Daemon::Impl::on_hello(Connection& connection, const proto::Hello& h
   }
   Job job;
   job.id = id;
+  job.resumed = hello.resume_job_id != 0;
+  job.expected_reservation_used.assign(gpus.size(), true);
   job.fd = connection.fd;
   job.peer = connection.peer;
   job.name = hello.name;
   job.gpus.resize(gpus.size());
   job.pidfd = connection.peer.pid > 0 ? open_pidfd(connection.peer.pid) : -1;
   if (job.pidfd < 0) {
-    ZICO_LOG(kWarn, "no pidfd for pid %d (%s): its chunks return when its connection closes", connection.peer.pid,
-             std::strerror(errno));
+    // Without it the daemon could not tell when the job's process is gone,
+    // and could lend chunks the process still maps: refuse, the job runs standalone.
+    return "cannot watch pid " + std::to_string(connection.peer.pid) + " (pidfd_open: " + std::strerror(errno) +
+           "); zico-umd needs Linux 5.3+ and the jobs' pid namespace";
   }
   if (!ledger.add_job(id, connection.peer.uid, ++arrivals)) return "job id " + std::to_string(id) + " is in use";
   job.state_slot = state_file.claim(id, connection.peer.pid, connection.peer.uid);
@@ -530,12 +558,28 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
   std::string why;
   if (const auto* open = std::get_if<proto::OpenGpu>(&message)) {
     const int g = gpu_of(open->uuid);
-    if (g < 0) return "no GPU with UUID " + uuid_text(open->uuid) + " is managed here";
+    if (g < 0) {
+      // Not ours: chunk size 0 tells the job to run that device standalone.
+      ZICO_LOG(kInfo, "job %llu uses GPU %s, which is not managed here", static_cast<unsigned long long>(job.id),
+               uuid_text(open->uuid).c_str());
+      return send(job.fd, proto::GpuOpened{0, 0, 0, 0}) ? "" : "cannot send GpuOpened";
+    }
     const auto gpu = static_cast<uint32_t>(g);
-    if (job.gpus[gpu].open && job.gpus[gpu].lent.empty() && job.gpus[gpu].unowned >= open->held_chunks) {
+    const uint64_t budget = ledger.gpu(gpu).budget;
+    if (open->held_chunks > budget) {
+      return "OpenGpu claims " + std::to_string(open->held_chunks) + " chunks held; the budget is " +
+             std::to_string(budget);
+    }
+    if (job.gpus[gpu].open && !job.expected_reservation_used[gpu] && job.gpus[gpu].lent.empty() &&
+        job.gpus[gpu].unowned >= open->held_chunks) {
+      job.expected_reservation_used[gpu] = true;
       // Reserved from the state file: keep what it really holds, free the rest.
       const uint64_t surplus = job.gpus[gpu].unowned - open->held_chunks;
       if (!ledger.returned(job.id, gpu, surplus, false, now, &why).is_ok()) return why;
+    } else if (job.gpus[gpu].open) {
+      return "OpenGpu for GPU " + std::to_string(gpu) + ", which the job has opened already";
+    } else if (open->held_chunks != 0 && !job.resumed) {
+      return "a new job claims to hold " + std::to_string(open->held_chunks) + " chunks";
     } else if (!ledger.open(job.id, gpu, open->held_chunks, &why).is_ok()) {
       return why;
     }
@@ -567,6 +611,12 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
   if (const auto* report = std::get_if<proto::Report>(&message)) {
     if (report->gpu >= gpus.size() || !job.gpus[report->gpu].open) return "Report for a GPU the job has not opened";
     job.gpus[report->gpu].report = *report;
+    // A job's word about its usage is bounded by what it holds.
+    const uint64_t held_bytes = (job.gpus[report->gpu].lent.size() + job.gpus[report->gpu].unowned) *
+                                gpus[report->gpu].chunk_bytes;
+    proto::Report& stored = job.gpus[report->gpu].report;
+    stored.allocated_bytes = std::min(stored.allocated_bytes, held_bytes);
+    stored.persistent_bytes = std::min(stored.persistent_bytes, stored.allocated_bytes);
     return "";
   }
   if (const auto* reported = std::get_if<proto::JobState>(&message)) {
@@ -589,9 +639,16 @@ std::string Daemon::Impl::on_return(Job& job, const proto::Return& ret) {
   if (ret.unowned > held.unowned) {
     return "Return of " + std::to_string(ret.unowned) + " unowned chunks; the job has " + std::to_string(held.unowned);
   }
+  // Everything is checked before anything changes: a chunk freed twice
+  // would be lent to two jobs at once.
+  std::unordered_set<uint32_t> seen;
   for (uint32_t id : ret.ids) {
     if (!held.lent.contains(id)) return "Return of chunk " + std::to_string(id) + ", which the job does not hold";
+    if (!seen.insert(id).second) return "Return names chunk " + std::to_string(id) + " twice";
   }
+  const uint64_t count = ret.ids.size() + ret.unowned;
+  std::string why;
+  if (!ledger.returned(job.id, ret.gpu, count, ret.reclaim_reply, now_ns(), &why).is_ok()) return why;
   Gpu& gpu = gpus[ret.gpu];
   for (uint32_t id : ret.ids) {
     held.lent.erase(id);
@@ -602,10 +659,7 @@ std::string Daemon::Impl::on_return(Job& job, const proto::Return& ret) {
   }
   held.unowned -= ret.unowned;
   record_holding(job, ret.gpu);
-  const uint64_t count = ret.ids.size() + ret.unowned;
   gpu.bytes_moved += count * gpu.chunk_bytes;
-  std::string why;
-  if (!ledger.returned(job.id, ret.gpu, count, ret.reclaim_reply, now_ns(), &why).is_ok()) return why;
   return "";
 }
 
@@ -706,7 +760,7 @@ proto::Result Daemon::Impl::set_budget(const Connection& connection, const proto
   uint64_t min = view.min;
   uint64_t max = view.max;
   if (request.target == proto::BudgetTarget::kJobMin) {
-    min = (request.bytes + gpu.chunk_bytes - 1) / gpu.chunk_bytes;
+    min = request.bytes / gpu.chunk_bytes + (request.bytes % gpu.chunk_bytes != 0 ? 1 : 0);
   } else {
     if (request.bytes < persistent) {
       return refuse(Errc::kInvalidArgument, "maximum " + format_size(request.bytes) + " is below job " +
@@ -793,6 +847,8 @@ void Daemon::Impl::load_state() {
     job.name = "(expected back after a restart)";
     job.gpus.resize(gpus.size());
     job.expected = true;
+    job.resumed = true;
+    job.expected_reservation_used.assign(gpus.size(), false);
     job.expected_until_ns = now_ns() + kExpectedForNs;
     job.state_slot = state_file.claim(job.id, entry.pid, entry.uid);
     for (size_t g = 0; g < gpus.size(); ++g) {
@@ -804,7 +860,7 @@ void Daemon::Impl::load_state() {
     pidfd_jobs[pidfd] = job.id;
     watch(pidfd);
     next_job_id = std::max<uint64_t>(next_job_id, job.id + 1);
-    jobs.emplace(job.id, std::move(job));
+    freeze(jobs.emplace(job.id, std::move(job)).first->second, true);
     ++reserved;
   }
   if (reserved > 0) {
@@ -935,8 +991,8 @@ void Daemon::Impl::pump() {
           if (fd >= 0) (void)send(fd, proto::Deny{action.request_id, static_cast<uint32_t>(action.errc), action.reason});
           break;
         case LedgerAction::Kind::kReclaim:
-          if (fd >= 0) {
-            (void)send(fd, proto::Reclaim{action.gpu, action.chunks});
+          if (fd >= 0 && send(fd, proto::Reclaim{action.gpu, action.chunks})) {
+            // asked
           } else {
             // Not connected (its process still maps what it holds, or it has not
             // reconnected after a restart): nothing can come back yet; say so for it.
@@ -947,7 +1003,9 @@ void Daemon::Impl::pump() {
         case LedgerAction::Kind::kYield:
           ZICO_LOG(kInfo, "GPU %u: deadlock; job %llu yields its memory", action.gpu,
                    static_cast<unsigned long long>(action.job));
-          if (fd >= 0) (void)send(fd, proto::Yield{action.request_id, action.gpu});
+          if (fd >= 0 && !send(fd, proto::Yield{action.request_id, action.gpu})) {
+            close_connection(fd, "cannot send a yield", true);
+          }
           break;
       }
     }

@@ -54,6 +54,7 @@ struct Gpu {
 struct Job {
   uint32_t uid = 0;
   uint64_t order = 0;
+  bool frozen = false;  // set_frozen(): cannot answer, cannot give back
 };
 
 Status invalid(std::string* why, std::string text) {
@@ -188,6 +189,7 @@ struct Ledger::Impl {
     for (const auto& [id, use] : gpu.users) {
       if (use.reclaim_outstanding) return false;
       if (use.held <= use.min) continue;  // its chunks are guaranteed, not part of the jam
+      if (jobs.at(id).frozen) continue;   // gives back only when it goes; not part of the jam either
       if (use.waiting_requests == 0) return false;  // reclaim can reach it
       if (found) {
         const uint64_t best = gpu.users.at(victim).held;
@@ -244,6 +246,7 @@ struct Ledger::Impl {
     std::vector<JobId> candidates;
     for (const auto& [id, use] : gpu.users) {
       if (use.waiting_requests > 0 || use.held <= use.min || use.reclaim_outstanding) continue;
+      if (jobs.at(id).frozen) continue;
       if (gpu.yielding && id == gpu.yield_victim) continue;
       if (use.ever_asked && (now_ns < use.last_asked_ns || now_ns - use.last_asked_ns < options.reclaim_retry_ns)) {
         continue;
@@ -321,6 +324,17 @@ void Ledger::remove_job(JobId job) {
 }
 
 bool Ledger::has_job(JobId job) const { return impl_->jobs.count(job) != 0; }
+
+void Ledger::set_frozen(JobId job, bool frozen) {
+  auto it = impl_->jobs.find(job);
+  if (it == impl_->jobs.end()) return;
+  it->second.frozen = frozen;
+  if (!frozen) return;
+  // A victim that can no longer give back must not hold up the next yield.
+  for (auto& gpu : impl_->gpus) {
+    if (gpu.yielding && gpu.yield_victim == job) gpu.yielding = false;
+  }
+}
 
 Status Ledger::open(JobId job, uint32_t gpu, uint64_t held, std::string* why) {
   if (!has_job(job)) return invalid(why, "unknown job " + std::to_string(job));

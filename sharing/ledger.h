@@ -87,6 +87,11 @@ class Ledger {
   // Everything the job held is free again and its requests vanish.
   void remove_job(JobId job);
   [[nodiscard]] bool has_job(JobId job) const;
+  // A frozen job cannot answer (the daemon lost its connection while its
+  // process lives, or it has not reconnected after a restart): it is never
+  // asked to reclaim, and it does not count when deadlocks are looked for
+  // (its chunks come back only when it goes).
+  void set_frozen(JobId job, bool frozen);
 
   // The job starts using `gpu` (min 0, max unlimited), already holding `held`
   // chunks (a job that reconnects after a daemon restart; 0 otherwise).

@@ -85,6 +85,7 @@ struct NodeClient::Impl {
     std::unordered_set<uint64_t> lent_ids;  // tagged ids lent on the current connection
     uint64_t min_bytes = 0;
     uint64_t max_bytes = 0;
+    bool answered = false;      // the daemon answered OpenGpu
     DeviceAllocator* allocator = nullptr;
     std::unique_ptr<LentChunkSource> source;
   };
@@ -121,11 +122,17 @@ struct NodeClient::Impl {
   proto::StoreKind suspend_to = proto::StoreKind::kHost;
   bool resume_requested = false;
   bool paused = false;  // evicted and waiting for kResume
+  // The daemon is alive but this connection ended (it said Goodbye, or we
+  // could not read it): the chunks we gave back may still be counted there,
+  // so nothing may be created locally, and reconnecting is tried slowly.
+  bool cut_off = false;
+  bool got_goodbye = false;
 
   // --- connection -------------------------------------------------------------
   Status handshake(int socket, std::string* why);
   bool send_locked(const proto::Message& message, std::string* why = nullptr);
-  void disconnect_locked(const std::string& reason);
+  // daemon_alive: we end the connection, not the daemon (see cut_off).
+  void disconnect_locked(const std::string& reason, bool daemon_alive);
   bool try_reconnect();
 
   // --- the link thread --------------------------------------------------------
@@ -178,10 +185,28 @@ class LentChunkSource final : public ChunkSource {
 namespace {
 // The forked child of a job must not keep the job's connection alive.
 std::atomic<NodeClient::Impl*> g_fork_guard{nullptr};
+void lock_before_fork();
+void unlock_in_parent();
+void close_socket_in_child();
+}  // namespace
+
+// --- fork ------------------------------------------------------------------------
+// The child must not keep the job's connection, and must not inherit a locked
+// mutex (its link thread does not exist there): it gives up on the daemon.
+
+namespace {
+void lock_before_fork() {
+  if (NodeClient::Impl* impl = g_fork_guard.load()) impl->mu.lock();
+}
+void unlock_in_parent() {
+  if (NodeClient::Impl* impl = g_fork_guard.load()) impl->mu.unlock();
+}
 void close_socket_in_child() {
   if (NodeClient::Impl* impl = g_fork_guard.load()) {
     const int fd = impl->fd.exchange(-1);
     if (fd >= 0) ::close(fd);
+    impl->stopping = true;  // allocations needing the daemon fail at once
+    impl->mu.unlock();
   }
 }
 }  // namespace
@@ -270,11 +295,13 @@ Status NodeClient::Impl::handshake(int socket, std::string* why) {
   return Status::ok();
 }
 
-void NodeClient::Impl::disconnect_locked(const std::string& reason) {
+void NodeClient::Impl::disconnect_locked(const std::string& reason, bool daemon_alive) {
   const int socket = fd.exchange(-1);
   if (socket >= 0) ::close(socket);
+  cut_off = daemon_alive || got_goodbye;
+  got_goodbye = false;
   for (auto& gpu : gpus) {
-    if (gpu->open_now) gpu->local_limit = gpu->held;
+    if (gpu->open_now) gpu->local_limit = cut_off ? 0 : gpu->held;
     gpu->open_now = false;
   }
   for (auto& [id, request] : pending) {
@@ -306,6 +333,7 @@ bool NodeClient::Impl::try_reconnect() {
   }
   fd.store(socket);
   said_gone = false;
+  cut_off = false;
   resume_requested = true;  // the new daemon knows of no suspension
   ZICO_LOG(kInfo, "reconnected to zico-umd as job %llu", static_cast<unsigned long long>(job_id));
   cv.notify_all();
@@ -316,6 +344,7 @@ bool NodeClient::Impl::try_reconnect() {
 
 void NodeClient::Impl::run_link() {
   uint64_t next_report = now_ns() + options.report_interval_ns;
+  uint64_t cut_off_ticks = 0;
   for (;;) {
     {
       std::lock_guard lock(mu);
@@ -325,12 +354,18 @@ void NodeClient::Impl::run_link() {
     const uint64_t now = now_ns();
     uint64_t wait_ns = next_report > now ? next_report - now : 0;
     if (socket < 0) wait_ns = std::min(wait_ns, options.reconnect_interval_ns);
+    bool slow = false;
+    {
+      std::lock_guard lock(mu);
+      slow = cut_off;
+    }
     pollfd polls[2] = {{wake_fd, POLLIN, 0}, {socket, POLLIN, 0}};
     const int ready = ::poll(polls, socket >= 0 ? 2 : 1, static_cast<int>(wait_ns / 1'000'000) + 1);
     if (ready < 0 && errno != EINTR) return;
     if ((polls[0].revents & POLLIN) != 0) return;  // stopping
     if (socket < 0) {
-      (void)try_reconnect();
+      // Cut off by a live daemon: it refuses us until we exit; ask rarely.
+      if (!slow || ++cut_off_ticks % 50 == 0) (void)try_reconnect();
     } else if (polls[1].revents != 0) {
       proto::Message message;
       std::vector<int> fds;
@@ -343,13 +378,17 @@ void NodeClient::Impl::run_link() {
           break;
         case wire::Received::kClosed: {
           std::lock_guard lock(mu);
-          if (fd.load() == socket) disconnect_locked("the daemon closed the connection");
+          if (fd.load() == socket) disconnect_locked("the daemon closed the connection", false);
           break;
         }
-        case wire::Received::kMalformed:
-        case wire::Received::kError: {
+        case wire::Received::kMalformed: {  // we end it: the daemon lives on
           std::lock_guard lock(mu);
-          if (fd.load() == socket) disconnect_locked(why);
+          if (fd.load() == socket) disconnect_locked(why, true);
+          break;
+        }
+        case wire::Received::kError: {  // e.g. ECONNRESET: the daemon died
+          std::lock_guard lock(mu);
+          if (fd.load() == socket) disconnect_locked(why, false);
           break;
         }
       }
@@ -389,11 +428,14 @@ void NodeClient::Impl::handle(const proto::Message& message, std::vector<int>& f
     if (awaiting_open.empty()) return;
     Gpu& gpu = *gpus[awaiting_open.front()];
     awaiting_open.pop_front();
-    gpu.index = opened->gpu;
-    gpu.chunk_bytes = opened->chunk_bytes;
-    gpu.min_bytes = opened->min_bytes;
-    gpu.max_bytes = opened->max_bytes;
-    gpu.open_now = true;
+    gpu.answered = true;
+    if (opened->chunk_bytes != 0) {  // 0: the daemon does not manage this GPU
+      gpu.index = opened->gpu;
+      gpu.chunk_bytes = opened->chunk_bytes;
+      gpu.min_bytes = opened->min_bytes;
+      gpu.max_bytes = opened->max_bytes;
+      gpu.open_now = true;
+    }
     cv.notify_all();
   } else if (const auto* suspend = std::get_if<proto::Suspend>(&message)) {
     suspend_to = suspend->to;
@@ -413,6 +455,7 @@ void NodeClient::Impl::handle(const proto::Message& message, std::vector<int>& f
     }
   } else if (const auto* bye = std::get_if<proto::Goodbye>(&message)) {
     ZICO_LOG(kWarn, "zico-umd says goodbye: %s", bye->reason.c_str());
+    got_goodbye = true;
   } else {
     ZICO_LOG(kDebug, "ignoring unexpected %s from zico-umd", proto::to_string(proto::type_of(message)));
   }
@@ -437,7 +480,13 @@ void NodeClient::Impl::on_grant(const proto::Grant& grant, std::vector<int>& fds
     f = -1;
   }
   fds.clear();
-  if (gpu == nullptr) return;  // cannot happen with a sane daemon; nothing to account
+  if (gpu == nullptr) {
+    // Not a GPU of this connection (a confused daemon): drop what came.
+    for (const SourcedChunk& chunk : chunks) {
+      if (chunk.handle.valid()) (void)driver.release(chunk.handle);
+    }
+    return;
+  }
   for (const SourcedChunk& chunk : chunks) gpu->lent_ids.insert(chunk.id);
   gpu->held += chunks.size();
   auto it = pending.find(grant.request_id);
@@ -453,8 +502,15 @@ void NodeClient::Impl::on_grant(const proto::Grant& grant, std::vector<int>& fds
     return;
   }
   it->second.received.insert(it->second.received.end(), chunks.begin(), chunks.end());
-  if (grant.last) {
-    it->second.state = Pending::State::kGranted;
+  if (grant.last || it->second.received.size() >= it->second.chunks) {
+    if (it->second.received.size() != it->second.chunks || !grant.last) {
+      // Not what was asked: give it all back rather than guess.
+      return_received_locked(*gpu, it->second.received);
+      it->second.state = Pending::State::kDenied;
+      it->second.reason = "zico-umd granted a different number of chunks than asked";
+    } else {
+      it->second.state = Pending::State::kGranted;
+    }
     cv.notify_all();
   }
 }
@@ -670,7 +726,7 @@ Status NodeClient::connect(Driver& driver, const NodeClientOptions& options, std
     Impl* raw = impl.get();
     impl->link = std::thread([raw] { raw->run_link(); });
     static std::once_flag fork_handler;
-    std::call_once(fork_handler, [] { (void)pthread_atfork(nullptr, nullptr, close_socket_in_child); });
+    std::call_once(fork_handler, [] { (void)pthread_atfork(lock_before_fork, unlock_in_parent, close_socket_in_child); });
     g_fork_guard.store(raw);
     out->reset(new NodeClient(std::move(impl)));
     return Status::ok();
@@ -723,7 +779,11 @@ Status NodeClient::open_gpu(DeviceId device, size_t* chunk_bytes, ChunkSource** 
     impl_->awaiting_open.push_back(slot);
     if (!impl_->send_locked(proto::OpenGpu{caps.uuid, 0}, why)) return Status(Errc::kOsError);
     const bool answered = impl_->cv.wait_for(lock, std::chrono::milliseconds(kHandshakeTimeoutMs),
-                                             [&] { return raw->open_now || impl_->fd.load() < 0; });
+                                             [&] { return raw->answered || impl_->fd.load() < 0; });
+    if (answered && raw->answered && !raw->open_now) {
+      *why = "zico-umd does not manage device " + std::to_string(device.value);
+      return Status(Errc::kNotFound);
+    }
     if (!answered || !raw->open_now) {
       *why = "zico-umd did not open device " + std::to_string(device.value);
       return Status(Errc::kOsError);

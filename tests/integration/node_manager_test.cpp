@@ -402,6 +402,43 @@ TEST_F(NodeManager, BadMessagesCloseOnlyTheirOwnConnection) {
                                           encoded(zico::proto::OpenGpu{caps.uuid, 0}), encoded(forged)})
                 .find("does not hold"),
             std::string::npos);
+  // A new job claiming to hold chunks (it would inflate the books).
+  EXPECT_NE(send_raw_and_listen(socket_, {encoded(zico::proto::Hello{0, "inflater"}),
+                                          encoded(zico::proto::OpenGpu{caps.uuid, UINT64_MAX - 5})})
+                .find("claims"),
+            std::string::npos);
+  // A return that names one chunk twice would free it twice: lent to two jobs.
+  {
+    std::string why;
+    const int fd = zico::wire::connect_unix(socket_, &why);
+    ASSERT_GE(fd, 0) << why;
+    zico::proto::Message reply;
+    std::vector<int> fds;
+    const auto next = [&] {
+      for (int f : fds) ::close(f);
+      fds.clear();
+      return zico::wire::receive_message(fd, &reply, &fds, &why) == zico::wire::Received::kMessage;
+    };
+    ASSERT_TRUE(zico::wire::send_message(fd, zico::proto::Hello{0, "doubler"}, {}, &why));
+    ASSERT_TRUE(next());
+    ASSERT_TRUE(zico::wire::send_message(fd, zico::proto::OpenGpu{caps.uuid, 0}, {}, &why));
+    ASSERT_TRUE(next());
+    ASSERT_TRUE(zico::wire::send_message(fd, zico::proto::Request{1, 0, 2}, {}, &why));
+    while (next() && !std::holds_alternative<zico::proto::Grant>(reply)) {
+    }
+    ASSERT_TRUE(std::holds_alternative<zico::proto::Grant>(reply));
+    const uint32_t id = std::get<zico::proto::Grant>(reply).ids.at(0);
+    zico::proto::Return twice;
+    twice.ids = {id, id};
+    ASSERT_TRUE(zico::wire::send_message(fd, twice, {}, &why));
+    std::string goodbye;
+    while (next()) {
+      if (const auto* bye = std::get_if<zico::proto::Goodbye>(&reply)) goodbye = bye->reason;
+    }
+    for (int f : fds) ::close(f);
+    ::close(fd);
+    EXPECT_NE(goodbye.find("twice"), std::string::npos) << goodbye;
+  }
   // A job's message from a zico-umctl connection.
   EXPECT_NE(send_raw_and_listen(socket_, {encoded(zico::proto::Request{1, 0, 1})}).find("not a zico-umctl request"),
             std::string::npos);
@@ -410,10 +447,30 @@ TEST_F(NodeManager, BadMessagesCloseOnlyTheirOwnConnection) {
   EXPECT_EQ(sampler.violations(), 0u) << sampler.first_violation();
   zico::proto::StatusReply status;
   ASSERT_TRUE(query_status(socket_, &status));
-  EXPECT_EQ(status.gpus[0].granted_bytes, 0u);  // the rogues' connections left nothing behind
-  EXPECT_TRUE(status.jobs.empty());
+  // The doubler's process (this one) still lives, so its two chunks stay
+  // counted to it; nothing else is left.
+  EXPECT_EQ(status.gpus[0].granted_bytes, 4 * kMiB);
+  ASSERT_EQ(status.jobs.size(), 1u);
+  EXPECT_EQ(static_cast<pid_t>(status.jobs[0].pid), ::getpid());
   const std::string log = daemon_.output();
   EXPECT_NE(log.find("malformed message"), std::string::npos) << log;
+}
+
+TEST_F(NodeManager, AnotherProcessCannotTakeOverAJobAfterARestart) {
+  start_daemon(64 * kMiB);
+  Child& job = start_job(1, 1'000'000, 16 * kMiB, 8 * kMiB, 5);
+  ASSERT_TRUE(wait_for_job(job.pid, 8 * kMiB, 5000ms)) << job.output();
+  zico::proto::StatusReply status;
+  ASSERT_TRUE(query_status(socket_, &status));
+  const uint64_t id = status.jobs.at(0).id;
+  job.kill(SIGSTOP);  // it cannot reconnect before we try
+  daemon_.kill(SIGKILL);
+  daemon_.wait();
+  start_daemon(64 * kMiB);
+  const std::string answer = send_raw_and_listen(socket_, {encoded(zico::proto::Hello{id, "impostor"})});
+  EXPECT_NE(answer.find("still registered"), std::string::npos) << answer;
+  job.kill(SIGCONT);
+  job.kill(SIGKILL);
 }
 
 }  // namespace

@@ -371,6 +371,24 @@ TEST(LedgerDeadlock, FailDeniesYoungest) {
   EXPECT_EQ(b.ledger.check(), "");
 }
 
+TEST(LedgerDeadlock, FrozenHolderIsNeitherAskedNorHidesTheJam) {
+  Books b(10);
+  b.join(1);
+  b.join(2);
+  b.join(3);
+  b.hold(3, 1, 2);
+  b.ledger.set_frozen(3, true);  // its connection is gone; it gives back only when it exits
+  b.hold(1, 2, 4);
+  b.hold(2, 3, 4);
+  b.ask(1, 4, 2);
+  b.ask(2, 5, 2);
+  const std::vector<LedgerAction> actions = b.ledger.pump(0);
+  EXPECT_EQ(count(actions, Kind::kReclaim), 0u) << "the frozen job cannot answer: " << describe(actions);
+  ASSERT_EQ(count(actions, Kind::kYield), 1u) << "jobs 1 and 2 hold each other up: " << describe(actions);
+  EXPECT_EQ(b.ledger.gpu(0).deadlocks, 1u);
+  EXPECT_EQ(b.ledger.check(), "");
+}
+
 TEST(LedgerJobs, RemoveJobFreesAndUnblocks) {
   Books b(10);
   b.join(1);
