@@ -145,6 +145,9 @@ struct NodeClient::Impl {
   // --- chunk source -----------------------------------------------------------
   Status obtain(size_t slot, size_t count, Patience patience, std::vector<SourcedChunk>* out);
   void give_back(size_t slot, std::span<const uint64_t> ids);
+  // Tells the daemon (if connected) that these chunks are unmapped.
+  void return_ids_locked(Gpu& gpu, std::span<const uint64_t> ids);
+  // Releases chunks nobody will map and returns them.
   void return_received_locked(Gpu& gpu, std::vector<SourcedChunk>& chunks);
   Gpu* gpu_by_index(uint32_t index) {
     for (auto& g : gpus) {
@@ -566,30 +569,16 @@ void NodeClient::Impl::return_received_locked(Gpu& gpu, std::vector<SourcedChunk
     ids.push_back(chunk.id);
   }
   chunks.clear();
-  if (ids.empty()) return;
-  // Same bookkeeping as give_back, already under the lock.
-  gpu.held -= std::min<uint64_t>(gpu.held, ids.size());
-  proto::Return message;
-  message.gpu = gpu.index;
-  for (uint64_t id : ids) {
-    if (gpu.lent_ids.erase(id) != 0) {
-      message.ids.push_back(untag(id));
-    } else {
-      ++message.unowned;
-    }
-    if (message.ids.size() == proto::kMaxChunksPerMessage) {
-      (void)send_locked(message);
-      message.ids.clear();
-      message.unowned = 0;
-    }
-  }
-  if (gpu.open_now && (!message.ids.empty() || message.unowned != 0)) (void)send_locked(message);
+  return_ids_locked(gpu, ids);
 }
 
 void NodeClient::Impl::give_back(size_t slot, std::span<const uint64_t> ids) {
-  if (ids.empty()) return;
   std::lock_guard lock(mu);
-  Gpu& gpu = *gpus[slot];
+  return_ids_locked(*gpus[slot], ids);
+}
+
+void NodeClient::Impl::return_ids_locked(Gpu& gpu, std::span<const uint64_t> ids) {
+  if (ids.empty()) return;
   gpu.held -= std::min<uint64_t>(gpu.held, ids.size());
   if (!gpu.open_now) return;  // the memory died with the unmap, or the old daemon counts it
   proto::Return message;

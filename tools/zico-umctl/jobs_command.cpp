@@ -72,36 +72,6 @@ void print_json(const proto::StatusReply& status) {
 
 }  // namespace
 
-int run_jobs(int argc, char** argv) {
-  bool json = false;
-  std::string socket;
-  ArgReader args(argc, argv);
-  while (args.next()) {
-    if (args.flag("--help") || args.flag("-h")) {
-      std::printf(kUsage, kSocketOptionHelp);
-      return kExitOk;
-    } else if (args.flag("--json")) {
-      json = true;
-    } else if (args.option("--socket", &socket)) {
-      continue;
-    } else if (args.unknown_option()) {
-      return usage_error("jobs", "unknown option '" + std::string(args.current()) + "'");
-    } else {
-      return usage_error("jobs", "unexpected argument '" + std::string(args.current()) + "'");
-    }
-  }
-  if (!args.error().empty()) return usage_error("jobs", args.error());
-
-  NodeConnection daemon("jobs");
-  if (const int status = daemon.connect(socket_path(socket)); status != kExitOk) return status;
-  proto::StatusReply reply;
-  if (const int status = daemon.ask(proto::StatusQuery{}, &reply); status != kExitOk) return status;
-  if (json) {
-    print_json(reply);
-  } else {
-    print_text(reply);
-  }
-  return kExitOk;
-}
+int run_jobs(int argc, char** argv) { return run_status_query("jobs", kUsage, argc, argv, print_text, print_json); }
 
 }  // namespace zico::umctl

@@ -1,5 +1,7 @@
 #include "node_connection.h"
 
+#include "command_args.h"
+
 #include <poll.h>
 #include <unistd.h>
 
@@ -89,6 +91,35 @@ int NodeConnection::exchange(const proto::Message& request, proto::Message* answ
 int NodeConnection::unexpected(const proto::Message& request, const proto::Message& answer) const {
   return fail(kExitFailed, std::string("zico-umd answered ") + proto::to_string(proto::type_of(request)) + " with " +
                                proto::to_string(proto::type_of(answer)));
+}
+
+int run_status_query(const char* command, const char* usage, int argc, char** argv,
+                     void (*print_text)(const proto::StatusReply&), void (*print_json)(const proto::StatusReply&)) {
+  bool json = false;
+  std::string socket;
+  ArgReader args(argc, argv);
+  while (args.next()) {
+    if (args.flag("--help") || args.flag("-h")) {
+      std::printf(usage, kSocketOptionHelp);
+      return kExitOk;
+    } else if (args.flag("--json")) {
+      json = true;
+    } else if (args.option("--socket", &socket)) {
+      continue;
+    } else if (args.unknown_option()) {
+      return usage_error(command, "unknown option '" + std::string(args.current()) + "'");
+    } else {
+      return usage_error(command, "unexpected argument '" + std::string(args.current()) + "'");
+    }
+  }
+  if (!args.error().empty()) return usage_error(command, args.error());
+
+  NodeConnection daemon(command);
+  if (const int status = daemon.connect(socket_path(socket)); status != kExitOk) return status;
+  proto::StatusReply reply;
+  if (const int status = daemon.ask(proto::StatusQuery{}, &reply); status != kExitOk) return status;
+  (json ? print_json : print_text)(reply);
+  return kExitOk;
 }
 
 }  // namespace zico::umctl

@@ -64,4 +64,9 @@ class NodeConnection {
   int fd_ = -1;
 };
 
+// The whole of a read-only command that shows the daemon's status one way
+// (status, jobs): --help, --json, --socket, then one StatusQuery.
+int run_status_query(const char* command, const char* usage, int argc, char** argv,
+                     void (*print_text)(const proto::StatusReply&), void (*print_json)(const proto::StatusReply&));
+
 }  // namespace zico::umctl
