@@ -14,7 +14,11 @@
 // ratios the node manager promises (grant-1 / baseline <= 2, grant-64 /
 // grant-1 <= 10); exit 0 either way (timings are reported, not asserted).
 //
-//   grant_bench [ITERATIONS]     (default 2000)
+//   grant_bench [ITERATIONS] [--backend sim|cuda]     (default 2000, sim)
+//
+// With --backend cuda both sides use CudaDriver, so grant-64's per-chunk
+// figure is cuMemImportFromShareableHandle + cuMemMap + cuMemSetAccess;
+// exit 77 (skip) where no GPU can be opened.
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -28,6 +32,7 @@
 #include <vector>
 
 #include "chunk_source.h"
+#include "cuda_driver.h"
 #include "daemon.h"
 #include "node_client.h"
 #include "protocol.h"
@@ -114,47 +119,66 @@ double grant_us(zico::Driver& driver, zico::ChunkSource& source, zico::VaRange w
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int iterations = argc > 1 ? std::atoi(argv[1]) : 2000;
-  if (iterations < 10) {
-    std::fprintf(stderr, "usage: grant_bench [ITERATIONS >= 10]\n");
+  int iterations = 2000;
+  std::string backend = "sim";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--backend" && i + 1 < argc) {
+      backend = argv[++i];
+    } else {
+      iterations = std::atoi(argv[i]);
+    }
+  }
+  if (iterations < 10 || (backend != "sim" && backend != "cuda")) {
+    std::fprintf(stderr, "usage: grant_bench [ITERATIONS >= 10] [--backend sim|cuda]\n");
     return 64;
+  }
+  // One driver for the daemon's side, one for the job's, as in two processes.
+  std::unique_ptr<zico::Driver> daemon_driver;
+  std::unique_ptr<zico::Driver> job_driver;
+  std::string why;
+  if (backend == "sim") {
+    daemon_driver = std::make_unique<zico::SimDriver>();
+    job_driver = std::make_unique<zico::SimDriver>();
+  } else if (!zico::CudaDriver::open(&daemon_driver, &why).is_ok() ||
+             !zico::CudaDriver::open(&job_driver, &why).is_ok()) {
+    std::printf("skipped: no GPU (%s)\n", why.c_str());
+    return 77;
   }
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("grant-bench-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   constexpr size_t kChunk = size_t{2} << 20;
 
-  zico::SimDriver daemon_driver;
   zico::sharing::DaemonOptions options;
   options.socket_path = (dir / "umd.sock").string();
   options.gpus = {{zico::DeviceId{0}, 256 * kChunk}};
-  options.zero_new_chunks = false;
+  options.zero_new_chunks = backend == "cuda";
   std::unique_ptr<zico::sharing::Daemon> daemon;
-  std::string why;
-  if (!zico::sharing::Daemon::create(daemon_driver, options, &daemon, &why).is_ok()) {
+  if (!zico::sharing::Daemon::create(*daemon_driver, options, &daemon, &why).is_ok()) {
     std::fprintf(stderr, "grant_bench: %s\n", why.c_str());
     return 1;
   }
   std::thread serving([&] { (void)daemon->run(false); });
 
-  zico::SimDriver job_driver;
   std::unique_ptr<zico::sharing::NodeClient> client;
   zico::sharing::NodeClientOptions client_options;
   client_options.socket_path = options.socket_path;
   size_t chunk = 0;
   zico::ChunkSource* source = nullptr;
-  if (!zico::sharing::NodeClient::connect(job_driver, client_options, &client, &why).is_ok() ||
+  if (!zico::sharing::NodeClient::connect(*job_driver, client_options, &client, &why).is_ok() ||
       !client->open_gpu(zico::DeviceId{0}, &chunk, &source, &why).is_ok()) {
     std::fprintf(stderr, "grant_bench: %s\n", why.c_str());
     return 1;
   }
   zico::VaRange window;
-  if (!job_driver.reserve(zico::DeviceId{0}, 64 * chunk, 0, &window).is_ok()) return 1;
+  if (!job_driver->reserve(zico::DeviceId{0}, 64 * chunk, 0, &window).is_ok()) return 1;
 
   // Warm up both paths (pool creation, page faults), then measure.
-  (void)grant_us(job_driver, *source, window, chunk, 64, 20);
+  (void)grant_us(*job_driver, *source, window, chunk, 64, 20);
   const double bare = bare_round_trip_us(iterations);
-  const double one = grant_us(job_driver, *source, window, chunk, 1, iterations);
-  const double batch = grant_us(job_driver, *source, window, chunk, 64, std::max(10, iterations / 10));
+  const double one = grant_us(*job_driver, *source, window, chunk, 1, iterations);
+  const double batch = grant_us(*job_driver, *source, window, chunk, 64, std::max(10, iterations / 10));
+  std::printf("backend: %s\n", backend.c_str());
   std::printf("bare request/response with one fd: %8.2f us (median of %d)\n", bare, iterations);
   std::printf("grant of 1 chunk, mapped:           %8.2f us\n", one);
   std::printf("grant of 64 chunks, mapped:         %8.2f us (%.2f us per chunk)\n", batch, batch / 64);
@@ -162,6 +186,7 @@ int main(int argc, char** argv) {
   std::printf("ratio grant-64 / grant-1: %.2f (target <= 10)\n", batch / one);
 
   client.reset();
+  (void)job_driver->unreserve(window);
   daemon->stop();
   serving.join();
   daemon.reset();
