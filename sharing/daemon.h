@@ -15,12 +15,17 @@
 //  - A chunk that moves to a job of another uid is zeroed first.
 //  - A bad message closes that one connection, with a Goodbye naming why and
 //    a log line; nothing else changes.
+//  - Every job is watched through a pidfd; a process the daemon cannot
+//    watch (no pidfd_open, another pid namespace) is refused, since the
+//    daemon could not tell when its chunks are free again.
 //  - Restarts: a new daemon cannot see what jobs hold until they reconnect,
-//    and must not lend that memory meanwhile. So the daemon records in the
-//    state file, before each grant that would exceed it, an upper bound of
-//    each job's holdings (pid and bound). Its successor reserves those bounds
-//    for jobs whose processes live, until each reconnects (then its own
-//    report counts), exits, or stays away for 5 s.
+//    and must not lend that memory meanwhile. So the daemon keeps each job's
+//    exact holdings in the state file (state_file.h), written before a grant
+//    is sent and after a return. Its successor reserves them for jobs whose
+//    processes live, until each reconnects (then its own report counts),
+//    exits, or stays away for 5 s. A job that cannot answer (detached or not
+//    back yet) is frozen in the ledger: never asked to reclaim, not part of
+//    a deadlock.
 //  - Changing a node budget needs root, the daemon's own uid or the admin
 //    group; changing a job's limits needs that, or the job's own uid.
 #pragma once
