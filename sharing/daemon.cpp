@@ -59,16 +59,6 @@ bool process_exited(int pidfd) {
   return ::poll(&p, 1, 0) > 0;
 }
 
-std::string uuid_text(const proto::GpuUuid& uuid) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string text;
-  for (uint8_t byte : uuid) {
-    text += kHex[byte >> 4];
-    text += kHex[byte & 15];
-  }
-  return text;
-}
-
 // Is `uid` a member of `group` (primary or supplementary)?
 bool in_group(uid_t uid, gid_t primary, gid_t group) {
   if (group == static_cast<gid_t>(-1)) return false;
@@ -561,7 +551,7 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
     if (g < 0) {
       // Not ours: chunk size 0 tells the job to run that device standalone.
       ZICO_LOG(kInfo, "job %llu uses GPU %s, which is not managed here", static_cast<unsigned long long>(job.id),
-               uuid_text(open->uuid).c_str());
+               proto::to_hex(open->uuid).c_str());
       return send(job.fd, proto::GpuOpened{0, 0, 0, 0}) ? "" : "cannot send GpuOpened";
     }
     const auto gpu = static_cast<uint32_t>(g);

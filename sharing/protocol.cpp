@@ -565,4 +565,14 @@ bool decode(std::span<const uint8_t> datagram, size_t fd_count, Message* out, st
                         std::make_index_sequence<std::variant_size_v<Message>>());
 }
 
+std::string to_hex(const GpuUuid& uuid) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string text;
+  for (const uint8_t byte : uuid) {
+    text += kHex[byte >> 4];
+    text += kHex[byte & 15];
+  }
+  return text;
+}
+
 }  // namespace zico::proto

@@ -70,6 +70,8 @@ enum class Type : uint16_t {
 
 // Identifies a GPU across processes whatever CUDA_VISIBLE_DEVICES says.
 using GpuUuid = std::array<uint8_t, 16>;
+// Its 32 lowercase hex digits, for logs and zico-umctl.
+[[nodiscard]] std::string to_hex(const GpuUuid& uuid);
 
 // --- job -> daemon -----------------------------------------------------------
 

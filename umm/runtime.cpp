@@ -7,13 +7,12 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "cuda_driver.h"
+#include "driver_factory.h"
 #include "host_store.h"
 #include "node_client.h"
 #include "nvme_store.h"
 #include "last_error.h"
 #include "log.h"
-#include "sim_driver.h"
 #include "sizes.h"
 
 extern char** environ;
@@ -36,18 +35,10 @@ Runtime::Runtime() noexcept {
     if (const std::string unknown = unknown_variables(environ); !unknown.empty()) {
       ZICO_LOG(kWarn, "ignoring unknown variable(s) %s; `zico-run --list-env` lists the known ones", unknown.c_str());
     }
-    if (config_.backend == Backend::kSim) {
-      SimOptions options;
-      options.device_count = config_.sim_devices;
-      options.capacity = config_.sim_capacity / config_.sim_granularity * config_.sim_granularity;
-      options.granularity = config_.sim_granularity;
-      driver_ = std::make_unique<SimDriver>(options);
-    } else {
-      init_status_ = CudaDriver::open(&driver_, &init_error_);
-      if (!init_status_.is_ok()) {
-        ZICO_LOG(kError, "%s (ZICO_BACKEND=sim runs without a GPU)", init_error_.c_str());
-        return;
-      }
+    init_status_ = open_driver(config_, &driver_, &init_error_);
+    if (!init_status_.is_ok()) {
+      ZICO_LOG(kError, "%s", init_error_.c_str());
+      return;
     }
     ZICO_LOG(kInfo, "backend=%s budget=%s", driver_->name(),
              config_.budget ? format_size(*config_.budget).c_str() : "device memory");

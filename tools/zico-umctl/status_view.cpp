@@ -58,16 +58,6 @@ std::string format_duration(double seconds) {
   return text;
 }
 
-std::string uuid_hex(const proto::GpuUuid& uuid) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string text;
-  for (const uint8_t byte : uuid) {
-    text += kHex[byte >> 4];
-    text += kHex[byte & 15];
-  }
-  return text;
-}
-
 size_t job_count(const proto::StatusReply& status) {
   std::set<uint64_t> ids;
   for (const proto::JobStatus& job : status.jobs) ids.insert(job.id);
@@ -77,7 +67,7 @@ size_t job_count(const proto::StatusReply& status) {
 void write_gpu_json(JsonWriter& json, const proto::GpuStatus& gpu) {
   json.begin_object();
   json.field("index", static_cast<uint64_t>(gpu.index));
-  json.field("uuid", uuid_hex(gpu.uuid));
+  json.field("uuid", proto::to_hex(gpu.uuid));
   json.field("chunk_bytes", gpu.chunk_bytes);
   json.field("budget_bytes", gpu.budget_bytes);
   json.field("granted_bytes", gpu.granted_bytes);

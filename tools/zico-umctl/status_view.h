@@ -31,9 +31,6 @@ namespace zico::umctl {
 // "0.4s", "59.9s", "5m 07s", "3h 02m", "2d 04h".
 [[nodiscard]] std::string format_duration(double seconds);
 
-// The 32 lowercase hex digits of a GPU UUID.
-[[nodiscard]] std::string uuid_hex(const proto::GpuUuid& uuid);
-
 // Jobs, not (job, GPU) entries: a job on two GPUs counts once.
 [[nodiscard]] size_t job_count(const proto::StatusReply& status);
 

@@ -15,10 +15,9 @@
 #include <vector>
 
 #include "config.h"
-#include "cuda_driver.h"
+#include "driver_factory.h"
 #include "daemon.h"
 #include "log.h"
-#include "sim_driver.h"
 #include "sizes.h"
 
 namespace {
@@ -165,17 +164,11 @@ int main(int argc, char** argv) {
   }
   set_log_level(std::getenv("ZICO_LOG") != nullptr ? config.log_level : LogLevel::kInfo);
   std::unique_ptr<Driver> driver;
-  if (config.backend == Backend::kSim) {
-    SimOptions sim;
-    sim.device_count = config.sim_devices;
-    sim.capacity = config.sim_capacity / config.sim_granularity * config.sim_granularity;
-    sim.granularity = config.sim_granularity;
-    driver = std::make_unique<SimDriver>(sim);
-    options.zero_new_chunks = false;  // fresh memfds read as zeros
-  } else if (!CudaDriver::open(&driver, &error).is_ok()) {
-    std::fprintf(stderr, "zico-umd: %s (ZICO_BACKEND=sim runs without a GPU)\n", error.c_str());
+  if (!open_driver(config, &driver, &error).is_ok()) {
+    std::fprintf(stderr, "zico-umd: %s\n", error.c_str());
     return 1;
   }
+  options.zero_new_chunks = config.backend != Backend::kSim;  // fresh memfds read as zeros
   int count = 0;
   (void)driver->device_count(&count);
   if (gpu_list.empty()) {

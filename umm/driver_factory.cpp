@@ -1,0 +1,27 @@
+#include "driver_factory.h"
+
+#include "cuda_driver.h"
+#include "sim_driver.h"
+
+namespace zico {
+
+Status open_driver(const Config& config, std::unique_ptr<Driver>* out, std::string* why) {
+  if (config.backend == Backend::kSim) {
+    SimOptions options;
+    options.device_count = config.sim_devices;
+    options.capacity = config.sim_capacity / config.sim_granularity * config.sim_granularity;
+    options.granularity = config.sim_granularity;
+    try {
+      *out = std::make_unique<SimDriver>(options);
+    } catch (const std::bad_alloc&) {
+      *why = "no host memory for the simulated driver";
+      return Status(Errc::kOutOfMemory);
+    }
+    return Status::ok();
+  }
+  const Status status = CudaDriver::open(out, why);
+  if (!status.is_ok()) *why += " (ZICO_BACKEND=sim runs without a GPU)";
+  return status;
+}
+
+}  // namespace zico
