@@ -49,11 +49,10 @@
 #include <string>
 #include <vector>
 
+#include "job_id.h"
 #include "status.h"
 
 namespace zico::sharing {
-
-using JobId = uint64_t;
 
 enum class DeadlockPolicy : uint8_t { kYield, kFail };
 

@@ -1,0 +1,96 @@
+#include "iteration_gates.h"
+
+#include <algorithm>
+
+namespace zico::sharing {
+
+IterationGates::IterationGates(bool time_shift, SchedulerOptions options)
+    : time_shift_(time_shift), options_(options) {}
+
+void IterationGates::add_gpu(uint64_t budget_bytes) {
+  gpus_.emplace_back(options_);
+  gpus_.back().set_budget(budget_bytes);
+  open_.emplace_back();
+}
+
+void IterationGates::set_budget(uint32_t gpu, uint64_t bytes) {
+  if (gpu < gpus_.size()) gpus_[gpu].set_budget(bytes);
+}
+
+void IterationGates::open(JobId job, uint32_t gpu) {
+  if (gpu >= gpus_.size() || gpus_[gpu].has_job(job)) return;
+  gpus_[gpu].add_job(job);
+  open_[gpu].push_back(job);
+}
+
+void IterationGates::remove_job(JobId job) {
+  for (size_t g = 0; g < gpus_.size(); ++g) {
+    gpus_[g].remove_job(job);
+    std::erase(open_[g], job);
+  }
+  std::erase_if(waiting_, [job](const Waiting& w) { return w.job == job; });
+}
+
+void IterationGates::set_curve(JobId job, uint32_t gpu, const DemandCurve& curve) {
+  if (gpu < gpus_.size()) gpus_[gpu].set_curve(job, curve);
+}
+
+void IterationGates::set_held(JobId job, uint32_t gpu, uint64_t bytes) {
+  if (gpu < gpus_.size()) gpus_[gpu].set_held(job, bytes);
+}
+
+uint64_t IterationGates::generations() const {
+  uint64_t sum = 0;
+  for (const TimeShiftScheduler& gpu : gpus_) sum += gpu.plan_generation();
+  return sum;
+}
+
+uint64_t IterationGates::decide(JobId job, uint64_t now_ns) {
+  if (!time_shift_) return now_ns;
+  uint64_t start = now_ns;
+  for (size_t g = 0; g < gpus_.size(); ++g) {
+    if (gpus_[g].has_job(job)) start = std::max(start, gpus_[g].plan_start(job, now_ns).start_ns);
+  }
+  // Every GPU reserves the one start the job will really take.
+  for (size_t g = 0; g < gpus_.size(); ++g) {
+    if (gpus_[g].has_job(job)) gpus_[g].started(job, start);
+  }
+  return start;
+}
+
+void IterationGates::arrive(JobId job, uint64_t sequence, uint64_t now_ns) {
+  std::erase_if(waiting_, [job](const Waiting& w) { return w.job == job; });
+  const uint64_t open_ns = decide(job, now_ns);
+  waiting_.push_back(Waiting{job, sequence, now_ns, open_ns});
+}
+
+std::vector<IterationGates::Opened> IterationGates::due(uint64_t now_ns) {
+  if (const uint64_t current = generations(); current != seen_generations_) {
+    // A plan changed under the waiting gates: ask again, oldest first.
+    for (Waiting& w : waiting_) w.open_ns = decide(w.job, now_ns);
+    seen_generations_ = generations();
+  }
+  std::vector<Opened> opened;
+  std::erase_if(waiting_, [&](const Waiting& w) {
+    if (w.open_ns > now_ns) return false;
+    opened.push_back(Opened{w.job, w.sequence});
+    if (now_ns > w.arrived_ns) {
+      ++delayed_gates_;
+      delay_ns_ += now_ns - w.arrived_ns;
+    }
+    // It starts now, whatever was planned.
+    for (TimeShiftScheduler& gpu : gpus_) {
+      if (gpu.has_job(w.job)) gpu.started(w.job, now_ns);
+    }
+    return true;
+  });
+  return opened;
+}
+
+uint64_t IterationGates::next_due_ns() const {
+  uint64_t next = UINT64_MAX;
+  for (const Waiting& w : waiting_) next = std::min(next, w.open_ns);
+  return next;
+}
+
+}  // namespace zico::sharing

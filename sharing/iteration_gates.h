@@ -1,0 +1,81 @@
+// IterationGates: zico-umd's side of the time-shift schedule. One
+// TimeShiftScheduler per GPU, and the jobs held at their iteration gates.
+//
+// A job announces each iteration boundary (kIterationMark) and waits for
+// kProceed. A job uses one or more GPUs; it may start when every GPU's
+// scheduler agrees, so its start is the latest of their decisions. Decisions
+// are remembered as planned starts (the scheduler reserves them), and are
+// taken again, oldest first, whenever a plan changes under them: a budget
+// set with zico-umctl, a job arriving or leaving, a new curve.
+//
+// With time shift off (zico-umd --schedule fcfs) every gate opens at once,
+// so jobs need not know which schedule the daemon runs.
+//
+// Pure, like the schedulers: time is passed in; the daemon sends the
+// kProceed messages for what due() returns and arms a timer for next_due_ns().
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "demand_curve.h"
+#include "job_id.h"
+#include "time_shift_scheduler.h"
+
+namespace zico::sharing {
+
+class IterationGates {
+ public:
+  IterationGates(bool time_shift, SchedulerOptions options);
+
+  [[nodiscard]] bool time_shift() const { return time_shift_; }
+  // GPUs are numbered 0, 1, ... in the order added; budgets in bytes.
+  void add_gpu(uint64_t budget_bytes);
+  void set_budget(uint32_t gpu, uint64_t bytes);
+
+  void open(JobId job, uint32_t gpu);
+  // Forgets the job everywhere, its waiting gate included.
+  void remove_job(JobId job);
+  void set_curve(JobId job, uint32_t gpu, const DemandCurve& curve);
+  void set_held(JobId job, uint32_t gpu, uint64_t bytes);
+
+  struct Opened {
+    JobId job = 0;
+    uint64_t sequence = 0;
+  };
+  // The job reached the iteration boundary `sequence` at now_ns. A gate
+  // already waiting for the job is replaced (the job asked again).
+  void arrive(JobId job, uint64_t sequence, uint64_t now_ns);
+  // The gates that open at or before now_ns, in the order they were asked;
+  // each job is told its iteration started then. Re-plans first if a
+  // scheduler's plan changed since the last call.
+  [[nodiscard]] std::vector<Opened> due(uint64_t now_ns);
+  // When the next waiting gate opens; UINT64_MAX when none waits.
+  [[nodiscard]] uint64_t next_due_ns() const;
+  [[nodiscard]] size_t waiting() const { return waiting_.size(); }
+  // Gates that were held back, ever, and for how long in all.
+  [[nodiscard]] uint64_t delayed_gates() const { return delayed_gates_; }
+  [[nodiscard]] uint64_t delay_ns() const { return delay_ns_; }
+
+ private:
+  struct Waiting {
+    JobId job = 0;
+    uint64_t sequence = 0;
+    uint64_t arrived_ns = 0;
+    uint64_t open_ns = 0;
+  };
+  // The latest start every GPU the job uses agrees to, asked at now_ns.
+  uint64_t decide(JobId job, uint64_t now_ns);
+  [[nodiscard]] uint64_t generations() const;
+
+  bool time_shift_;
+  SchedulerOptions options_;
+  std::vector<TimeShiftScheduler> gpus_;
+  std::vector<std::vector<JobId>> open_;  // per GPU, the jobs that opened it
+  std::vector<Waiting> waiting_;          // in arrival order
+  uint64_t seen_generations_ = 0;
+  uint64_t delayed_gates_ = 0;
+  uint64_t delay_ns_ = 0;
+};
+
+}  // namespace zico::sharing

@@ -1,0 +1,134 @@
+#include "time_shift_scheduler.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace zico::sharing {
+
+TimeShiftScheduler::TimeShiftScheduler(SchedulerOptions options) : options_(options) {}
+
+void TimeShiftScheduler::set_budget(uint64_t bytes) {
+  if (bytes == budget_) return;
+  budget_ = bytes;
+  ++generation_;
+}
+
+void TimeShiftScheduler::add_job(JobId job) {
+  if (jobs_.emplace(job, Job{}).second) ++generation_;
+}
+
+void TimeShiftScheduler::remove_job(JobId job) {
+  if (jobs_.erase(job) != 0) ++generation_;
+}
+
+void TimeShiftScheduler::set_curve(JobId job, const DemandCurve& curve) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return;
+  if (materially_different(it->second.curve, curve, options_.replan_tolerance)) ++generation_;
+  it->second.curve = curve;
+}
+
+void TimeShiftScheduler::set_held(JobId job, uint64_t bytes) {
+  auto it = jobs_.find(job);
+  if (it != jobs_.end()) it->second.held = bytes;
+}
+
+void TimeShiftScheduler::started(JobId job, uint64_t start_ns) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return;
+  it->second.in_iteration = true;
+  it->second.start_ns = start_ns;
+}
+
+uint64_t TimeShiftScheduler::predicted_max(const Job& job, uint64_t from, uint64_t to) {
+  const DemandCurve& curve = job.curve;
+  if (!curve.known()) return job.held;
+  if (!job.in_iteration) return curve.end_bytes;
+  const uint64_t end = job.start_ns + curve.period_ns;
+  uint64_t most = 0;
+  // Before its (planned) start the job waits at its end level.
+  if (from < job.start_ns) most = curve.end_bytes;
+  if (to > end) most = std::max(most, curve.end_bytes);
+  const uint64_t lo = std::max(from, job.start_ns);
+  const uint64_t hi = std::min(to, end);
+  if (lo < hi) {
+    const size_t first = curve.bin_of(lo - job.start_ns);
+    const size_t last = curve.bin_of(hi - 1 - job.start_ns);
+    for (size_t b = first; b <= last; ++b) most = std::max(most, curve.bins[b]);
+  }
+  return most;
+}
+
+uint64_t TimeShiftScheduler::predicted_bytes(uint64_t t) const {
+  uint64_t sum = 0;
+  for (const auto& [id, job] : jobs_) sum += predicted_max(job, t, t + 1);
+  return sum;
+}
+
+StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
+  StartDecision decision{now_ns, 0, true};
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return decision;
+  Job& job = it->second;
+  // A new ask replaces the job's earlier plan.
+  job.in_iteration = false;
+  if (budget_ == 0 || !job.curve.known()) {
+    decision.predicted_peak = predicted_bytes(now_ns);
+    return decision;
+  }
+
+  const DemandCurve& curve = job.curve;
+  const uint64_t step = curve.bin_ns();
+  // Waiting past the moment every other job has finished its current (or
+  // planned) iteration cannot lower the others' demand any further.
+  uint64_t horizon_end = now_ns;
+  for (const auto& [id, other] : jobs_) {
+    if (id == job_id || !other.in_iteration || !other.curve.known()) continue;
+    horizon_end = std::max(horizon_end, other.start_ns + other.curve.period_ns);
+  }
+  const size_t candidates = static_cast<size_t>((horizon_end - now_ns + step - 1) / step) + 1;
+  const size_t cells = candidates + kDemandBins;
+
+  // The others' predicted aggregate, cell by cell on this job's bin grid
+  // anchored at now: each cell holds the sum of the others' maxima over it,
+  // which never under-states the real sum.
+  scratch_.assign(cells, 0);
+  for (const auto& [id, other] : jobs_) {
+    if (id == job_id) continue;
+    for (size_t c = 0; c < cells; ++c) {
+      const uint64_t from = now_ns + c * step;
+      scratch_[c] += predicted_max(other, from, from + step);
+    }
+  }
+
+  const uint64_t limit =
+      static_cast<uint64_t>(static_cast<double>(budget_) * std::clamp(1.0 - options_.headroom, 0.0, 1.0));
+  uint64_t best_peak = std::numeric_limits<uint64_t>::max();
+  size_t best = 0;
+  for (size_t d = 0; d < candidates; ++d) {
+    uint64_t peak = 0;
+    for (size_t b = 0; b < kDemandBins && peak <= best_peak; ++b) {
+      peak = std::max(peak, curve.bins[b] + scratch_[d + b]);
+    }
+    if (peak <= limit) {  // the earliest start that fits: the least delay
+      best = d;
+      best_peak = peak;
+      break;
+    }
+    if (peak < best_peak) {  // ties keep the earlier start
+      best_peak = peak;
+      best = d;
+    }
+  }
+
+  decision.start_ns = now_ns + best * step;
+  decision.predicted_peak = best_peak;
+  decision.fits = best_peak <= limit;
+  // Remembered as planned, so that decisions for other jobs made before it
+  // starts leave room for it.
+  job.in_iteration = true;
+  job.start_ns = decision.start_ns;
+  return decision;
+}
+
+}  // namespace zico::sharing

@@ -1,0 +1,113 @@
+// TimeShiftScheduler: when may each job start its next iteration, so that the
+// memory peaks of the jobs sharing one GPU do not coincide (Zico, ATC'21,
+// generalised from two jobs to N). Pure policy: no clock, no sockets; the
+// daemon and the simulator drive the same object (docs/scheduling.md).
+//
+// What it knows, per job: the job's DemandCurve (usage_tracker.h) once
+// learned, when its current iteration started, and what it holds. What it
+// decides: at an iteration boundary (a "gate"), the earliest start time at
+// which the predicted aggregate demand of all jobs stays within the budget
+// (less a small headroom) for the whole of the job's next iteration. Delaying
+// a start is what shifts a job's phase against the others; each decision
+// takes the least delay that fits, so the offsets the jobs settle into are
+// the ones of least total delay that this greedy order can find.
+//
+// Prediction of another job k at a future time t:
+//  - k in an iteration that began at s (or is planned to begin at s): the
+//    curve's bin at phase t - s while t < s + period;
+//  - afterwards, and for a job between iterations: the curve's end level
+//    (what it holds while waiting for its next gate). Its next iteration will
+//    pass its own gate, which sees this job's plan; whoever asks first is
+//    placed first, so no job is counted twice and none is starved for long;
+//  - k still learning (no curve): what it holds now.
+//
+// If no start within the horizon (until every other job's current iteration
+// has ended, where waiting longer cannot help) fits, the start with the
+// smallest predicted peak is returned (fits = false): the hard budget in the
+// ledger still holds, and its deadlock rule serves one job when all wait.
+//
+// Cost: a decision is O(N * B + H * B) for N jobs, B = kDemandBins and H the
+// horizon in bins of the deciding job (about one period): tens of
+// microseconds, once per iteration per job. Chunk requests never consult it.
+//
+// Not thread-safe: the owner serialises calls (the daemon's loop, the
+// simulator's event loop).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "demand_curve.h"
+#include "job_id.h"
+
+namespace zico::sharing {
+
+struct SchedulerOptions {
+  // Fraction of the budget plans leave free for prediction error.
+  double headroom = 0.02;
+  // A new curve re-plans only when it differs by more than this fraction
+  // (materially_different()): small drifts would move every gate.
+  double replan_tolerance = 0.05;
+};
+
+struct StartDecision {
+  uint64_t start_ns = 0;        // when the job should begin (>= the asking time)
+  uint64_t predicted_peak = 0;  // aggregate bytes predicted over its iteration if it does
+  bool fits = true;             // predicted_peak <= the budget less headroom
+};
+
+class TimeShiftScheduler {
+ public:
+  explicit TimeShiftScheduler(SchedulerOptions options = {});
+
+  // Bytes the jobs together may hold. Changing it is a re-plan.
+  void set_budget(uint64_t bytes);
+  [[nodiscard]] uint64_t budget() const { return budget_; }
+
+  // A new job starts out learning (no curve). Adding or removing is a re-plan.
+  void add_job(JobId job);
+  void remove_job(JobId job);
+  [[nodiscard]] bool has_job(JobId job) const { return jobs_.count(job) != 0; }
+  [[nodiscard]] size_t job_count() const { return jobs_.size(); }
+
+  // The job's learned curve (an unknown curve puts it back to learning). A
+  // re-plan when it differs materially from the one in use.
+  void set_curve(JobId job, const DemandCurve& curve);
+  // What the job holds now (used for jobs still learning).
+  void set_held(JobId job, uint64_t bytes);
+
+  // The gate: the job is ready to begin an iteration at now_ns. Jobs still
+  // learning, and all jobs while the budget is 0 (unlimited), start at once.
+  // The decision is remembered as the job's planned start, so later
+  // decisions for other jobs see it, until started() or a new ask.
+  [[nodiscard]] StartDecision plan_start(JobId job, uint64_t now_ns);
+  // The job began its iteration at start_ns (after any delay).
+  void started(JobId job, uint64_t start_ns);
+
+  // Moves on every re-plan (budget, job set, a changed curve). A caller
+  // holding jobs at their gates asks again for each of them, oldest first:
+  // a larger budget releases them earlier, a smaller one may delay them.
+  [[nodiscard]] uint64_t plan_generation() const { return generation_; }
+
+  // The predicted aggregate bytes at time t (for tests and plots).
+  [[nodiscard]] uint64_t predicted_bytes(uint64_t t) const;
+
+ private:
+  struct Job {
+    DemandCurve curve;
+    bool in_iteration = false;  // started (or planned to start) at `start_ns`
+    uint64_t start_ns = 0;
+    uint64_t held = 0;
+  };
+  // The most bytes job `job` is predicted to hold within [from, to).
+  [[nodiscard]] static uint64_t predicted_max(const Job& job, uint64_t from, uint64_t to);
+
+  SchedulerOptions options_;
+  uint64_t budget_ = 0;
+  uint64_t generation_ = 0;
+  std::map<JobId, Job> jobs_;
+  std::vector<uint64_t> scratch_;  // the others' aggregate, per bin of the deciding job
+};
+
+}  // namespace zico::sharing

@@ -1,0 +1,103 @@
+// The node manager's decision costs with 8 jobs on one GPU (docs/benchmarks.md).
+//
+//  - ChunkRequest/fcfs: one chunk request through the Ledger as zico-umd
+//    serves it without time shift: request, pump (the grant), and the return
+//    later, with pump again. The baseline.
+//  - ChunkRequest/zico: the same, plus what time shift adds per request in
+//    the daemon (the holding update the gates get on every grant and return).
+//  - IterationGate: one gate decision of the time-shift scheduler, for a job
+//    whose 7 co-runners are at spread-out phases of their iterations. Paid
+//    once per iteration per job, not per request.
+//
+// Time is virtual (a counter), so the figures are pure decision cost.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <string>
+
+#include "iteration_gates.h"
+#include "ledger.h"
+#include "time_shift_scheduler.h"
+
+namespace zico::sharing {
+namespace {
+
+constexpr int kJobs = 8;
+constexpr uint64_t kChunk = uint64_t{2} << 20;
+constexpr uint64_t kBudgetChunks = 20'000;  // 40 GiB of 2 MiB chunks
+constexpr uint64_t kMs = 1'000'000;
+
+DemandCurve training_curve(uint64_t period_ns, uint64_t base, uint64_t peak) {
+  DemandCurve curve;
+  curve.period_ns = period_ns;
+  for (size_t b = 0; b < kDemandBins; ++b) {
+    const size_t rise = b < kDemandBins / 2 ? b + 1 : kDemandBins - b;
+    curve.bins[b] = base + (peak - base) * rise / (kDemandBins / 2);
+  }
+  curve.end_bytes = base;
+  return curve;
+}
+
+void chunk_requests(benchmark::State& state, bool time_shift) {
+  Ledger ledger;
+  IterationGates gates(time_shift, SchedulerOptions{});
+  (void)ledger.add_gpu(kBudgetChunks);
+  gates.add_gpu(kBudgetChunks * kChunk);
+  std::string why;
+  for (JobId job = 1; job <= kJobs; ++job) {
+    (void)ledger.add_job(job, 1000, job);
+    (void)ledger.open(job, 0, 0, &why);
+    gates.open(job, 0);
+    gates.set_curve(job, 0, training_curve((20 + job * 5) * kMs, 1ull << 30, 4ull << 30));
+    // Each job holds some memory, as in a running node.
+    (void)ledger.request(job, 0, 1, 1000, 0, &why);
+  }
+  (void)ledger.pump(0);
+  uint64_t now = 1;
+  uint64_t request_id = 2;
+  uint64_t held[kJobs + 1] = {};
+  for (JobId job = 1; job <= kJobs; ++job) held[job] = 1000;
+  JobId job = 1;
+  for (auto _ : state) {
+    // Ask for one chunk, get it, give it back: one request's whole life.
+    (void)ledger.request(job, 0, request_id++, 1, now, &why);
+    auto actions = ledger.pump(now);
+    benchmark::DoNotOptimize(actions);
+    if (time_shift) gates.set_held(job, 0, (held[job] + 1) * kChunk);
+    (void)ledger.returned(job, 0, 1, false, now, &why);
+    actions = ledger.pump(now);
+    benchmark::DoNotOptimize(actions);
+    if (time_shift) gates.set_held(job, 0, held[job] * kChunk);
+    job = job % kJobs + 1;
+    now += 1000;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void BM_ChunkRequest_fcfs(benchmark::State& state) { chunk_requests(state, false); }
+void BM_ChunkRequest_zico(benchmark::State& state) { chunk_requests(state, true); }
+BENCHMARK(BM_ChunkRequest_fcfs);
+BENCHMARK(BM_ChunkRequest_zico);
+
+void BM_IterationGate(benchmark::State& state) {
+  TimeShiftScheduler scheduler;
+  scheduler.set_budget(40ull << 30);
+  for (JobId job = 1; job <= kJobs; ++job) {
+    scheduler.add_job(job);
+    scheduler.set_curve(job, training_curve((20 + job * 5) * kMs, 1ull << 30, 8ull << 30));
+  }
+  // The co-runners are spread over their iterations.
+  for (JobId job = 2; job <= kJobs; ++job) scheduler.started(job, job * 3 * kMs);
+  const uint64_t now = 30 * kMs;
+  for (auto _ : state) {
+    const StartDecision decision = scheduler.plan_start(1, now);
+    benchmark::DoNotOptimize(decision);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_IterationGate);
+
+}  // namespace
+}  // namespace zico::sharing
+
+BENCHMARK_MAIN();

@@ -1,0 +1,144 @@
+#include "iteration_gates.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+namespace zico::sharing {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+DemandCurve hill(uint64_t period_ns, uint64_t base, uint64_t peak) {
+  DemandCurve curve;
+  curve.period_ns = period_ns;
+  for (size_t b = 0; b < kDemandBins; ++b) {
+    const size_t rise = b < kDemandBins / 2 ? b + 1 : kDemandBins - b;
+    curve.bins[b] = base + (peak - base) * rise / (kDemandBins / 2);
+  }
+  curve.end_bytes = base;
+  return curve;
+}
+
+SchedulerOptions no_headroom() {
+  SchedulerOptions options;
+  options.headroom = 0;
+  return options;
+}
+
+// Two jobs with a learned pattern under a budget that holds one peak and
+// the other's floor: job 1 goes at once, job 2 waits until job 1's peak has
+// passed, then goes.
+IterationGates two_jobs(bool time_shift) {
+  IterationGates gates(time_shift, no_headroom());
+  gates.add_gpu(14 * kGiB);
+  for (JobId job : {1, 2}) {
+    gates.open(job, 0);
+    gates.set_curve(job, 0, hill(100 * kMs, 1 * kGiB, 10 * kGiB));
+  }
+  return gates;
+}
+
+TEST(IterationGates, HoldsTheSecondJobUntilTheFirstJobsPeakHasPassed) {
+  IterationGates gates = two_jobs(true);
+  gates.arrive(1, 7, 0);
+  auto opened = gates.due(0);
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_EQ(opened[0].job, 1u);
+  EXPECT_EQ(opened[0].sequence, 7u);
+
+  gates.arrive(2, 1, 1 * kMs);
+  EXPECT_TRUE(gates.due(1 * kMs).empty());
+  const uint64_t next = gates.next_due_ns();
+  ASSERT_NE(next, UINT64_MAX);
+  EXPECT_GT(next, 1 * kMs);
+  EXPECT_LT(next, 100 * kMs);
+  EXPECT_TRUE(gates.due(next - 1).empty());
+  opened = gates.due(next);
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_EQ(opened[0].job, 2u);
+  EXPECT_EQ(gates.waiting(), 0u);
+  EXPECT_EQ(gates.delayed_gates(), 1u);
+  EXPECT_EQ(gates.delay_ns(), next - 1 * kMs);
+}
+
+TEST(IterationGates, FcfsOpensEveryGateAtOnce) {
+  IterationGates gates = two_jobs(false);
+  gates.arrive(1, 1, 0);
+  gates.arrive(2, 1, 0);
+  EXPECT_EQ(gates.due(0).size(), 2u);
+  EXPECT_EQ(gates.next_due_ns(), UINT64_MAX);
+  EXPECT_EQ(gates.delayed_gates(), 0u);
+}
+
+TEST(IterationGates, ABudgetIncreaseReleasesAWaitingGate) {
+  IterationGates gates = two_jobs(true);
+  gates.arrive(1, 1, 0);
+  (void)gates.due(0);
+  gates.arrive(2, 1, 0);
+  ASSERT_TRUE(gates.due(0).empty());
+  gates.set_budget(0, 24 * kGiB);
+  const auto opened = gates.due(2 * kMs);
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_EQ(opened[0].job, 2u);
+}
+
+TEST(IterationGates, ABudgetCutHoldsAGateThatWouldHaveOpened) {
+  IterationGates gates = two_jobs(true);
+  gates.set_budget(0, 24 * kGiB);
+  gates.arrive(1, 1, 0);
+  (void)gates.due(0);
+  gates.arrive(2, 1, 0);
+  // Planned for now under 24 GiB; the cut to 14 GiB comes before it opens.
+  gates.set_budget(0, 14 * kGiB);
+  EXPECT_TRUE(gates.due(0).empty());
+  EXPECT_GT(gates.next_due_ns(), 0u);
+}
+
+TEST(IterationGates, ALeavingJobReleasesTheOthersAndLeavesNoGateBehind) {
+  IterationGates gates = two_jobs(true);
+  gates.arrive(1, 1, 0);
+  (void)gates.due(0);
+  gates.arrive(2, 1, 0);
+  ASSERT_TRUE(gates.due(0).empty());
+  gates.remove_job(1);
+  EXPECT_EQ(gates.due(1 * kMs).size(), 1u);
+  gates.arrive(1, 2, 2 * kMs);  // unknown now: it waits for nothing
+  EXPECT_EQ(gates.due(2 * kMs).size(), 1u);
+  gates.remove_job(2);
+  gates.remove_job(1);
+  EXPECT_EQ(gates.waiting(), 0u);
+}
+
+TEST(IterationGates, AJobOnTwoGpusWaitsForTheLaterOfTheirDecisions) {
+  IterationGates gates(true, no_headroom());
+  gates.add_gpu(14 * kGiB);
+  gates.add_gpu(100 * kGiB);  // never the constraint
+  for (JobId job : {1, 2}) {
+    gates.open(job, 0);
+    gates.set_curve(job, 0, hill(100 * kMs, 1 * kGiB, 10 * kGiB));
+  }
+  gates.open(2, 1);
+  gates.set_curve(2, 1, hill(100 * kMs, 1 * kGiB, 10 * kGiB));
+  gates.arrive(1, 1, 0);
+  (void)gates.due(0);
+  gates.arrive(2, 1, 0);
+  EXPECT_TRUE(gates.due(0).empty());
+  EXPECT_GT(gates.next_due_ns(), 0u);
+}
+
+TEST(IterationGates, ANewMarkReplacesTheJobsWaitingOne) {
+  IterationGates gates = two_jobs(true);
+  gates.arrive(1, 1, 0);
+  (void)gates.due(0);
+  gates.arrive(2, 1, 0);
+  gates.arrive(2, 2, 1 * kMs);
+  EXPECT_EQ(gates.waiting(), 1u);
+  const auto opened = gates.due(gates.next_due_ns());
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_EQ(opened[0].sequence, 2u);
+}
+
+}  // namespace
+}  // namespace zico::sharing

@@ -1,0 +1,225 @@
+#include "time_shift_scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace zico::sharing {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+// Memory climbing from `base` to `peak` over the first half of the period
+// and falling back over the second: a forward pass, then a backward pass.
+DemandCurve triangle(uint64_t period_ns, uint64_t base, uint64_t peak) {
+  DemandCurve curve;
+  curve.period_ns = period_ns;
+  for (size_t b = 0; b < kDemandBins; ++b) {
+    const size_t rise = b < kDemandBins / 2 ? b + 1 : kDemandBins - b;
+    curve.bins[b] = base + (peak - base) * rise / (kDemandBins / 2);
+  }
+  curve.persistent_bytes = base;
+  curve.transient_bytes = peak - base;
+  curve.end_bytes = base;
+  return curve;
+}
+
+// The most the scheduler predicts over [from, to), sampled finely.
+uint64_t predicted_peak_over(const TimeShiftScheduler& scheduler, uint64_t from, uint64_t to) {
+  uint64_t most = 0;
+  for (uint64_t t = from; t < to; t += 50'000) most = std::max(most, scheduler.predicted_bytes(t));
+  return most;
+}
+
+TEST(TimeShiftScheduler, StartsAtOnceWithoutBudgetOrCurve) {
+  TimeShiftScheduler scheduler;
+  scheduler.add_job(1);
+  scheduler.add_job(2);
+  scheduler.set_curve(1, triangle(100 * kMs, 1 * kGiB, 10 * kGiB));
+  scheduler.started(1, 0);
+  // Budget 0 means unlimited.
+  EXPECT_EQ(scheduler.plan_start(2, 5 * kMs).start_ns, 5 * kMs);
+  scheduler.set_budget(12 * kGiB);
+  // Job 2 has no curve yet: it is learning and goes at once.
+  EXPECT_EQ(scheduler.plan_start(2, 5 * kMs).start_ns, 5 * kMs);
+}
+
+TEST(TimeShiftScheduler, NoDelayWhenBothPeaksFit) {
+  SchedulerOptions options;
+  options.headroom = 0;
+  TimeShiftScheduler scheduler(options);
+  scheduler.set_budget(20 * kGiB);
+  for (JobId job : {1, 2}) {
+    scheduler.add_job(job);
+    scheduler.set_curve(job, triangle(100 * kMs, 1 * kGiB, 10 * kGiB));
+  }
+  scheduler.started(1, 0);
+  const StartDecision decision = scheduler.plan_start(2, 0);
+  EXPECT_EQ(decision.start_ns, 0u);
+  EXPECT_TRUE(decision.fits);
+  EXPECT_EQ(decision.predicted_peak, 20 * kGiB);
+}
+
+TEST(TimeShiftScheduler, DelaysTheSecondJobPastTheFirstJobsPeakAndNoFurther) {
+  SchedulerOptions options;
+  options.headroom = 0;
+  TimeShiftScheduler scheduler(options);
+  const uint64_t budget = 14 * kGiB;  // both peaks together would need 20 GiB
+  scheduler.set_budget(budget);
+  const DemandCurve curve = triangle(100 * kMs, 1 * kGiB, 10 * kGiB);
+  for (JobId job : {1, 2}) {
+    scheduler.add_job(job);
+    scheduler.set_curve(job, curve);
+  }
+  scheduler.started(1, 0);
+  const StartDecision decision = scheduler.plan_start(2, 0);
+  ASSERT_TRUE(decision.fits);
+  EXPECT_GT(decision.start_ns, 0u);
+  EXPECT_LE(decision.predicted_peak, budget);
+  // The plan it made keeps the prediction within the budget everywhere.
+  EXPECT_LE(predicted_peak_over(scheduler, 0, decision.start_ns + 100 * kMs), budget);
+  // One step earlier would not have fitted: the delay is the least one.
+  const uint64_t earlier = decision.start_ns - curve.bin_ns();
+  scheduler.started(2, earlier);
+  EXPECT_GT(predicted_peak_over(scheduler, 0, earlier + 100 * kMs), budget);
+}
+
+TEST(TimeShiftScheduler, PlannedStartsAreReservedForLaterDecisions) {
+  SchedulerOptions options;
+  options.headroom = 0;
+  TimeShiftScheduler scheduler(options);
+  const uint64_t budget = 14 * kGiB;
+  scheduler.set_budget(budget);
+  const DemandCurve curve = triangle(100 * kMs, 1 * kGiB, 10 * kGiB);
+  for (JobId job : {1, 2, 3}) {
+    scheduler.add_job(job);
+    scheduler.set_curve(job, curve);
+  }
+  scheduler.started(1, 0);
+  const StartDecision second = scheduler.plan_start(2, 0);
+  const StartDecision third = scheduler.plan_start(3, 0);
+  ASSERT_TRUE(second.fits);
+  ASSERT_TRUE(third.fits);
+  EXPECT_GT(third.start_ns, second.start_ns);
+  // All three plans together stay within the budget.
+  EXPECT_LE(predicted_peak_over(scheduler, 0, third.start_ns + 100 * kMs), budget);
+}
+
+TEST(TimeShiftScheduler, AskingAgainReplacesTheJobsOwnPlan) {
+  SchedulerOptions options;
+  options.headroom = 0;
+  TimeShiftScheduler scheduler(options);
+  scheduler.set_budget(14 * kGiB);
+  for (JobId job : {1, 2}) {
+    scheduler.add_job(job);
+    scheduler.set_curve(job, triangle(100 * kMs, 1 * kGiB, 10 * kGiB));
+  }
+  scheduler.started(1, 0);
+  const StartDecision first = scheduler.plan_start(2, 0);
+  // Its own earlier plan must not stand in its way.
+  EXPECT_EQ(scheduler.plan_start(2, 0).start_ns, first.start_ns);
+  // A larger budget releases it at once.
+  const uint64_t generation = scheduler.plan_generation();
+  scheduler.set_budget(24 * kGiB);
+  EXPECT_NE(scheduler.plan_generation(), generation);
+  EXPECT_EQ(scheduler.plan_start(2, 1 * kMs).start_ns, 1 * kMs);
+}
+
+TEST(TimeShiftScheduler, WhenNothingFitsItPicksTheLeastOverflowAndSaysSo) {
+  SchedulerOptions options;
+  options.headroom = 0;
+  TimeShiftScheduler scheduler(options);
+  // 10 GiB of peak on top of the other's 3 GiB floor never fits in 12 GiB.
+  scheduler.set_budget(12 * kGiB);
+  for (JobId job : {1, 2}) {
+    scheduler.add_job(job);
+    scheduler.set_curve(job, triangle(100 * kMs, 3 * kGiB, 10 * kGiB));
+  }
+  scheduler.started(1, 0);
+  const StartDecision decision = scheduler.plan_start(2, 0);
+  EXPECT_FALSE(decision.fits);
+  EXPECT_EQ(decision.predicted_peak, 13 * kGiB);
+  // That least overflow is reached once job 1 is back at its floor, and the
+  // delay is bounded by job 1's iteration.
+  EXPECT_LE(decision.start_ns, 100 * kMs);
+}
+
+TEST(TimeShiftScheduler, HeadroomIsKeptFree) {
+  SchedulerOptions options;
+  options.headroom = 0.10;
+  TimeShiftScheduler scheduler(options);
+  scheduler.set_budget(20 * kGiB);
+  for (JobId job : {1, 2}) {
+    scheduler.add_job(job);
+    scheduler.set_curve(job, triangle(100 * kMs, 1 * kGiB, 10 * kGiB));
+  }
+  scheduler.started(1, 0);
+  // 20 GiB of peaks would fit the budget but not the budget less 10 %.
+  const StartDecision decision = scheduler.plan_start(2, 0);
+  EXPECT_GT(decision.start_ns, 0u);
+  EXPECT_LE(decision.predicted_peak, 18 * kGiB);
+}
+
+TEST(TimeShiftScheduler, LearningJobsCountWithWhatTheyHold) {
+  SchedulerOptions options;
+  options.headroom = 0;
+  TimeShiftScheduler scheduler(options);
+  scheduler.set_budget(14 * kGiB);
+  scheduler.add_job(1);
+  scheduler.add_job(2);
+  scheduler.set_curve(2, triangle(100 * kMs, 1 * kGiB, 10 * kGiB));
+  scheduler.set_held(1, 6 * kGiB);  // no curve yet: assumed to stay at what it holds
+  const StartDecision decision = scheduler.plan_start(2, 0);
+  EXPECT_FALSE(decision.fits);
+  scheduler.set_held(1, 4 * kGiB);
+  EXPECT_TRUE(scheduler.plan_start(2, 0).fits);
+}
+
+TEST(TimeShiftScheduler, ReplansOnlyOnMaterialChanges) {
+  TimeShiftScheduler scheduler;
+  scheduler.add_job(1);
+  uint64_t generation = scheduler.plan_generation();
+  scheduler.set_curve(1, triangle(100 * kMs, 1 * kGiB, 10 * kGiB));
+  EXPECT_NE(scheduler.plan_generation(), generation);  // a first curve
+  generation = scheduler.plan_generation();
+  scheduler.set_curve(1, triangle(101 * kMs, 1 * kGiB, 10 * kGiB));  // 1 %: noise
+  EXPECT_EQ(scheduler.plan_generation(), generation);
+  scheduler.set_curve(1, triangle(100 * kMs, 1 * kGiB, 14 * kGiB));  // a new pattern
+  EXPECT_NE(scheduler.plan_generation(), generation);
+  generation = scheduler.plan_generation();
+  scheduler.remove_job(1);
+  EXPECT_NE(scheduler.plan_generation(), generation);
+}
+
+// Two identical jobs that gate every iteration settle into a fixed offset:
+// after the first delay, neither waits again.
+TEST(TimeShiftScheduler, TwoPeriodicJobsSettleIntoAFixedOffset) {
+  SchedulerOptions options;
+  options.headroom = 0;
+  TimeShiftScheduler scheduler(options);
+  const uint64_t period = 100 * kMs;
+  scheduler.set_budget(14 * kGiB);
+  for (JobId job : {1, 2}) {
+    scheduler.add_job(job);
+    scheduler.set_curve(job, triangle(period, 1 * kGiB, 10 * kGiB));
+  }
+  uint64_t next[3] = {0, 0, 0};
+  uint64_t delays_after_warmup = 0;
+  for (int round = 0; round < 40; ++round) {
+    // The job whose iteration ends first asks first.
+    const JobId job = next[1] <= next[2] ? 1 : 2;
+    const StartDecision decision = scheduler.plan_start(job, next[job]);
+    ASSERT_TRUE(decision.fits) << "round " << round;
+    if (round >= 4) delays_after_warmup += decision.start_ns - next[job];
+    scheduler.started(job, decision.start_ns);
+    next[job] = decision.start_ns + period;
+  }
+  EXPECT_EQ(delays_after_warmup, 0u);
+  const uint64_t offset = (next[2] - next[1]) % period;
+  EXPECT_GT(offset, 0u);
+}
+
+}  // namespace
+}  // namespace zico::sharing

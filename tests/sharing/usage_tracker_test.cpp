@@ -1,0 +1,463 @@
+#include "usage_tracker.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "demand_curve.h"
+
+namespace zico::sharing {
+namespace {
+
+// ---- DemandCurve ------------------------------------------------------------
+
+DemandCurve flat(uint64_t period_ns, uint64_t level) {
+  DemandCurve c;
+  c.period_ns = period_ns;
+  c.bins.fill(level);
+  return c;
+}
+
+TEST(DemandCurve, BinOfSplitsThePeriodIntoEqualBins) {
+  DemandCurve c = flat(1280, 0);
+  EXPECT_EQ(c.bin_ns(), 10u);
+  EXPECT_EQ(c.bin_of(0), 0u);
+  EXPECT_EQ(c.bin_of(9), 0u);
+  EXPECT_EQ(c.bin_of(10), 1u);
+  EXPECT_EQ(c.bin_of(645), 64u);
+  EXPECT_EQ(c.bin_of(1279), 127u);
+  EXPECT_EQ(c.bin_of(1280), 127u);  // at or past the period: the last bin
+  EXPECT_EQ(c.bin_of(UINT64_MAX), 127u);
+
+  c.period_ns = 100;  // bins of 100/128 ns: exact arithmetic, no drift
+  EXPECT_EQ(c.bin_of(1), 1u);
+  EXPECT_EQ(c.bin_of(50), 64u);
+  EXPECT_EQ(c.bin_of(99), 126u);
+  EXPECT_EQ(c.bin_ns(), 1u);
+
+  c.period_ns = UINT64_MAX;  // the product would overflow
+  EXPECT_EQ(c.bin_of(UINT64_MAX / 2), 64u);
+
+  EXPECT_EQ(DemandCurve{}.bin_of(123), 0u);
+  EXPECT_FALSE(DemandCurve{}.known());
+}
+
+TEST(DemandCurve, PeakTroughAndMaxFrom) {
+  DemandCurve c = flat(1280, 100);
+  c.bins[3] = 50;
+  c.bins[10] = 900;
+  c.bins[100] = 400;
+  EXPECT_EQ(c.peak(), 900u);
+  EXPECT_EQ(c.trough(), 50u);
+  EXPECT_EQ(c.max_from(0), 900u);
+  EXPECT_EQ(c.max_from(109), 900u);  // bin 10
+  EXPECT_EQ(c.max_from(110), 400u);  // bin 11 on
+  EXPECT_EQ(c.max_from(1010), 100u);  // bin 101 on
+  EXPECT_EQ(c.max_from(5000), 100u);  // past the period: the last bin
+}
+
+TEST(DemandCurve, MateriallyDifferent) {
+  const DemandCurve unknown;
+  DemandCurve base = flat(1000, 100);
+  base.bins[7] = 1000;
+  EXPECT_FALSE(materially_different(unknown, unknown, 0.05));
+  EXPECT_TRUE(materially_different(unknown, base, 0.05));
+  EXPECT_TRUE(materially_different(base, unknown, 0.05));
+  EXPECT_FALSE(materially_different(base, base, 0.05));
+
+  DemandCurve next = base;
+  next.period_ns = 1050;  // exactly 5 %: not more than the tolerance
+  EXPECT_FALSE(materially_different(base, next, 0.05));
+  next.period_ns = 1051;
+  EXPECT_TRUE(materially_different(base, next, 0.05));
+  next.period_ns = 949;
+  EXPECT_TRUE(materially_different(base, next, 0.05));
+
+  next = base;
+  next.bins[7] = 1049;  // 49 < 5 % of the larger peak (52.45)
+  EXPECT_FALSE(materially_different(base, next, 0.05));
+  next.bins[7] = 1060;  // 60 > 53
+  EXPECT_TRUE(materially_different(base, next, 0.05));
+
+  // A small bin is judged against the peak, not against itself.
+  next = base;
+  next.bins[90] = 150;  // +50 % of the bin, exactly 5 % of the peak
+  EXPECT_FALSE(materially_different(base, next, 0.05));
+  next.bins[90] = 151;
+  EXPECT_TRUE(materially_different(base, next, 0.05));
+  next.bins[90] = 49;
+  EXPECT_TRUE(materially_different(base, next, 0.05));
+
+  // The split and end bytes are not part of the test.
+  next = base;
+  next.persistent_bytes = 999;
+  next.end_bytes = 5;
+  EXPECT_FALSE(materially_different(base, next, 0.05));
+}
+
+// ---- UsageTracker with marks ------------------------------------------------
+
+// One iteration of 1280 ns starting at `s` (bins of 10 ns). The weight W
+// (id 1, 1000 B) lives throughout; G (id 4, 300 B) is a gradient made in
+// each iteration and freed early in the next; A (id 2) an activation; S
+// (id 3, 50 B) 10 ns of scratch.
+void marked_iteration(UsageTracker& t, uint64_t s, uint64_t a_bytes, bool free_g) {
+  t.on_iteration(s);
+  if (free_g) t.on_free(4, s + 10);
+  t.on_allocate(2, a_bytes, s + 100);
+  t.on_allocate(3, 50, s + 200);
+  t.on_allocate(4, 300, s + 205);
+  t.on_free(3, s + 210);
+  t.on_free(2, s + 600);
+}
+
+TEST(UsageTracker, MarksGiveExactCurve) {
+  UsageTracker t;
+  t.on_allocate(1, 1000, 0);
+  marked_iteration(t, 0, 500, false);
+  EXPECT_TRUE(t.explicit_marks());
+  EXPECT_EQ(t.iterations(), 1u);
+  EXPECT_FALSE(t.curve().known());  // none complete yet
+  EXPECT_EQ(t.curve_version(), 0u);
+  t.on_iteration(1280);
+  EXPECT_EQ(t.iterations(), 2u);
+  EXPECT_EQ(t.iteration_start_ns(), 1280u);
+  EXPECT_EQ(t.curve_version(), 1u);
+
+  const DemandCurve& c = t.curve();
+  ASSERT_TRUE(c.known());
+  EXPECT_EQ(c.period_ns, 1280u);
+  std::array<uint64_t, kDemandBins> want{};
+  for (size_t i = 0; i < kDemandBins; ++i) {
+    if (i < 10) {
+      want[i] = 1000;
+    } else if (i < 20) {
+      want[i] = 1500;  // A from 100 ns
+    } else if (i < 22) {
+      want[i] = 1850;  // S and G at 200 and 205; S's free at 210 carries 1850 into bin 21
+    } else if (i <= 60) {
+      want[i] = 1800;  // until A's free at 600, which carries 1800 into bin 60
+    } else {
+      want[i] = 1300;
+    }
+  }
+  for (size_t i = 0; i < kDemandBins; ++i) EXPECT_EQ(c.bins[i], want[i]) << "bin " << i;
+  EXPECT_EQ(c.peak(), 1850u);
+  EXPECT_EQ(c.trough(), 1000u);
+  EXPECT_EQ(c.max_from(215), 1850u);
+  EXPECT_EQ(c.max_from(220), 1800u);
+  EXPECT_EQ(c.max_from(610), 1300u);
+  EXPECT_EQ(c.end_bytes, 1300u);
+  // At the peak (205 ns): W was born before the iteration, G is still live
+  // at its end; A lived 500 ns, S 10 ns < 1 % of 1280 ns.
+  EXPECT_EQ(c.persistent_bytes, 1300u);
+  EXPECT_EQ(c.transient_bytes, 500u);
+  EXPECT_EQ(c.workspace_bytes, 50u);
+}
+
+TEST(UsageTracker, VersionMovesOnlyOnMaterialChange) {
+  UsageTracker t;
+  t.on_allocate(1, 1000, 0);
+  marked_iteration(t, 0, 500, false);
+  marked_iteration(t, 1280, 500, true);
+  EXPECT_EQ(t.curve_version(), 1u);
+  EXPECT_EQ(t.curve().bins[1], 1000u);
+
+  // The second iteration starts with last iteration's G still live (bin 0
+  // and 1 hold 1300, not 1000): 300 B > 5 % of the peak, a material change.
+  marked_iteration(t, 2560, 500, true);
+  EXPECT_EQ(t.curve_version(), 2u);
+  EXPECT_EQ(t.curve().bins[1], 1300u);
+  EXPECT_EQ(t.curve().persistent_bytes, 1300u);
+
+  // Identical iteration: no change.
+  marked_iteration(t, 3840, 500, true);
+  EXPECT_EQ(t.curve_version(), 2u);
+
+  // A grows by 20 B: curve() follows, the version does not.
+  marked_iteration(t, 5120, 520, true);
+  EXPECT_EQ(t.curve().peak(), 1850u);  // the iteration before, A = 500
+  marked_iteration(t, 6400, 500, true);
+  EXPECT_EQ(t.curve().peak(), 1870u);
+  EXPECT_EQ(t.curve().transient_bytes, 520u);
+  EXPECT_EQ(t.curve_version(), 2u);
+
+  // Small steps that add up: compared with the curve of the last bump
+  // (peak 1850), not the one before.
+  marked_iteration(t, 7680, 560, true);  // ends the 500 iteration
+  marked_iteration(t, 8960, 600, true);  // ends 560: +60 < 95.5
+  EXPECT_EQ(t.curve().peak(), 1910u);
+  EXPECT_EQ(t.curve_version(), 2u);
+  marked_iteration(t, 10240, 600, true);  // ends 600: +100 > 97.5
+  EXPECT_EQ(t.curve().peak(), 1950u);
+  EXPECT_EQ(t.curve_version(), 3u);
+
+  // A longer iteration: the period moves by 10 %.
+  marked_iteration(t, 11520, 600, true);
+  t.on_iteration(11520 + 1408);
+  EXPECT_EQ(t.curve().period_ns, 1408u);
+  EXPECT_EQ(t.curve_version(), 4u);
+  EXPECT_EQ(t.iterations(), 11u);
+}
+
+TEST(UsageTracker, ZeroLengthIterationStaysKnown) {
+  UsageTracker t;
+  t.on_iteration(50);
+  t.on_allocate(1, 10, 50);
+  t.on_free(1, 50);
+  t.on_iteration(50);
+  EXPECT_EQ(t.curve().period_ns, 1u);
+  EXPECT_EQ(t.curve().peak(), 10u);
+  EXPECT_EQ(t.curve().end_bytes, 0u);
+}
+
+TEST(UsageTracker, UnknownFreesAreIgnoredAndCounted) {
+  UsageTracker t;
+  t.on_allocate(1, 100, 0);
+  t.on_free(7, 1);
+  t.on_free(1, 2);
+  t.on_free(1, 3);  // already freed
+  EXPECT_EQ(t.ignored_frees(), 2u);
+  EXPECT_EQ(t.live_bytes(), 0u);
+}
+
+TEST(UsageTracker, ReallocatingALiveIdFreesItFirst) {
+  UsageTracker t;
+  t.on_iteration(0);
+  t.on_allocate(1, 100, 0);
+  t.on_allocate(1, 40, 10);
+  EXPECT_EQ(t.live_bytes(), 40u);
+  t.on_free(1, 20);
+  EXPECT_EQ(t.live_bytes(), 0u);
+  EXPECT_EQ(t.ignored_frees(), 0u);
+  t.on_iteration(1280);
+  EXPECT_EQ(t.curve().peak(), 100u);
+  EXPECT_EQ(t.curve().bins[3], 0u);
+}
+
+// ---- UsageTracker without marks ---------------------------------------------
+
+constexpr uint64_t kWeight = 10'000;
+constexpr uint64_t kOptimizer = 4'000;
+constexpr uint64_t kInput = 64;
+constexpr uint64_t kScratch = 7;
+constexpr uint64_t kPeriodNs = 1000;
+constexpr uint64_t kTokenNs = 10;
+
+// A synthetic training job: weights, then iterations of input, `layers`
+// activations (100 B * layer), a scratch block, frees in reverse. The first
+// iteration also creates optimizer state, so it differs from the rest.
+struct Job {
+  explicit Job(UsageTracker& tracker) : t(tracker) {}
+
+  UsageTracker& t;
+  uint64_t next_id = 1;
+  uint64_t start = 0;  // of the current iteration
+  uint64_t token = 0;  // tokens into the current iteration
+  std::vector<uint64_t> anchor_times;  // when each "input freed" token came
+
+  uint64_t now() { return start + kTokenNs * token++; }
+  uint64_t alloc(uint64_t bytes) {
+    const uint64_t id = next_id++;
+    t.on_allocate(id, bytes, now());
+    return id;
+  }
+  void free(uint64_t id) { t.on_free(id, now()); }
+
+  void iteration(size_t layers, uint64_t odd_layer = 0, uint64_t odd_bytes = 0, bool first = false) {
+    token = 0;
+    const uint64_t input = alloc(kInput);
+    std::vector<uint64_t> acts;
+    for (size_t l = 1; l <= layers; ++l) acts.push_back(alloc(l == odd_layer ? odd_bytes : 100 * l));
+    const uint64_t scratch = alloc(kScratch);
+    free(scratch);
+    if (first) alloc(kOptimizer);
+    for (size_t l = acts.size(); l-- > 0;) free(acts[l]);
+    anchor_times.push_back(start + kTokenNs * token);
+    free(input);
+    start += kPeriodNs;
+  }
+  static size_t tokens(size_t layers) { return 2 * layers + 4; }
+};
+
+UsageTrackerOptions options() {
+  UsageTrackerOptions o;
+  // 25 ns: the scratch (10 ns) is workspace, the last activation (30 ns) is not.
+  o.workspace_fraction = 0.025;
+  return o;
+}
+
+TEST(UsageTracker, DetectsPeriodAfterDifferingFirstIteration) {
+  UsageTracker t(options());
+  Job job(t);
+  job.alloc(kWeight);
+  job.iteration(10, 0, 0, true);
+  const size_t p = Job::tokens(10);  // 24
+  size_t fed = 1 + p + 1;
+  while (fed + p < 1024) {
+    job.iteration(10);
+    fed += p;
+    EXPECT_EQ(t.detected_period_tokens(), 0u);
+    EXPECT_EQ(t.iterations(), 0u);
+  }
+  // The check at token 1024 falls in this iteration.
+  job.iteration(10);
+  EXPECT_EQ(t.detected_period_tokens(), p);
+  EXPECT_FALSE(t.explicit_marks());
+  // The anchor is the trough: right after the input is freed. The check ran
+  // before this iteration's anchor: the iteration before was measured in
+  // hindsight (two starts), then this iteration's anchor came (a third).
+  EXPECT_EQ(t.iterations(), 3u);
+  EXPECT_EQ(t.iteration_start_ns(), job.anchor_times.back());
+  EXPECT_EQ(t.curve_version(), 1u);
+
+  const DemandCurve& c = t.curve();
+  EXPECT_EQ(c.period_ns, kPeriodNs);
+  const uint64_t floor = kWeight + kOptimizer;
+  EXPECT_EQ(c.bins[0], floor);
+  EXPECT_EQ(c.trough(), floor);
+  EXPECT_EQ(c.end_bytes, floor);
+  EXPECT_EQ(c.peak(), floor + kInput + 5500 + kScratch);
+  EXPECT_EQ(c.persistent_bytes, floor);
+  EXPECT_EQ(c.transient_bytes, kInput + 5500);
+  EXPECT_EQ(c.workspace_bytes, kScratch);
+
+  // One start per further iteration.
+  for (int i = 0; i < 5; ++i) job.iteration(10);
+  EXPECT_EQ(t.iterations(), 8u);
+  EXPECT_EQ(t.iteration_start_ns(), job.anchor_times.back());
+  EXPECT_EQ(t.curve_version(), 1u);
+  EXPECT_EQ(t.detected_period_tokens(), p);
+}
+
+TEST(UsageTracker, InnerLoopsAreNotTakenForTheIteration) {
+  // Eight identical layers of 4 tokens inside a 42-token iteration.
+  UsageTracker t(options());
+  uint64_t id = 1;
+  uint64_t now = 0;
+  auto iteration = [&] {
+    std::vector<uint64_t> head;
+    for (uint64_t k = 1; k <= 5; ++k) {
+      head.push_back(id);
+      t.on_allocate(id++, 1000 * k, now += 10);
+    }
+    for (int layer = 0; layer < 8; ++layer) {
+      t.on_allocate(id, 32, now += 10);
+      t.on_allocate(id + 1, 48, now += 10);
+      t.on_free(id, now += 10);
+      t.on_free(id + 1, now += 10);
+      id += 2;
+    }
+    for (uint64_t h : head) t.on_free(h, now += 10);
+  };
+  for (int i = 0; i < 60; ++i) iteration();
+  EXPECT_EQ(t.detected_period_tokens(), 42u);
+  EXPECT_EQ(t.curve().period_ns, 420u);
+  EXPECT_EQ(t.curve().peak(), 15'000u + 80u);
+}
+
+TEST(UsageTracker, RepeatingGrowthIsNotAnIteration) {
+  // Building a model of identical layers repeats exactly, but only takes
+  // memory; so does a forward pass that frees a temporary per layer.
+  UsageTracker t;
+  uint64_t id = 1;
+  uint64_t now = 0;
+  for (int layer = 0; layer < 300; ++layer) {
+    for (uint64_t k = 1; k <= 8; ++k) t.on_allocate(id++, 1000 * k, now += 10);
+  }
+  EXPECT_EQ(t.detected_period_tokens(), 0u);
+  for (int layer = 0; layer < 300; ++layer) {  // 8 tokens, keeps 600 B a layer
+    t.on_allocate(id, 500, now += 10);
+    t.on_allocate(id + 1, 800, now += 10);
+    t.on_allocate(id + 2, 300, now += 10);
+    t.on_allocate(id + 3, 200, now += 10);
+    t.on_free(id + 1, now += 10);
+    t.on_free(id + 2, now += 10);
+    t.on_allocate(id + 4, 100, now += 10);
+    t.on_free(id + 3, now += 10);
+    id += 5;
+  }
+  EXPECT_EQ(t.detected_period_tokens(), 0u);
+  EXPECT_EQ(t.iterations(), 0u);
+  EXPECT_FALSE(t.curve().known());
+}
+
+TEST(UsageTracker, PatternsShorterThanTheMinimumAreIgnored) {
+  UsageTracker t;
+  for (uint64_t i = 0; i < 4000; ++i) {
+    t.on_allocate(i, 64, 2 * i);
+    t.on_free(i, 2 * i + 1);
+  }
+  EXPECT_EQ(t.detected_period_tokens(), 0u);
+  EXPECT_FALSE(t.curve().known());
+  EXPECT_EQ(t.iterations(), 0u);
+}
+
+TEST(UsageTracker, DropsABrokenPatternAndFindsTheNewOne) {
+  UsageTracker t(options());
+  Job job(t);
+  job.alloc(kWeight);
+  job.iteration(10, 0, 0, true);
+  for (int i = 0; i < 60; ++i) job.iteration(10);
+  ASSERT_EQ(t.detected_period_tokens(), 24u);
+  const uint64_t seen = t.iterations();
+  const uint64_t start = t.iteration_start_ns();
+  const uint64_t version = t.curve_version();
+  const DemandCurve before = t.curve();
+
+  // Layer 5 changes size: the first differing token drops the pattern.
+  job.iteration(12, 5, 777);
+  EXPECT_EQ(t.detected_period_tokens(), 0u);
+  for (int i = 0; i < 20; ++i) job.iteration(12, 5, 777);  // 560 tokens: before the next check
+  EXPECT_EQ(t.detected_period_tokens(), 0u);
+  EXPECT_EQ(t.iterations(), seen);
+  EXPECT_EQ(t.iteration_start_ns(), start);
+  EXPECT_EQ(t.curve_version(), version);
+  EXPECT_EQ(t.curve().peak(), before.peak());
+
+  for (int i = 0; i < 40; ++i) job.iteration(12, 5, 777);
+  EXPECT_EQ(t.detected_period_tokens(), Job::tokens(12));
+  EXPECT_GT(t.iterations(), seen);
+  EXPECT_EQ(t.iteration_start_ns(), job.anchor_times.back());
+  EXPECT_EQ(t.curve_version(), version + 1);
+  EXPECT_EQ(t.curve().peak(), kWeight + kOptimizer + kInput + (7800 - 500 + 777) + kScratch);
+}
+
+TEST(UsageTracker, UnknownFreeDoesNotBreakAPattern) {
+  UsageTracker t(options());
+  Job job(t);
+  job.alloc(kWeight);
+  for (int i = 0; i < 60; ++i) job.iteration(10);
+  ASSERT_EQ(t.detected_period_tokens(), 24u);
+  t.on_free(999'999, job.start);
+  job.iteration(10);
+  EXPECT_EQ(t.detected_period_tokens(), 24u);
+  EXPECT_EQ(t.ignored_frees(), 1u);
+}
+
+TEST(UsageTracker, ExplicitMarkSwitchesDetectionOff) {
+  UsageTracker t(options());
+  Job job(t);
+  job.alloc(kWeight);
+  for (int i = 0; i < 60; ++i) job.iteration(10);
+  ASSERT_EQ(t.detected_period_tokens(), 24u);
+  const uint64_t seen = t.iterations();
+
+  t.on_iteration(job.start);
+  EXPECT_TRUE(t.explicit_marks());
+  EXPECT_EQ(t.detected_period_tokens(), 0u);
+  EXPECT_EQ(t.iterations(), seen + 1);
+  EXPECT_EQ(t.iteration_start_ns(), job.start);
+  job.iteration(10);
+  for (int i = 0; i < 100; ++i) job.iteration(10);  // detection would have found it again
+  EXPECT_EQ(t.detected_period_tokens(), 0u);
+  EXPECT_EQ(t.iterations(), seen + 1);  // no marks since
+  t.on_iteration(job.start);
+  EXPECT_EQ(t.iterations(), seen + 2);
+  EXPECT_EQ(t.curve().period_ns, 101 * kPeriodNs);
+}
+
+}  // namespace
+}  // namespace zico::sharing
