@@ -127,11 +127,13 @@ struct Daemon::Impl {
     uint64_t job = 0;
   };
 
-  Impl(Driver& d, DaemonOptions o, LedgerOptions lo) : driver(d), options(std::move(o)), ledger(lo) {}
+  Impl(Driver& d, DaemonOptions o, LedgerOptions lo)
+      : driver(d), options(std::move(o)), ledger(lo), gates(options.time_shift, SchedulerOptions{}) {}
 
   Driver& driver;
   DaemonOptions options;
   Ledger ledger;
+  IterationGates gates;
   StateFile state_file;
   std::vector<Gpu> gpus;
   std::unordered_map<uint64_t, Job> jobs;
@@ -140,6 +142,7 @@ struct Daemon::Impl {
   int listen_fd = -1;
   int epoll_fd = -1;
   int timer_fd = -1;
+  int gate_timer_fd = -1;  // fires when the next iteration gate opens
   int signal_fd = -1;
   int stop_fd = -1;  // eventfd-like pipe end for stop()
   int stop_write = -1;
@@ -183,6 +186,11 @@ struct Daemon::Impl {
   // Writes what the job holds on `gpu` to the state file.
   void record_holding(Job& job, uint32_t gpu);
   void expire_expected();
+
+  // --- time shift ---------------------------------------------------------------
+  // Sends kProceed for every gate open by now and arms the gate timer.
+  void open_gates();
+  std::string on_curve(Job& job, const proto::Curve& message);
 
   // --- lending ----------------------------------------------------------------
   void pump();
@@ -240,14 +248,16 @@ Status Daemon::Impl::setup(std::string* why) {
       return status;
     }
     (void)ledger.add_gpu(budget / gpu.chunk_bytes);
+    gates.add_gpu(budget / gpu.chunk_bytes * gpu.chunk_bytes);
     gpus.push_back(std::move(gpu));
   }
   listen_fd = wire::listen_unix(options.socket_path, options.socket_mode, options.socket_group, why);
   if (listen_fd < 0) return Status(Errc::kOsError, errno);
   epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
   timer_fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  gate_timer_fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   int pipe_fds[2];
-  if (epoll_fd < 0 || timer_fd < 0 || ::pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+  if (epoll_fd < 0 || timer_fd < 0 || gate_timer_fd < 0 || ::pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
     *why = std::string("epoll/timerfd/pipe: ") + std::strerror(errno);
     return Status(Errc::kOsError, errno);
   }
@@ -259,6 +269,7 @@ Status Daemon::Impl::setup(std::string* why) {
   (void)::timerfd_settime(timer_fd, 0, &tick, nullptr);
   watch(listen_fd);
   watch(timer_fd);
+  watch(gate_timer_fd);
   watch(stop_fd);
   load_state();
   return setup_metrics(why);
@@ -453,11 +464,13 @@ void Daemon::Impl::remove_job(uint64_t id, const char* why) {
     ::close(job.pidfd);
   }
   ledger.remove_job(id);
+  gates.remove_job(id);
   ZICO_LOG(kInfo, "job %llu (pid %d) removed (%s): %llu chunks back in the pool", static_cast<unsigned long long>(id),
            job.peer.pid, why, static_cast<unsigned long long>(freed));
   state_file.release(job.state_slot);
   jobs.erase(it);
   pump();
+  open_gates();
 }
 
 // --- messages -------------------------------------------------------------------------
@@ -575,6 +588,7 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
     }
     job.gpus[gpu].open = true;
     job.gpus[gpu].unowned = open->held_chunks;
+    gates.open(job.id, gpu);
     record_holding(job, gpu);
     Ledger::JobView view;
     (void)ledger.job(job.id, gpu, now, &view);
@@ -609,6 +623,12 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
     stored.persistent_bytes = std::min(stored.persistent_bytes, stored.allocated_bytes);
     return "";
   }
+  if (const auto* mark = std::get_if<proto::IterationMark>(&message)) {
+    gates.arrive(job.id, mark->sequence, now);
+    open_gates();
+    return "";
+  }
+  if (const auto* curve = std::get_if<proto::Curve>(&message)) return on_curve(job, *curve);
   if (const auto* reported = std::get_if<proto::JobState>(&message)) {
     const bool expected = reported->state == proto::JobRunState::kRunning
                               ? job.state != proto::JobRunState::kRunning
@@ -731,7 +751,11 @@ proto::Result Daemon::Impl::set_budget(const Connection& connection, const proto
     if (!ledger.set_budget(request.gpu, chunks, &why).is_ok()) return refuse(Errc::kInvalidArgument, why);
     ZICO_LOG(kInfo, "GPU %u budget set to %s by uid %u", request.gpu, format_size(chunks * gpu.chunk_bytes).c_str(),
              connection.peer.uid);
+    // A shrink: the ledger asks idle memory back at once; the gates re-plan,
+    // so iterations that no longer fit wait. A growth releases them.
+    gates.set_budget(request.gpu, chunks * gpu.chunk_bytes);
     pump();
+    open_gates();
     return refuse(Errc::kOk, "GPU " + std::to_string(request.gpu) + " budget is now " +
                                  format_size(chunks * gpu.chunk_bytes));
   }
@@ -809,7 +833,9 @@ constexpr uint64_t kExpectedForNs = 5'000'000'000;  // how long a reservation wa
 }  // namespace
 
 void Daemon::Impl::record_holding(Job& job, uint32_t gpu) {
-  state_file.set_held(job.state_slot, gpu, job.gpus[gpu].lent.size() + job.gpus[gpu].unowned);
+  const uint64_t held = job.gpus[gpu].lent.size() + job.gpus[gpu].unowned;
+  state_file.set_held(job.state_slot, gpu, held);
+  gates.set_held(job.id, gpu, held * gpus[gpu].chunk_bytes);
 }
 
 void Daemon::Impl::load_state() {
@@ -962,6 +988,38 @@ void Daemon::Impl::grant(const LedgerAction& action) {
   }
 }
 
+// --- time shift ----------------------------------------------------------------------------
+
+void Daemon::Impl::open_gates() {
+  for (const IterationGates::Opened& opened : gates.due(now_ns())) {
+    auto it = jobs.find(opened.job);
+    if (it != jobs.end() && it->second.fd >= 0) (void)send(it->second.fd, proto::Proceed{opened.sequence});
+  }
+  itimerspec when{};  // all zero: disarmed
+  if (const uint64_t next = gates.next_due_ns(); next != UINT64_MAX) {
+    // CLOCK_MONOTONIC is steady_clock's clock; an absolute 0 would disarm.
+    const uint64_t at = std::max<uint64_t>(next, 1);
+    when.it_value.tv_sec = static_cast<time_t>(at / 1'000'000'000);
+    when.it_value.tv_nsec = static_cast<long>(at % 1'000'000'000);
+  }
+  (void)::timerfd_settime(gate_timer_fd, TFD_TIMER_ABSTIME, &when, nullptr);
+}
+
+std::string Daemon::Impl::on_curve(Job& job, const proto::Curve& message) {
+  if (message.gpu >= gpus.size() || !job.gpus[message.gpu].open) {
+    return "Curve for GPU " + std::to_string(message.gpu) + ", which the job has not opened";
+  }
+  // A job's word about its demand is bounded by what it may ever hold, so a
+  // wrong curve can delay others by at most the job's own period.
+  DemandCurve curve = message.curve;
+  const uint64_t bound = ledger.gpu(message.gpu).budget * gpus[message.gpu].chunk_bytes;
+  for (uint64_t& bin : curve.bins) bin = std::min(bin, bound);
+  curve.end_bytes = std::min(curve.end_bytes, bound);
+  gates.set_curve(job.id, message.gpu, curve);
+  open_gates();
+  return "";
+}
+
 void Daemon::Impl::pump() {
   // Carrying out actions can change the books (a failed grant, a closed
   // connection), so ask again until nothing is left to do.
@@ -1033,7 +1091,8 @@ Daemon::~Daemon() {
     if (gpu.has_stream) (void)d.driver.stream_destroy(gpu.stream);
     (void)d.driver.unreserve(gpu.scratch);
   }
-  for (int fd : {d.listen_fd, d.epoll_fd, d.timer_fd, d.signal_fd, d.stop_fd, d.stop_write, d.metrics_fd}) {
+  for (int fd : {d.listen_fd, d.epoll_fd, d.timer_fd, d.gate_timer_fd, d.signal_fd, d.stop_fd, d.stop_write,
+                 d.metrics_fd}) {
     if (fd >= 0) ::close(fd);
   }
   if (d.listen_fd >= 0) ::unlink(d.options.socket_path.c_str());
@@ -1080,6 +1139,11 @@ Status Daemon::run(bool handle_signals) {
         d.rates.sample(now_ns(), d.status());
         d.expire_expected();
         d.pump();
+        d.open_gates();
+      } else if (fd == d.gate_timer_fd) {
+        uint64_t expirations = 0;
+        (void)!::read(d.gate_timer_fd, &expirations, sizeof expirations);
+        d.open_gates();
       } else if (fd == d.metrics_fd) {
         serve_metrics(d.metrics_fd, d.status(), d.rates);
       } else if (d.pidfd_jobs.contains(fd)) {

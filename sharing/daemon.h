@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "driver.h"
+#include "iteration_gates.h"
 #include "ledger.h"
 #include "protocol.h"
 #include "status.h"
@@ -57,6 +58,10 @@ struct DaemonOptions {
   size_t chunk_bytes = 0;                       // 0: each GPU's granularity
   std::vector<DaemonGpuConfig> gpus;            // the GPUs to manage
   DeadlockPolicy deadlock_policy = DeadlockPolicy::kYield;
+  // Time-shift scheduling (iteration_gates.h): jobs' iteration starts are
+  // delayed so their memory peaks do not coincide. false: every iteration
+  // starts at once and chunks are served first come, first served.
+  bool time_shift = true;
   bool zero_new_chunks = true;                  // false where fresh chunks are known to be zero (SimDriver)
   std::string metrics_address;                  // "HOST:PORT" or ""
   // Where the daemon keeps, for its successor, an upper bound of what each

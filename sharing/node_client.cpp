@@ -24,6 +24,7 @@
 #include "log.h"
 #include "protocol.h"
 #include "sizes.h"
+#include "usage_tracker.h"
 #include "wire.h"
 
 namespace zico::sharing {
@@ -88,6 +89,10 @@ struct NodeClient::Impl {
     bool answered = false;      // the daemon answered OpenGpu
     DeviceAllocator* allocator = nullptr;
     std::unique_ptr<LentChunkSource> source;
+    // Guarded by pattern_mu, not mu: fed on every allocation.
+    UsageTracker tracker;
+    uint64_t sent_version = 0;     // tracker curve version last sent...
+    uint64_t sent_generation = 0;  // ...on this connection
   };
 
   struct Pending {
@@ -127,6 +132,11 @@ struct NodeClient::Impl {
   // so nothing may be created locally, and reconnecting is tried slowly.
   bool cut_off = false;
   bool got_goodbye = false;
+  // The iteration gate: marks sent and the highest go received.
+  uint64_t gate_sequence = 0;
+  uint64_t gate_open = 0;
+  // Guards the trackers (see Gpu); taken before mu when both are needed.
+  std::mutex pattern_mu;
 
   // --- connection -------------------------------------------------------------
   Status handshake(int socket, std::string* why);
@@ -451,6 +461,9 @@ void NodeClient::Impl::handle(const proto::Message& message, std::vector<int>& f
     } else if (suspend_requested.exchange(false)) {
       (void)send_locked(proto::JobState{proto::JobRunState::kRunning});  // it never got to pause
     }
+  } else if (const auto* proceed = std::get_if<proto::Proceed>(&message)) {
+    gate_open = std::max(gate_open, proceed->sequence);
+    cv.notify_all();
   } else if (const auto* limits = std::get_if<proto::Limits>(&message)) {
     if (Gpu* gpu = gpu_by_index(limits->gpu)) {
       gpu->min_bytes = limits->min_bytes;
@@ -747,6 +760,8 @@ Status NodeClient::open_gpu(DeviceId device, size_t* chunk_bytes, ChunkSource** 
       *why = "cannot query device " + std::to_string(device.value) + ": " + status.message();
       return status;
     }
+    // The trackers' side reads the list of GPUs under pattern_mu alone.
+    std::unique_lock patterns(impl_->pattern_mu);
     std::unique_lock lock(impl_->mu);
     for (auto& gpu : impl_->gpus) {
       if (gpu->device == device) {
@@ -765,6 +780,7 @@ Status NodeClient::open_gpu(DeviceId device, size_t* chunk_bytes, ChunkSource** 
     gpu->source = std::make_unique<LentChunkSource>(*impl_, slot);
     Impl::Gpu* raw = gpu.get();
     impl_->gpus.push_back(std::move(gpu));
+    patterns.unlock();
     impl_->awaiting_open.push_back(slot);
     if (!impl_->send_locked(proto::OpenGpu{caps.uuid, 0}, why)) return Status(Errc::kOsError);
     const bool answered = impl_->cv.wait_for(lock, std::chrono::milliseconds(kHandshakeTimeoutMs),
@@ -809,6 +825,70 @@ bool NodeClient::suspend_requested(Residency* to) const {
   std::lock_guard lock(impl_->mu);
   *to = impl_->suspend_to == proto::StoreKind::kNvme ? Residency::kNvme : Residency::kHost;
   return impl_->suspend_requested.load();
+}
+
+bool NodeClient::on_allocated(DeviceId device, const void* ptr, size_t bytes) noexcept {
+  std::lock_guard lock(impl_->pattern_mu);
+  for (auto& gpu : impl_->gpus) {
+    if (gpu->device != device) continue;
+    UsageTracker& tracker = gpu->tracker;
+    const uint64_t before = tracker.iterations();
+    try {
+      tracker.on_allocate(reinterpret_cast<uintptr_t>(ptr), bytes, now_ns());
+    } catch (const std::bad_alloc&) {
+      return false;  // the pattern is a hint; the allocation itself succeeded
+    }
+    return !tracker.explicit_marks() && tracker.iterations() != before;
+  }
+  return false;
+}
+
+void NodeClient::on_freed(DeviceId device, const void* ptr) noexcept {
+  std::lock_guard lock(impl_->pattern_mu);
+  for (auto& gpu : impl_->gpus) {
+    if (gpu->device != device) continue;
+    try {
+      gpu->tracker.on_free(reinterpret_cast<uintptr_t>(ptr), now_ns());
+    } catch (const std::bad_alloc&) {
+    }
+    return;
+  }
+}
+
+void NodeClient::iteration_gate(bool explicit_mark) noexcept {
+  Impl& impl = *impl_;
+  {
+    std::unique_lock lock(impl.mu);
+    const uint64_t connection = impl.generation;
+    const uint64_t sequence = ++impl.gate_sequence;
+    if (impl.fd.load() >= 0 && !impl.stopping && impl.send_locked(proto::IterationMark{sequence})) {
+      // A lost connection ends the wait: a new daemon knows nothing of it.
+      const bool opened =
+          impl.cv.wait_for(lock, std::chrono::nanoseconds(impl.options.wait_timeout_ns), [&] {
+            return impl.gate_open >= sequence || impl.generation != connection || impl.fd.load() < 0 ||
+                   impl.stopping;
+          });
+      if (!opened) ZICO_LOG(kWarn, "zico-umd did not open iteration gate %llu in time; going on",
+                            static_cast<unsigned long long>(sequence));
+    }
+  }
+  std::vector<proto::Curve> changed;
+  try {
+    std::lock_guard patterns(impl.pattern_mu);
+    const uint64_t now = now_ns();
+    std::lock_guard lock(impl.mu);
+    for (auto& gpu : impl.gpus) {
+      if (explicit_mark) gpu->tracker.on_iteration(now);
+      const uint64_t version = gpu->tracker.curve_version();
+      if (!gpu->open_now || version == 0) continue;
+      if (version == gpu->sent_version && gpu->sent_generation == impl.generation) continue;
+      changed.push_back(proto::Curve{gpu->index, gpu->tracker.curve()});
+      gpu->sent_version = version;
+      gpu->sent_generation = impl.generation;
+    }
+    for (const proto::Curve& curve : changed) (void)impl.send_locked(curve);
+  } catch (const std::bad_alloc&) {
+  }
 }
 
 void NodeClient::report_suspended(bool suspended) {

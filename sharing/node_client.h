@@ -6,7 +6,9 @@
 // and mapped by the allocator, given back by id once fenced. A background
 // thread (the link) reads the daemon's messages: grants, denials, yields,
 // reclaims (answered by trimming the allocator's idle chunks, never by waiting
-// on it), and sends a usage report twice a second.
+// on it), and sends a usage report twice a second. At each iteration boundary
+// the job waits for the daemon's go (the time-shift gate), and it sends its
+// learned memory pattern whenever that changes.
 //
 // If the daemon goes away, the job keeps what it holds and may still create
 // chunks locally up to what it held then (its last budget), so the node stays
@@ -73,6 +75,18 @@ class NodeClient {
   [[nodiscard]] uint64_t job_id() const;
   // Why the last borrowing failed ("" if it did not), and forget it.
   [[nodiscard]] std::string take_last_failure();
+
+  // The time-shift schedule. The job's allocations and frees on a device
+  // feed that device's usage tracker (usage_tracker.h). on_allocated says
+  // true when the allocation began an iteration the tracker detected by
+  // itself (no explicit marks): the caller then passes the gate.
+  [[nodiscard]] bool on_allocated(DeviceId device, const void* ptr, size_t bytes) noexcept;
+  void on_freed(DeviceId device, const void* ptr) noexcept;
+  // An iteration boundary (explicit: zico_mark_iteration). Tells the daemon
+  // and waits for its go (kProceed) at most the wait timeout, or not at all
+  // while no daemon answers; then starts the iteration in the trackers and
+  // sends the curves that changed.
+  void iteration_gate(bool explicit_mark) noexcept;
 
   // zico-umctl suspend: true once the daemon asked this job to pause; *to
   // says where its memory should go. Cheap (one atomic load) when not.

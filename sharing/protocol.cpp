@@ -53,6 +53,9 @@ ZICO_PROTO_TRAITS(SetBudget, kSetBudget, "SetBudget");
 ZICO_PROTO_TRAITS(Result, kResult, "Result");
 ZICO_PROTO_TRAITS(JobControl, kJobControl, "JobControl");
 ZICO_PROTO_TRAITS(Goodbye, kGoodbye, "Goodbye");
+ZICO_PROTO_TRAITS(IterationMark, kIterationMark, "IterationMark");
+ZICO_PROTO_TRAITS(Curve, kCurve, "Curve");
+ZICO_PROTO_TRAITS(Proceed, kProceed, "Proceed");
 #undef ZICO_PROTO_TRAITS
 
 // Type of each variant alternative, by index: type_of() is one lookup, and a
@@ -321,6 +324,37 @@ bool fields(C& c, M& m) {
   return c.enumeration("JobState.state", m.state, kMaxJobRunState);
 }
 
+template <class C, Is<IterationMark> M>
+bool fields(C& c, M& m) {
+  return c.u64("IterationMark.sequence", m.sequence) && c.nonzero("IterationMark.sequence", m.sequence);
+}
+
+template <class C, Is<Curve> M>
+bool fields(C& c, M& m) {
+  auto& curve = m.curve;
+  if (!c.u32("Curve.gpu", m.gpu) || !c.u64("Curve.period_ns", curve.period_ns)) return false;
+  if (!c.require(curve.period_ns <= kMaxCurvePeriodNs, [&] {
+        return "Curve.period_ns is " + std::to_string(curve.period_ns) + " (at most " +
+               std::to_string(kMaxCurvePeriodNs) + ")";
+      })) {
+    return false;
+  }
+  if (!c.u64("Curve.persistent_bytes", curve.persistent_bytes) ||
+      !c.u64("Curve.transient_bytes", curve.transient_bytes) ||
+      !c.u64("Curve.workspace_bytes", curve.workspace_bytes) || !c.u64("Curve.end_bytes", curve.end_bytes)) {
+    return false;
+  }
+  for (auto& bin : curve.bins) {
+    if (!c.u64("Curve.bins", bin)) return false;
+  }
+  return true;
+}
+
+template <class C, Is<Proceed> M>
+bool fields(C& c, M& m) {
+  return c.u64("Proceed.sequence", m.sequence) && c.nonzero("Proceed.sequence", m.sequence);
+}
+
 template <class C, Is<Welcome> M>
 bool fields(C& c, M& m) {
   return c.u64("Welcome.job_id", m.job_id);
@@ -504,6 +538,9 @@ const char* to_string(Type type) {
     case Type::kResult: return "Result";
     case Type::kJobControl: return "JobControl";
     case Type::kGoodbye: return "Goodbye";
+    case Type::kIterationMark: return "IterationMark";
+    case Type::kCurve: return "Curve";
+    case Type::kProceed: return "Proceed";
   }
   return "unknown";
 }

@@ -26,6 +26,8 @@
 #include <variant>
 #include <vector>
 
+#include "demand_curve.h"
+
 namespace zico::proto {
 
 inline constexpr uint32_t kMagic = 0x4F43495A;  // "ZICO" little-endian
@@ -48,6 +50,8 @@ enum class Type : uint16_t {
   kReturn = 5,
   kReport = 6,
   kJobState = 7,
+  kIterationMark = 8,
+  kCurve = 9,
   // daemon -> job
   kWelcome = 32,
   kGpuOpened = 33,
@@ -58,6 +62,7 @@ enum class Type : uint16_t {
   kLimits = 38,
   kSuspend = 39,
   kResume = 40,
+  kProceed = 41,
   // zico-umctl <-> daemon
   kStatusQuery = 64,
   kStatus = 65,
@@ -129,6 +134,22 @@ struct JobState {
   JobRunState state = JobRunState::kRunning;
 };
 
+// The job is at an iteration boundary (zico_mark_iteration, or one the
+// allocator detected) and waits for kProceed with the same sequence number
+// before it starts the iteration: the time-shift scheduler's gate.
+struct IterationMark {
+  uint64_t sequence = 0;  // increases by one per mark, from 1
+};
+// The job's learned memory pattern on a GPU (sharing/demand_curve.h), sent
+// when it changes materially. period_ns 0: the job no longer has a pattern.
+// Limits: period_ns <= kMaxCurvePeriodNs; bytes are clamped by the daemon to
+// what the job may hold.
+struct Curve {
+  uint32_t gpu = 0;
+  sharing::DemandCurve curve;
+};
+inline constexpr uint64_t kMaxCurvePeriodNs = 3'600'000'000'000;  // an hour
+
 // --- daemon -> job -----------------------------------------------------------
 
 struct Welcome {
@@ -194,6 +215,10 @@ struct Suspend {
 
 // Restore (same addresses) and continue.
 struct Resume {};
+// The iteration announced by kIterationMark{sequence} may start now.
+struct Proceed {
+  uint64_t sequence = 0;
+};
 
 // --- zico-umctl <-> daemon ---------------------------------------------------
 
@@ -268,7 +293,7 @@ struct Goodbye {
 
 using Message = std::variant<Hello, OpenGpu, Request, Cancel, Return, Report, Welcome, GpuOpened, Grant,
                              Deny, Reclaim, Yield, Limits, StatusQuery, StatusReply, SetBudget, Result,
-                             Goodbye, JobState, Suspend, Resume, JobControl>;
+                             Goodbye, JobState, Suspend, Resume, JobControl, IterationMark, Curve, Proceed>;
 
 [[nodiscard]] Type type_of(const Message& message);
 [[nodiscard]] const char* to_string(Type type);

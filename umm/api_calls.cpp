@@ -24,20 +24,26 @@ Status api_allocate(size_t bytes, DeviceId device, StreamHandle stream, void** o
     return status;
   }
   status = allocator->allocate(bytes, stream, out);
-  if (!status.is_ok()) {
-    try {
-      const AllocatorStats stats = allocator->stats();
-      std::string text = "device " + std::to_string(device.value) + ": cannot allocate " + format_size(bytes) + ": " +
-                         status.message() + "; " + format_size(stats.allocated_bytes) + " of the " +
-                         format_size(stats.budget_bytes) + " budget allocated, " + format_size(stats.mapped_bytes) +
-                         " mapped";
-      if (sharing::NodeClient* node = runtime.node()) {
-        if (const std::string why = node->take_last_failure(); !why.empty()) text += "; " + why;
-      }
-      ZICO_LOG(kInfo, "%s", text.c_str());
-      set_last_error(std::move(text));
-    } catch (...) {
+  if (status.is_ok()) {
+    // Under zico-umd, an allocation that begins a detected iteration waits
+    // at the time-shift gate, like an explicit zico_mark_iteration.
+    if (sharing::NodeClient* node = runtime.node(); node != nullptr && node->on_allocated(device, *out, bytes)) {
+      node->iteration_gate(false);
     }
+    return status;
+  }
+  try {
+    const AllocatorStats stats = allocator->stats();
+    std::string text = "device " + std::to_string(device.value) + ": cannot allocate " + format_size(bytes) + ": " +
+                       status.message() + "; " + format_size(stats.allocated_bytes) + " of the " +
+                       format_size(stats.budget_bytes) + " budget allocated, " + format_size(stats.mapped_bytes) +
+                       " mapped";
+    if (sharing::NodeClient* node = runtime.node()) {
+      if (const std::string why = node->take_last_failure(); !why.empty()) text += "; " + why;
+    }
+    ZICO_LOG(kInfo, "%s", text.c_str());
+    set_last_error(std::move(text));
+  } catch (...) {
   }
   return status;
 }
@@ -78,7 +84,11 @@ Status api_free(void* ptr, StreamHandle stream) noexcept {
     stream = kNoPendingWork;
   }
   const Status status = allocator->deallocate(ptr, stream);
-  if (!status.is_ok()) describe_free_failure(ptr, status);
+  if (!status.is_ok()) {
+    describe_free_failure(ptr, status);
+  } else if (sharing::NodeClient* node = runtime.node()) {
+    node->on_freed(allocator->device(), ptr);
+  }
   return status;
 }
 
@@ -89,7 +99,11 @@ Status api_free_synchronous(void* ptr) noexcept {
   const bool idle = runtime.driver()->device_synchronize(allocator->device()).is_ok();
   // Without a completed synchronize, fall back to the legacy stream's fence.
   const Status status = allocator->deallocate(ptr, idle ? kNoPendingWork : StreamHandle{});
-  if (!status.is_ok()) describe_free_failure(ptr, status);
+  if (!status.is_ok()) {
+    describe_free_failure(ptr, status);
+  } else if (sharing::NodeClient* node = runtime.node()) {
+    node->on_freed(allocator->device(), ptr);
+  }
   return status;
 }
 

@@ -4,6 +4,7 @@
 
 #include "api_calls.h"
 #include "last_error.h"
+#include "node_client.h"
 #include "runtime.h"
 #include "sizes.h"
 #include "zicoum/zicoum.h"
@@ -118,6 +119,8 @@ zico_status_t zico_mark_iteration(void) {
   Runtime& runtime = Runtime::instance();
   if (!runtime.init_status().is_ok()) return zico::report(runtime.init_status(), "zico_mark_iteration", 0);
   runtime.pause_point();
+  // Under zico-umd the iteration starts when the time-shift schedule says so.
+  if (zico::sharing::NodeClient* node = runtime.node()) node->iteration_gate(true);
   // Only devices already in use have an iteration to mark.
   for (int device = 0; device < Runtime::kMaxDevices; ++device) {
     if (zico::DeviceAllocator* allocator = runtime.existing_allocator(zico::DeviceId{device})) allocator->mark_iteration();

@@ -56,6 +56,13 @@ auto tie(const SetBudget& m) { return std::tie(m.target, m.gpu, m.job_id, m.byte
 auto tie(const JobControl& m) { return std::tie(m.action, m.job_id, m.to); }
 auto tie(const Result& m) { return std::tie(m.errc, m.message); }
 auto tie(const Goodbye& m) { return std::tie(m.reason); }
+auto tie(const IterationMark& m) { return std::tie(m.sequence); }
+auto tie(const Curve& m) {
+  const auto& c = m.curve;
+  return std::tie(m.gpu, c.period_ns, c.bins, c.persistent_bytes, c.transient_bytes, c.workspace_bytes,
+                  c.end_bytes);
+}
+auto tie(const Proceed& m) { return std::tie(m.sequence); }
 }  // namespace
 
 #define ZICO_TEST_EQUALITY(T) \
@@ -84,6 +91,9 @@ ZICO_TEST_EQUALITY(SetBudget)
 ZICO_TEST_EQUALITY(JobControl)
 ZICO_TEST_EQUALITY(Result)
 ZICO_TEST_EQUALITY(Goodbye)
+ZICO_TEST_EQUALITY(IterationMark)
+ZICO_TEST_EQUALITY(Curve)
+ZICO_TEST_EQUALITY(Proceed)
 #undef ZICO_TEST_EQUALITY
 }  // namespace zico::proto
 
@@ -100,6 +110,13 @@ GpuUuid uuid_from(uint8_t seed) {
 
 // One message of every type, every field away from its default.
 std::vector<Message> samples() {
+  Curve curve{2, {}};
+  curve.curve.period_ns = 53'100'000;
+  for (size_t b = 0; b < curve.curve.bins.size(); ++b) curve.curve.bins[b] = (1ull << 30) + b * 12345;
+  curve.curve.persistent_bytes = 1ull << 30;
+  curve.curve.transient_bytes = 3ull << 30;
+  curve.curve.workspace_bytes = 1ull << 20;
+  curve.curve.end_bytes = (1ull << 30) + 7;
   GpuStatus gpu{3, uuid_from(7), 2 << 20, 40ull << 30, 12ull << 30, 16ull << 30, 1ull << 30, 900, 40, 2};
   JobStatus job{42, 1234, 1000, 3, "train.py", 8ull << 30, 2ull << 30, 20ull << 30, 7ull << 30, 5ull << 30,
                 1ull << 30, 123456789, 77, JobRunState::kSuspendRequested};
@@ -126,6 +143,9 @@ std::vector<Message> samples() {
       JobControl{JobAction::kResume, 0x0102030405060708ull, StoreKind::kNvme},
       Result{2, "no such job 43"},
       Goodbye{"protocol version 2 (this side speaks version 1)"},
+      IterationMark{0x0102030405060708ull},
+      curve,
+      Proceed{0x0807060504030201ull},
   };
 }
 
@@ -243,7 +263,13 @@ TEST(ProtocolTest, TypeNames) {
   EXPECT_STREQ(to_string(Type::kSuspend), "Suspend");
   EXPECT_STREQ(to_string(Type::kResume), "Resume");
   EXPECT_STREQ(to_string(Type::kJobControl), "JobControl");
-  EXPECT_STREQ(to_string(static_cast<Type>(8)), "unknown");
+  EXPECT_STREQ(to_string(Type::kIterationMark), "IterationMark");
+  EXPECT_STREQ(to_string(Type::kCurve), "Curve");
+  EXPECT_STREQ(to_string(Type::kProceed), "Proceed");
+  EXPECT_STREQ(to_string(static_cast<Type>(10)), "unknown");
+  EXPECT_EQ(static_cast<int>(type_of(Message{IterationMark{}})), 8);
+  EXPECT_EQ(static_cast<int>(type_of(Message{Curve{}})), 9);
+  EXPECT_EQ(static_cast<int>(type_of(Message{Proceed{}})), 41);
   EXPECT_EQ(type_of(Message{SetBudget{}}), Type::kSetBudget);
   EXPECT_EQ(type_of(Message{JobState{}}), Type::kJobState);
   EXPECT_EQ(static_cast<int>(type_of(Message{JobState{}})), 7);
@@ -275,9 +301,9 @@ TEST(ProtocolRejectTest, WrongVersionNamesBoth) {
 
 TEST(ProtocolRejectTest, UnknownType) {
   std::vector<uint8_t> bytes = encoded(Welcome{1});
-  bytes[6] = 8;
+  bytes[6] = 10;
   bytes[7] = 0;
-  EXPECT_EQ(rejection(bytes), "unknown message type 8");
+  EXPECT_EQ(rejection(bytes), "unknown message type 10");
   bytes[6] = 0xFF;
   bytes[7] = 0xFF;
   EXPECT_EQ(rejection(bytes), "unknown message type 65535");
@@ -403,6 +429,22 @@ TEST(ProtocolTest, JobControlLayouts) {
   status.jobs.push_back(JobStatus{});
   status.jobs.back().state = JobRunState::kSuspended;
   EXPECT_EQ(payload(status).back(), 2);
+}
+
+TEST(ProtocolRejectTest, IterationGateFields) {
+  EXPECT_EQ(refusal(IterationMark{0}), "IterationMark.sequence is 0 (must be != 0)");
+  EXPECT_EQ(refusal(Proceed{0}), "Proceed.sequence is 0 (must be != 0)");
+  Curve curve;
+  curve.curve.period_ns = kMaxCurvePeriodNs + 1;
+  EXPECT_EQ(refusal(curve), "Curve.period_ns is 3600000000001 (at most 3600000000000)");
+  curve.curve.period_ns = kMaxCurvePeriodNs;
+  std::vector<uint8_t> bytes = encoded(curve);
+  // 4 bytes of gpu, 8 of period, 4 x 8 of class sizes, 128 x 8 of bins.
+  EXPECT_EQ(bytes.size(), kHeaderBytes + 4 + 8 + 32 + 8 * sharing::kDemandBins);
+  bytes[kHeaderBytes + 4] = 0x01;  // the period's low byte: one ns over the limit
+  EXPECT_EQ(rejection(bytes), "Curve.period_ns is 3600000000001 (at most 3600000000000)");
+  bytes.pop_back();
+  EXPECT_NE(rejection(bytes), "");
 }
 
 TEST(ProtocolRejectTest, BudgetTargetRange) {

@@ -37,6 +37,9 @@ constexpr const char* kUsage =
     "  --gpus LIST            GPUs to manage, e.g. 0,1 (default: all)\n"
     "  --chunk-size SIZE      unit of lending, a power of two (default: the GPU's granularity, 2MiB)\n"
     "  --on-deadlock POLICY   yield (default, or $ZICO_ON_DEADLOCK) or fail\n"
+    "  --schedule POLICY      zico (default): delay jobs' iteration starts so their memory\n"
+    "                         peaks do not coincide (docs/scheduling.md); fcfs: serve\n"
+    "                         chunk requests first come, first served, nothing else\n"
     "  --metrics HOST:PORT    serve Prometheus metrics at http://HOST:PORT/metrics\n"
     "  --state-file PATH      what jobs hold, for a restarted daemon (default: the socket path + .state)\n"
     "  --help, --version\n"
@@ -90,7 +93,7 @@ int main(int argc, char** argv) {
     }
     static constexpr std::string_view kWithValue[] = {"--socket", "--group",      "--admin-group", "--mode",   "--budget",
                                                       "--gpus",   "--chunk-size", "--on-deadlock", "--metrics",
-                                                      "--state-file"};
+                                                      "--state-file", "--schedule"};
     if (std::find(std::begin(kWithValue), std::end(kWithValue), arg) == std::end(kWithValue)) {
       return usage_error("unknown option '" + std::string(arg) + "'");
     }
@@ -138,6 +141,12 @@ int main(int argc, char** argv) {
       options.metrics_address = v;
     } else if (arg == "--state-file") {
       options.state_path = v;
+    } else if (arg == "--schedule") {
+      const std::string_view policy = v;
+      if (policy != "zico" && policy != "fcfs") {
+        return usage_error(std::string("--schedule '") + v + "' is not valid; expected zico or fcfs");
+      }
+      options.time_shift = policy == "zico";
     }
   }
   if (options.state_path.empty()) options.state_path = options.socket_path + ".state";
