@@ -43,6 +43,7 @@ uint64_t now_ns() {
 constexpr uint32_t kFreshChunk = UINT32_MAX;  // last_uid of a chunk no job has used yet
 constexpr uint64_t kTickNs = 50'000'000;
 constexpr size_t kStatusJobs = 128;
+constexpr uint64_t kMinCurvePeriodNs = 100'000;  // 100 µs
 
 int open_pidfd(pid_t pid) {
 #ifdef SYS_pidfd_open
@@ -427,6 +428,8 @@ void Daemon::Impl::close_connection(int fd, const std::string& reason, bool say_
                                  [](const JobGpu& g) { return !g.lent.empty() || g.unowned != 0; });
   if (holds && job.pidfd >= 0 && !process_exited(job.pidfd)) {
     freeze(job, true);
+    gates.detach(job.id);
+    open_gates();
     pidfd_jobs[job.pidfd] = job.id;
     watch(job.pidfd);
     return;
@@ -1009,10 +1012,18 @@ std::string Daemon::Impl::on_curve(Job& job, const proto::Curve& message) {
   if (message.gpu >= gpus.size() || !job.gpus[message.gpu].open) {
     return "Curve for GPU " + std::to_string(message.gpu) + ", which the job has not opened";
   }
-  // A job's word about its demand is bounded by what it may ever hold, so a
-  // wrong curve can delay others by at most the job's own period.
+  // A job's word about its demand is bounded by what it may ever hold, and
+  // a gate delays by at most two of the asking job's own periods, so a wrong
+  // curve costs others time, never the budget.
   DemandCurve curve = message.curve;
-  const uint64_t bound = ledger.gpu(message.gpu).budget * gpus[message.gpu].chunk_bytes;
+  // Shorter than this is not a training iteration (two marks back to back):
+  // planning on it would only slice the others' time finely.
+  if (curve.period_ns < kMinCurvePeriodNs) curve = DemandCurve{};
+  Ledger::JobView view;
+  (void)ledger.job(job.id, message.gpu, now_ns(), &view);
+  const uint64_t chunk = gpus[message.gpu].chunk_bytes;
+  const uint64_t limit = std::min(ledger.gpu(message.gpu).budget, view.max);
+  const uint64_t bound = limit > UINT64_MAX / chunk ? UINT64_MAX : limit * chunk;
   for (uint64_t& bin : curve.bins) bin = std::min(bin, bound);
   curve.end_bytes = std::min(curve.end_bytes, bound);
   gates.set_curve(job.id, message.gpu, curve);
@@ -1149,7 +1160,12 @@ Status Daemon::run(bool handle_signals) {
       } else if (d.pidfd_jobs.contains(fd)) {
         d.on_process_exit(fd);
       } else {
-        d.on_readable(fd);
+        try {
+          d.on_readable(fd);
+        } catch (const std::bad_alloc&) {
+          // One job's message must not take the node down with it.
+          d.close_connection(fd, "out of memory serving it", true);
+        }
       }
     }
   }

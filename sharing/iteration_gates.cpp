@@ -31,6 +31,14 @@ void IterationGates::remove_job(JobId job) {
   std::erase_if(waiting_, [job](const Waiting& w) { return w.job == job; });
 }
 
+void IterationGates::detach(JobId job) {
+  std::erase_if(waiting_, [job](const Waiting& w) { return w.job == job; });
+  for (TimeShiftScheduler& gpu : gpus_) {
+    gpu.unplan(job);
+    gpu.set_curve(job, DemandCurve{});
+  }
+}
+
 void IterationGates::set_curve(JobId job, uint32_t gpu, const DemandCurve& curve) {
   if (gpu < gpus_.size()) gpus_[gpu].set_curve(job, curve);
 }
@@ -66,7 +74,11 @@ void IterationGates::arrive(JobId job, uint64_t sequence, uint64_t now_ns) {
 
 std::vector<IterationGates::Opened> IterationGates::due(uint64_t now_ns) {
   if (const uint64_t current = generations(); current != seen_generations_) {
-    // A plan changed under the waiting gates: ask again, oldest first.
+    // A plan changed under the waiting gates: ask again, oldest first, each
+    // placed among the older ones' new plans, not around its juniors' old ones.
+    for (const Waiting& w : waiting_) {
+      for (TimeShiftScheduler& gpu : gpus_) gpu.unplan(w.job);
+    }
     for (Waiting& w : waiting_) w.open_ns = decide(w.job, now_ns);
     seen_generations_ = generations();
   }

@@ -36,6 +36,10 @@ class IterationGates {
   void open(JobId job, uint32_t gpu);
   // Forgets the job everywhere, its waiting gate included.
   void remove_job(JobId job);
+  // The job cannot be told anything (its connection is gone while its
+  // process lives): its waiting gate goes, and it is counted at what it
+  // holds, since no plan of its own can be followed.
+  void detach(JobId job);
   void set_curve(JobId job, uint32_t gpu, const DemandCurve& curve);
   void set_held(JobId job, uint32_t gpu, uint64_t bytes);
 

@@ -161,7 +161,7 @@ struct Ledger::Impl {
 
   // One grant or denial at a time, re-evaluated from scratch: every grant
   // changes free, the grantee's held and the others' unmet minimums.
-  static bool serve_one(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+  bool serve_one(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) const {
     if (deny_impossible(gpu, g, now_ns, out)) return true;
     for (size_t i = 0; i < gpu.queue.size(); ++i) {
       const Request& r = gpu.queue[i];
@@ -171,9 +171,23 @@ struct Ledger::Impl {
         return true;
       }
     }
-    if (!gpu.queue.empty() && fits(gpu, gpu.queue.front())) {
+    if (gpu.queue.empty()) return false;
+    const Request& head = gpu.queue.front();
+    if (fits(gpu, head)) {
       grant(gpu, g, 0, now_ns, out);
       return true;
+    }
+    // A head that holds nothing to give lets jobs in mid-iteration go ahead,
+    // for a while (the rule in ledger.h).
+    const Use& head_use = gpu.users.at(head.job);
+    if (head_use.held > head_use.min || sub_floor(now_ns, head.enqueued_ns) >= options.head_patience_ns) return false;
+    for (size_t i = 1; i < gpu.queue.size(); ++i) {
+      const Request& r = gpu.queue[i];
+      const Use& use = gpu.users.at(r.job);
+      if (r.job != head.job && use.held > use.min && fits(gpu, r)) {
+        grant(gpu, g, i, now_ns, out);
+        return true;
+      }
     }
     return false;
   }

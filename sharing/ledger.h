@@ -17,6 +17,16 @@
 //    starved by small ones). Exception: a request that stays within the job's
 //    guaranteed minimum (held + chunks <= min) is served ahead of the queue
 //    whenever the free budget covers it.
+//  - Second exception: while the head's job holds no more than its minimum
+//    (it arrived, or it yielded and asks for everything again), requests of
+//    jobs holding more than theirs that fit go ahead of it, for at most
+//    head_patience_ns after the head was queued. Those jobs are in the
+//    middle of an iteration and give memory back when it ends; holding them
+//    up would only deadlock them against the head and make one yield, which
+//    hands everything to the other, whose next request deadlocks again: the
+//    two would trade all their memory back and forth, a few allocations at a
+//    time. After the patience runs out the head blocks the queue again, so
+//    it is never starved.
 //  - A grant must leave enough free budget for every other job to reach its
 //    minimum (free - chunks >= sum over other jobs of max(0, min - held)).
 //  - When the head request does not fit, jobs that are not waiting and hold
@@ -71,6 +81,7 @@ struct LedgerAction {
 struct LedgerOptions {
   DeadlockPolicy deadlock_policy = DeadlockPolicy::kYield;
   uint64_t reclaim_retry_ns = 100'000'000;
+  uint64_t head_patience_ns = 1'000'000'000;
 };
 
 class Ledger {

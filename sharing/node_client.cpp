@@ -93,6 +93,7 @@ struct NodeClient::Impl {
     UsageTracker tracker;
     uint64_t sent_version = 0;     // tracker curve version last sent...
     uint64_t sent_generation = 0;  // ...on this connection
+    bool gate_pending = false;     // detection found a boundary; the next allocation passes the gate
   };
 
   struct Pending {
@@ -137,6 +138,16 @@ struct NodeClient::Impl {
   uint64_t gate_open = 0;
   // Guards the trackers (see Gpu); taken before mu when both are needed.
   std::mutex pattern_mu;
+  // The trackers' clock: job time less the time spent waiting at gates, so
+  // a learned iteration is the job's own work, not the schedule's delays.
+  // Guarded by pattern_mu.
+  uint64_t stalled_ns = 0;
+  uint64_t last_progress_ns = 0;
+  uint64_t progress_now_locked() {
+    const uint64_t now = now_ns();
+    last_progress_ns = std::max(last_progress_ns, now - std::min(now, stalled_ns));
+    return last_progress_ns;
+  }
 
   // --- connection -------------------------------------------------------------
   Status handshake(int socket, std::string* why);
@@ -209,10 +220,16 @@ void close_socket_in_child();
 
 namespace {
 void lock_before_fork() {
-  if (NodeClient::Impl* impl = g_fork_guard.load()) impl->mu.lock();
+  if (NodeClient::Impl* impl = g_fork_guard.load()) {
+    impl->pattern_mu.lock();
+    impl->mu.lock();
+  }
 }
 void unlock_in_parent() {
-  if (NodeClient::Impl* impl = g_fork_guard.load()) impl->mu.unlock();
+  if (NodeClient::Impl* impl = g_fork_guard.load()) {
+    impl->mu.unlock();
+    impl->pattern_mu.unlock();
+  }
 }
 void close_socket_in_child() {
   if (NodeClient::Impl* impl = g_fork_guard.load()) {
@@ -220,6 +237,7 @@ void close_socket_in_child() {
     if (fd >= 0) ::close(fd);
     impl->stopping = true;  // allocations needing the daemon fail at once
     impl->mu.unlock();
+    impl->pattern_mu.unlock();
   }
 }
 }  // namespace
@@ -834,11 +852,13 @@ bool NodeClient::on_allocated(DeviceId device, const void* ptr, size_t bytes) no
     UsageTracker& tracker = gpu->tracker;
     const uint64_t before = tracker.iterations();
     try {
-      tracker.on_allocate(reinterpret_cast<uintptr_t>(ptr), bytes, now_ns());
+      tracker.on_allocate(reinterpret_cast<uintptr_t>(ptr), bytes, impl_->progress_now_locked());
     } catch (const std::bad_alloc&) {
       return false;  // the pattern is a hint; the allocation itself succeeded
     }
-    return !tracker.explicit_marks() && tracker.iterations() != before;
+    const bool at_boundary = gpu->gate_pending || (!tracker.explicit_marks() && tracker.iterations() != before);
+    gpu->gate_pending = false;
+    return at_boundary;
   }
   return false;
 }
@@ -847,46 +867,70 @@ void NodeClient::on_freed(DeviceId device, const void* ptr) noexcept {
   std::lock_guard lock(impl_->pattern_mu);
   for (auto& gpu : impl_->gpus) {
     if (gpu->device != device) continue;
+    UsageTracker& tracker = gpu->tracker;
+    const uint64_t before = tracker.iterations();
     try {
-      gpu->tracker.on_free(reinterpret_cast<uintptr_t>(ptr), now_ns());
+      tracker.on_free(reinterpret_cast<uintptr_t>(ptr), impl_->progress_now_locked());
     } catch (const std::bad_alloc&) {
     }
+    // A detected iteration usually begins at its trough, on a free; the job
+    // passes the gate at its next allocation, where it would start to climb.
+    if (!tracker.explicit_marks() && tracker.iterations() != before) gpu->gate_pending = true;
     return;
   }
 }
 
 void NodeClient::iteration_gate(bool explicit_mark) noexcept {
   Impl& impl = *impl_;
+  // The iteration's transient memory is free now: give the idle chunks back
+  // so that other jobs' iterations can use them while this one waits or
+  // climbs again (Zico's reclaim after the GPU is done with the memory).
+  std::vector<DeviceAllocator*> allocators;
+  {
+    std::lock_guard lock(impl.mu);
+    for (auto& gpu : impl.gpus) {
+      if (gpu->open_now && gpu->allocator != nullptr) allocators.push_back(gpu->allocator);
+    }
+  }
+  for (DeviceAllocator* allocator : allocators) {
+    size_t freed = 0;
+    (void)allocator->try_trim(SIZE_MAX, &freed);
+  }
+  const uint64_t asked = now_ns();
   {
     std::unique_lock lock(impl.mu);
     const uint64_t connection = impl.generation;
     const uint64_t sequence = ++impl.gate_sequence;
     if (impl.fd.load() >= 0 && !impl.stopping && impl.send_locked(proto::IterationMark{sequence})) {
       // A lost connection ends the wait: a new daemon knows nothing of it.
-      const bool opened =
-          impl.cv.wait_for(lock, std::chrono::nanoseconds(impl.options.wait_timeout_ns), [&] {
-            return impl.gate_open >= sequence || impl.generation != connection || impl.fd.load() < 0 ||
-                   impl.stopping;
-          });
-      if (!opened) ZICO_LOG(kWarn, "zico-umd did not open iteration gate %llu in time; going on",
-                            static_cast<unsigned long long>(sequence));
+      const auto timeout = std::chrono::nanoseconds(std::min<uint64_t>(impl.options.wait_timeout_ns, INT64_MAX));
+      const bool opened = impl.cv.wait_for(lock, timeout, [&] {
+        return impl.gate_open >= sequence || impl.generation != connection || impl.fd.load() < 0 || impl.stopping;
+      });
+      if (!opened) {
+        ZICO_LOG(kWarn, "zico-umd did not open iteration gate %llu in time; going on",
+                 static_cast<unsigned long long>(sequence));
+      }
     }
   }
   std::vector<proto::Curve> changed;
   try {
     std::lock_guard patterns(impl.pattern_mu);
-    const uint64_t now = now_ns();
+    impl.stalled_ns += now_ns() - asked;
+    const uint64_t now = impl.progress_now_locked();
     std::lock_guard lock(impl.mu);
     for (auto& gpu : impl.gpus) {
       if (explicit_mark) gpu->tracker.on_iteration(now);
       const uint64_t version = gpu->tracker.curve_version();
       if (!gpu->open_now || version == 0) continue;
       if (version == gpu->sent_version && gpu->sent_generation == impl.generation) continue;
-      changed.push_back(proto::Curve{gpu->index, gpu->tracker.curve()});
+      proto::Curve curve{gpu->index, gpu->tracker.curve()};
+      // Longer than the protocol carries: no pattern the daemon could use.
+      if (curve.curve.period_ns > proto::kMaxCurvePeriodNs) curve.curve = DemandCurve{};
+      if (!impl.send_locked(curve)) continue;  // sent again after the next boundary
       gpu->sent_version = version;
       gpu->sent_generation = impl.generation;
     }
-    for (const proto::Curve& curve : changed) (void)impl.send_locked(curve);
   } catch (const std::bad_alloc&) {
   }
 }

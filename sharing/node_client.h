@@ -77,15 +77,17 @@ class NodeClient {
   [[nodiscard]] std::string take_last_failure();
 
   // The time-shift schedule. The job's allocations and frees on a device
-  // feed that device's usage tracker (usage_tracker.h). on_allocated says
-  // true when the allocation began an iteration the tracker detected by
-  // itself (no explicit marks): the caller then passes the gate.
+  // feed that device's usage tracker (usage_tracker.h); on_freed comes
+  // before the memory is freed. on_allocated says true when an iteration the
+  // tracker detected by itself (no explicit marks) began at this allocation
+  // or at a free since the last one: the caller then passes the gate.
   [[nodiscard]] bool on_allocated(DeviceId device, const void* ptr, size_t bytes) noexcept;
   void on_freed(DeviceId device, const void* ptr) noexcept;
-  // An iteration boundary (explicit: zico_mark_iteration). Tells the daemon
-  // and waits for its go (kProceed) at most the wait timeout, or not at all
-  // while no daemon answers; then starts the iteration in the trackers and
-  // sends the curves that changed.
+  // An iteration boundary (explicit: zico_mark_iteration). Gives the
+  // allocators' idle chunks back, tells the daemon and waits for its go
+  // (kProceed) at most the wait timeout, or not at all while no daemon
+  // answers; then starts the iteration in the trackers (whose clock leaves
+  // out the wait) and sends the curves that changed.
   void iteration_gate(bool explicit_mark) noexcept;
 
   // zico-umctl suspend: true once the daemon asked this job to pause; *to

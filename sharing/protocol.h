@@ -6,7 +6,7 @@
 // and file descriptors (SCM_RIGHTS) travel with the message they belong to.
 // Every datagram is a 16-byte header followed by the payload:
 //
-//   u32 magic 'ZICO' (0x4F43495A)  u16 version (1)  u16 type
+//   u32 magic 'ZICO' (0x4F43495A)  u16 version (2)  u16 type
 //   u32 payload_bytes (== datagram size - 16, <= kMaxPayload)  u32 reserved (0)
 //
 // All integers are little-endian and fixed width; strings are u16 length +
@@ -31,7 +31,7 @@
 namespace zico::proto {
 
 inline constexpr uint32_t kMagic = 0x4F43495A;  // "ZICO" little-endian
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;  // 2: the time-shift messages (IterationMark, Curve, Proceed)
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxPayload = 60 * 1024;
 inline constexpr size_t kMaxString = 255;

@@ -4,6 +4,11 @@
 #include <limits>
 
 namespace zico::sharing {
+namespace {
+
+uint64_t add_saturating(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+}  // namespace
 
 TimeShiftScheduler::TimeShiftScheduler(SchedulerOptions options) : options_(options) {}
 
@@ -40,6 +45,11 @@ void TimeShiftScheduler::started(JobId job, uint64_t start_ns) {
   it->second.start_ns = start_ns;
 }
 
+void TimeShiftScheduler::unplan(JobId job) {
+  auto it = jobs_.find(job);
+  if (it != jobs_.end()) it->second.in_iteration = false;
+}
+
 uint64_t TimeShiftScheduler::predicted_max(const Job& job, uint64_t from, uint64_t to) {
   const DemandCurve& curve = job.curve;
   if (!curve.known()) return job.held;
@@ -61,7 +71,7 @@ uint64_t TimeShiftScheduler::predicted_max(const Job& job, uint64_t from, uint64
 
 uint64_t TimeShiftScheduler::predicted_bytes(uint64_t t) const {
   uint64_t sum = 0;
-  for (const auto& [id, job] : jobs_) sum += predicted_max(job, t, t + 1);
+  for (const auto& [id, job] : jobs_) sum = add_saturating(sum, predicted_max(job, t, t + 1));
   return sum;
 }
 
@@ -78,14 +88,23 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
   }
 
   const DemandCurve& curve = job.curve;
-  const uint64_t step = curve.bin_ns();
   // Waiting past the moment every other job has finished its current (or
-  // planned) iteration cannot lower the others' demand any further.
+  // planned) iteration cannot lower the others' demand any further; nor is
+  // a job held longer than a few of its own periods.
   uint64_t horizon_end = now_ns;
   for (const auto& [id, other] : jobs_) {
     if (id == job_id || !other.in_iteration || !other.curve.known()) continue;
     horizon_end = std::max(horizon_end, other.start_ns + other.curve.period_ns);
   }
+  const uint64_t longest_delay =
+      curve.period_ns > UINT64_MAX / std::max<uint64_t>(options_.max_delay_periods, 1)
+          ? UINT64_MAX
+          : curve.period_ns * options_.max_delay_periods;
+  horizon_end = std::min(horizon_end, now_ns + std::min(longest_delay, UINT64_MAX - now_ns));
+  // The grid is the job's own bins, coarsened if the horizon holds more
+  // candidate starts than a decision may try.
+  const uint64_t max_candidates = std::max<size_t>(options_.max_candidates, 1);
+  const uint64_t step = std::max(curve.bin_ns(), (horizon_end - now_ns) / max_candidates + 1);
   const size_t candidates = static_cast<size_t>((horizon_end - now_ns + step - 1) / step) + 1;
   const size_t cells = candidates + kDemandBins;
 
@@ -97,7 +116,7 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
     if (id == job_id) continue;
     for (size_t c = 0; c < cells; ++c) {
       const uint64_t from = now_ns + c * step;
-      scratch_[c] += predicted_max(other, from, from + step);
+      scratch_[c] = add_saturating(scratch_[c], predicted_max(other, from, from + step));
     }
   }
 
@@ -108,7 +127,13 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
   for (size_t d = 0; d < candidates; ++d) {
     uint64_t peak = 0;
     for (size_t b = 0; b < kDemandBins && peak <= best_peak; ++b) {
-      peak = std::max(peak, curve.bins[b] + scratch_[d + b]);
+      // Bin b of a start at cell d covers [d*step + b*bin, +bin): with a
+      // coarsened grid that is cell d + b*bin/step, and maybe the next.
+      const size_t first = d + static_cast<size_t>(b * curve.bin_ns() / step);
+      const size_t last = d + static_cast<size_t>(((b + 1) * curve.bin_ns() - 1) / step);
+      uint64_t others = 0;
+      for (size_t c = first; c <= last && c < cells; ++c) others = std::max(others, scratch_[c]);
+      peak = std::max(peak, add_saturating(curve.bins[b], others));
     }
     if (peak <= limit) {  // the earliest start that fits: the least delay
       best = d;

@@ -22,12 +22,13 @@
 //  - k still learning (no curve): what it holds now.
 //
 // If no start within the horizon (until every other job's current iteration
-// has ended, where waiting longer cannot help) fits, the start with the
-// smallest predicted peak is returned (fits = false): the hard budget in the
-// ledger still holds, and its deadlock rule serves one job when all wait.
+// has ended, where waiting longer cannot help, and at most max_delay_periods
+// of the job's own period) fits, the start with the smallest predicted peak
+// is returned (fits = false): the hard budget in the ledger still holds, and
+// its deadlock rule serves one job when all wait.
 //
-// Cost: a decision is O(N * B + H * B) for N jobs, B = kDemandBins and H the
-// horizon in bins of the deciding job (about one period): tens of
+// Cost: a decision is O(N * C + H * B) for N jobs, B = kDemandBins, H the
+// candidate starts (at most max_candidates) and C = H + B cells: tens of
 // microseconds, once per iteration per job. Chunk requests never consult it.
 //
 // Not thread-safe: the owner serialises calls (the daemon's loop, the
@@ -46,6 +47,13 @@ namespace zico::sharing {
 struct SchedulerOptions {
   // Fraction of the budget plans leave free for prediction error.
   double headroom = 0.02;
+  // A decision delays a start by at most this many of the job's own
+  // periods: past that the job starts and the ledger's hard budget governs.
+  // Keeps one job with a long (or lying) period from holding others for
+  // long.
+  uint64_t max_delay_periods = 2;
+  // Start times tried per decision at most: the grid is coarsened beyond.
+  size_t max_candidates = 1024;
   // A new curve re-plans only when it differs by more than this fraction
   // (materially_different()): small drifts would move every gate.
   double replan_tolerance = 0.05;
@@ -84,6 +92,10 @@ class TimeShiftScheduler {
   [[nodiscard]] StartDecision plan_start(JobId job, uint64_t now_ns);
   // The job began its iteration at start_ns (after any delay).
   void started(JobId job, uint64_t start_ns);
+  // Forgets the job's planned or current iteration: it is predicted at its
+  // end level until it asks or starts again (a re-plan of waiting jobs
+  // clears all their plans first, so none is placed around a stale one).
+  void unplan(JobId job);
 
   // Moves on every re-plan (budget, job set, a changed curve). A caller
   // holding jobs at their gates asks again for each of them, oldest first:

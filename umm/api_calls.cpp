@@ -83,12 +83,11 @@ Status api_free(void* ptr, StreamHandle stream) noexcept {
     }
     stream = kNoPendingWork;
   }
+  // Told before the free: once freed, another thread may get the same
+  // address, and its allocation must not be taken for this free.
+  if (sharing::NodeClient* node = runtime.node()) node->on_freed(allocator->device(), ptr);
   const Status status = allocator->deallocate(ptr, stream);
-  if (!status.is_ok()) {
-    describe_free_failure(ptr, status);
-  } else if (sharing::NodeClient* node = runtime.node()) {
-    node->on_freed(allocator->device(), ptr);
-  }
+  if (!status.is_ok()) describe_free_failure(ptr, status);
   return status;
 }
 
@@ -98,12 +97,9 @@ Status api_free_synchronous(void* ptr) noexcept {
   if (allocator == nullptr) return api_free(ptr, StreamHandle{});  // reports kNotFound
   const bool idle = runtime.driver()->device_synchronize(allocator->device()).is_ok();
   // Without a completed synchronize, fall back to the legacy stream's fence.
+  if (sharing::NodeClient* node = runtime.node()) node->on_freed(allocator->device(), ptr);
   const Status status = allocator->deallocate(ptr, idle ? kNoPendingWork : StreamHandle{});
-  if (!status.is_ok()) {
-    describe_free_failure(ptr, status);
-  } else if (sharing::NodeClient* node = runtime.node()) {
-    node->on_freed(allocator->device(), ptr);
-  }
+  if (!status.is_ok()) describe_free_failure(ptr, status);
   return status;
 }
 

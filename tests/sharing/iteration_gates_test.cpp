@@ -91,6 +91,7 @@ TEST(IterationGates, ABudgetCutHoldsAGateThatWouldHaveOpened) {
   (void)gates.due(0);
   gates.arrive(2, 1, 0);
   // Planned for now under 24 GiB; the cut to 14 GiB comes before it opens.
+  ASSERT_EQ(gates.next_due_ns(), 0u);
   gates.set_budget(0, 14 * kGiB);
   EXPECT_TRUE(gates.due(0).empty());
   EXPECT_GT(gates.next_due_ns(), 0u);
@@ -112,20 +113,56 @@ TEST(IterationGates, ALeavingJobReleasesTheOthersAndLeavesNoGateBehind) {
 }
 
 TEST(IterationGates, AJobOnTwoGpusWaitsForTheLaterOfTheirDecisions) {
+  // GPU 1 is the constraint, GPU 0 is not: the later decision must win.
   IterationGates gates(true, no_headroom());
+  gates.add_gpu(100 * kGiB);
   gates.add_gpu(14 * kGiB);
-  gates.add_gpu(100 * kGiB);  // never the constraint
   for (JobId job : {1, 2}) {
     gates.open(job, 0);
     gates.set_curve(job, 0, hill(100 * kMs, 1 * kGiB, 10 * kGiB));
+    gates.open(job, 1);
+    gates.set_curve(job, 1, hill(100 * kMs, 1 * kGiB, 10 * kGiB));
   }
-  gates.open(2, 1);
-  gates.set_curve(2, 1, hill(100 * kMs, 1 * kGiB, 10 * kGiB));
   gates.arrive(1, 1, 0);
   (void)gates.due(0);
+  // What GPU 1 alone would decide.
+  TimeShiftScheduler alone(no_headroom());
+  alone.set_budget(14 * kGiB);
+  for (JobId job : {1, 2}) {
+    alone.add_job(job);
+    alone.set_curve(job, hill(100 * kMs, 1 * kGiB, 10 * kGiB));
+  }
+  alone.started(1, 0);
+  const uint64_t expected = alone.plan_start(2, 0).start_ns;
+  ASSERT_GT(expected, 0u);
   gates.arrive(2, 1, 0);
   EXPECT_TRUE(gates.due(0).empty());
-  EXPECT_GT(gates.next_due_ns(), 0u);
+  EXPECT_EQ(gates.next_due_ns(), expected);
+}
+
+// After a re-plan the oldest waiting job is placed first, not around a
+// younger one's stale plan.
+TEST(IterationGates, ReplansServeTheOldestWaiterFirst) {
+  IterationGates gates(true, no_headroom());
+  gates.add_gpu(16 * kGiB);
+  for (JobId job : {1, 2, 3}) {
+    gates.open(job, 0);
+    gates.set_curve(job, 0, hill(100 * kMs, 1 * kGiB, 10 * kGiB));
+  }
+  gates.arrive(1, 1, 0);
+  (void)gates.due(0);
+  gates.arrive(2, 1, 10 * kMs);
+  gates.arrive(3, 1, 20 * kMs);
+  ASSERT_TRUE(gates.due(20 * kMs).empty());  // both wait for job 1's peak
+  ASSERT_EQ(gates.waiting(), 2u);
+  gates.set_budget(0, 15 * kGiB);
+  uint64_t opened_at[4] = {};
+  for (uint64_t t = 20 * kMs; gates.waiting() > 0 && t < 1000 * kMs; t += kMs / 4) {
+    for (const auto& o : gates.due(t)) opened_at[o.job] = t;
+  }
+  ASSERT_NE(opened_at[2], 0u);
+  ASSERT_NE(opened_at[3], 0u);
+  EXPECT_LT(opened_at[2], opened_at[3]);
 }
 
 TEST(IterationGates, ANewMarkReplacesTheJobsWaitingOne) {

@@ -109,6 +109,34 @@ TEST(LedgerGrant, FifoHeadBlocksSmallerLaterRequest) {
   EXPECT_EQ(b.ledger.check(), "");
 }
 
+// The trade that made two climbing jobs hand all their memory back and forth:
+// job 2 yielded and asks for everything again at the head; job 1, in the
+// middle of its iteration, must be able to go on and finish it.
+TEST(LedgerGrant, HeadHoldingNothingLetsAJobInMidIterationGoAhead) {
+  LedgerOptions options;
+  options.head_patience_ns = 1000;
+  Books b(10, options);
+  b.join(1);
+  b.join(2);
+  b.hold(1, 1, 6);
+  b.ask(2, 1, 6, 0);  // holds nothing: only job 1's progress can make room
+  b.ask(1, 2, 2, 0);  // job 1 holds 6 > its minimum: goes ahead
+  std::vector<LedgerAction> actions = b.ledger.pump(10);
+  ASSERT_GE(actions.size(), 1u) << describe(actions);
+  EXPECT_TRUE(same(actions[0], Kind::kGrant, 1, 2, 2)) << describe(actions);
+  EXPECT_EQ(count(actions, Kind::kGrant), 1u) << describe(actions);
+  // Job 1 is asked for idle chunks for the head; it has none.
+  b.give(1, 0, true, 20);
+  // Once the head has waited past the patience, it blocks the queue again:
+  // job 1's next request waits, and the deadlock rule makes job 1 yield.
+  b.ask(1, 3, 1, 2000);
+  actions = b.ledger.pump(2000);
+  ASSERT_EQ(count(actions, Kind::kGrant), 0u) << describe(actions);
+  ASSERT_EQ(count(actions, Kind::kYield), 1u) << describe(actions);
+  EXPECT_EQ(actions[0].job, 1u);
+  EXPECT_EQ(b.ledger.check(), "");
+}
+
 TEST(LedgerGrant, WithinMinimumBypassesQueue) {
   Books b(10);
   b.join(1);

@@ -142,7 +142,7 @@ std::vector<Message> samples() {
       SetBudget{BudgetTarget::kJobMax, 7, 42, 24ull << 30},
       JobControl{JobAction::kResume, 0x0102030405060708ull, StoreKind::kNvme},
       Result{2, "no such job 43"},
-      Goodbye{"protocol version 2 (this side speaks version 1)"},
+      Goodbye{"protocol version 1 (this side speaks version 2)"},
       IterationMark{0x0102030405060708ull},
       curve,
       Proceed{0x0807060504030201ull},
@@ -295,8 +295,8 @@ TEST(ProtocolRejectTest, WrongMagic) {
 
 TEST(ProtocolRejectTest, WrongVersionNamesBoth) {
   std::vector<uint8_t> bytes = encoded(Welcome{1});
-  bytes[4] = 2;
-  EXPECT_EQ(rejection(bytes), "protocol version 2 (this side speaks version 1)");
+  bytes[4] = 1;
+  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 2)");
 }
 
 TEST(ProtocolRejectTest, UnknownType) {

@@ -193,6 +193,29 @@ TEST(TimeShiftScheduler, ReplansOnlyOnMaterialChanges) {
   EXPECT_NE(scheduler.plan_generation(), generation);
 }
 
+// A job with a tiny period beside one with an hour-long iteration: the
+// decision stays bounded (few candidates, little memory) and the delay is at
+// most two of the asking job's own periods.
+TEST(TimeShiftScheduler, DecisionsStayBoundedWhatEverThePeriods) {
+  SchedulerOptions options;
+  options.headroom = 0;
+  TimeShiftScheduler scheduler(options);
+  scheduler.set_budget(12 * kGiB);
+  scheduler.add_job(1);
+  scheduler.add_job(2);
+  const uint64_t hour = 3'600'000 * kMs;
+  scheduler.set_curve(1, triangle(hour, 1 * kGiB, 10 * kGiB));
+  scheduler.set_curve(2, triangle(100'000, 1 * kGiB, 10 * kGiB));  // 100 µs
+  scheduler.started(1, 0);
+  const StartDecision decision = scheduler.plan_start(2, hour / 4);
+  EXPECT_FALSE(decision.fits);
+  EXPECT_LE(decision.start_ns - hour / 4, 2 * 100'000u);
+  // And the other way round: the long job is not held beyond two hours.
+  scheduler.started(2, hour / 4);
+  const StartDecision long_one = scheduler.plan_start(1, hour / 4);
+  EXPECT_LE(long_one.start_ns - hour / 4, 2 * hour);
+}
+
 // Two identical jobs that gate every iteration settle into a fixed offset:
 // after the first delay, neither waits again.
 TEST(TimeShiftScheduler, TwoPeriodicJobsSettleIntoAFixedOffset) {
