@@ -53,12 +53,16 @@ void TimeShiftScheduler::unplan(JobId job) {
 uint64_t TimeShiftScheduler::predicted_max(const Job& job, uint64_t from, uint64_t to) {
   const DemandCurve& curve = job.curve;
   if (!curve.known()) return job.held;
-  if (!job.in_iteration) return curve.end_bytes;
+  // Past its iteration a job is at its end level, unless it still holds
+  // more: then it has overrun (stalled on memory, or slowed down) and will
+  // keep what it holds until it really ends.
+  const uint64_t idle = std::max(curve.end_bytes, job.held);
+  if (!job.in_iteration) return idle;
   const uint64_t end = job.start_ns + curve.period_ns;
   uint64_t most = 0;
   // Before its (planned) start the job waits at its end level.
-  if (from < job.start_ns) most = curve.end_bytes;
-  if (to > end) most = std::max(most, curve.end_bytes);
+  if (from < job.start_ns) most = idle;
+  if (to > end) most = std::max(most, idle);
   const uint64_t lo = std::max(from, job.start_ns);
   const uint64_t hi = std::min(to, end);
   if (lo < hi) {

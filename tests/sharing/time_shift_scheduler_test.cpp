@@ -177,6 +177,21 @@ TEST(TimeShiftScheduler, LearningJobsCountWithWhatTheyHold) {
   EXPECT_TRUE(scheduler.plan_start(2, 0).fits);
 }
 
+// A job past its iteration's end that still holds its peak has stalled
+// (waiting for memory, swapping): it is predicted at what it holds, not at
+// its end level, so no other job is started into it.
+TEST(TimeShiftScheduler, AnOverrunJobIsPredictedAtWhatItHolds) {
+  TimeShiftScheduler scheduler;
+  scheduler.set_budget(14 * kGiB);
+  scheduler.add_job(1);
+  scheduler.set_curve(1, triangle(100 * kMs, 1 * kGiB, 10 * kGiB));
+  scheduler.started(1, 0);
+  scheduler.set_held(1, 9 * kGiB);
+  EXPECT_EQ(scheduler.predicted_bytes(150 * kMs), 9 * kGiB);
+  scheduler.set_held(1, 1 * kGiB);  // it ended and gave its transient memory back
+  EXPECT_EQ(scheduler.predicted_bytes(150 * kMs), 1 * kGiB);
+}
+
 TEST(TimeShiftScheduler, ReplansOnlyOnMaterialChanges) {
   TimeShiftScheduler scheduler;
   scheduler.add_job(1);
