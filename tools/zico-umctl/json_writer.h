@@ -39,6 +39,11 @@ class JsonWriter {
     separate();
     text_ += "null";
   }
+  // Not an overload of value(): a string literal would convert to bool.
+  void boolean(bool b) {
+    separate();
+    text_ += b ? "true" : "false";
+  }
   template <typename T>
   void field(std::string_view name, const T& v) {
     key(name);

@@ -6,6 +6,7 @@
 
 #include "node_commands.h"
 #include "replay_command.h"
+#include "simulate_command.h"
 
 namespace {
 
@@ -22,6 +23,7 @@ constexpr const char* kUsage =
     "\n"
     "Offline:\n"
     "  replay   replay memory traces against zicoum and baseline allocators\n"
+    "  simulate jobs from traces sharing one virtual GPU under a memory policy\n"
     "\n"
     "'zico-umctl COMMAND --help' describes a command.\n";
 
@@ -45,7 +47,7 @@ int main(int argc, char** argv) {
   static constexpr std::pair<std::string_view, Command> kCommands[] = {
       {"replay", zico::umctl::run_replay}, {"status", zico::umctl::run_status},   {"jobs", zico::umctl::run_jobs},
       {"top", zico::umctl::run_top},       {"budget", zico::umctl::run_budget},   {"suspend", zico::umctl::run_suspend},
-      {"resume", zico::umctl::run_resume},
+      {"resume", zico::umctl::run_resume}, {"simulate", zico::umctl::run_simulate},
   };
   for (const auto& [name, run] : kCommands) {
     if (command == name) return run(argc - 2, argv + 2);

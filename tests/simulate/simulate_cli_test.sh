@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# zico-umctl simulate from the outside: every bad argument is refused with
+# exit 2 and a message that names the value; runs over the committed traces
+# keep the budget and write their plots.
+# Usage: simulate_cli_test.sh ZICO_UMCTL TRACES_DIR
+set -u
+
+umctl=$1
+traces=$2
+bert=$traces/bert_base.ztrace.gz
+vit=$traces/vit_b_16.ztrace.gz
+failures=0
+tmp=$(mktemp -d)
+out=$tmp/out
+err=$tmp/err
+trap 'rm -rf "$tmp"' EXIT
+
+fail() {
+  echo "FAIL: $*"
+  echo "--- stdout"; head -c 2000 "$out"
+  echo "--- stderr"; cat "$err"
+  failures=$((failures + 1))
+}
+
+run() {
+  "$umctl" simulate "$@" >"$out" 2>"$err"
+  status=$?
+}
+
+# Usage error: exit 2, each further argument appears in stderr.
+refuses() {
+  local args=("${@:1:$#-1}") expect=${*: -1}
+  run "${args[@]}"
+  if [ "$status" -ne 2 ]; then fail "simulate ${args[*]}: exit $status, expected 2"; return; fi
+  grep -qF -- "$expect" "$err" || fail "simulate ${args[*]}: stderr lacks '$expect'"
+}
+
+check_json() {
+  local what=$1 code=$2
+  python3 -c "import json, sys
+d = json.load(open(sys.argv[1]))
+$code" "$out" || fail "$what"
+}
+
+run --help
+[ "$status" -eq 0 ] && grep -q "Usage: zico-umctl simulate" "$out" && grep -q -- "--budget-schedule" "$out" ||
+  fail "--help"
+"$umctl" --help | grep -q "simulate" || fail "zico-umctl --help lists simulate"
+
+refuses "$bert" "needs --budget SIZE"
+refuses --budget 12XB "$bert" "'12XB' is not a size; expected a number"
+refuses --budget 1KiB "$bert" "'1KiB' is below one chunk"
+refuses --budget 12GiB --policy best "$bert" "'best' is not a policy; expected zico, fcfs, static"
+refuses --budget 12GiB --iterations 0 "$bert" "'0' is not a whole number from 1 to 100000"
+refuses --budget 12GiB --iterations 100001 "$bert" "'100001'"
+refuses --budget 12GiB --iterations ten "$bert" "'ten'"
+refuses --budget 12GiB --utilization 0 "$bert" "'0' is not in (0, 1]"
+refuses --budget 12GiB --utilization 1.5 "$bert" "'1.5' is not in (0, 1]"
+refuses --budget 12GiB --utilization half "$bert" "'half'"
+refuses --budget 12GiB --host-bandwidth fast "$bert" "'fast' is not a rate; expected a size per second"
+refuses --budget 12GiB --host-bandwidth 0GB/s "$bert" "'0GB/s'"
+refuses --budget-schedule 1s:4GiB "$bert" "must start at 0s, not at '1s'"
+refuses --budget-schedule 0s:4GiB,0s:8GiB "$bert" "times must increase: '0s'"
+refuses --budget-schedule 0s:4GiB,5x:8GiB "$bert" "time '5x' is not a duration; expected an integer with a unit"
+refuses --budget-schedule 0s:4GiB,nocolon "$bert" "entry 'nocolon' is not TIME:SIZE"
+refuses --budget-schedule 0s:4GiB,5s:lots "$bert" "size 'lots' is not a size"
+refuses --budget 8GiB --budget-schedule 0s:8GiB "$bert" "not both"
+refuses --budget 8GiB "$tmp/missing.ztrace.gz" "$tmp/missing.ztrace.gz"
+printf 'not a trace' | gzip >"$tmp/bad.ztrace.gz"
+refuses --budget 8GiB "$tmp/bad.ztrace.gz" "bad.ztrace.gz:1"
+refuses --budget 8GiB --frobnicate "$bert" "unknown option '--frobnicate'"
+refuses --budget 8GiB "no trace given"
+refuses --budget 8GiB --plot out.png "$bert" "'out.png' must name an .svg file"
+refuses "$bert" --budget "needs a value"
+
+# unlimited needs no budget; one policy's JSON is that policy's object.
+run --policy unlimited --iterations 3 --json "$bert"
+[ "$status" -eq 0 ] || fail "unlimited without a budget: exit $status"
+check_json "unlimited json" '
+assert d["policy"] == "unlimited" and d["budget_bytes"] is None, d
+j = d["jobs"][0]
+assert j["iterations"] == 3 and j["failed"] is False and j["failure"] is None, j
+assert abs(j["mean_iter_s"] - j["solo_iter_s"]) / j["solo_iter_s"] < 0.2, j'
+
+# Every policy over two real traces: the ledger policies keep the budget.
+run --policy all --budget 16GiB --json --plot "$tmp/plot.svg" "$bert" "$vit"
+[ "$status" -eq 0 ] || fail "policy all: exit $status"
+check_json "policy all json" '
+budget = 16 << 30
+assert set(d) == {"unlimited", "sequential", "static", "fcfs", "zico"}, list(d)
+for name, r in d.items():
+    for key in ("peak_bytes", "aggregate_iters_per_s", "makespan_s", "budget_exceeded", "over_budget_s",
+                "longest_over_budget_s", "vs_unlimited"):
+        assert key in r, (name, key)
+    assert len(r["jobs"]) == 2, name
+    for j in r["jobs"]:
+        for key in ("mean_iter_s", "delay_s", "solo_iter_s", "iterations", "peak_bytes", "yields"):
+            assert key in j, (name, key)
+        assert j["iterations"] == 20 and not j["failed"], (name, j)
+for name in ("fcfs", "zico", "static", "sequential"):
+    assert d[name]["budget_exceeded"] is False, name
+    assert d[name]["peak_bytes"] <= budget, (name, d[name]["peak_bytes"])
+assert d["unlimited"]["peak_bytes"] > budget
+z = d["zico"]
+assert {"vs_sequential", "vs_static", "vs_fcfs"} <= set(z), list(z)
+assert len(z["exhaustive"]["offsets_s"]) == 2 and z["exhaustive"]["peak_bytes"] > 0, z["exhaustive"]
+assert "exhaustive" not in d["fcfs"]'
+for policy in unlimited sequential static fcfs zico; do
+  f=$tmp/plot-$policy.svg
+  { [ -s "$f" ] && head -c 4 "$f" | grep -q "<svg" && tail -n 1 "$f" | grep -q "</svg>"; } || fail "plot $f"
+done
+grep -q 'id="budget"' "$tmp/plot-zico.svg" || fail "zico's plot has a budget line"
+
+# Text output, with a budget schedule that shrinks below what the jobs hold.
+run --policy fcfs --iterations 40 --utilization 0.5 --budget-schedule 0s:24GiB,500ms:14GiB "$bert" "$vit"
+[ "$status" -eq 0 ] || fail "schedule: exit $status"
+grep -q "^fcfs: 2 jobs x 40 iterations, budget 24 GiB at 0 s, then 14 GiB at 0.5 s" "$out" || fail "schedule header"
+grep -q "budget kept" "$out" || fail "schedule keeps the budget"
+grep -qE "^  bert_base +40 " "$out" || fail "bert_base row"
+
+[ "$failures" -eq 0 ] && echo "OK" || { echo "$failures failure(s)"; exit 1; }

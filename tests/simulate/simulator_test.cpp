@@ -1,0 +1,381 @@
+#include "simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "step_recorder.h"
+#include "synthetic_trace.h"
+
+namespace zico::simulate {
+namespace {
+
+using testing::climbing_job;
+using testing::kGiB;
+using testing::kMs;
+using testing::model_of;
+
+SimulationResult run(const std::vector<JobModel>& jobs, Policy policy, std::vector<BudgetStep> budget,
+                     uint32_t iterations = 10, std::optional<double> utilization = std::nullopt) {
+  SimulationOptions options;
+  options.policy = policy;
+  options.budget = std::move(budget);
+  options.iterations = iterations;
+  options.utilization = utilization;
+  SimulationResult result;
+  std::string error;
+  EXPECT_TRUE(simulate(jobs, options, &result, &error).is_ok()) << error;
+  return result;
+}
+
+std::vector<BudgetStep> budget(uint64_t bytes) { return {{0, bytes}}; }
+
+// Two jobs with 1 GiB of weights climbing by 1 GiB five times: peak 6 GiB,
+// trough 1 GiB. Both peaks (12) exceed 8 GiB; one peak and one trough fit.
+std::vector<JobModel> two_climbers() {
+  return {model_of(climbing_job("a", 1 * kGiB, 1 * kGiB)), model_of(climbing_job("b", 1 * kGiB, 1 * kGiB))};
+}
+
+// The most the jobs held together at any change after `from` ns.
+uint64_t peak_sum_after(const SimulationResult& r, uint64_t from) {
+  std::map<uint64_t, std::vector<std::pair<size_t, uint64_t>>> changes;
+  for (size_t j = 0; j < r.jobs.size(); ++j) {
+    for (const auto& [t, bytes] : r.jobs[j].held) changes[t].emplace_back(j, bytes);
+  }
+  std::vector<uint64_t> held(r.jobs.size(), 0);
+  uint64_t most = 0;
+  for (const auto& [t, list] : changes) {
+    for (const auto& [j, bytes] : list) held[j] = bytes;
+    uint64_t sum = 0;
+    for (const uint64_t b : held) sum += b;
+    if (t >= from) most = std::max(most, sum);
+  }
+  return most;
+}
+
+TEST(Simulator, ModelsTheSyntheticJob) {
+  const JobModel m = model_of(climbing_job("a", 1 * kGiB, 1 * kGiB));
+  EXPECT_EQ(m.steady_period_ns, 100 * kMs);
+  EXPECT_EQ(m.peak_bytes, 6 * kGiB);
+  EXPECT_NEAR(m.utilization, 1.0, 1e-6);
+}
+
+TEST(Simulator, UnlimitedComputeSharingHalvesTwoFullyBusyJobs) {
+  const SimulationResult r = run(two_climbers(), Policy::kUnlimited, {}, 10);
+  ASSERT_EQ(r.jobs.size(), 2u);
+  for (const JobResult& j : r.jobs) {
+    EXPECT_EQ(j.iterations, 10u);
+    EXPECT_FALSE(j.failed);
+    EXPECT_NEAR(j.mean_iter_s, 2 * j.solo_iter_s, 1e-6) << j.name;
+    EXPECT_EQ(j.delay_s, 0);
+  }
+  EXPECT_NEAR(r.makespan_s, 2.0, 1e-6);
+  EXPECT_NEAR(r.aggregate_iters_per_s, 10.0, 1e-6);
+  EXPECT_EQ(r.peak_bytes, 12 * kGiB);
+  EXPECT_TRUE(r.budget.empty());
+  EXPECT_FALSE(r.budget_exceeded);
+}
+
+TEST(Simulator, HalfBusyJobsDoNotSlowEachOther) {
+  const SimulationResult r = run(two_climbers(), Policy::kUnlimited, {}, 10, 0.5);
+  for (const JobResult& j : r.jobs) EXPECT_NEAR(j.mean_iter_s, j.solo_iter_s, 1e-6) << j.name;
+  EXPECT_NEAR(r.makespan_s, 1.0, 1e-6);
+}
+
+TEST(Simulator, ThreeJobsAtHalfShareAtOneAndAHalf) {
+  std::vector<JobModel> jobs = two_climbers();
+  jobs.push_back(model_of(climbing_job("c", 1 * kGiB, 1 * kGiB)));
+  const SimulationResult r = run(jobs, Policy::kUnlimited, {}, 10, 0.5);
+  for (const JobResult& j : r.jobs) EXPECT_NEAR(j.mean_iter_s, 1.5 * j.solo_iter_s, 1e-6) << j.name;
+}
+
+TEST(Simulator, SequentialRunsOneAfterTheOther) {
+  const SimulationResult r = run(two_climbers(), Policy::kSequential, budget(8 * kGiB), 10);
+  EXPECT_NEAR(r.jobs[0].mean_iter_s, r.jobs[0].solo_iter_s, 1e-6);
+  EXPECT_NEAR(r.jobs[1].start_s, 1.0, 1e-6);
+  EXPECT_NEAR(r.jobs[1].queue_s, 1.0, 1e-6);
+  EXPECT_NEAR(r.jobs[1].delay_s, 1.0, 1e-6);
+  EXPECT_NEAR(r.jobs[1].mean_iter_s, 2 * r.jobs[1].solo_iter_s, 1e-6);
+  EXPECT_NEAR(r.makespan_s, 2.0, 1e-6);
+  EXPECT_EQ(r.peak_bytes, 6 * kGiB);
+  EXPECT_FALSE(r.budget_exceeded);
+}
+
+TEST(Simulator, StaticQueuesAJobThatDoesNotFitAndRunsThoseThatDo) {
+  std::vector<JobModel> jobs = two_climbers();
+  jobs.push_back(model_of(climbing_job("small", 512 * testing::kMiB, 128 * testing::kMiB)));  // peak 1.125 GiB
+  // a (6) fits 8 GiB; b (6) does not beside it and waits; FIFO keeps small
+  // behind b, though it would fit beside a; then both fit beside each other.
+  SimulationResult r = run(jobs, Policy::kStatic, budget(8 * kGiB), 10, 0.5);
+  EXPECT_NEAR(r.jobs[0].start_s, 0, 1e-9);
+  EXPECT_NEAR(r.jobs[1].start_s, 1.0, 1e-6);
+  EXPECT_NEAR(r.jobs[1].queue_s, 1.0, 1e-6);
+  EXPECT_NEAR(r.jobs[2].start_s, 1.0, 1e-6);
+  EXPECT_EQ(r.jobs[0].peak_bytes, 6 * kGiB) << "the reservation, held throughout";
+  EXPECT_LE(r.peak_bytes, 8 * kGiB);
+  EXPECT_FALSE(r.budget_exceeded);
+  for (const JobResult& j : r.jobs) EXPECT_EQ(j.iterations, 10u);
+}
+
+TEST(Simulator, StaticFailsAJobWhosePeakExceedsTheBudget) {
+  std::vector<JobModel> jobs = {model_of(climbing_job("big", 1 * kGiB, 2 * kGiB)),  // peak 11 GiB
+                                model_of(climbing_job("a", 1 * kGiB, 1 * kGiB))};
+  const SimulationResult r = run(jobs, Policy::kStatic, budget(8 * kGiB), 5);
+  EXPECT_TRUE(r.jobs[0].failed);
+  EXPECT_NE(r.jobs[0].failure.find("peak 11 GiB exceeds budget 8 GiB"), std::string::npos) << r.jobs[0].failure;
+  EXPECT_EQ(r.jobs[0].iterations, 0u);
+  EXPECT_FALSE(r.jobs[1].failed);
+  EXPECT_NEAR(r.jobs[1].start_s, 0, 1e-9) << "the failed job does not hold the queue";
+  EXPECT_EQ(r.failed_jobs, 1u);
+}
+
+TEST(Simulator, FcfsKeepsTheBudgetAndYieldsWhenBothClimbAtOnce) {
+  const SimulationResult r = run(two_climbers(), Policy::kFcfs, budget(8 * kGiB), 10);
+  EXPECT_FALSE(r.budget_exceeded);
+  EXPECT_LE(r.peak_bytes, 8 * kGiB);
+  EXPECT_EQ(r.over_budget_s, 0);
+  EXPECT_GT(r.yields, 0u);
+  EXPECT_GT(r.deadlocks, 0u);
+  for (const JobResult& j : r.jobs) {
+    EXPECT_EQ(j.iterations, 10u);
+    EXPECT_FALSE(j.failed) << j.failure;
+    EXPECT_GT(j.delay_s, 0);
+  }
+  EXPECT_GT(r.jobs[0].swap_s + r.jobs[1].swap_s, 0);
+}
+
+TEST(Simulator, ZicoShiftsThePeaksApartAndBeatsFcfs) {
+  // Periods of 100 and 130 ms: the phases drift, so under fcfs the climbs
+  // keep meeting and deadlocking; zico's gates keep them apart.
+  testing::SyntheticJob slow = climbing_job("b", 1 * kGiB, 1 * kGiB);
+  slow.period_ns = 130 * kMs;
+  const std::vector<JobModel> jobs = {model_of(climbing_job("a", 1 * kGiB, 1 * kGiB)), model_of(slow)};
+  for (const double u : {1.0, 0.5}) {
+    const SimulationResult fcfs = run(jobs, Policy::kFcfs, budget(8 * kGiB), 20, u);
+    const SimulationResult zico = run(jobs, Policy::kZico, budget(8 * kGiB), 20, u);
+    EXPECT_FALSE(fcfs.budget_exceeded) << "u " << u;
+    EXPECT_FALSE(zico.budget_exceeded) << "u " << u;
+    EXPECT_LE(zico.peak_bytes, 8 * kGiB) << "u " << u;
+    EXPECT_LT(zico.yields, fcfs.yields) << "u " << u;
+    EXPECT_GT(zico.aggregate_iters_per_s, fcfs.aggregate_iters_per_s) << "u " << u;
+    uint64_t gate_delays = 0;
+    for (const JobResult& j : zico.jobs) {
+      EXPECT_EQ(j.iterations, 20u);
+      EXPECT_FALSE(j.failed) << j.failure;
+      gate_delays += j.gate_delays;
+    }
+    EXPECT_GT(gate_delays, 0u) << "u " << u;
+    // Whichever job asks second waits; with the phases drifting that need
+    // not be both.
+    EXPECT_GT(zico.jobs[0].gate_s + zico.jobs[1].gate_s, 0) << "u " << u;
+  }
+}
+
+TEST(Simulator, TrackersLearnTheRunningTimeNotTheStalls) {
+  // Under a budget that fits one peak and one trough, the jobs stall inside
+  // their iterations (ledger waits, yields and swaps) while the trackers
+  // learn. At u 0.5 two jobs do not slow each other, so the progress clock
+  // runs at the solo rate: every learned period is the solo period.
+  const std::vector<JobModel> jobs = two_climbers();
+  const SimulationResult r = run(jobs, Policy::kZico, budget(7 * kGiB), 20, 0.5);
+  double stalled_in_iterations = 0;
+  for (const JobResult& j : r.jobs) {
+    EXPECT_EQ(j.iterations, 20u) << j.name;
+    EXPECT_GT(j.longest_learned_iter_s, 0) << j.name;
+    EXPECT_NEAR(j.longest_learned_iter_s, j.solo_iter_s, 1e-6) << j.name;
+    stalled_in_iterations += j.wait_s + j.swap_s;
+  }
+  EXPECT_GT(stalled_in_iterations, 0) << "the case must stall inside iterations to test anything";
+  const SimulationResult fcfs = run(jobs, Policy::kFcfs, budget(7 * kGiB), 20, 0.5);
+  for (const JobResult& j : fcfs.jobs) EXPECT_EQ(j.longest_learned_iter_s, 0) << "no tracker under fcfs";
+}
+
+TEST(Simulator, HeldFollowsABudgetShrinkAndTheLagIsReported) {
+  for (const Policy policy : {Policy::kFcfs, Policy::kZico}) {
+    // 16 GiB, then 7 GiB at 255 ms: both jobs (u 0.5, in step) hold 6 GiB
+    // then and free 5 of it at 260 ms.
+    const std::vector<BudgetStep> schedule = {{0, 16 * kGiB}, {255 * kMs, 7 * kGiB}};
+    const SimulationResult r = run(two_climbers(), policy, schedule, 10, 0.5);
+    EXPECT_FALSE(r.budget_exceeded) << to_string(policy);
+    EXPECT_GT(r.longest_over_budget_s, 0) << to_string(policy);
+    EXPECT_GE(r.over_budget_s, r.longest_over_budget_s);
+    EXPECT_NEAR(r.longest_over_budget_s, 0.005, 1e-6) << to_string(policy) << ": held comes down at the frees";
+    const auto settled = static_cast<uint64_t>((0.255 + r.longest_over_budget_s) * 1e9) + 1;
+    EXPECT_LE(peak_sum_after(r, settled), 7 * kGiB) << to_string(policy);
+    for (const JobResult& j : r.jobs) EXPECT_EQ(j.iterations, 10u) << to_string(policy);
+    ASSERT_EQ(r.budget.size(), 2u);
+  }
+}
+
+TEST(Simulator, AJobWhoseNeedExceedsTheBudgetFailsWithTheReason) {
+  for (const Policy policy : {Policy::kFcfs, Policy::kZico}) {
+    const std::vector<JobModel> jobs = {model_of(climbing_job("a", 1 * kGiB, 1 * kGiB))};
+    const SimulationResult r = run(jobs, policy, budget(4 * kGiB), 5);
+    ASSERT_EQ(r.jobs.size(), 1u);
+    EXPECT_TRUE(r.jobs[0].failed);
+    EXPECT_NE(r.jobs[0].failure.find("needs 5 GiB"), std::string::npos) << r.jobs[0].failure;
+    EXPECT_NE(r.jobs[0].failure.find("iteration 0"), std::string::npos) << r.jobs[0].failure;
+    EXPECT_NE(r.jobs[0].failure.find("budget 4 GiB"), std::string::npos) << r.jobs[0].failure;
+    EXPECT_EQ(r.jobs[0].iterations, 0u);
+    EXPECT_EQ(r.failed_jobs, 1u);
+    EXPECT_NEAR(r.jobs[0].end_s, 0.03, 1e-6) << "fails at its fourth step, 5 GiB";
+  }
+}
+
+TEST(Simulator, StaticAndSequentialApplyAShrinkToAdmissionOnly) {
+  // a is admitted under 16 GiB; b comes after a shrink to 7 GiB: sequential
+  // lets it run alone, and a keeps running through the shrink.
+  const std::vector<BudgetStep> schedule = {{0, 16 * kGiB}, {500 * kMs, 7 * kGiB}};
+  const SimulationResult r = run(two_climbers(), Policy::kSequential, schedule, 10);
+  EXPECT_FALSE(r.budget_exceeded);
+  for (const JobResult& j : r.jobs) EXPECT_EQ(j.iterations, 10u);
+}
+
+TEST(Simulator, RejectsBadOptions) {
+  const std::vector<JobModel> jobs = two_climbers();
+  SimulationResult r;
+  std::string error;
+  SimulationOptions o;
+  o.policy = Policy::kFcfs;
+  EXPECT_FALSE(simulate(jobs, o, &r, &error).is_ok());
+  EXPECT_NE(error.find("needs a budget"), std::string::npos) << error;
+  o.budget = {{5, 8 * kGiB}};
+  EXPECT_FALSE(simulate(jobs, o, &r, &error).is_ok());
+  o.budget = {{0, 8 * kGiB}, {0, 4 * kGiB}};
+  EXPECT_FALSE(simulate(jobs, o, &r, &error).is_ok());
+  o.budget = {{0, 1024}};
+  EXPECT_FALSE(simulate(jobs, o, &r, &error).is_ok());
+  o.budget = {{0, 8 * kGiB}};
+  o.utilization = 0.0;
+  EXPECT_FALSE(simulate(jobs, o, &r, &error).is_ok());
+  o.utilization = 1.5;
+  EXPECT_FALSE(simulate(jobs, o, &r, &error).is_ok());
+  o.utilization.reset();
+  o.iterations = 0;
+  EXPECT_FALSE(simulate(jobs, o, &r, &error).is_ok());
+  EXPECT_FALSE(simulate({}, SimulationOptions{}, &r, &error).is_ok());
+}
+
+TEST(Simulator, PolicyNamesRoundTrip) {
+  for (const Policy p : {Policy::kUnlimited, Policy::kFcfs, Policy::kZico, Policy::kStatic, Policy::kSequential}) {
+    EXPECT_EQ(parse_policy(to_string(p)), p);
+  }
+  EXPECT_FALSE(parse_policy("all"));
+  EXPECT_FALSE(parse_policy("Zico"));
+}
+
+TEST(Simulator, LongRunsKeepTheTimelineBounded) {
+  SimulationOptions options;
+  options.policy = Policy::kUnlimited;
+  options.iterations = 2000;
+  options.max_timeline_points = 256;
+  SimulationResult r;
+  std::string error;
+  ASSERT_TRUE(simulate(two_climbers(), options, &r, &error).is_ok()) << error;
+  for (const JobResult& j : r.jobs) {
+    EXPECT_LE(j.held.size(), 256u + 2);
+    uint64_t most = 0;
+    for (const auto& [t, bytes] : j.held) most = std::max(most, bytes);
+    EXPECT_EQ(most, 6 * kGiB) << "reduction keeps the peak";
+    EXPECT_EQ(j.held.back().second, 0u) << "ends with nothing held";
+  }
+}
+
+// The sum of `steps` at every time any of them changes, changes at one time
+// applied together; with the states seen (one value per series).
+std::vector<std::pair<uint64_t, std::vector<uint64_t>>> stacked(const std::vector<StackRecorder::Steps>& steps) {
+  std::map<uint64_t, std::vector<std::pair<size_t, uint64_t>>> changes;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    for (const auto& [t, v] : steps[s]) changes[t].emplace_back(s, v);
+  }
+  std::vector<std::pair<uint64_t, std::vector<uint64_t>>> out;
+  std::vector<uint64_t> state(steps.size(), 0);
+  for (const auto& [t, list] : changes) {
+    for (const auto& [s, v] : list) state[s] = v;
+    out.emplace_back(t, state);
+  }
+  return out;
+}
+
+TEST(StackRecorder, ExactWhenShortWithChangesAtOneTimeAsOne) {
+  StackRecorder r(2, 100);
+  r.record(0, 0, 5);
+  r.record(0, 1, 1);
+  r.record(10, 1, 4);  // b frees 3 ...
+  r.record(10, 0, 8);  // ... and a takes them at the same time
+  r.record(20, 0, 5);
+  r.record(20, 0, 5);  // no change
+  r.record(30, 0, 0);
+  r.record(30, 1, 0);
+  const std::vector<StackRecorder::Steps> steps = r.finish();
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0], (StackRecorder::Steps{{0, 5}, {10, 8}, {20, 5}, {30, 0}}));
+  EXPECT_EQ(steps[1], (StackRecorder::Steps{{0, 1}, {10, 4}, {30, 0}}));
+  for (const auto& [t, state] : stacked(steps)) EXPECT_LE(state[0] + state[1], 12u) << "at " << t;
+}
+
+TEST(StackRecorder, ReductionShowsOnlyRealStatesAndKeepsThePeakOfTheSum) {
+  // Three series hand 6 units around at irregular times: the real sum is
+  // always 10, except one moment at 11 in the middle. Reduced one by one,
+  // each series' bucket maximum (6 + 2 + 2 ...) would stack far above 10.
+  constexpr size_t kSeries = 3;
+  StackRecorder r(kSeries, 64);
+  std::vector<uint64_t> state = {8, 1, 1};
+  std::vector<std::vector<uint64_t>> real = {state};
+  for (size_t s = 0; s < kSeries; ++s) r.record(0, s, state[s]);
+  uint64_t t = 0;
+  for (uint64_t k = 1; k <= 100000; ++k) {
+    t += 1 + (k * 7919) % 97;
+    const size_t from = k % kSeries;
+    const size_t to = (k + 1) % kSeries;
+    const uint64_t moved = state[from] - 1;
+    state[from] -= moved;
+    state[to] += moved;
+    if (k == 50001) state[to] += 1;
+    if (k == 50002) state[from] -= 1;
+    r.record(t, from, state[from]);
+    r.record(t, to, state[to]);
+    real.push_back(state);
+  }
+  EXPECT_LE(r.moments(), 64u);
+  const std::vector<StackRecorder::Steps> steps = r.finish();
+  std::sort(real.begin(), real.end());
+  uint64_t most = 0;
+  for (const auto& [time, seen] : stacked(steps)) {
+    uint64_t sum = 0;
+    for (const uint64_t v : seen) sum += v;
+    most = std::max(most, sum);
+    EXPECT_TRUE(std::binary_search(real.begin(), real.end(), seen)) << "a state never held, at " << time;
+  }
+  EXPECT_EQ(most, 11u);
+  EXPECT_EQ(stacked(steps).back().second, state) << "ends on the final state";
+}
+
+TEST(Simulator, ReducedTimelinesNeverStackAboveWhatWasHeld) {
+  // Long enough for the timelines to be reduced many times over: their sum
+  // must stay within the budget the run kept, and show its peak.
+  for (const Policy policy : {Policy::kFcfs, Policy::kZico}) {
+    SimulationOptions options;
+    options.policy = policy;
+    options.budget = budget(8 * kGiB);
+    options.iterations = 200;
+    options.utilization = 0.5;
+    options.max_timeline_points = 64;
+    SimulationResult r;
+    std::string error;
+    ASSERT_TRUE(simulate(two_climbers(), options, &r, &error).is_ok()) << error;
+    ASSERT_FALSE(r.budget_exceeded) << to_string(policy);
+    EXPECT_EQ(peak_sum_after(r, 0), r.peak_bytes) << to_string(policy);
+    EXPECT_LE(peak_sum_after(r, 0), 8 * kGiB) << to_string(policy);
+    size_t points = 0;
+    for (const JobResult& j : r.jobs) points = std::max(points, j.held.size());
+    EXPECT_LE(points, 64u) << to_string(policy);
+    EXPECT_GT(points, 8u) << to_string(policy);
+  }
+}
+
+}  // namespace
+}  // namespace zico::simulate

@@ -1,0 +1,669 @@
+#include "simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "ledger.h"
+#include "sizes.h"
+#include "step_recorder.h"
+#include "time_shift_scheduler.h"
+#include "usage_tracker.h"
+
+namespace zico::simulate {
+namespace {
+
+using sharing::JobId;
+using sharing::Ledger;
+using sharing::LedgerAction;
+
+// Trace positions are integers reached by floating-point steps; closer than
+// this (ns) counts as there.
+constexpr double kEpsilonNs = 1e-3;
+constexpr double kNsPerSecond = 1e9;
+// The unlimited policy's ledger budget: more chunks than any run can ask for,
+// with room left so the ledger's sums cannot overflow.
+constexpr uint64_t kUnlimitedChunks = UINT64_MAX / 4;
+
+enum class Phase : uint8_t {
+  kQueued,    // static, sequential: not admitted yet
+  kRunning,
+  kWaiting,   // for a ledger grant
+  kGate,      // zico: held at an iteration gate until `wake`
+  kSwapOut,   // yielded: saving its memory until `wake`
+  kSwapWait,  // yielded: everything given back, waiting for the grant of its whole need
+  kSwapIn,    // yielded: restoring until `wake`
+  kDone,
+  kFailed,
+};
+
+struct Job {
+  const JobModel* model = nullptr;
+  JobId id = 0;
+  Phase phase = Phase::kQueued;
+  int64_t segment = -1;  // -1: the prologue, else the iteration
+  std::vector<ReplayEvent> events;
+  size_t next = 0;         // the next event of the segment
+  uint64_t length_ns = 0;  // the segment's trace time
+  double pos = 0;          // trace ns into the segment
+  uint64_t live = 0;       // bytes
+  uint64_t held = 0;       // chunks
+  uint64_t reservation = 0;  // static, sequential: chunks
+  double since = 0;          // when the current phase began
+  double wake = 0;           // kGate, kSwapOut, kSwapIn
+  double gate_arrival = 0;
+  double last_iteration_end = 0;
+  uint64_t next_request = 1;
+  uint64_t pending_request = 0;
+  uint64_t swapped_chunks = 0;
+  std::unique_ptr<sharing::UsageTracker> tracker;  // zico
+  double stalled_ns = 0;          // time in stall phases that have ended
+  uint64_t last_progress_ns = 0;  // the latest time the tracker was given
+  uint64_t curve_version = 0;
+  JobResult result;
+
+  Job(const JobModel& m, JobId job_id) : model(&m), id(job_id) {}
+
+  [[nodiscard]] double target() const {
+    return next < events.size() ? static_cast<double>(events[next].offset_ns) : static_cast<double>(length_ns);
+  }
+  [[nodiscard]] bool active() const { return phase != Phase::kDone && phase != Phase::kFailed; }
+};
+
+// Phases in which a job does not run for want of memory or its turn.
+bool stalled(Phase phase) {
+  switch (phase) {
+    case Phase::kQueued:
+    case Phase::kWaiting:
+    case Phase::kGate:
+    case Phase::kSwapOut:
+    case Phase::kSwapWait:
+    case Phase::kSwapIn: return true;
+    default: return false;
+  }
+}
+
+class Engine {
+ public:
+  Engine(const std::vector<JobModel>& models, const SimulationOptions& options)
+      : options_(options), timeline_(models.size(), options.max_timeline_points) {
+    const bool ledger = uses_ledger();
+    for (size_t i = 0; i < models.size(); ++i) {
+      jobs_.push_back(std::make_unique<Job>(models[i], static_cast<JobId>(i + 1)));
+      Job& j = *jobs_.back();
+      j.result.name = models[i].name;
+      j.result.utilization = options.utilization.value_or(models[i].utilization);
+      j.result.solo_iter_s = static_cast<double>(models[i].steady_period_ns) / kNsPerSecond;
+      j.reservation = chunks_for(models[i].peak_bytes);
+      if (options.policy == Policy::kZico) j.tracker = std::make_unique<sharing::UsageTracker>();
+    }
+    if (options.policy != Policy::kUnlimited) budget_steps_ = options.budget;
+    budget_bytes_ = budget_steps_.empty() ? 0 : budget_steps_.front().bytes;
+    next_step_ = budget_steps_.empty() ? 0 : 1;
+    if (ledger) {
+      (void)ledger_.add_gpu(budget_steps_.empty() ? kUnlimitedChunks : budget_bytes_ / options.chunk_bytes);
+    }
+    if (options.policy == Policy::kZico) scheduler_.set_budget(budget_bytes_ / options.chunk_bytes * options.chunk_bytes);
+  }
+
+  SimulationResult run() {
+    if (uses_ledger()) {
+      for (auto& j : jobs_) start(*j);
+    }
+    for (;;) {
+      settle();
+      if (std::none_of(jobs_.begin(), jobs_.end(), [](const auto& j) { return j->active(); })) break;
+      if (!step()) {
+        for (auto& j : jobs_) {
+          if (j->active()) fail(*j, "stuck: no job can make progress (a simulator bug)");
+        }
+        break;
+      }
+    }
+    return finish_result();
+  }
+
+ private:
+  [[nodiscard]] bool uses_ledger() const {
+    return options_.policy == Policy::kUnlimited || options_.policy == Policy::kFcfs ||
+           options_.policy == Policy::kZico;
+  }
+  [[nodiscard]] bool zico() const { return options_.policy == Policy::kZico; }
+  [[nodiscard]] uint64_t chunks_for(uint64_t bytes) const {
+    return bytes / options_.chunk_bytes + (bytes % options_.chunk_bytes != 0 ? 1 : 0);
+  }
+  [[nodiscard]] uint64_t now_ns() const { return static_cast<uint64_t>(now_); }
+  [[nodiscard]] double seconds(double ns) const { return ns / kNsPerSecond; }
+
+  // --- time --------------------------------------------------------------
+
+  // Moves the clock to the next thing that happens. False if nothing will.
+  bool step() {
+    double running_load = 0;
+    for (const auto& j : jobs_) {
+      if (j->phase == Phase::kRunning) running_load += j->result.utilization;
+    }
+    const double slowdown = std::max(1.0, running_load);
+    double next = std::numeric_limits<double>::infinity();
+    for (const auto& j : jobs_) {
+      if (j->phase == Phase::kRunning) {
+        next = std::min(next, now_ + std::max(0.0, j->target() - j->pos) * slowdown);
+      } else if (j->phase == Phase::kGate || j->phase == Phase::kSwapOut || j->phase == Phase::kSwapIn) {
+        next = std::min(next, j->wake);
+      }
+    }
+    if (next_step_ < budget_steps_.size()) next = std::min(next, static_cast<double>(budget_steps_[next_step_].at_ns));
+    if (!std::isfinite(next)) return false;
+    next = std::max(next, now_);
+    const double dt = next - now_;
+    for (auto& j : jobs_) {
+      if (j->phase != Phase::kRunning) continue;
+      // The job that set `next` lands exactly on its target, whatever the rounding.
+      const double target = j->target();
+      const bool arrives = now_ + std::max(0.0, target - j->pos) * slowdown <= next;
+      j->pos += dt / slowdown;
+      if (arrives || j->pos >= target - kEpsilonNs) j->pos = target;
+    }
+    now_ = next;
+
+    while (next_step_ < budget_steps_.size() && static_cast<double>(budget_steps_[next_step_].at_ns) <= now_) {
+      apply_budget(budget_steps_[next_step_++].bytes);
+    }
+    std::vector<Job*> due;
+    for (auto& j : jobs_) {
+      if ((j->phase == Phase::kGate || j->phase == Phase::kSwapOut || j->phase == Phase::kSwapIn) &&
+          j->wake <= now_ + kEpsilonNs) {
+        due.push_back(j.get());
+      }
+    }
+    std::stable_sort(due.begin(), due.end(), [](const Job* a, const Job* b) { return a->wake < b->wake; });
+    for (Job* j : due) wake(*j);
+    return true;
+  }
+
+  // Lets everything that can happen at the current time happen.
+  void settle() {
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (auto& j : jobs_) {
+        if (j->phase == Phase::kRunning && j->pos >= j->target() - kEpsilonNs) {
+          advance(*j);
+          progress = true;
+        }
+      }
+      if (zico() && scheduler_.plan_generation() != generation_) {
+        replan();
+        progress = true;
+      }
+      if (!uses_ledger() && admit()) progress = true;
+    }
+  }
+
+  void enter(Job& j, Phase phase) {
+    switch (j.phase) {
+      case Phase::kQueued: j.result.queue_s += seconds(now_ - j.since); break;
+      case Phase::kWaiting:
+      case Phase::kSwapWait: j.result.wait_s += seconds(now_ - j.since); break;
+      case Phase::kGate: j.result.gate_s += seconds(now_ - j.since); break;
+      case Phase::kSwapOut:
+      case Phase::kSwapIn: j.result.swap_s += seconds(now_ - j.since); break;
+      default: break;
+    }
+    if (stalled(j.phase)) j.stalled_ns += now_ - j.since;
+    j.phase = phase;
+    j.since = now_;
+  }
+
+  void wake(Job& j) {
+    switch (j.phase) {
+      case Phase::kGate:
+        enter(j, Phase::kRunning);
+        start_iteration(j);
+        break;
+      case Phase::kSwapOut: {
+        std::string why;
+        if (!ledger_.returned(j.id, 0, j.held, false, now_ns(), &why).is_ok()) {
+          fail(j, "ledger refused a return: " + why);
+          return;
+        }
+        set_held(j, 0);
+        const uint64_t need = chunks_for(j.live);
+        if (need == 0) {
+          enter(j, Phase::kRunning);
+          return;
+        }
+        enter(j, Phase::kSwapWait);
+        request(j, need);
+        break;
+      }
+      case Phase::kSwapIn: enter(j, Phase::kRunning); break;
+      default: break;
+    }
+  }
+
+  // --- jobs ----------------------------------------------------------------
+
+  void start(Job& j) {
+    enter(j, Phase::kRunning);
+    j.result.start_s = seconds(now_);
+    if (uses_ledger()) {
+      std::string why;
+      (void)ledger_.add_job(j.id, 0, j.id);
+      if (!ledger_.open(j.id, 0, 0, &why).is_ok()) {
+        fail(j, "ledger refused the job: " + why);
+        return;
+      }
+    }
+    if (zico()) scheduler_.add_job(j.id);
+    if (options_.policy == Policy::kStatic) set_held(j, j.reservation);
+    load(j, -1);
+  }
+
+  void load(Job& j, int64_t segment) {
+    j.segment = segment;
+    j.events.clear();
+    j.next = 0;
+    j.pos = 0;
+    if (segment < 0) {
+      append_prologue_events(*j.model, &j.events);
+      j.length_ns = j.model->prologue_ns;
+    } else {
+      append_iteration_events(*j.model, static_cast<uint32_t>(segment), &j.events);
+      j.length_ns = segment == 0 ? j.model->first_period_ns : j.model->steady_period_ns;
+    }
+    // Events past the period (a trace whose last op ends after its last
+    // event) stretch the segment rather than being cut off.
+    if (!j.events.empty()) j.length_ns = std::max(j.length_ns, j.events.back().offset_ns);
+  }
+
+  // The job has reached its next event or the end of its segment.
+  void advance(Job& j) {
+    while (j.phase == Phase::kRunning) {
+      while (j.next < j.events.size() && static_cast<double>(j.events[j.next].offset_ns) <= j.pos + kEpsilonNs) {
+        const ReplayEvent event = j.events[j.next++];
+        apply(j, event);
+        if (j.phase != Phase::kRunning) return;
+      }
+      if (j.next < j.events.size() || j.pos + kEpsilonNs < static_cast<double>(j.length_ns)) return;
+      if (j.segment >= 0) {
+        j.result.iterations += 1;
+        j.last_iteration_end = now_;
+      }
+      if (j.segment + 1 >= static_cast<int64_t>(options_.iterations)) {
+        complete(j);
+        return;
+      }
+      load(j, j.segment + 1);
+      if (!zico()) continue;
+      const sharing::StartDecision decision = scheduler_.plan_start(j.id, now_ns());
+      if (decision.start_ns > now_ns()) {
+        enter(j, Phase::kGate);
+        j.wake = static_cast<double>(decision.start_ns);
+        j.gate_arrival = now_;
+        j.result.gate_delays += 1;
+        return;
+      }
+      start_iteration(j);
+    }
+  }
+
+  void start_iteration(Job& j) {
+    j.tracker->on_iteration(progress_ns(j));
+    const uint64_t period = j.tracker->curve().period_ns;
+    j.result.longest_learned_iter_s = std::max(j.result.longest_learned_iter_s, seconds(static_cast<double>(period)));
+    scheduler_.started(j.id, now_ns());
+    sync_curve(j);
+  }
+
+  // The job's progress clock, which its tracker runs on: the virtual time
+  // less all the time it has stalled so far, never decreasing.
+  uint64_t progress_ns(Job& j) {
+    double stalled_ns = j.stalled_ns;
+    if (stalled(j.phase)) stalled_ns += now_ - j.since;
+    const double progress = std::max(0.0, now_ - stalled_ns);
+    j.last_progress_ns = std::max(j.last_progress_ns, static_cast<uint64_t>(progress));
+    return j.last_progress_ns;
+  }
+
+  void sync_curve(Job& j) {
+    if (j.tracker->curve_version() == j.curve_version) return;
+    j.curve_version = j.tracker->curve_version();
+    scheduler_.set_curve(j.id, j.tracker->curve());
+  }
+
+  void apply(Job& j, const ReplayEvent& event) {
+    if (event.kind == ReplayEvent::Kind::kAllocate) {
+      j.live += event.bytes;
+      if (zico()) {
+        j.tracker->on_allocate(event.block, event.bytes, progress_ns(j));
+        sync_curve(j);
+      }
+    } else {
+      j.live -= std::min(j.live, event.bytes);
+      if (zico()) {
+        j.tracker->on_free(event.block, progress_ns(j));
+        sync_curve(j);
+      }
+    }
+    const uint64_t need = chunks_for(j.live);
+    switch (options_.policy) {
+      case Policy::kStatic: return;  // it holds its reservation throughout
+      case Policy::kSequential: set_held(j, need); return;
+      default: break;
+    }
+    if (need > j.held) {
+      enter(j, Phase::kWaiting);
+      request(j, need - j.held);
+    } else if (need < j.held) {
+      std::string why;
+      if (!ledger_.returned(j.id, 0, j.held - need, false, now_ns(), &why).is_ok()) {
+        fail(j, "ledger refused a return: " + why);
+        return;
+      }
+      set_held(j, need);
+      pump();
+    }
+  }
+
+  // The job has entered kWaiting or kSwapWait.
+  void request(Job& j, uint64_t chunks) {
+    j.pending_request = j.next_request++;
+    std::string why;
+    if (!ledger_.request(j.id, 0, j.pending_request, chunks, now_ns(), &why).is_ok()) {
+      fail(j, "ledger refused a request: " + why);
+      return;
+    }
+    pump();
+  }
+
+  // Until the ledger has nothing more to say. A reclaim is answered at once
+  // (with nothing), so no reclaim stays outstanding and pumping again when
+  // a reclaim retry comes due would change nothing: every other decision
+  // follows from a change, after which this runs.
+  void pump() {
+    for (;;) {
+      const std::vector<LedgerAction> actions = ledger_.pump(now_ns());
+      if (actions.empty()) return;
+      for (const LedgerAction& action : actions) handle(action);
+    }
+  }
+
+  void handle(const LedgerAction& action) {
+    if (action.job == 0 || action.job > jobs_.size()) return;
+    Job& j = *jobs_[action.job - 1];
+    if (!j.active()) return;
+    std::string why;
+    switch (action.kind) {
+      case LedgerAction::Kind::kGrant:
+        set_held(j, j.held + action.chunks);
+        if (action.request_id != j.pending_request) return;
+        j.pending_request = 0;
+        if (j.phase == Phase::kWaiting) {
+          enter(j, Phase::kRunning);
+        } else if (j.phase == Phase::kSwapWait) {
+          enter(j, Phase::kSwapIn);
+          j.wake = now_ + swap_ns(j.swapped_chunks);
+        }
+        return;
+      case LedgerAction::Kind::kDeny:
+        fail(j, "needs " + format_size(chunks_for(j.live) * options_.chunk_bytes) + " in iteration " +
+                    (j.segment < 0 ? std::string("(prologue)") : std::to_string(j.segment)) +
+                    ", more than the budget " + format_size(budget_bytes_) + " lets it hold (ledger: " +
+                    action.reason + ")");
+        return;
+      case LedgerAction::Kind::kReclaim:
+        // A perfectly packing job has no idle chunk to give.
+        (void)ledger_.returned(j.id, 0, 0, true, now_ns(), &why);
+        return;
+      case LedgerAction::Kind::kYield:
+        j.pending_request = 0;
+        j.result.yields += 1;
+        j.swapped_chunks = j.held;
+        enter(j, Phase::kSwapOut);
+        j.wake = now_ + swap_ns(j.held);
+        return;
+    }
+  }
+
+  [[nodiscard]] double swap_ns(uint64_t chunks) const {
+    return static_cast<double>(chunks * options_.chunk_bytes) / options_.host_bytes_per_second * kNsPerSecond;
+  }
+
+  void leave(Job& j) {
+    if (uses_ledger()) ledger_.remove_job(j.id);
+    if (zico()) scheduler_.remove_job(j.id);
+    set_held(j, 0);
+    j.live = 0;
+    j.result.end_s = seconds(now_);
+    if (uses_ledger()) pump();
+  }
+
+  void complete(Job& j) {
+    enter(j, Phase::kDone);
+    leave(j);
+  }
+
+  void fail(Job& j, std::string reason) {
+    if (!j.active()) return;
+    enter(j, Phase::kFailed);
+    j.result.failed = true;
+    j.result.failure = std::move(reason);
+    leave(j);
+  }
+
+  // Every job at its gate asks again, oldest first, after all their plans
+  // are cleared (none is placed around another's stale plan).
+  void replan() {
+    generation_ = scheduler_.plan_generation();
+    std::vector<Job*> gated;
+    for (auto& j : jobs_) {
+      if (j->phase == Phase::kGate) gated.push_back(j.get());
+    }
+    for (Job* j : gated) scheduler_.unplan(j->id);
+    std::stable_sort(gated.begin(), gated.end(),
+                     [](const Job* a, const Job* b) { return a->gate_arrival < b->gate_arrival; });
+    for (Job* j : gated) {
+      if (j->phase != Phase::kGate) continue;
+      const sharing::StartDecision decision = scheduler_.plan_start(j->id, now_ns());
+      if (decision.start_ns > now_ns()) {
+        j->wake = static_cast<double>(decision.start_ns);
+        continue;
+      }
+      enter(*j, Phase::kRunning);
+      start_iteration(*j);
+    }
+  }
+
+  // static, sequential: starts queued jobs in order while they fit. True if
+  // anything changed.
+  bool admit() {
+    bool changed = false;
+    uint64_t future_budget = budget_bytes_;
+    for (size_t s = next_step_; s < budget_steps_.size(); ++s) future_budget = std::max(future_budget, budget_steps_[s].bytes);
+    for (auto& j : jobs_) {
+      if (j->phase == Phase::kQueued && j->reservation * options_.chunk_bytes > future_budget) {
+        fail(*j, "peak " + format_size(j->reservation * options_.chunk_bytes) + " exceeds budget " +
+                     format_size(future_budget));
+        changed = true;
+      }
+    }
+    uint64_t reserved = 0;
+    bool running = false;
+    for (const auto& j : jobs_) {
+      if (j->active() && j->phase != Phase::kQueued) {
+        reserved += j->reservation;
+        running = true;
+      }
+    }
+    const uint64_t budget_chunks = budget_bytes_ / options_.chunk_bytes;
+    for (auto& j : jobs_) {
+      if (j->phase != Phase::kQueued) continue;
+      if (options_.policy == Policy::kSequential && running) break;
+      if (reserved + j->reservation > budget_chunks) break;
+      reserved += j->reservation;
+      running = true;
+      start(*j);
+      changed = true;
+    }
+    return changed;
+  }
+
+  // --- accounting ----------------------------------------------------------
+
+  void set_held(Job& j, uint64_t chunks) {
+    if (chunks == j.held) return;
+    const bool rising = chunks > j.held;
+    total_held_ = total_held_ - j.held + chunks;
+    j.held = chunks;
+    const uint64_t bytes = chunks * options_.chunk_bytes;
+    j.result.peak_bytes = std::max(j.result.peak_bytes, bytes);
+    timeline_.record(now_ns(), j.id - 1, bytes);
+    if (zico()) scheduler_.set_held(j.id, bytes);
+    peak_bytes_ = std::max(peak_bytes_, total_held_ * options_.chunk_bytes);
+    check_budget(rising);
+  }
+
+  void apply_budget(uint64_t bytes) {
+    budget_bytes_ = bytes;
+    const uint64_t chunks = bytes / options_.chunk_bytes;
+    if (uses_ledger()) {
+      std::string why;
+      (void)ledger_.set_budget(0, chunks, &why);  // no job has a minimum here
+    }
+    if (zico()) scheduler_.set_budget(chunks * options_.chunk_bytes);
+    check_budget(false);
+    if (uses_ledger()) pump();
+  }
+
+  // Above the budget is the lag after a shrink; held rising while above it
+  // is a breach, except for static and sequential jobs admitted before the
+  // shrink, which by design keep what they were admitted with.
+  void check_budget(bool rising) {
+    const bool over = budget_bytes_ > 0 && total_held_ * options_.chunk_bytes > budget_bytes_;
+    if (over && rising) {
+      const bool admitted_before_shrink =
+          over_ && over_after_shrink_ &&
+          (options_.policy == Policy::kStatic || options_.policy == Policy::kSequential);
+      if (!admitted_before_shrink) budget_exceeded_ = true;
+    }
+    if (over && !over_) {
+      over_ = true;
+      over_since_ = now_;
+      over_after_shrink_ = !rising;
+    } else if (!over && over_) {
+      close_over_stretch();
+    }
+  }
+
+  void close_over_stretch() {
+    const double stretch = seconds(now_ - over_since_);
+    over_budget_s_ += stretch;
+    longest_over_budget_s_ = std::max(longest_over_budget_s_, stretch);
+    over_ = false;
+  }
+
+  SimulationResult finish_result() {
+    if (over_) close_over_stretch();
+    SimulationResult r;
+    r.policy = options_.policy;
+    r.chunk_bytes = options_.chunk_bytes;
+    r.iterations = options_.iterations;
+    r.budget = budget_steps_;
+    uint64_t iterations = 0;
+    std::vector<Steps> held = timeline_.finish();
+    for (auto& j : jobs_) {
+      JobResult& result = j->result;
+      result.held = std::move(held[j->id - 1]);
+      result.delay_s = result.queue_s + result.gate_s + result.wait_s + result.swap_s;
+      result.mean_iter_s = result.iterations > 0 ? seconds(j->last_iteration_end) / result.iterations : 0;
+      r.makespan_s = std::max(r.makespan_s, result.end_s);
+      r.yields += result.yields;
+      r.failed_jobs += result.failed ? 1 : 0;
+      iterations += result.iterations;
+      r.jobs.push_back(std::move(result));
+    }
+    r.aggregate_iters_per_s = r.makespan_s > 0 ? static_cast<double>(iterations) / r.makespan_s : 0;
+    r.peak_bytes = peak_bytes_;
+    r.budget_exceeded = budget_exceeded_;
+    r.over_budget_s = over_budget_s_;
+    r.longest_over_budget_s = longest_over_budget_s_;
+    if (uses_ledger()) r.deadlocks = ledger_.gpu(0).deadlocks;
+    return r;
+  }
+
+  const SimulationOptions& options_;
+  std::vector<std::unique_ptr<Job>> jobs_;
+  StackRecorder timeline_;  // what each job holds (series j: job j + 1)
+  Ledger ledger_;
+  sharing::TimeShiftScheduler scheduler_;
+  uint64_t generation_ = 0;
+  double now_ = 0;
+  std::vector<BudgetStep> budget_steps_;
+  size_t next_step_ = 0;
+  uint64_t budget_bytes_ = 0;  // in force now; 0: none
+  uint64_t total_held_ = 0;    // chunks
+  uint64_t peak_bytes_ = 0;
+  bool budget_exceeded_ = false;
+  bool over_ = false;
+  bool over_after_shrink_ = false;
+  double over_since_ = 0;
+  double over_budget_s_ = 0;
+  double longest_over_budget_s_ = 0;
+};
+
+Status invalid(std::string* error, std::string text) {
+  if (error != nullptr) *error = std::move(text);
+  return Status(Errc::kInvalidArgument);
+}
+
+}  // namespace
+
+const char* to_string(Policy policy) {
+  switch (policy) {
+    case Policy::kUnlimited: return "unlimited";
+    case Policy::kFcfs: return "fcfs";
+    case Policy::kZico: return "zico";
+    case Policy::kStatic: return "static";
+    case Policy::kSequential: return "sequential";
+  }
+  return "?";
+}
+
+std::optional<Policy> parse_policy(std::string_view text) {
+  for (const Policy p : {Policy::kUnlimited, Policy::kFcfs, Policy::kZico, Policy::kStatic, Policy::kSequential}) {
+    if (text == to_string(p)) return p;
+  }
+  return std::nullopt;
+}
+
+Status simulate(const std::vector<JobModel>& jobs, const SimulationOptions& options, SimulationResult* out,
+                std::string* error) {
+  if (jobs.empty()) return invalid(error, "no jobs to simulate");
+  if (options.iterations == 0) return invalid(error, "iterations must be at least 1");
+  if (options.utilization && !(*options.utilization > 0 && *options.utilization <= 1)) {
+    return invalid(error, "utilization must be in (0, 1]");
+  }
+  if (!(options.host_bytes_per_second > 0) || !std::isfinite(options.host_bytes_per_second)) {
+    return invalid(error, "host bandwidth must be positive");
+  }
+  if (options.chunk_bytes == 0) return invalid(error, "chunk size must be positive");
+  if (options.policy != Policy::kUnlimited) {
+    if (options.budget.empty()) return invalid(error, std::string("policy ") + to_string(options.policy) + " needs a budget");
+    if (options.budget.front().at_ns != 0) return invalid(error, "the budget schedule must start at 0");
+    for (size_t i = 0; i < options.budget.size(); ++i) {
+      if (options.budget[i].bytes < options.chunk_bytes) {
+        return invalid(error, "budget " + format_size(options.budget[i].bytes) + " is below one chunk (" +
+                                  format_size(options.chunk_bytes) + ")");
+      }
+      if (i > 0 && options.budget[i].at_ns <= options.budget[i - 1].at_ns) {
+        return invalid(error, "budget schedule times must increase strictly");
+      }
+    }
+  }
+  Engine engine(jobs, options);
+  *out = engine.run();
+  return Status::ok();
+}
+
+}  // namespace zico::simulate

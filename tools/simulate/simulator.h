@@ -1,0 +1,183 @@
+// The discrete-event simulator: training jobs, each replayed from a trace
+// (job_model.h), sharing one virtual GPU under a memory policy, on a virtual
+// clock. It runs the node manager's own pure policies (sharing/ledger.h,
+// sharing/time_shift_scheduler.h, sharing/usage_tracker.h), so what it reports
+// is what zico-umd would decide, on a GPU with the modelling assumptions below.
+//
+// Jobs. Job j replays its trace's prologue, iteration 0, then steady
+// iterations up to `iterations` in all. Its events sit at trace-time offsets;
+// an iteration ends at its period (the trace's), and iteration n+1's mark
+// follows at once.
+//
+// Compute: processor sharing. Job j is busy a fraction u_j of its solo time
+// (JobModel::utilization: 1.0 for traces whose ops are serialised estimates;
+// SimulationOptions::utilization overrides it). At any moment the running
+// jobs (not stalled on memory, a gate, a swap or a queue) all advance through
+// their trace time at rate 1 / max(1, sum of their u). Two jobs at u = 1 each
+// run at half speed; at u = 0.5 neither slows down. Stalled jobs use no
+// compute.
+//
+// Memory: whole chunks (2 MiB, the daemon's default). A job holds
+// ceil(live bytes / chunk) chunks, i.e. its allocator packs perfectly and
+// caches nothing: an allocation that raises the need asks for the difference,
+// a free gives the excess back at once. Held bytes are chunks * chunk size.
+//
+// Policies:
+//  - unlimited: no budget; every request is granted (the compute-only bound).
+//  - fcfs: the Ledger alone, as zico-umd without time shifting. A request
+//    granted at once continues; otherwise the job stalls until kGrant. kDeny
+//    (the job's need can never fit) fails the job, which leaves. kReclaim is
+//    answered with nothing (a perfectly packing job has no idle chunk).
+//    kYield (deadlock: every holder waits) stops the victim, which swaps out
+//    all it holds (held bytes / host bandwidth, PCIe Gen4 by default), gives
+//    it all back, asks for its whole need again, and when granted swaps in
+//    (the same time again) and continues.
+//  - zico: fcfs plus the TimeShiftScheduler's gate. Each job feeds a
+//    UsageTracker its allocations, frees and iteration marks on its progress
+//    clock: the virtual time less all the time the job has stalled so far
+//    (gate, ledger waits, swaps, queueing), which stands still while it
+//    stalls and never goes back. Learned periods and curves so measure the
+//    iteration's own running time (compute sharing included, as a real job's
+//    GPU-progress clock would), not the stalls that happened to fall in it.
+//    Each new curve goes to the scheduler. At each iteration mark the job
+//    asks plan_start(); a later start_ns holds it at its gate (keeping its
+//    memory, using no compute) until then, and the tracker learns the mark
+//    at the actual start, as in a job whose zico_mark_iteration call blocks
+//    at the gate; the scheduler gets that start on the virtual clock
+//    (started()), which is the one its plans are in. Whenever the scheduler
+//    re-plans (budget, job set or a curve changed) the plans of the jobs
+//    waiting at their gates are cleared (unplan()) and they ask again,
+//    oldest first, and move their wake-up.
+//  - static: each job reserves its whole peak (rounded up to chunks) for its
+//    lifetime, what users do today. Jobs start in the order given, each as
+//    soon as its reservation fits the budget less the running jobs'
+//    reservations (FIFO: one that does not fit holds back the later ones). A
+//    reservation above every budget still to come fails the job at once.
+//    Running jobs never wait for memory; held is the reservation.
+//  - sequential: one job at a time, in order, alone on the GPU; admission as
+//    static. Held is the job's need.
+//
+// A budget schedule (steps at virtual times, the first at 0) changes the
+// budget of the ledger and of the scheduler as it goes; static and sequential
+// apply it to the admission of jobs not yet started only.
+//
+// Outputs, at the virtual-time granularity of events: per job, iterations
+// done, failure and reason, mean iteration time (when its last iteration
+// ended, over the iterations), the solo steady period, the delay (time not
+// running for memory: gate, ledger waits, swaps, queueing), the most it held
+// and the yields it took. Aggregate: makespan, iterations per second, the peak
+// of the sum held, and the budget check: budget_exceeded is set when the sum
+// held rises while above the budget (a grant past it); being above it right
+// after a shrink, while held comes down, is the lag, measured as
+// over_budget_s (total) and longest_over_budget_s (how fast held follows a
+// shrink).
+//
+// Simplifications, so results are read as bounds on policy rather than
+// predictions: no allocator fragmentation or caching, swaps use a fixed
+// bandwidth each and do not contend, compute sharing is ideal, and trace
+// timings are the trace's.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "job_model.h"
+#include "status.h"
+
+namespace zico::simulate {
+
+enum class Policy : uint8_t { kUnlimited, kFcfs, kZico, kStatic, kSequential };
+
+[[nodiscard]] const char* to_string(Policy policy);
+// "unlimited", "fcfs", "zico", "static", "sequential".
+[[nodiscard]] std::optional<Policy> parse_policy(std::string_view text);
+
+// The budget from `at_ns` on, until the next step.
+struct BudgetStep {
+  uint64_t at_ns = 0;
+  uint64_t bytes = 0;
+};
+
+inline constexpr uint64_t kDefaultChunkBytes = uint64_t{2} << 20;
+inline constexpr double kPcieGen4BytesPerSecond = 25e9;
+
+struct SimulationOptions {
+  Policy policy = Policy::kZico;
+  // Steps in increasing time, the first at 0, each at least one chunk.
+  // Ignored by kUnlimited; required by every other policy.
+  std::vector<BudgetStep> budget;
+  uint32_t iterations = 20;            // per job, >= 1
+  std::optional<double> utilization;   // in (0, 1]: every job's, instead of its model's
+  double host_bytes_per_second = kPcieGen4BytesPerSecond;
+  uint64_t chunk_bytes = kDefaultChunkBytes;
+  // Moments kept in the held-bytes timelines (JobResult::held), all jobs'
+  // together: each is a time and what every job held from then on. Beyond,
+  // the timelines are reduced jointly (step_recorder.h): per time bucket the
+  // moment of the largest sum and the one the bucket ended on, so stacked
+  // they show only states the jobs were in, and the peak of the sum.
+  size_t max_timeline_points = size_t{1} << 16;
+};
+
+// (virtual ns, bytes held from then on)
+using Steps = std::vector<std::pair<uint64_t, uint64_t>>;
+
+struct JobResult {
+  std::string name;
+  double utilization = 1.0;
+  uint32_t iterations = 0;  // completed
+  bool failed = false;
+  std::string failure;  // why, when failed
+  double start_s = 0;   // when it began its prologue
+  double end_s = 0;     // when its last iteration ended, or it failed
+  double mean_iter_s = 0;  // end_s / iterations (0 without one)
+  double solo_iter_s = 0;  // the model's steady period
+  // Time not running for memory, by cause; delay_s is their sum.
+  double delay_s = 0;
+  double queue_s = 0;   // static, sequential: before admission
+  double gate_s = 0;    // zico: held at its iteration gates
+  double wait_s = 0;    // waiting for the ledger's grant (after a yield too)
+  double swap_s = 0;    // swapping out and back in after yields
+  uint64_t peak_bytes = 0;  // the most it held
+  uint64_t yields = 0;
+  uint64_t gate_delays = 0;  // iterations that started later than asked
+  // zico: the longest period among the curves its tracker learned (0 if it
+  // learned none). On the progress clock this is the iteration's running
+  // time, at most solo_iter_s times the compute slowdown: stalls inside an
+  // iteration do not lengthen it.
+  double longest_learned_iter_s = 0;
+  // Its held bytes over time. Every job's timeline changes at moments shared
+  // with the others (see max_timeline_points), so summing them at each time
+  // gives a sum the jobs really held; a reduced timeline may miss the job's
+  // own peak, which peak_bytes keeps.
+  Steps held;
+};
+
+struct SimulationResult {
+  Policy policy = Policy::kZico;
+  uint64_t chunk_bytes = 0;
+  uint32_t iterations = 0;   // asked per job
+  std::vector<BudgetStep> budget;  // empty for kUnlimited
+  std::vector<JobResult> jobs;
+  double makespan_s = 0;
+  double aggregate_iters_per_s = 0;
+  uint64_t peak_bytes = 0;
+  bool budget_exceeded = false;
+  double over_budget_s = 0;
+  double longest_over_budget_s = 0;
+  uint64_t yields = 0;
+  uint64_t deadlocks = 0;
+  uint64_t failed_jobs = 0;
+};
+
+// Runs `jobs` (job j gets id j + 1) under `options`. Errors
+// (kInvalidArgument, *error says which option is wrong): no jobs, a missing
+// or malformed budget, iterations 0, a utilization outside (0, 1], a
+// bandwidth or chunk size of 0.
+[[nodiscard]] Status simulate(const std::vector<JobModel>& jobs, const SimulationOptions& options,
+                              SimulationResult* out, std::string* error);
+
+}  // namespace zico::simulate

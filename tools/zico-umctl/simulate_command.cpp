@@ -1,0 +1,510 @@
+#include "simulate_command.h"
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "command_args.h"
+#include "exhaustive_bound.h"
+#include "exit_status.h"
+#include "job_model.h"
+#include "json_writer.h"
+#include "simulator.h"
+#include "sizes.h"
+#include "text_table.h"
+#include "timeline_plot.h"
+#include "trace_reader.h"
+
+namespace zico::umctl {
+namespace {
+
+using simulate::Policy;
+
+constexpr const char* kCommand = "simulate";
+
+constexpr const char* kUsage =
+    "Usage: zico-umctl simulate [--json] (--budget SIZE | --budget-schedule T:SIZE,...)\n"
+    "                           [--policy POLICY] [--iterations N] [--utilization U]\n"
+    "                           [--host-bandwidth SIZE/s] [--plot FILE.svg] TRACE...\n"
+    "Simulate training jobs sharing one GPU: each TRACE (docs/trace-format.md) is one job,\n"
+    "replayed for N iterations on a virtual clock; the jobs share compute (processor sharing)\n"
+    "and a memory budget under a policy. The policies run zico-umd's own ledger and time-shift\n"
+    "scheduler (tools/simulate/simulator.h describes the model).\n"
+    "\n"
+    "  --budget SIZE              the GPU memory the jobs share\n"
+    "  --budget-schedule T:SIZE,...\n"
+    "                             a budget that changes over time, e.g. 0s:40GiB,5s:24GiB,10s:40GiB\n"
+    "                             (first at 0s, times increasing); instead of --budget\n"
+    "  --policy POLICY            zico (default): the ledger and the time-shift gate\n"
+    "                             fcfs: the ledger alone (first come, first served)\n"
+    "                             static: each job reserves its peak; jobs start when it fits\n"
+    "                             sequential: one job at a time\n"
+    "                             unlimited: no budget (needs no --budget)\n"
+    "                             all: every policy, side by side, with throughput ratios\n"
+    "  --iterations N             iterations per job, 1 to 100000 (default 20)\n"
+    "  --utilization U            the busy fraction of every job, in (0, 1]; default: each\n"
+    "                             trace's (1 for serialised-op traces: two jobs at 1 share the\n"
+    "                             GPU at half speed each, at 0.5 neither slows down)\n"
+    "  --host-bandwidth SIZE/s    swap speed after a yield (default 25GB/s, PCIe Gen4)\n"
+    "  --plot FILE.svg            memory held per job over time; with --policy all, one file per\n"
+    "                             policy, FILE-POLICY.svg\n"
+    "  --json                     machine-readable output on stdout: the policy's result, or\n"
+    "                             with --policy all an object keyed by policy\n"
+    "\n"
+    "Per job: iterations done, mean iteration time (its end over its iterations), the solo\n"
+    "steady iteration, delay (time stalled for memory: gates, grants, swaps, queueing) and the\n"
+    "most it held. Aggregate: makespan, iterations per second, peak held, and whether the\n"
+    "budget was ever exceeded (above it only while held follows a shrink does not count; that\n"
+    "lag is reported). With 2 or 3 jobs, zico is compared with the exhaustive fixed-offset\n"
+    "bound: the lowest peak of the steady iterations shifted against each other.\n"
+    "\n"
+    "SIZE is %s.\nT is %s.\n"
+    "Exit status: 0, 1 if a plot could not be written, 2 for a usage error or an invalid trace.\n";
+
+constexpr uint32_t kMaxIterations = 100000;
+constexpr uint64_t kNsPerSecond = 1'000'000'000;
+
+struct Options {
+  bool json = false;
+  std::vector<Policy> policies;
+  bool all = false;
+  std::vector<simulate::BudgetStep> budget;
+  simulate::SimulationOptions sim;
+  std::string plot;
+  std::vector<std::string> traces;
+};
+
+struct Outcome {
+  simulate::SimulationResult result;
+  std::optional<simulate::ExhaustiveBound> bound;  // zico with 2-3 jobs
+};
+
+std::string size_error(const std::string& what, const std::string& text) {
+  return what + " '" + text + "' is not a size; expected " + kSizeForm;
+}
+
+std::string duration(double seconds) {
+  char text[32];
+  if (seconds < 1) {
+    std::snprintf(text, sizeof text, "%.1f ms", seconds * 1e3);
+  } else {
+    std::snprintf(text, sizeof text, "%.3f s", seconds);
+  }
+  return text;
+}
+
+std::string number(double value, const char* format) {
+  char text[32];
+  std::snprintf(text, sizeof text, format, value);
+  return text;
+}
+
+std::string budget_text(const std::vector<simulate::BudgetStep>& budget) {
+  if (budget.empty()) return "no budget";
+  if (budget.size() == 1) return "budget " + format_size(budget.front().bytes);
+  std::string text = "budget";
+  for (size_t i = 0; i < budget.size(); ++i) {
+    text += (i == 0 ? " " : ", then ") + format_size(budget[i].bytes) + " at " +
+            number(static_cast<double>(budget[i].at_ns) / 1e9, "%g") + " s";
+  }
+  return text;
+}
+
+// --- arguments -------------------------------------------------------------
+
+// "0s:40GiB,5s:24GiB": *error names the part that is wrong.
+bool parse_schedule(const std::string& text, uint64_t chunk, std::vector<simulate::BudgetStep>* out,
+                    std::string* error) {
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t comma = text.find(',', begin);
+    const std::string entry = text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    begin = comma == std::string::npos ? text.size() + 1 : comma + 1;
+    const size_t colon = entry.find(':');
+    if (colon == std::string::npos) {
+      *error = "--budget-schedule entry '" + entry + "' is not TIME:SIZE; expected e.g. 0s:40GiB,5s:24GiB";
+      return false;
+    }
+    const std::string time_text = entry.substr(0, colon);
+    const std::string size_text = entry.substr(colon + 1);
+    const std::optional<uint64_t> at = parse_duration_ns(time_text);
+    if (!at) {
+      *error = "--budget-schedule time '" + time_text + "' is not a duration; expected " + kDurationForm;
+      return false;
+    }
+    const std::optional<uint64_t> bytes = parse_size(size_text);
+    if (!bytes) {
+      *error = size_error("--budget-schedule size", size_text);
+      return false;
+    }
+    if (*bytes < chunk) {
+      *error = "--budget-schedule size '" + size_text + "' is below one chunk (" + format_size(chunk) + ")";
+      return false;
+    }
+    if (out->empty() && *at != 0) {
+      *error = "--budget-schedule must start at 0s, not at '" + time_text + "'";
+      return false;
+    }
+    if (!out->empty() && *at <= out->back().at_ns) {
+      *error = "--budget-schedule times must increase: '" + time_text + "' comes after " +
+               number(static_cast<double>(out->back().at_ns) / 1e9, "%g") + " s";
+      return false;
+    }
+    out->push_back({*at, *bytes});
+  }
+  return true;
+}
+
+// 0: print the help and exit 0; -1: parsed; otherwise the usage error's exit.
+int parse(int argc, char** argv, Options* options) {
+  std::string budget, schedule, policy, iterations, utilization, bandwidth;
+  ArgReader args(argc, argv);
+  while (args.next()) {
+    if (args.flag("--help") || args.flag("-h")) return 0;
+    if (args.flag("--json")) {
+      options->json = true;
+    } else if (args.option("--budget", &budget) || args.option("--budget-schedule", &schedule) ||
+               args.option("--policy", &policy) || args.option("--iterations", &iterations) ||
+               args.option("--utilization", &utilization) || args.option("--host-bandwidth", &bandwidth) ||
+               args.option("--plot", &options->plot)) {
+      continue;
+    } else if (args.unknown_option()) {
+      return usage_error(kCommand, "unknown option '" + std::string(args.current()) + "'");
+    } else {
+      options->traces.emplace_back(args.current());
+    }
+  }
+  if (!args.error().empty()) return usage_error(kCommand, args.error());
+
+  simulate::SimulationOptions& sim = options->sim;
+  if (policy.empty() || policy == "all") {
+    options->all = policy == "all";
+    options->policies = options->all ? std::vector<Policy>{Policy::kUnlimited, Policy::kSequential, Policy::kStatic,
+                                                           Policy::kFcfs, Policy::kZico}
+                                     : std::vector<Policy>{Policy::kZico};
+  } else if (const std::optional<Policy> p = simulate::parse_policy(policy)) {
+    options->policies = {*p};
+  } else {
+    return usage_error(kCommand, "--policy '" + policy + "' is not a policy; expected zico, fcfs, static, "
+                                 "sequential, unlimited or all");
+  }
+  if (!iterations.empty()) {
+    const std::optional<uint64_t> n = parse_decimal(iterations);
+    if (!n || *n < 1 || *n > kMaxIterations) {
+      return usage_error(kCommand, "--iterations '" + iterations + "' is not a whole number from 1 to " +
+                                       std::to_string(kMaxIterations));
+    }
+    sim.iterations = static_cast<uint32_t>(*n);
+  }
+  if (!utilization.empty()) {
+    const std::optional<double> u = parse_seconds(utilization);  // the same plain decimal form
+    if (!u || *u <= 0 || *u > 1) {
+      return usage_error(kCommand, "--utilization '" + utilization +
+                                       "' is not in (0, 1]; expected a decimal number such as 0.5 or 1");
+    }
+    sim.utilization = *u;
+  }
+  if (!bandwidth.empty()) {
+    std::string_view size = bandwidth;
+    if (size.ends_with("/s")) size.remove_suffix(2);
+    const std::optional<uint64_t> rate = parse_size(size);
+    if (!rate || *rate == 0) {
+      return usage_error(kCommand, "--host-bandwidth '" + bandwidth +
+                                       "' is not a rate; expected a size per second above 0, e.g. 25GB/s or 12GiB/s");
+    }
+    sim.host_bytes_per_second = static_cast<double>(*rate);
+  }
+  if (!budget.empty() && !schedule.empty()) {
+    return usage_error(kCommand, "give --budget or --budget-schedule, not both");
+  }
+  if (!budget.empty()) {
+    const std::optional<uint64_t> bytes = parse_size(budget);
+    if (!bytes) return usage_error(kCommand, size_error("--budget", budget));
+    if (*bytes < sim.chunk_bytes) {
+      return usage_error(kCommand, "--budget '" + budget + "' is below one chunk (" + format_size(sim.chunk_bytes) + ")");
+    }
+    options->budget = {{0, *bytes}};
+  } else if (!schedule.empty()) {
+    std::string error;
+    if (!parse_schedule(schedule, sim.chunk_bytes, &options->budget, &error)) return usage_error(kCommand, error);
+  } else if (options->all || options->policies.front() != Policy::kUnlimited) {
+    return usage_error(kCommand, std::string("policy ") +
+                                     (options->all ? "all" : simulate::to_string(options->policies.front())) +
+                                     " needs --budget SIZE or --budget-schedule T:SIZE,...");
+  }
+  if (options->traces.empty()) return usage_error(kCommand, "no trace given");
+  if (!options->plot.empty() && options->plot.size() > 4 && !options->plot.ends_with(".svg")) {
+    return usage_error(kCommand, "--plot '" + options->plot + "' must name an .svg file");
+  }
+  return -1;
+}
+
+// --- output ----------------------------------------------------------------
+
+void print_result(const Outcome& o, const std::vector<std::string>& traces) {
+  const simulate::SimulationResult& r = o.result;
+  std::printf("%s: %zu job%s x %u iterations, %s\n", simulate::to_string(r.policy), r.jobs.size(),
+              r.jobs.size() == 1 ? "" : "s", r.iterations, budget_text(r.budget).c_str());
+  using Align = TextTable::Align;
+  TextTable table({{"JOB", Align::kLeft},
+                   {"ITERATIONS", Align::kRight},
+                   {"MEAN ITER", Align::kRight},
+                   {"SOLO ITER", Align::kRight},
+                   {"SLOWDOWN", Align::kRight},
+                   {"DELAY", Align::kRight},
+                   {"PEAK", Align::kRight},
+                   {"YIELDS", Align::kRight}});
+  for (const simulate::JobResult& j : r.jobs) {
+    table.add_row({j.name, std::to_string(j.iterations) + (j.failed ? " (failed)" : ""),
+                   j.iterations > 0 ? duration(j.mean_iter_s) : "-", duration(j.solo_iter_s),
+                   j.iterations > 0 && j.solo_iter_s > 0 ? number(j.mean_iter_s / j.solo_iter_s, "%.2fx") : "-",
+                   duration(j.delay_s), format_size(j.peak_bytes), std::to_string(j.yields)});
+  }
+  std::fputs(table.render("  ").c_str(), stdout);
+  for (size_t i = 0; i < r.jobs.size(); ++i) {
+    if (r.jobs[i].failed) std::printf("  %s (%s) failed: %s\n", r.jobs[i].name.c_str(), traces[i].c_str(), r.jobs[i].failure.c_str());
+  }
+  std::printf("  makespan %s, %.2f iterations/s, peak held %s", duration(r.makespan_s).c_str(), r.aggregate_iters_per_s,
+              format_size(r.peak_bytes).c_str());
+  if (!r.budget.empty()) {
+    std::printf("; budget %s", r.budget_exceeded ? "EXCEEDED" : "kept");
+    if (r.over_budget_s > 0) {
+      std::printf(" (above it after shrinks for %s, longest %s)", duration(r.over_budget_s).c_str(),
+                  duration(r.longest_over_budget_s).c_str());
+    }
+  }
+  if (r.policy == Policy::kFcfs || r.policy == Policy::kZico) {
+    std::printf("; %llu yield%s", static_cast<unsigned long long>(r.yields), r.yields == 1 ? "" : "s");
+  }
+  std::printf("\n");
+  if (o.bound) {
+    const simulate::ExhaustiveBound& b = *o.bound;
+    std::string offsets;
+    for (const uint64_t ns : b.offsets_ns) {
+      offsets += (offsets.empty() ? "" : ", ") + duration(static_cast<double>(ns) / 1e9);
+    }
+    std::printf("  exhaustive fixed-offset bound (cycle %s): peak %s at offsets %s; iterations aligned %s, sum of "
+                "peaks %s\n",
+                duration(static_cast<double>(b.cycle_ns) / 1e9).c_str(), format_size(b.peak_bytes).c_str(),
+                offsets.c_str(), format_size(b.aligned_peak_bytes).c_str(), format_size(b.sum_of_peaks_bytes).c_str());
+  }
+}
+
+double throughput_ratio(const simulate::SimulationResult& a, const simulate::SimulationResult& b) {
+  return b.aggregate_iters_per_s > 0 ? a.aggregate_iters_per_s / b.aggregate_iters_per_s : 0;
+}
+
+void print_comparison(const std::map<Policy, Outcome>& outcomes) {
+  const simulate::SimulationResult& unlimited = outcomes.at(Policy::kUnlimited).result;
+  using Align = TextTable::Align;
+  TextTable table({{"POLICY", Align::kLeft},
+                   {"MAKESPAN", Align::kRight},
+                   {"ITER/S", Align::kRight},
+                   {"VS UNLIMITED", Align::kRight},
+                   {"PEAK", Align::kRight},
+                   {"BUDGET", Align::kLeft},
+                   {"YIELDS", Align::kRight},
+                   {"FAILED", Align::kRight}});
+  for (const Policy p : {Policy::kUnlimited, Policy::kSequential, Policy::kStatic, Policy::kFcfs, Policy::kZico}) {
+    const simulate::SimulationResult& r = outcomes.at(p).result;
+    table.add_row({simulate::to_string(p), duration(r.makespan_s), number(r.aggregate_iters_per_s, "%.2f"),
+                   number(throughput_ratio(r, unlimited), "%.3f"), format_size(r.peak_bytes),
+                   r.budget.empty() ? "-" : r.budget_exceeded ? "EXCEEDED" : "kept", std::to_string(r.yields),
+                   std::to_string(r.failed_jobs)});
+  }
+  std::printf("comparison\n%s", table.render("  ").c_str());
+  const simulate::SimulationResult& zico = outcomes.at(Policy::kZico).result;
+  std::printf("  zico's throughput: %.3fx sequential, %.3fx static, %.3fx fcfs\n",
+              throughput_ratio(zico, outcomes.at(Policy::kSequential).result),
+              throughput_ratio(zico, outcomes.at(Policy::kStatic).result),
+              throughput_ratio(zico, outcomes.at(Policy::kFcfs).result));
+}
+
+void write_result_json(JsonWriter& json, const Outcome& o, const std::vector<std::string>& traces,
+                       const std::map<Policy, Outcome>* all) {
+  const simulate::SimulationResult& r = o.result;
+  json.begin_object();
+  json.field("policy", simulate::to_string(r.policy));
+  json.key("budget_bytes");
+  if (r.budget.empty()) {
+    json.value(nullptr);
+  } else {
+    json.value(r.budget.front().bytes);
+  }
+  json.key("budget_schedule");
+  json.begin_array();
+  for (const simulate::BudgetStep& step : r.budget) {
+    json.begin_object();
+    json.field("at_s", static_cast<double>(step.at_ns) / 1e9);
+    json.field("bytes", step.bytes);
+    json.end_object();
+  }
+  json.end_array();
+  json.field("chunk_bytes", r.chunk_bytes);
+  json.field("iterations", static_cast<uint64_t>(r.iterations));
+  json.field("makespan_s", r.makespan_s);
+  json.field("aggregate_iters_per_s", r.aggregate_iters_per_s);
+  json.field("peak_bytes", r.peak_bytes);
+  json.key("budget_exceeded");
+  json.boolean(r.budget_exceeded);
+  json.field("over_budget_s", r.over_budget_s);
+  json.field("longest_over_budget_s", r.longest_over_budget_s);
+  json.field("yields", r.yields);
+  json.field("deadlocks", r.deadlocks);
+  json.field("failed_jobs", r.failed_jobs);
+  if (all != nullptr) {
+    json.field("vs_unlimited", throughput_ratio(r, all->at(Policy::kUnlimited).result));
+    if (r.policy == Policy::kZico) {
+      json.field("vs_sequential", throughput_ratio(r, all->at(Policy::kSequential).result));
+      json.field("vs_static", throughput_ratio(r, all->at(Policy::kStatic).result));
+      json.field("vs_fcfs", throughput_ratio(r, all->at(Policy::kFcfs).result));
+    }
+  }
+  json.key("jobs");
+  json.begin_array();
+  for (size_t i = 0; i < r.jobs.size(); ++i) {
+    const simulate::JobResult& j = r.jobs[i];
+    json.begin_object();
+    json.field("name", j.name);
+    json.field("trace", traces[i]);
+    json.field("utilization", j.utilization);
+    json.field("iterations", static_cast<uint64_t>(j.iterations));
+    json.key("failed");
+    json.boolean(j.failed);
+    json.key("failure");
+    if (j.failed) {
+      json.value(j.failure);
+    } else {
+      json.value(nullptr);
+    }
+    json.field("start_s", j.start_s);
+    json.field("end_s", j.end_s);
+    json.field("mean_iter_s", j.mean_iter_s);
+    json.field("solo_iter_s", j.solo_iter_s);
+    json.field("delay_s", j.delay_s);
+    json.field("queue_s", j.queue_s);
+    json.field("gate_s", j.gate_s);
+    json.field("wait_s", j.wait_s);
+    json.field("swap_s", j.swap_s);
+    json.field("gate_delays", j.gate_delays);
+    json.field("longest_learned_iter_s", j.longest_learned_iter_s);
+    json.field("peak_bytes", j.peak_bytes);
+    json.field("yields", j.yields);
+    json.end_object();
+  }
+  json.end_array();
+  if (o.bound) {
+    const simulate::ExhaustiveBound& b = *o.bound;
+    json.key("exhaustive");
+    json.begin_object();
+    json.field("cycle_s", static_cast<double>(b.cycle_ns) / 1e9);
+    json.field("peak_bytes", b.peak_bytes);
+    json.key("offsets_s");
+    json.begin_array();
+    for (const uint64_t ns : b.offsets_ns) json.value(static_cast<double>(ns) / 1e9);
+    json.end_array();
+    json.field("aligned_peak_bytes", b.aligned_peak_bytes);
+    json.field("sum_of_peaks_bytes", b.sum_of_peaks_bytes);
+    json.end_object();
+  }
+  json.end_object();
+}
+
+std::string plot_path(const Options& options, Policy policy) {
+  if (!options.all) return options.plot;
+  const std::string& path = options.plot;
+  const size_t dot = path.size() >= 4 && path.ends_with(".svg") ? path.size() - 4 : path.size();
+  return path.substr(0, dot) + "-" + simulate::to_string(policy) + path.substr(dot);
+}
+
+bool write_plot(const std::string& path, const simulate::SimulationResult& r) {
+  std::vector<simulate::TimelineSeries> series;
+  for (const simulate::JobResult& j : r.jobs) series.push_back({j.name, j.held});
+  simulate::TimeSteps budget;
+  for (const simulate::BudgetStep& step : r.budget) budget.emplace_back(step.at_ns, step.bytes);
+  simulate::TimelinePlotOptions plot;
+  plot.title = std::string("simulate: ") + simulate::to_string(r.policy) + ", " + budget_text(r.budget);
+  std::ofstream file(path);
+  file << simulate::timeline_plot_svg(series, budget, plot);
+  file.close();
+  if (!file.good()) {
+    std::fprintf(stderr, "zico-umctl simulate: cannot write %s\n", path.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int run_simulate(int argc, char** argv) {
+  Options options;
+  if (const int status = parse(argc, argv, &options); status >= 0) {
+    if (status == 0) std::printf(kUsage, kSizeForm, kDurationForm);
+    return status;
+  }
+
+  // Every trace is loaded and modelled before anything runs.
+  std::vector<simulate::JobModel> models(options.traces.size());
+  std::map<std::string, int> seen;
+  for (size_t i = 0; i < options.traces.size(); ++i) {
+    trace::Trace trace;
+    std::string error;
+    if (!trace::read_trace_file(options.traces[i], &trace, &error).is_ok() ||
+        !simulate::build_job_model(trace, &models[i], &error).is_ok()) {
+      std::fprintf(stderr, "zico-umctl simulate: %s\n", error.c_str());
+      return kExitUsage;
+    }
+    // The same model twice gets "#2", so tables and legends tell them apart.
+    if (const int n = ++seen[models[i].name]; n > 1) models[i].name += " #" + std::to_string(n);
+  }
+
+  std::map<Policy, Outcome> outcomes;
+  for (const Policy policy : options.policies) {
+    simulate::SimulationOptions sim = options.sim;
+    sim.policy = policy;
+    if (policy != Policy::kUnlimited) sim.budget = options.budget;
+    Outcome& o = outcomes[policy];
+    std::string error;
+    if (!simulate::simulate(models, sim, &o.result, &error).is_ok()) {
+      std::fprintf(stderr, "zico-umctl simulate: %s\n", error.c_str());
+      return kExitUsage;
+    }
+    if (policy == Policy::kZico && models.size() >= 2 && models.size() <= simulate::kMaxBoundJobs) {
+      std::vector<simulate::PeriodicCurve> curves;
+      for (const simulate::JobModel& m : models) curves.push_back(simulate::steady_need_curve(m, sim.chunk_bytes));
+      simulate::ExhaustiveBound bound;
+      if (simulate::exhaustive_bound(curves, &bound, &error).is_ok()) o.bound = bound;
+    }
+    if (!options.plot.empty() && !write_plot(plot_path(options, policy), o.result)) return kExitFailed;
+  }
+
+  if (options.json) {
+    JsonWriter json;
+    if (options.all) {
+      json.begin_object();
+      for (const Policy p : options.policies) {
+        json.key(simulate::to_string(p));
+        write_result_json(json, outcomes.at(p), options.traces, &outcomes);
+      }
+      json.end_object();
+    } else {
+      write_result_json(json, outcomes.begin()->second, options.traces, nullptr);
+    }
+    std::printf("%s\n", json.text().c_str());
+    return kExitOk;
+  }
+  for (size_t i = 0; i < options.policies.size(); ++i) {
+    if (i > 0) std::printf("\n");
+    print_result(outcomes.at(options.policies[i]), options.traces);
+  }
+  if (options.all) {
+    std::printf("\n");
+    print_comparison(outcomes);
+  }
+  return kExitOk;
+}
+
+}  // namespace zico::umctl
