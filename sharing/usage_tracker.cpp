@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace zico::sharing {
@@ -12,13 +14,23 @@ namespace {
 // A token's key is what detection compares: the size, with the top bit set
 // for a free. Exact, so two different tokens never match by accident.
 constexpr uint64_t kFreeBit = uint64_t{1} << 63;
-// A detection pass costs the window's length; running it at most every
-// window / kChecksPerWindow tokens (and never more often than
-// kMinCheckInterval) keeps it a few comparisons per token.
+// A detection pass costs a few steps per token of its window (up to
+// 2 * max_period_tokens); one starts at most every window / kChecksPerWindow
+// tokens, and never more often than kMinCheckInterval.
 constexpr uint64_t kMinCheckInterval = 1024;
 constexpr uint64_t kChecksPerWindow = 8;
-// The token buffer grows by at least this much between compactions.
-constexpr size_t kMinSlack = 4096;
+// A pass does at most this many steps (a prefix entry or a fallback in
+// computing it, a token scanned or checked) inside any one on_allocate or
+// on_free, and goes on in the next ones: a pass over a full window of 65536
+// tokens takes 64 to 160 calls, a couple of us each, rather than stalling
+// one call for its whole length (a tenth of a ms or more).
+constexpr size_t kDetectStepsPerCall = 1024;
+// Keys are copied for a pass this many at a time.
+constexpr size_t kKeyRun = 256;
+// Tokens are stored in chunks of this many; a chunk goes back to a spare list
+// once nothing in it is needed, and is reused. Growing never copies tokens.
+constexpr unsigned kChunkBits = 12;
+constexpr uint64_t kChunkTokens = uint64_t{1} << kChunkBits;
 // The prefix function is stored in 32 bits.
 constexpr size_t kMaxPeriodLimit = size_t{1} << 30;
 // A steady iteration gives back what it takes. A repeating stretch whose live
@@ -30,16 +42,23 @@ constexpr uint64_t kMaxNetChangeShare = 16;
 uint64_t sub_floor(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
 
 // One allocation or free, kept while detection or the current iteration may
-// still need it.
+// still need it; its key is kept apart (Chunk). Trivial on purpose: chunks
+// are allocated uninitialized.
 struct Token {
-  uint64_t key = 0;
-  uint64_t time_ns = 0;
-  uint64_t live_after = 0;
+  uint64_t time_ns;
+  uint64_t live_after;
   // The block's allocation, for a free (its own, for an allocation): a curve
   // built in hindsight, after detection, still needs to know which blocks
   // were born inside the iteration and how long they lived.
-  uint64_t alloc_seq = 0;
-  uint64_t alloc_ns = 0;
+  uint64_t alloc_seq;
+  uint64_t alloc_ns;
+};
+
+// Keys apart from the rest: a detection pass reads only keys, 8 B a token
+// rather than a 40 B stride.
+struct Chunk {
+  uint64_t keys[kChunkTokens];
+  Token tokens[kChunkTokens];
 };
 
 struct Block {
@@ -56,13 +75,14 @@ struct UsageTracker::Impl {
   uint64_t live = 0;
   uint64_t ignored = 0;
 
-  // tokens[i] is token number base_seq + i; `seq` tokens were seen in all.
-  // Kept: the detection window (2 * max_period_tokens) and the iteration in
-  // progress, nothing older.
-  std::vector<Token> tokens;
-  uint64_t base_seq = 0;
+  // Token number s (of `seq` seen in all) is in chunks[s / kChunkTokens -
+  // chunk_base] at s % kChunkTokens. Kept: the detection window
+  // (2 * max_period_tokens), a pass in progress, and the iteration in
+  // progress (at most max_iteration_tokens of it with marks), nothing older.
+  std::vector<std::unique_ptr<Chunk>> chunks;
+  std::vector<std::unique_ptr<Chunk>> spare;
+  uint64_t chunk_base = 0;
   uint64_t seq = 0;
-  size_t compact_at = kMinSlack;
 
   // The iteration in progress: tokens from first_seq on, after it began at
   // start_ns holding start_live bytes.
@@ -72,13 +92,42 @@ struct UsageTracker::Impl {
   uint64_t start_live = 0;
   uint64_t iterations = 0;
   bool marks = false;
+  // With marks: the iteration in progress passed max_iteration_tokens, and
+  // its tokens from then on were not kept.
+  bool dropped = false;
 
   // Detection (only while !marks). period == 0: no pattern known.
   size_t period = 0;
   uint64_t next_anchor_seq = 0;  // the token after which the next iteration starts
   uint64_t floor_seq = 0;        // a broken pattern's tokens stay out of the next search
   uint64_t next_check_seq = kMinCheckInterval;
-  std::vector<uint32_t> prefix;  // reused by every detection pass
+
+  // A detection pass, spread over calls (kDetectStepsPerCall). It looks at
+  // the window of `window` tokens before `snap` (seq when it started):
+  //  - kPrefix: the prefix function of the window read backwards, and the
+  //    smallest period `found` of its longest stretch repeating twice;
+  //  - kScan: live bytes over the last period before snap: the net change
+  //    and the trough (`anchor`);
+  //  - kContinue: the tokens that came during the pass must go on repeating
+  //    `found`; once they all do, the pattern is adopted.
+  enum class Stage { kIdle, kPrefix, kScan, kContinue };
+  Stage stage = Stage::kIdle;
+  uint64_t snap = 0;
+  size_t window = 0;
+  size_t pass_i = 0;    // kPrefix: the next prefix entry
+  uint32_t pass_k = 0;  // kPrefix: its candidate, mid-way through the fallback loop
+  size_t filled = 0;    // kPrefix: keys copied so far
+  size_t found = 0;
+  uint64_t cursor = 0;  // kScan, kContinue: the next token
+  uint64_t low = 0;
+  uint64_t high = 0;
+  uint64_t anchor = 0;
+  uint64_t anchor_live = 0;
+  // The window's keys, newest first, and its prefix function: allocated on
+  // the first pass (uninitialized, 12 B per token of the largest window),
+  // reused by every pass.
+  std::unique_ptr<uint64_t[]> keys;
+  std::unique_ptr<uint32_t[]> prefix;
 
   DemandCurve curve;
   // The curve as of the last version bump: comparing with it rather than the
@@ -89,33 +138,64 @@ struct UsageTracker::Impl {
   explicit Impl(UsageTrackerOptions o) : options(o) {
     options.max_period_tokens = std::clamp<size_t>(options.max_period_tokens, 1, kMaxPeriodLimit);
     options.min_period_tokens = std::max<size_t>(options.min_period_tokens, 1);
+    if (options.max_iteration_tokens == 0) options.max_iteration_tokens = 2 * options.max_period_tokens;
     blocks.reserve(1024);
   }
 
-  const Token& at(uint64_t s) const { return tokens[s - base_seq]; }
+  Chunk& chunk_of(uint64_t s) { return *chunks[(s >> kChunkBits) - chunk_base]; }
+  Token& at(uint64_t s) { return chunk_of(s).tokens[s & (kChunkTokens - 1)]; }
+  uint64_t key(uint64_t s) { return chunk_of(s).keys[s & (kChunkTokens - 1)]; }
 
-  void push(uint64_t key, uint64_t now_ns, uint64_t alloc_seq, uint64_t alloc_ns) {
-    if (tokens.size() >= compact_at) compact();
-    tokens.push_back({key, now_ns, live, alloc_seq, alloc_ns});
-    const uint64_t s = seq++;
-    if (marks) return;
-    if (period > 0) {
-      follow(s);
-    } else if (seq >= next_check_seq) {
-      detect();
-    }
+  // The oldest token anything may still read.
+  uint64_t oldest_needed() const {
+    if (marks) return in_iteration && !dropped ? first_seq : seq;
+    uint64_t lo = sub_floor(seq, 2 * options.max_period_tokens);
+    if (in_iteration) lo = std::min(lo, first_seq);
+    if (stage != Stage::kIdle) lo = std::min(lo, snap - window);
+    return lo;
   }
 
-  // Drops the tokens nobody can need any more. Amortized O(1) per token: the
-  // buffer grows by half its kept size before the next compaction.
-  void compact() {
-    uint64_t keep = seq;
-    if (in_iteration) keep = std::min(keep, first_seq);
-    if (!marks) keep = std::min(keep, sub_floor(seq, 2 * options.max_period_tokens));
-    keep = std::max(keep, base_seq);
-    tokens.erase(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(keep - base_seq));
-    base_seq = keep;
-    compact_at = tokens.size() + std::max(kMinSlack, tokens.size() / 2);
+  // Stores token number `seq`. O(1): at a chunk boundary, chunks holding
+  // nothing needed go to the spare list and one is taken from it.
+  void store(uint64_t key, const Token& t) {
+    const uint64_t chunk = seq >> kChunkBits;
+    if (chunk >= chunk_base + chunks.size()) {
+      const uint64_t keep = oldest_needed() >> kChunkBits;
+      size_t drop = 0;
+      while (drop < chunks.size() && chunk_base + drop < keep) spare.push_back(std::move(chunks[drop++]));
+      chunks.erase(chunks.begin(), chunks.begin() + static_cast<std::ptrdiff_t>(drop));
+      chunk_base = chunks.empty() ? chunk : chunk_base + drop;
+      while (chunk_base + chunks.size() <= chunk) {
+        if (spare.empty()) {
+          chunks.push_back(std::make_unique_for_overwrite<Chunk>());
+        } else {
+          chunks.push_back(std::move(spare.back()));
+          spare.pop_back();
+        }
+      }
+    }
+    Chunk& c = chunk_of(seq);
+    c.keys[seq & (kChunkTokens - 1)] = key;
+    c.tokens[seq & (kChunkTokens - 1)] = t;
+  }
+
+  void push(uint64_t key, uint64_t now_ns, uint64_t alloc_seq, uint64_t alloc_ns) {
+    const uint64_t s = seq;
+    if (marks) {
+      // Marks that stop coming must not make the tracker keep everything.
+      if (s - first_seq >= options.max_iteration_tokens) dropped = true;
+      if (!dropped) store(key, {now_ns, live, alloc_seq, alloc_ns});
+      ++seq;
+      return;
+    }
+    store(key, {now_ns, live, alloc_seq, alloc_ns});
+    ++seq;
+    if (period > 0) {
+      follow(s);
+      return;
+    }
+    if (stage == Stage::kIdle && seq >= next_check_seq) start_pass();
+    if (stage != Stage::kIdle) step(kDetectStepsPerCall);
   }
 
   void begin_iteration(uint64_t first, uint64_t now_ns, uint64_t live_then) {
@@ -124,6 +204,14 @@ struct UsageTracker::Impl {
     start_ns = now_ns;
     start_live = live_then;
     ++iterations;
+  }
+
+  void publish(const DemandCurve& next) {
+    curve = next;
+    if (materially_different(planned, curve, options.change_tolerance)) {
+      planned = curve;
+      ++version;
+    }
   }
 
   // Builds the curve of the iteration in progress from its tokens before
@@ -158,9 +246,10 @@ struct UsageTracker::Impl {
     // peak crossed a boundary (born before, or still live at the end).
     const double workspace_ns = options.workspace_fraction * static_cast<double>(next.period_ns);
     for (uint64_t s = peak_end; s < end_seq; ++s) {
+      const uint64_t k = key(s);
       const Token& t = at(s);
-      if ((t.key & kFreeBit) == 0 || t.alloc_seq < first_seq || t.alloc_seq >= peak_end) continue;
-      const uint64_t bytes = t.key & ~kFreeBit;
+      if ((k & kFreeBit) == 0 || t.alloc_seq < first_seq || t.alloc_seq >= peak_end) continue;
+      const uint64_t bytes = k & ~kFreeBit;
       if (static_cast<double>(sub_floor(t.time_ns, t.alloc_ns)) < workspace_ns) {
         next.workspace_bytes += bytes;
       } else {
@@ -168,18 +257,12 @@ struct UsageTracker::Impl {
       }
     }
     next.persistent_bytes = peak - next.transient_bytes - next.workspace_bytes;
-
-    curve = next;
-    if (materially_different(planned, curve, options.change_tolerance)) {
-      planned = curve;
-      ++version;
-    }
+    publish(next);
   }
 
   // With a pattern known: every token must repeat the one a period earlier.
   void follow(uint64_t s) {
-    const Token& t = at(s);
-    if (t.key != at(s - period).key) {
+    if (key(s) != key(s - period)) {
       // Training loops repeat exactly, so one differing token means the
       // program changed phase (evaluation, a new batch shape): start over
       // from here rather than measure iterations of a pattern that is gone.
@@ -190,74 +273,149 @@ struct UsageTracker::Impl {
       return;
     }
     if (s != next_anchor_seq) return;
+    const Token& t = at(s);
     finish_iteration(s + 1, t.time_ns);
     begin_iteration(s + 1, t.time_ns, t.live_after);
     next_anchor_seq += period;
   }
 
-  // Looks for the smallest period of the longest recent stretch that repeats
-  // it at least twice; on success measures the last whole iteration in
-  // hindsight and follows the pattern from then on.
-  void detect() {
-    const uint64_t from = std::max({base_seq, floor_seq, sub_floor(seq, 2 * options.max_period_tokens)});
+  // Starts a pass over the newest tokens: the smallest period of the longest
+  // recent stretch that repeats it at least twice.
+  void start_pass() {
+    const uint64_t from = std::max(floor_seq, sub_floor(seq, 2 * options.max_period_tokens));
     const size_t w = seq - from;
     next_check_seq = seq + std::max(kMinCheckInterval, w / kChecksPerWindow);
     if (w < 2 * options.min_period_tokens) return;
-
-    // The prefix function of the window read backwards from the newest token:
-    // prefix[n - 1] gives the smallest period, n - prefix[n - 1], of the
-    // newest n tokens, for every n at once.
-    const Token* newest = &tokens[seq - 1 - base_seq];
-    auto key = [newest](size_t i) { return (newest - i)->key; };
-    prefix.resize(w);
-    prefix[0] = 0;
-    for (size_t i = 1; i < w; ++i) {
-      uint32_t k = prefix[i - 1];
-      while (k > 0 && key(i) != key(k)) k = prefix[k - 1];
-      if (key(i) == key(k)) ++k;
-      prefix[i] = k;
+    if (!keys) {
+      keys = std::make_unique_for_overwrite<uint64_t[]>(2 * options.max_period_tokens);
+      prefix = std::make_unique_for_overwrite<uint32_t[]>(2 * options.max_period_tokens);
     }
+    stage = Stage::kPrefix;
+    snap = seq;
+    window = w;
+    // Keys are copied a run at a time as the pass gets to them.
+    filled = 0;
+    while (filled < 2) fill_keys();
+    prefix[0] = 0;
+    pass_i = 1;
+    pass_k = 0;
+    found = 0;
+  }
 
-    // The longest repeating stretch wins over shorter ones: a loop inside an
-    // iteration (layers, micro-batches) repeats too, but only over part of
-    // it. Requiring the stretch to cover half the window keeps such a loop
-    // from being taken for the iteration before two whole iterations exist.
-    size_t p = 0;
-    for (size_t n = w; 2 * n >= w && n > 0; --n) {
-      const size_t smallest = n - prefix[n - 1];
-      if (n >= 2 * smallest) {
-        p = smallest;
-        break;
+  // Copies the keys of the next few tokens of the window (older and older),
+  // up to the start of their chunk.
+  void fill_keys() {
+    const uint64_t s = snap - 1 - filled;
+    const uint64_t* k = &chunk_of(s).keys[s & (kChunkTokens - 1)];
+    const size_t run = std::min<size_t>({window - filled, kKeyRun, (s & (kChunkTokens - 1)) + 1});
+    for (size_t j = 0; j < run; ++j) keys[filled + j] = *(k - j);
+    filled += run;
+  }
+
+  // The prefix function of the window read backwards from its newest token:
+  // n - prefix[n - 1] is the smallest period of the newest n tokens, for
+  // every n at once. The longest stretch repeating twice wins over shorter
+  // ones: a loop inside an iteration (layers, micro-batches) repeats too, but
+  // only over part of it. Requiring the stretch to cover half the window
+  // keeps such a loop from being taken for the iteration before two whole
+  // iterations exist. Goes on for at most `budget` steps; returns what is
+  // left of it.
+  size_t prefix_steps(size_t budget) {
+    uint64_t* const key_of = keys.get();
+    uint32_t* const pf = prefix.get();
+    const size_t w = window;
+    size_t i = pass_i;
+    uint32_t k = pass_k;  // prefix[i]'s candidate, maybe mid-way through falling back
+    size_t best = found;
+    while (i < w && budget > 0) {
+      if (i == filled) fill_keys();
+      for (const size_t end = filled; i < end && budget > 0;) {
+        const uint64_t key = key_of[i];
+        while (k > 0 && key != key_of[k] && --budget > 0) k = pf[k - 1];
+        if (budget == 0) break;  // k is where the fallback got to
+        if (key == key_of[k]) ++k;
+        pf[i] = k;
+        const size_t n = i + 1;
+        if (2 * n >= w && n >= 2 * (n - k)) best = n - k;
+        ++i;  // prefix[i]'s first candidate is prefix[i - 1]: k already
+        --budget;
       }
     }
-    if (p < options.min_period_tokens || p > options.max_period_tokens) return;
-    // Live bytes must come back after a period (kMaxNetChangeShare).
-    const uint64_t before = at(seq - 1 - p).live_after;
-    const uint64_t after = at(seq - 1).live_after;
-    uint64_t low = before;
-    uint64_t high = before;
-    for (uint64_t s = seq - p; s < seq; ++s) {
-      low = std::min(low, at(s).live_after);
-      high = std::max(high, at(s).live_after);
-    }
-    const uint64_t net = before > after ? before - after : after - before;
-    if (net > (high - low) / kMaxNetChangeShare) return;
+    pass_i = i;
+    pass_k = k;
+    found = best;
+    return budget;
+  }
 
-    // Phase 0 is the trough of the last period: the least live bytes after a
-    // token, earliest on a tie.
-    uint64_t anchor = seq - p;
-    for (uint64_t s = anchor + 1; s < seq; ++s) {
-      if (at(s).live_after < at(anchor).live_after) anchor = s;
+  // Goes on with the pass for at most `budget` steps.
+  void step(size_t budget) {
+    if (stage == Stage::kPrefix) {
+      budget = prefix_steps(budget);
+      if (pass_i < window) return;
+      if (found < options.min_period_tokens || found > options.max_period_tokens) {
+        stage = Stage::kIdle;
+        return;
+      }
+      stage = Stage::kScan;
+      cursor = snap - found;
+      low = high = at(snap - 1 - found).live_after;
+      anchor = cursor;
+      anchor_live = at(anchor).live_after;
+      if (budget == 0) return;
     }
-    // The stretch holds two periods, so the previous anchor and the whole
-    // iteration after it are still buffered: measure it now rather than wait
-    // a full period for the first curve.
-    period = p;
-    const Token& previous = at(anchor - p);
-    begin_iteration(anchor - p + 1, previous.time_ns, previous.live_after);
-    finish_iteration(anchor + 1, at(anchor).time_ns);
-    begin_iteration(anchor + 1, at(anchor).time_ns, at(anchor).live_after);
-    next_anchor_seq = anchor + p;
+    if (stage == Stage::kScan) {
+      // Phase 0 is the trough of the last period: the least live bytes after
+      // a token, earliest on a tie.
+      while (cursor < snap && budget > 0) {
+        const Token* t = &at(cursor);
+        const size_t run = std::min<size_t>({snap - cursor, budget, kChunkTokens - (cursor & (kChunkTokens - 1))});
+        for (size_t j = 0; j < run; ++j) {
+          const uint64_t l = t[j].live_after;
+          low = std::min(low, l);
+          high = std::max(high, l);
+          if (l < anchor_live) {
+            anchor = cursor + j;
+            anchor_live = l;
+          }
+        }
+        cursor += run;
+        budget -= run;
+      }
+      if (cursor < snap) return;
+      // Live bytes must come back after a period (kMaxNetChangeShare).
+      const uint64_t before = at(snap - 1 - found).live_after;
+      const uint64_t after = at(snap - 1).live_after;
+      const uint64_t net = before > after ? before - after : after - before;
+      if (net > (high - low) / kMaxNetChangeShare) {
+        stage = Stage::kIdle;
+        return;
+      }
+      stage = Stage::kContinue;
+      cursor = snap;
+    }
+    // stage == kContinue: tokens that came during the pass.
+    for (; cursor < seq && budget > 0; ++cursor, --budget) {
+      if (key(cursor) != key(cursor - found)) {
+        stage = Stage::kIdle;
+        return;
+      }
+    }
+    if (cursor == seq) adopt();
+  }
+
+  // The pattern holds up to the newest token: its latest anchor is the
+  // trough's phase, `found` apart. The stretch holds two periods, so the
+  // anchor before it and the whole iteration after that are still kept:
+  // measure it now rather than wait a full period for the first curve.
+  void adopt() {
+    stage = Stage::kIdle;
+    period = found;
+    const uint64_t a = anchor + (seq - 1 - anchor) / period * period;
+    const Token& previous = at(a - period);
+    begin_iteration(a - period + 1, previous.time_ns, previous.live_after);
+    finish_iteration(a + 1, at(a).time_ns);
+    begin_iteration(a + 1, at(a).time_ns, at(a).live_after);
+    next_anchor_seq = a + period;
   }
 
   void free_block(const Block& b, uint64_t now_ns) {
@@ -301,12 +459,18 @@ void UsageTracker::on_iteration(uint64_t now_ns) {
     m.marks = true;
     m.period = 0;
     m.in_iteration = false;
-    m.prefix = {};
+    m.stage = Impl::Stage::kIdle;
+    m.keys.reset();
+    m.prefix.reset();
+    m.chunks.clear();
+    m.spare.clear();
+  } else if (m.dropped) {
+    // Too long to measure: plans made on an earlier curve no longer hold.
+    m.publish(DemandCurve{});
   } else if (m.in_iteration) {
     m.finish_iteration(m.seq, now_ns);
   }
-  m.tokens.clear();
-  m.base_seq = m.seq;
+  m.dropped = false;
   m.begin_iteration(m.seq, now_ns, m.live);
 }
 
@@ -318,5 +482,8 @@ bool UsageTracker::explicit_marks() const { return impl_->marks; }
 size_t UsageTracker::detected_period_tokens() const { return impl_->period; }
 uint64_t UsageTracker::live_bytes() const { return impl_->live; }
 uint64_t UsageTracker::ignored_frees() const { return impl_->ignored; }
+size_t UsageTracker::buffered_tokens() const {
+  return (impl_->chunks.size() + impl_->spare.size()) * kChunkTokens;
+}
 
 }  // namespace zico::sharing

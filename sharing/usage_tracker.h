@@ -20,6 +20,35 @@
 // that breaks the learned pattern drops it; detection starts again on the
 // new stream, from that token on.
 //
+// Iteration boundaries and the caller's gates: iterations() moves inside the
+// on_allocate or on_free call that completes the boundary, whichever kind it
+// is. With marks that is on_iteration. Without marks it is the anchor token
+// itself, or the token on which a detection pass finishes (the boundaries it
+// finds then lie a little in the past: iteration_start_ns() says when). The
+// trough a detected iteration starts at follows a free almost always, so
+// boundaries are mostly seen in on_free. A caller that gates iterations at
+// allocations (holds an allocation until the scheduler lets the iteration
+// start) compares iterations() with the value it last saw, and passes its
+// gate at the next allocation.
+//
+// Cost per call: O(1) amortized. A detection pass (a few steps per token of
+// its window, up to 2 * max_period_tokens, every window / 8 tokens) is spread
+// over the calls after it starts, about a thousand steps (a few us) in any
+// one call; a window of 65536 tokens takes 64 to 160 calls. What is left costs
+// O(tokens of one iteration), once per iteration: building its curve, at the
+// boundary (an anchor, an adopted pattern, or a mark).
+//
+// Memory: the tokens kept, 40 B each, in chunks of 4096 that are reused and
+// never copied: without marks the detection window (2 * max_period_tokens;
+// the iteration in progress lies inside it), plus 12 B per window token for
+// detection; with marks the iteration in progress, up to
+// max_iteration_tokens of it. A marked iteration longer than that (marks
+// that stopped coming, or come too rarely) keeps no more tokens; when its
+// mark finally comes the curve becomes unknown (period 0), which moves the
+// version if the curve before was known, so plans made on it go. The next
+// iteration that fits is measured again. (Without the cap one mark followed
+// by 40M events kept 1.5 GB.)
+//
 // Time is whatever clock the caller uses, in ns, never decreasing: the
 // virtual clock in the simulator, the GPU-progress clock in a job.
 //
@@ -36,9 +65,12 @@
 namespace zico::sharing {
 
 struct UsageTrackerOptions {
-  // Longest iteration, in tokens, that detection looks for. Memory use is a
-  // few times this many tokens.
+  // Longest iteration, in tokens, that detection looks for. Without marks
+  // twice this many tokens are kept (52 B each, see Memory above).
   size_t max_period_tokens = 32768;
+  // With marks: the most tokens of one iteration kept to build its curve;
+  // a longer iteration publishes an unknown curve. 0: 2 * max_period_tokens.
+  size_t max_iteration_tokens = 0;
   // Shortest pattern accepted as an iteration (shorter repeats are loops
   // inside one iteration).
   size_t min_period_tokens = 8;
@@ -78,7 +110,8 @@ class UsageTracker {
   // Iteration starts seen (marks, or detected anchors once a period is
   // known; a detection counts two: the start of the iteration it measured in
   // hindsight and of the one in progress). Stands still while no pattern is
-  // known.
+  // known. Moves during the call whose token completes a boundary, an
+  // on_free as often as not (see the top of this file).
   [[nodiscard]] uint64_t iterations() const;
   // When the current iteration began (its mark, or the time of its anchor
   // token); meaningful once iterations() > 0. After a pattern breaks it keeps
@@ -89,6 +122,10 @@ class UsageTracker {
   [[nodiscard]] size_t detected_period_tokens() const;
   [[nodiscard]] uint64_t live_bytes() const;
   [[nodiscard]] uint64_t ignored_frees() const;
+  // Token slots held now, spare ones included (40 B each): never more than
+  // the tokens kept (see Memory above) in chunks of 4096, plus two chunks,
+  // whatever the stream.
+  [[nodiscard]] size_t buffered_tokens() const;
 
  private:
   struct Impl;

@@ -237,6 +237,111 @@ TEST(UsageTracker, ReallocatingALiveIdFreesItFirst) {
   EXPECT_EQ(t.curve().bins[3], 0u);
 }
 
+// `pairs` allocations of 64 B, each freed at once: 2 * pairs tokens.
+void churn(UsageTracker& t, uint64_t& id, uint64_t& now, size_t pairs) {
+  for (size_t i = 0; i < pairs; ++i) {
+    t.on_allocate(id, 64, now += 1);
+    t.on_free(id++, now += 1);
+  }
+}
+
+TEST(UsageTracker, MarkedIterationPastTheCapPublishesAnUnknownCurve) {
+  UsageTrackerOptions o;
+  o.max_iteration_tokens = 50;
+  UsageTracker t(o);
+  t.on_allocate(1, 1000, 0);
+  marked_iteration(t, 0, 500, false);
+  marked_iteration(t, 1280, 500, true);
+  marked_iteration(t, 2560, 500, true);
+  t.on_iteration(3840);
+  ASSERT_EQ(t.curve_version(), 2u);  // as in VersionMovesOnlyOnMaterialChange
+  const DemandCurve steady = t.curve();
+
+  // Exactly the cap (50 tokens) is still measured.
+  uint64_t id = 100;
+  uint64_t now = 3840;
+  churn(t, id, now, 25);
+  t.on_iteration(now += 10);
+  EXPECT_TRUE(t.curve().known());
+  EXPECT_EQ(t.curve().period_ns, 60u);
+  EXPECT_EQ(t.curve_version(), 3u);
+
+  // One token more: the curve goes unknown when the iteration ends, and
+  // that moves the version.
+  churn(t, id, now, 25);
+  const uint64_t extra = id++;
+  t.on_allocate(extra, 64, now += 1);
+  EXPECT_TRUE(t.curve().known());  // not before the mark
+  const uint64_t seen = t.iterations();
+  t.on_iteration(now += 10);
+  EXPECT_FALSE(t.curve().known());
+  EXPECT_EQ(t.curve_version(), 4u);
+  EXPECT_EQ(t.iterations(), seen + 1);
+  EXPECT_EQ(t.iteration_start_ns(), now);
+
+  // Another one too long (ended by the next mark): still unknown, no new
+  // version.
+  t.on_free(extra, now += 1);
+  churn(t, id, now, 1000);
+  marked_iteration(t, 1280 * 100, 500, true);
+  EXPECT_FALSE(t.curve().known());
+  EXPECT_EQ(t.curve_version(), 4u);
+
+  // An iteration that fits is measured again, exactly.
+  t.on_iteration(1280 * 101);
+  EXPECT_TRUE(t.curve().known());
+  EXPECT_EQ(t.curve_version(), 5u);
+  EXPECT_FALSE(materially_different(steady, t.curve(), 0.0));
+  EXPECT_EQ(t.curve().peak(), 1850u);
+  EXPECT_EQ(t.curve().persistent_bytes, 1300u);
+}
+
+TEST(UsageTracker, IterationCapDefaultsToTwiceTheLongestPeriod) {
+  UsageTrackerOptions o;
+  o.max_period_tokens = 16;
+  UsageTracker t(o);
+  uint64_t id = 1;
+  uint64_t now = 0;
+  t.on_iteration(now);
+  churn(t, id, now, 16);  // 32 tokens
+  t.on_iteration(now += 1);
+  EXPECT_TRUE(t.curve().known());
+  churn(t, id, now, 17);  // 34
+  t.on_iteration(now += 1);
+  EXPECT_FALSE(t.curve().known());
+}
+
+TEST(UsageTracker, MemoryStaysBoundedWhenMarksStop) {
+  // One mark, then marks never come again: the tracker keeps at most
+  // max_iteration_tokens (here the default, 2 * 32768) tokens, not all of
+  // them.
+  UsageTracker t;
+  uint64_t id = 1;
+  uint64_t now = 0;
+  t.on_iteration(now);
+  churn(t, id, now, 50'000);
+  const size_t held = t.buffered_tokens();
+  EXPECT_GE(held, 2u * 32768);
+  EXPECT_LE(held, 2u * 32768 + 2 * 4096);
+  churn(t, id, now, 500'000);  // a million tokens more
+  EXPECT_EQ(t.buffered_tokens(), held);
+  EXPECT_EQ(t.iterations(), 1u);
+  EXPECT_FALSE(t.curve().known());
+
+  // Detection keeps its window and no more.
+  UsageTrackerOptions o;
+  o.max_period_tokens = 1024;
+  UsageTracker d(o);
+  uint64_t size = 1;
+  for (int i = 0; i < 300'000; ++i) {
+    size = size * 6364136223846793005u + 1442695040888963407u;  // never repeats
+    d.on_allocate(id, (size >> 40) + 1, now += 1);
+    d.on_free(id++, now += 1);
+  }
+  EXPECT_EQ(d.detected_period_tokens(), 0u);
+  EXPECT_LE(d.buffered_tokens(), 2u * 1024 + 2 * 4096);
+}
+
 // ---- UsageTracker without marks ---------------------------------------------
 
 constexpr uint64_t kWeight = 10'000;
@@ -457,6 +562,71 @@ TEST(UsageTracker, ExplicitMarkSwitchesDetectionOff) {
   t.on_iteration(job.start);
   EXPECT_EQ(t.iterations(), seen + 2);
   EXPECT_EQ(t.curve().period_ns, 101 * kPeriodNs);
+}
+
+TEST(UsageTracker, DetectedBoundariesAreSeenInFrees) {
+  // Each iteration takes four blocks and gives them back: the trough, where
+  // iterations start, is right after the last free. A caller that gates at
+  // allocations sees the new iteration at its next allocation.
+  UsageTracker t(options());
+  uint64_t id = 1;
+  uint64_t now = 0;
+  size_t on_allocations = 0;
+  size_t on_frees = 0;
+  size_t detections = 0;
+  uint64_t anchor_ns = 0;
+  auto watch = [&](bool is_free, auto&& call) {
+    const uint64_t before = t.iterations();
+    call();
+    const uint64_t moved = t.iterations() - before;
+    if (moved == 0) return;
+    if (moved == 2) {
+      ++detections;  // on whichever token the detection pass finished
+      return;
+    }
+    EXPECT_EQ(moved, 1u);
+    if (is_free) {
+      ++on_frees;
+      EXPECT_EQ(t.iteration_start_ns(), now);  // this very free
+    } else {
+      ++on_allocations;
+    }
+  };
+  for (int i = 0; i < 400; ++i) {
+    for (uint64_t k = 1; k <= 4; ++k) watch(false, [&] { t.on_allocate(id + k, 100 * k, now += 10); });
+    for (uint64_t k = 4; k >= 1; --k) {
+      watch(true, [&] {
+        t.on_free(id + k, now += 10);
+        if (k == 1) anchor_ns = now;
+      });
+    }
+    id += 4;
+  }
+  EXPECT_EQ(t.detected_period_tokens(), 8u);
+  EXPECT_EQ(detections, 1u);
+  EXPECT_EQ(on_allocations, 0u);
+  EXPECT_GT(on_frees, 250u);
+  EXPECT_EQ(t.iterations(), 2 + on_frees);
+  EXPECT_EQ(t.iteration_start_ns(), anchor_ns);
+  EXPECT_EQ(t.curve().end_bytes, 0u);
+}
+
+TEST(UsageTracker, LongPeriodIsFoundByAPassSpreadOverCalls) {
+  // 6000-token iterations: a window of 12000+ tokens, more than one call's
+  // share of a pass. It is still found, and measured.
+  UsageTracker t(options());
+  uint64_t id = 1;
+  uint64_t now = 0;
+  t.on_allocate(id++, kWeight, now);
+  for (int i = 0; i < 8; ++i) {
+    const uint64_t first = id;
+    for (uint64_t k = 0; k < 3000; ++k) t.on_allocate(id++, 16 + k % 1000, now += 10);
+    for (uint64_t k = id; k-- > first;) t.on_free(k, now += 10);
+  }
+  EXPECT_EQ(t.detected_period_tokens(), 6000u);
+  EXPECT_EQ(t.curve().period_ns, 60'000u);
+  EXPECT_EQ(t.curve().end_bytes, kWeight);
+  EXPECT_GE(t.iterations(), 3u);
 }
 
 }  // namespace
