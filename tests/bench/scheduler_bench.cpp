@@ -18,6 +18,7 @@
 #include "iteration_gates.h"
 #include "ledger.h"
 #include "time_shift_scheduler.h"
+#include "../sharing/test_curves.h"
 
 namespace zico::sharing {
 namespace {
@@ -27,16 +28,7 @@ constexpr uint64_t kChunk = uint64_t{2} << 20;
 constexpr uint64_t kBudgetChunks = 20'000;  // 40 GiB of 2 MiB chunks
 constexpr uint64_t kMs = 1'000'000;
 
-DemandCurve training_curve(uint64_t period_ns, uint64_t base, uint64_t peak) {
-  DemandCurve curve;
-  curve.period_ns = period_ns;
-  for (size_t b = 0; b < kDemandBins; ++b) {
-    const size_t rise = b < kDemandBins / 2 ? b + 1 : kDemandBins - b;
-    curve.bins[b] = base + (peak - base) * rise / (kDemandBins / 2);
-  }
-  curve.end_bytes = base;
-  return curve;
-}
+using testing::triangle_curve;
 
 void chunk_requests(benchmark::State& state, bool time_shift) {
   Ledger ledger;
@@ -48,7 +40,7 @@ void chunk_requests(benchmark::State& state, bool time_shift) {
     (void)ledger.add_job(job, 1000, job);
     (void)ledger.open(job, 0, 0, &why);
     gates.open(job, 0);
-    gates.set_curve(job, 0, training_curve((20 + job * 5) * kMs, 1ull << 30, 4ull << 30));
+    gates.set_curve(job, 0, triangle_curve((20 + job * 5) * kMs, 1ull << 30, 4ull << 30));
     // Each job holds some memory, as in a running node.
     (void)ledger.request(job, 0, 1, 1000, 0, &why);
   }
@@ -84,7 +76,7 @@ void BM_IterationGate(benchmark::State& state) {
   scheduler.set_budget(40ull << 30);
   for (JobId job = 1; job <= kJobs; ++job) {
     scheduler.add_job(job);
-    scheduler.set_curve(job, training_curve((20 + job * 5) * kMs, 1ull << 30, 8ull << 30));
+    scheduler.set_curve(job, triangle_curve((20 + job * 5) * kMs, 1ull << 30, 8ull << 30));
   }
   // The co-runners are spread over their iterations.
   for (JobId job = 2; job <= kJobs; ++job) scheduler.started(job, job * 3 * kMs);

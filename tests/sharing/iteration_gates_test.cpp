@@ -1,4 +1,5 @@
 #include "iteration_gates.h"
+#include "test_curves.h"
 
 #include <gtest/gtest.h>
 
@@ -10,16 +11,7 @@ namespace {
 constexpr uint64_t kMs = 1'000'000;
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
-DemandCurve hill(uint64_t period_ns, uint64_t base, uint64_t peak) {
-  DemandCurve curve;
-  curve.period_ns = period_ns;
-  for (size_t b = 0; b < kDemandBins; ++b) {
-    const size_t rise = b < kDemandBins / 2 ? b + 1 : kDemandBins - b;
-    curve.bins[b] = base + (peak - base) * rise / (kDemandBins / 2);
-  }
-  curve.end_bytes = base;
-  return curve;
-}
+using testing::triangle_curve;
 
 SchedulerOptions no_headroom() {
   SchedulerOptions options;
@@ -35,7 +27,7 @@ IterationGates two_jobs(bool time_shift) {
   gates.add_gpu(14 * kGiB);
   for (JobId job : {1, 2}) {
     gates.open(job, 0);
-    gates.set_curve(job, 0, hill(100 * kMs, 1 * kGiB, 10 * kGiB));
+    gates.set_curve(job, 0, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
   }
   return gates;
 }
@@ -119,9 +111,9 @@ TEST(IterationGates, AJobOnTwoGpusWaitsForTheLaterOfTheirDecisions) {
   gates.add_gpu(14 * kGiB);
   for (JobId job : {1, 2}) {
     gates.open(job, 0);
-    gates.set_curve(job, 0, hill(100 * kMs, 1 * kGiB, 10 * kGiB));
+    gates.set_curve(job, 0, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
     gates.open(job, 1);
-    gates.set_curve(job, 1, hill(100 * kMs, 1 * kGiB, 10 * kGiB));
+    gates.set_curve(job, 1, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
   }
   gates.arrive(1, 1, 0);
   (void)gates.due(0);
@@ -130,7 +122,7 @@ TEST(IterationGates, AJobOnTwoGpusWaitsForTheLaterOfTheirDecisions) {
   alone.set_budget(14 * kGiB);
   for (JobId job : {1, 2}) {
     alone.add_job(job);
-    alone.set_curve(job, hill(100 * kMs, 1 * kGiB, 10 * kGiB));
+    alone.set_curve(job, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
   }
   alone.started(1, 0);
   const uint64_t expected = alone.plan_start(2, 0).start_ns;
@@ -147,7 +139,7 @@ TEST(IterationGates, ReplansServeTheOldestWaiterFirst) {
   gates.add_gpu(16 * kGiB);
   for (JobId job : {1, 2, 3}) {
     gates.open(job, 0);
-    gates.set_curve(job, 0, hill(100 * kMs, 1 * kGiB, 10 * kGiB));
+    gates.set_curve(job, 0, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
   }
   gates.arrive(1, 1, 0);
   (void)gates.due(0);

@@ -1,4 +1,5 @@
 #include "time_shift_scheduler.h"
+#include "test_curves.h"
 
 #include <gtest/gtest.h>
 
@@ -11,20 +12,7 @@ namespace {
 constexpr uint64_t kMs = 1'000'000;
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
-// Memory climbing from `base` to `peak` over the first half of the period
-// and falling back over the second: a forward pass, then a backward pass.
-DemandCurve triangle(uint64_t period_ns, uint64_t base, uint64_t peak) {
-  DemandCurve curve;
-  curve.period_ns = period_ns;
-  for (size_t b = 0; b < kDemandBins; ++b) {
-    const size_t rise = b < kDemandBins / 2 ? b + 1 : kDemandBins - b;
-    curve.bins[b] = base + (peak - base) * rise / (kDemandBins / 2);
-  }
-  curve.persistent_bytes = base;
-  curve.transient_bytes = peak - base;
-  curve.end_bytes = base;
-  return curve;
-}
+using testing::triangle_curve;
 
 // The most the scheduler predicts over [from, to), sampled finely.
 uint64_t predicted_peak_over(const TimeShiftScheduler& scheduler, uint64_t from, uint64_t to) {
@@ -37,7 +25,7 @@ TEST(TimeShiftScheduler, StartsAtOnceWithoutBudgetOrCurve) {
   TimeShiftScheduler scheduler;
   scheduler.add_job(1);
   scheduler.add_job(2);
-  scheduler.set_curve(1, triangle(100 * kMs, 1 * kGiB, 10 * kGiB));
+  scheduler.set_curve(1, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
   scheduler.started(1, 0);
   // Budget 0 means unlimited.
   EXPECT_EQ(scheduler.plan_start(2, 5 * kMs).start_ns, 5 * kMs);
@@ -53,7 +41,7 @@ TEST(TimeShiftScheduler, NoDelayWhenBothPeaksFit) {
   scheduler.set_budget(20 * kGiB);
   for (JobId job : {1, 2}) {
     scheduler.add_job(job);
-    scheduler.set_curve(job, triangle(100 * kMs, 1 * kGiB, 10 * kGiB));
+    scheduler.set_curve(job, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
   }
   scheduler.started(1, 0);
   const StartDecision decision = scheduler.plan_start(2, 0);
@@ -68,7 +56,7 @@ TEST(TimeShiftScheduler, DelaysTheSecondJobPastTheFirstJobsPeakAndNoFurther) {
   TimeShiftScheduler scheduler(options);
   const uint64_t budget = 14 * kGiB;  // both peaks together would need 20 GiB
   scheduler.set_budget(budget);
-  const DemandCurve curve = triangle(100 * kMs, 1 * kGiB, 10 * kGiB);
+  const DemandCurve curve = triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB);
   for (JobId job : {1, 2}) {
     scheduler.add_job(job);
     scheduler.set_curve(job, curve);
@@ -92,7 +80,7 @@ TEST(TimeShiftScheduler, PlannedStartsAreReservedForLaterDecisions) {
   TimeShiftScheduler scheduler(options);
   const uint64_t budget = 14 * kGiB;
   scheduler.set_budget(budget);
-  const DemandCurve curve = triangle(100 * kMs, 1 * kGiB, 10 * kGiB);
+  const DemandCurve curve = triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB);
   for (JobId job : {1, 2, 3}) {
     scheduler.add_job(job);
     scheduler.set_curve(job, curve);
@@ -114,7 +102,7 @@ TEST(TimeShiftScheduler, AskingAgainReplacesTheJobsOwnPlan) {
   scheduler.set_budget(14 * kGiB);
   for (JobId job : {1, 2}) {
     scheduler.add_job(job);
-    scheduler.set_curve(job, triangle(100 * kMs, 1 * kGiB, 10 * kGiB));
+    scheduler.set_curve(job, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
   }
   scheduler.started(1, 0);
   const StartDecision first = scheduler.plan_start(2, 0);
@@ -135,7 +123,7 @@ TEST(TimeShiftScheduler, WhenNothingFitsItPicksTheLeastOverflowAndSaysSo) {
   scheduler.set_budget(12 * kGiB);
   for (JobId job : {1, 2}) {
     scheduler.add_job(job);
-    scheduler.set_curve(job, triangle(100 * kMs, 3 * kGiB, 10 * kGiB));
+    scheduler.set_curve(job, triangle_curve(100 * kMs, 3 * kGiB, 10 * kGiB));
   }
   scheduler.started(1, 0);
   const StartDecision decision = scheduler.plan_start(2, 0);
@@ -153,7 +141,7 @@ TEST(TimeShiftScheduler, HeadroomIsKeptFree) {
   scheduler.set_budget(20 * kGiB);
   for (JobId job : {1, 2}) {
     scheduler.add_job(job);
-    scheduler.set_curve(job, triangle(100 * kMs, 1 * kGiB, 10 * kGiB));
+    scheduler.set_curve(job, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
   }
   scheduler.started(1, 0);
   // 20 GiB of peaks would fit the budget but not the budget less 10 %.
@@ -169,7 +157,7 @@ TEST(TimeShiftScheduler, LearningJobsCountWithWhatTheyHold) {
   scheduler.set_budget(14 * kGiB);
   scheduler.add_job(1);
   scheduler.add_job(2);
-  scheduler.set_curve(2, triangle(100 * kMs, 1 * kGiB, 10 * kGiB));
+  scheduler.set_curve(2, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
   scheduler.set_held(1, 6 * kGiB);  // no curve yet: assumed to stay at what it holds
   const StartDecision decision = scheduler.plan_start(2, 0);
   EXPECT_FALSE(decision.fits);
@@ -184,7 +172,7 @@ TEST(TimeShiftScheduler, AnOverrunJobIsPredictedAtWhatItHolds) {
   TimeShiftScheduler scheduler;
   scheduler.set_budget(14 * kGiB);
   scheduler.add_job(1);
-  scheduler.set_curve(1, triangle(100 * kMs, 1 * kGiB, 10 * kGiB));
+  scheduler.set_curve(1, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
   scheduler.started(1, 0);
   scheduler.set_held(1, 9 * kGiB);
   EXPECT_EQ(scheduler.predicted_bytes(150 * kMs), 9 * kGiB);
@@ -196,12 +184,12 @@ TEST(TimeShiftScheduler, ReplansOnlyOnMaterialChanges) {
   TimeShiftScheduler scheduler;
   scheduler.add_job(1);
   uint64_t generation = scheduler.plan_generation();
-  scheduler.set_curve(1, triangle(100 * kMs, 1 * kGiB, 10 * kGiB));
+  scheduler.set_curve(1, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
   EXPECT_NE(scheduler.plan_generation(), generation);  // a first curve
   generation = scheduler.plan_generation();
-  scheduler.set_curve(1, triangle(101 * kMs, 1 * kGiB, 10 * kGiB));  // 1 %: noise
+  scheduler.set_curve(1, triangle_curve(101 * kMs, 1 * kGiB, 10 * kGiB));  // 1 %: noise
   EXPECT_EQ(scheduler.plan_generation(), generation);
-  scheduler.set_curve(1, triangle(100 * kMs, 1 * kGiB, 14 * kGiB));  // a new pattern
+  scheduler.set_curve(1, triangle_curve(100 * kMs, 1 * kGiB, 14 * kGiB));  // a new pattern
   EXPECT_NE(scheduler.plan_generation(), generation);
   generation = scheduler.plan_generation();
   scheduler.remove_job(1);
@@ -219,8 +207,8 @@ TEST(TimeShiftScheduler, DecisionsStayBoundedWhatEverThePeriods) {
   scheduler.add_job(1);
   scheduler.add_job(2);
   const uint64_t hour = 3'600'000 * kMs;
-  scheduler.set_curve(1, triangle(hour, 1 * kGiB, 10 * kGiB));
-  scheduler.set_curve(2, triangle(100'000, 1 * kGiB, 10 * kGiB));  // 100 µs
+  scheduler.set_curve(1, triangle_curve(hour, 1 * kGiB, 10 * kGiB));
+  scheduler.set_curve(2, triangle_curve(100'000, 1 * kGiB, 10 * kGiB));  // 100 µs
   scheduler.started(1, 0);
   const StartDecision decision = scheduler.plan_start(2, hour / 4);
   EXPECT_FALSE(decision.fits);
@@ -241,7 +229,7 @@ TEST(TimeShiftScheduler, TwoPeriodicJobsSettleIntoAFixedOffset) {
   scheduler.set_budget(14 * kGiB);
   for (JobId job : {1, 2}) {
     scheduler.add_job(job);
-    scheduler.set_curve(job, triangle(period, 1 * kGiB, 10 * kGiB));
+    scheduler.set_curve(job, triangle_curve(period, 1 * kGiB, 10 * kGiB));
   }
   uint64_t next[3] = {0, 0, 0};
   uint64_t delays_after_warmup = 0;
