@@ -2,28 +2,28 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <cmath>
 #include <string_view>
 
 #include "sizes.h"
+#include "svg_plot.h"
 
 namespace zico::simulate {
 namespace {
 
-// Okabe & Ito's palette without black, which the budget line uses.
-constexpr std::array<const char*, 7> kColours = {
-    "#0072B2",  // blue
-    "#E69F00",  // orange
-    "#009E73",  // bluish green
-    "#CC79A7",  // reddish purple
-    "#D55E00",  // vermillion
-    "#56B4E9",  // sky blue
-    "#F0E442",  // yellow
-};
+using plot::escape_xml;
+using plot::fixed;
+using plot::Frame;
+using plot::kBytesPerGiB;
+using plot::line;
+using plot::nice_step;
+using plot::Point;
+using plot::points_text;
+using plot::text;
+// The budget line is black, which the palette leaves out.
+constexpr const auto& kColours = plot::kOkabeIto;
 
 constexpr double kNsPerSecond = 1e9;
-constexpr double kBytesPerGiB = 1073741824.0;
 
 // Layout, in pixels.
 constexpr int kMarginLeft = 80;
@@ -31,159 +31,24 @@ constexpr int kMarginRight = 170;  // the legend
 constexpr int kMarginTop = 60;     // title and subtitle
 constexpr int kMarginBottom = 48;  // tick labels and the axis name
 
-std::string escape_xml(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        // XML 1.0 forbids the other C0 controls even as references.
-        if (static_cast<unsigned char>(c) >= 0x20 || c == '\t' || c == '\n' || c == '\r') out += c;
-    }
-  }
-  return out;
-}
-
-// Locale-independent fixed-point text for coordinates and labels.
-std::string fixed(double value, int decimals) {
-  if (std::abs(value) < 0.5 * std::pow(10.0, -decimals)) value = 0;  // no "-0.0"
-  char text[64];
-  const auto [end, ec] = std::to_chars(text, text + sizeof text, value, std::chars_format::fixed, decimals);
-  return ec == std::errc() ? std::string(text, end) : std::string("0");
-}
-
-// 1, 2 or 5 times a power of ten, the nearest to `raw` (Heckbert's nice numbers).
-double nice_step(double raw) {
-  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-  const double fraction = raw / magnitude;
-  return (fraction < 1.5 ? 1 : fraction < 3 ? 2 : fraction < 7 ? 5 : 10) * magnitude;
-}
-
-int decimals_for(double step) { return std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9))); }
-
 struct Change {
   uint64_t time;
   size_t series;
   uint64_t bytes;
 };
 
-struct Frame {
-  double x0, x1, y0, y1;  // plot area: x0 left, y0 top
-  uint64_t t0 = 0, span = 1;
-  double y_top_gib = 1;
-
-  [[nodiscard]] double x(uint64_t time) const {
-    const uint64_t clamped = std::clamp(time, t0, t0 + span);
-    return x0 + (x1 - x0) * static_cast<double>(clamped - t0) / static_cast<double>(span);
-  }
-  [[nodiscard]] double y(double bytes) const { return y1 - (y1 - y0) * (bytes / kBytesPerGiB) / y_top_gib; }
-};
-
-struct Point {
-  double x, y;
-};
-
-bool between(double a, double b, double c) { return (a <= b && b <= c) || (c <= b && b <= a); }
-
-// Drops points on a straight horizontal or vertical run between their kept
-// neighbours, which a step function has plenty of; turning points stay.
-std::string points_text(const std::vector<Point>& points) {
-  std::vector<Point> kept;
-  kept.reserve(points.size());
-  for (Point p : points) {
-    p = {std::round(p.x * 10) / 10, std::round(p.y * 10) / 10};  // what the text will say
-    if (!kept.empty() && kept.back().x == p.x && kept.back().y == p.y) continue;
-    while (kept.size() >= 2) {
-      const Point& a = kept[kept.size() - 2];
-      const Point& b = kept.back();
-      if (!(a.y == b.y && b.y == p.y && between(a.x, b.x, p.x)) && !(a.x == b.x && b.x == p.x && between(a.y, b.y, p.y))) {
-        break;
-      }
-      kept.pop_back();
-    }
-    kept.push_back(p);
-  }
-  std::string out;
-  out.reserve(kept.size() * 12);
-  for (const Point& p : kept) {
-    if (!out.empty()) out += ' ';
-    out += fixed(p.x, 1);
-    out += ',';
-    out += fixed(p.y, 1);
-  }
-  return out;
-}
-
-void text(std::string* svg, double x, double y, std::string_view attributes, std::string_view content) {
-  *svg += "<text x=\"" + fixed(x, 1) + "\" y=\"" + fixed(y, 1) + "\" " + std::string(attributes) + ">" +
-          escape_xml(content) + "</text>\n";
-}
-
-void line(std::string* svg, double x1, double y1, double x2, double y2, std::string_view attributes) {
-  *svg += "<line x1=\"" + fixed(x1, 1) + "\" y1=\"" + fixed(y1, 1) + "\" x2=\"" + fixed(x2, 1) + "\" y2=\"" +
-          fixed(y2, 1) + "\" " + std::string(attributes) + "/>\n";
-}
-
-void draw_axes(std::string* svg, const Frame& f) {
-  const double y_step = nice_step(f.y_top_gib / 6);
-  const int y_decimals = decimals_for(y_step);
-  for (int k = 0; k * y_step <= f.y_top_gib * (1 + 1e-9); ++k) {
-    const double gib = k * y_step;
-    const double y = f.y(gib * kBytesPerGiB);
-    line(svg, f.x0, y, f.x1, y, "stroke=\"#e3e3e3\" stroke-width=\"1\"");
-    text(svg, f.x0 - 6, y + 4, "class=\"y-tick\" text-anchor=\"end\" font-size=\"11\"", fixed(gib, y_decimals));
-  }
-  text(svg, 18, (f.y0 + f.y1) / 2,
-       "text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 18 " + fixed((f.y0 + f.y1) / 2, 1) + ")\"",
-       "memory held (GiB)");
-
-  const double span_s = static_cast<double>(f.span) / kNsPerSecond;
-  const double x_step = nice_step(span_s / 8);
-  const int x_decimals = decimals_for(x_step);
-  for (int k = 0; k * x_step <= span_s * (1 + 1e-12) + 1e-12; ++k) {
-    const double s = k * x_step;
-    const double x = f.x0 + (f.x1 - f.x0) * s / span_s;
-    line(svg, x, f.y1, x, f.y1 + 4, "stroke=\"#333\" stroke-width=\"1\"");
-    text(svg, x, f.y1 + 17, "class=\"x-tick\" text-anchor=\"middle\" font-size=\"11\"", fixed(s, x_decimals));
-  }
-  text(svg, (f.x0 + f.x1) / 2, f.y1 + 38, "text-anchor=\"middle\" font-size=\"12\"", "time (s)");
-  line(svg, f.x0, f.y1, f.x1, f.y1, "stroke=\"#333\" stroke-width=\"1\"");
-  line(svg, f.x0, f.y0, f.x0, f.y1, "stroke=\"#333\" stroke-width=\"1\"");
-}
-
 void draw_areas(std::string* svg, const Frame& f, const std::vector<StackSample>& samples, size_t series_count) {
-  // Step vertices: each sample holds its value until the next one starts.
-  std::vector<double> xs;
-  std::vector<size_t> sample_of;  // which sample's value each vertex shows
-  xs.reserve(samples.size() * 2);
-  sample_of.reserve(samples.size() * 2);
-  for (size_t i = 0; i < samples.size(); ++i) {
-    const double x = f.x(samples[i].time);
-    if (i > 0) {
-      xs.push_back(x);
-      sample_of.push_back(i - 1);
-    }
-    xs.push_back(x);
-    sample_of.push_back(i);
-  }
-  std::vector<uint64_t> below(samples.size(), 0);
-  std::vector<Point> outline;
+  std::vector<uint64_t> times;
+  times.reserve(samples.size());
+  for (const StackSample& sample : samples) times.push_back(sample.time);
+  std::vector<plot::Layer> layers(series_count);
   for (size_t s = 0; s < series_count; ++s) {
-    outline.clear();
-    for (size_t v = 0; v < xs.size(); ++v) {
-      const size_t i = sample_of[v];
-      outline.push_back({xs[v], f.y(static_cast<double>(below[i] + samples[i].bytes[s]))});
-    }
-    for (size_t v = xs.size(); v-- > 0;) outline.push_back({xs[v], f.y(static_cast<double>(below[sample_of[v]]))});
-    for (size_t i = 0; i < samples.size(); ++i) below[i] += samples[i].bytes[s];
-    *svg += "<polygon id=\"series-" + std::to_string(s) + "\" fill=\"" + kColours[s % kColours.size()] +
-            "\" fill-opacity=\"0.85\" stroke=\"none\" points=\"" + points_text(outline) + "\"/>\n";
+    layers[s].id = "series-" + std::to_string(s);
+    layers[s].fill = kColours[s % kColours.size()];
+    layers[s].bytes.reserve(samples.size());
+    for (const StackSample& sample : samples) layers[s].bytes.push_back(sample.bytes[s]);
   }
+  plot::draw_stacked_steps(svg, f, times, layers);
 }
 
 void draw_budget(std::string* svg, const Frame& f, const TimeSteps& budget) {
@@ -346,7 +211,7 @@ std::string timeline_plot_svg(const std::vector<TimelineSeries>& series, const T
   svg += "<rect width=\"" + w + "\" height=\"" + h + "\" fill=\"#fff\"/>\n";
   text(&svg, f.x0, 22, "font-size=\"16\" font-weight=\"bold\"", options.title);
   text(&svg, f.x0, 40, "class=\"subtitle\" font-size=\"12\" fill=\"#333\"", subtitle);
-  draw_axes(&svg, f);
+  plot::draw_axes(&svg, f, f.t0, kNsPerSecond, "time (s)", "memory held (GiB)");
   if (!samples.empty()) draw_areas(&svg, f, samples, series.size());
   if (!budget.empty()) draw_budget(&svg, f, budget);
   draw_legend(&svg, f, series, !budget.empty());
