@@ -10,7 +10,6 @@ IterationGates::IterationGates(bool time_shift, SchedulerOptions options)
 void IterationGates::add_gpu(uint64_t budget_bytes) {
   gpus_.emplace_back(options_);
   gpus_.back().set_budget(budget_bytes);
-  open_.emplace_back();
 }
 
 void IterationGates::set_budget(uint32_t gpu, uint64_t bytes) {
@@ -20,14 +19,10 @@ void IterationGates::set_budget(uint32_t gpu, uint64_t bytes) {
 void IterationGates::open(JobId job, uint32_t gpu) {
   if (gpu >= gpus_.size() || gpus_[gpu].has_job(job)) return;
   gpus_[gpu].add_job(job);
-  open_[gpu].push_back(job);
 }
 
 void IterationGates::remove_job(JobId job) {
-  for (size_t g = 0; g < gpus_.size(); ++g) {
-    gpus_[g].remove_job(job);
-    std::erase(open_[g], job);
-  }
+  for (TimeShiftScheduler& gpu : gpus_) gpu.remove_job(job);
   std::erase_if(waiting_, [job](const Waiting& w) { return w.job == job; });
 }
 

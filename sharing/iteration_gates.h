@@ -75,7 +75,6 @@ class IterationGates {
   bool time_shift_;
   SchedulerOptions options_;
   std::vector<TimeShiftScheduler> gpus_;
-  std::vector<std::vector<JobId>> open_;  // per GPU, the jobs that opened it
   std::vector<Waiting> waiting_;          // in arrival order
   uint64_t seen_generations_ = 0;
   uint64_t delayed_gates_ = 0;
