@@ -29,6 +29,11 @@ struct Use {
   uint64_t waiting_chunks = 0;
   uint64_t waiting_requests = 0;
   uint64_t waited_ns = 0;  // finished waits only; queued requests add theirs on read
+  // The claim (set_claim): 0 = none. between: at its iteration gate, it
+  // needs nothing more than it holds (set_between_iterations).
+  uint64_t claim_peak = 0;
+  uint64_t claim_settle = 0;
+  bool between = false;
   // An unanswered kReclaim: the job is not asked again until it replies, and
   // what it was asked counts as already on its way back.
   bool reclaim_outstanding = false;
@@ -111,6 +116,52 @@ struct Ledger::Impl {
     return add_sat(r.chunks, others_unmet(gpu, r.job)) <= free_of(gpu);
   }
 
+  // The banker's check: would granting `chunks` to `job` leave every job
+  // with a claim able to finish its iteration, one after another? Frozen jobs
+  // are left out like jobs without a claim: they cannot move either way.
+  // `starting`, if given, is the claim `job` would have instead of its own
+  // (an iteration about to start).
+  struct Claim {
+    uint64_t peak = 0;
+    uint64_t settle = 0;
+  };
+  bool safe(const Gpu& gpu, JobId job, uint64_t chunks, const Claim* starting = nullptr) const {
+    struct Pending {
+      uint64_t need;
+      uint64_t held;
+      uint64_t settle;
+    };
+    std::vector<Pending> pending;
+    for (const auto& [id, use] : gpu.users) {
+      const Claim claim = id == job && starting != nullptr ? *starting : Claim{use.claim_peak, use.claim_settle};
+      if (claim.peak == 0 || jobs.at(id).frozen) continue;  // unknown, or between iterations
+      const uint64_t held = id == job ? add_sat(use.held, chunks) : use.held;
+      pending.push_back({sub_floor(claim.peak, held), held, std::min(claim.settle, claim.peak)});
+    }
+    uint64_t free = sub_floor(free_of(gpu), chunks);
+    while (!pending.empty()) {
+      // Any job that can finish may go first; the least needy keeps most
+      // room for the rest.
+      size_t next = pending.size();
+      for (size_t i = 0; i < pending.size(); ++i) {
+        if (pending[i].need <= free && (next == pending.size() || pending[i].need < pending[next].need)) next = i;
+      }
+      if (next == pending.size()) return false;
+      const Pending p = pending[next];
+      // It climbs to its peak and comes down to settle: free changes by
+      // held - settle, never below free - need (settle <= peak).
+      free = p.settle <= p.held ? add_sat(free, p.held - p.settle) : free - std::min(free, p.settle - p.held);
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(next));
+    }
+    return true;
+  }
+
+  // The job's claim says its whole remaining need fits in the free budget:
+  // it can finish its iteration, and then gives back.
+  static bool can_finish(const Gpu& gpu, const Use& use) {
+    return !use.between && use.claim_peak != 0 && sub_floor(use.claim_peak, use.held) <= free_of(gpu);
+  }
+
   // Takes queue[index] out of the queue and books its wait.
   static Request finish(Gpu& gpu, size_t index, uint64_t now_ns) {
     Request r = gpu.queue[index];
@@ -171,20 +222,34 @@ struct Ledger::Impl {
         return true;
       }
     }
-    if (gpu.queue.empty()) return false;
-    const Request& head = gpu.queue.front();
-    if (fits(gpu, head)) {
-      grant(gpu, g, 0, now_ns, out);
-      return true;
+    // First come, first served among the requests that fit and are safe: an
+    // unsafe one waits without blocking the rest, and the first that does
+    // not fit blocks the ones behind it...
+    size_t blocker = gpu.queue.size();
+    for (size_t i = 0; i < gpu.queue.size(); ++i) {
+      const Request& r = gpu.queue[i];
+      if (!fits(gpu, r)) {
+        blocker = i;
+        break;
+      }
+      if (safe(gpu, r.job, r.chunks)) {
+        grant(gpu, g, i, now_ns, out);
+        return true;
+      }
     }
-    // A head that holds nothing to give lets jobs in mid-iteration go ahead,
-    // for a while (the rule in ledger.h).
-    const Use& head_use = gpu.users.at(head.job);
-    if (head_use.held > head_use.min || sub_floor(now_ns, head.enqueued_ns) >= options.head_patience_ns) return false;
-    for (size_t i = 1; i < gpu.queue.size(); ++i) {
+    if (blocker == gpu.queue.size()) return false;
+    // ... except for a job that can finish its iteration with the free
+    // budget, and, while the blocker's job holds nothing to give and its
+    // patience lasts, for jobs in mid-iteration (the rules in ledger.h).
+    const Request& blocking = gpu.queue[blocker];
+    const Use& blocking_use = gpu.users.at(blocking.job);
+    const bool patient = blocking_use.held <= blocking_use.min &&
+                         sub_floor(now_ns, blocking.enqueued_ns) < options.head_patience_ns;
+    for (size_t i = blocker + 1; i < gpu.queue.size(); ++i) {
       const Request& r = gpu.queue[i];
       const Use& use = gpu.users.at(r.job);
-      if (r.job != head.job && use.held > use.min && fits(gpu, r)) {
+      if (r.job == blocking.job || !fits(gpu, r) || !safe(gpu, r.job, r.chunks)) continue;
+      if (can_finish(gpu, use) || (patient && use.held > use.min)) {
         grant(gpu, g, i, now_ns, out);
         return true;
       }
@@ -434,6 +499,44 @@ Status Ledger::set_budget(uint32_t gpu, uint64_t chunks, std::string* why) {
   }
   g.budget = chunks;
   return Status::ok();
+}
+
+bool Ledger::set_claim(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t settle_chunks) {
+  Use* use = impl_->find_use(job, gpu);
+  if (use == nullptr) return false;
+  use->claim_peak = peak_chunks;
+  use->claim_settle = peak_chunks == 0 ? 0 : std::min(settle_chunks, peak_chunks);
+  use->between = false;
+  return true;
+}
+
+bool Ledger::may_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t settle_chunks) const {
+  if (gpu >= impl_->gpus.size()) return true;
+  const Gpu& g = impl_->gpus[gpu];
+  if (g.users.count(job) == 0) return true;
+  bool others_mid_iteration = false;
+  bool unknown_mid_iteration = false;
+  for (const auto& [id, use] : g.users) {
+    if (id == job || use.between || impl_->jobs.at(id).frozen) continue;
+    const bool unknown = use.claim_peak == 0;
+    if (unknown || use.waiting_requests > 0 || use.claim_peak > use.held) others_mid_iteration = true;
+    if (unknown) unknown_mid_iteration = true;
+  }
+  if (!others_mid_iteration) return true;
+  // A job without a claim runs its iterations alone, and none starts
+  // against one: nothing would protect either from the other.
+  if (peak_chunks == 0 || unknown_mid_iteration) return false;
+  const Impl::Claim starting{peak_chunks, std::min(settle_chunks, peak_chunks)};
+  return impl_->safe(g, job, 0, &starting);
+}
+
+bool Ledger::set_between_iterations(JobId job, uint32_t gpu) {
+  Use* use = impl_->find_use(job, gpu);
+  if (use == nullptr) return false;
+  use->claim_peak = 0;
+  use->claim_settle = 0;
+  use->between = true;
+  return true;
 }
 
 Status Ledger::set_job_limits(JobId job, uint32_t gpu, uint64_t min_chunks, uint64_t max_chunks,

@@ -29,6 +29,21 @@
 //    it is never starved.
 //  - A grant must leave enough free budget for every other job to reach its
 //    minimum (free - chunks >= sum over other jobs of max(0, min - held)).
+//  - Claims: deadlock avoidance (the banker's algorithm) for jobs that know
+//    their iteration. A job's claim says it will hold at most `peak` chunks
+//    before its current iteration ends and `settle` after it (set_claim; a
+//    job waiting at its iteration gate claims what it holds). A grant beyond
+//    the minimums must leave the GPU safe: the jobs with claims could still
+//    all finish their iterations one after another with the free budget,
+//    each needing peak - held more and then giving back held - settle. Jobs
+//    without a claim are left out of that (nothing is known of them). A
+//    request that fits but is not safe waits without blocking the queue.
+//    And a request of a job whose whole remaining need fits in the free
+//    budget (it can finish, and then gives back) goes ahead of a head that
+//    cannot be served: holding it up behind the head is how two jobs in
+//    mid-iteration deadlock. While every job's claim is true no deadlock
+//    arises among them; a job that outgrows its claim, or jobs without
+//    claims, can still deadlock, and the rule below breaks it.
 //  - When the head request does not fit, jobs that are not waiting and hold
 //    more than their minimum are asked to give back idle chunks (kReclaim),
 //    biggest holders first, at most the shortfall in all, each job at most
@@ -122,6 +137,30 @@ class Ledger {
 
   // Error (kInvalidArgument) if below the sum of the jobs' minimums.
   [[nodiscard]] Status set_budget(uint32_t gpu, uint64_t chunks, std::string* why);
+  // The job's claim on the GPU (the rule above): at most peak_chunks held
+  // before its current iteration ends, settle_chunks after it. peak_chunks 0
+  // withdraws the claim (unknown). settle is taken as at most peak. False if
+  // the job has not opened the GPU.
+  bool set_claim(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t settle_chunks);
+
+  // The job waits at its iteration gate and needs nothing more than it
+  // holds: its claim goes, and it is not in mid-iteration for may_start().
+  // The next set_claim() (its iteration started, or it asks for chunks)
+  // ends this. False if the job has not opened the GPU.
+  bool set_between_iterations(JobId job, uint32_t gpu);
+  // May the job, at its iteration gate, start an iteration that claims
+  // peak_chunks and settle_chunks (peak 0: unknown)? Yes when no other job
+  // is in mid-iteration (waiting for chunks, without a claim, or holding less
+  // than its claim's peak): nothing would change by waiting. Otherwise no
+  // for a job without a claim, and no against a job in mid-iteration
+  // without one (they would have nothing to protect them from each other:
+  // jobs still learning run their iterations one at a time), else yes if
+  // the GPU stays safe with this claim, so that no job in mid-iteration is
+  // left unable to finish. A job told no waits at its gate and asks again
+  // after the others give back (a caller bounds that wait: a claim can be
+  // wrong). Also yes for an unknown job or GPU.
+  [[nodiscard]] bool may_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t settle_chunks) const;
+
   // Error if min > max, or the minimums would exceed the budget, or the job
   // has not opened the GPU.
   [[nodiscard]] Status set_job_limits(JobId job, uint32_t gpu, uint64_t min_chunks, uint64_t max_chunks,

@@ -38,6 +38,13 @@ constexpr size_t kMaxPeriodLimit = size_t{1} << 30;
 // swing within it is a phase of something else: building a model of
 // identical layers, a forward pass over them.
 constexpr uint64_t kMaxNetChangeShare = 16;
+// The outlook (remaining_peak_bytes) keeps at most this many steps of the
+// last iteration; a longer one is kept in groups of tokens, each step the
+// most live from its group's first token on.
+constexpr size_t kOutlookSteps = 4096;
+// Two iterations whose token counts differ by more than 1/kOutlookMismatchShare
+// do different things: positions in one say nothing about the other.
+constexpr uint64_t kOutlookMismatchShare = 50;
 
 uint64_t sub_floor(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
 
@@ -130,6 +137,16 @@ struct UsageTracker::Impl {
   std::unique_ptr<uint32_t[]> prefix;
 
   DemandCurve curve;
+  // The outlook of the last complete iteration, per group of tokens:
+  // outlook[i], the most bytes live from token i * group to its end (suffix
+  // maxima, never rising); outlook_level[i], live just before that token.
+  // Empty while no iteration completed or after a pattern broke.
+  std::vector<uint64_t> outlook;
+  std::vector<uint64_t> outlook_level;
+  uint64_t outlook_group = 1;
+  // The iteration before the last one had about as many tokens.
+  bool outlook_trusted = false;
+  uint64_t previous_tokens = 0;  // tokens of the last complete iteration
   // The curve as of the last version bump: comparing with it rather than the
   // previous iteration's means a slow drift still bumps once it adds up.
   DemandCurve planned;
@@ -240,6 +257,7 @@ struct UsageTracker::Impl {
     }
     while (bin < kDemandBins - 1) next.bins[++bin] = current;
     next.end_bytes = current;
+    build_outlook(end_seq);
 
     // Live at the peak and born in the iteration, then freed before it ended:
     // transient, or workspace if short-lived. Everything else live at the
@@ -260,6 +278,38 @@ struct UsageTracker::Impl {
     publish(next);
   }
 
+  // The suffix maxima of live bytes over the iteration that ends before
+  // end_seq, at most kOutlookSteps of them (one per group of tokens).
+  void build_outlook(uint64_t end_seq) {
+    const uint64_t n = end_seq - first_seq;
+    // Positions line up only between iterations that do the same thing: the
+    // first one (optimizer state created, kernels tuned) usually does not.
+    const uint64_t slack = previous_tokens / kOutlookMismatchShare;
+    outlook_trusted = previous_tokens > 0 && n + slack >= previous_tokens && n <= previous_tokens + slack;
+    previous_tokens = n;
+    outlook_group = std::max<uint64_t>(1, (n + kOutlookSteps - 1) / kOutlookSteps);
+    const size_t steps = static_cast<size_t>((n + outlook_group - 1) / outlook_group);
+    outlook.assign(steps, 0);
+    outlook_level.assign(steps, 0);
+    uint64_t most = 0;
+    for (uint64_t i = n; i-- > 0;) {
+      most = std::max(most, at(first_seq + i).live_after);
+      const size_t step = static_cast<size_t>(i / outlook_group);
+      outlook[step] = std::max(outlook[step], most);
+      if (i % outlook_group == 0) outlook_level[step] = i == 0 ? start_live : at(first_seq + i - 1).live_after;
+    }
+  }
+
+  // The most live bytes expected from outlook step `step` on, the live bytes
+  // now being at that step's position. Running above the last iteration
+  // there (optimizer state created at the end of the first iteration, a
+  // bigger batch) is taken to last: the rest is expected that much higher.
+  uint64_t outlook_from(uint64_t step) const {
+    if (step >= outlook.size()) return std::max(curve.end_bytes, live);
+    const uint64_t above = sub_floor(live, outlook_level[static_cast<size_t>(step)]);
+    return std::max(outlook[static_cast<size_t>(step)] + above, live);
+  }
+
   // With a pattern known: every token must repeat the one a period earlier.
   void follow(uint64_t s) {
     if (key(s) != key(s - period)) {
@@ -268,6 +318,9 @@ struct UsageTracker::Impl {
       // from here rather than measure iterations of a pattern that is gone.
       period = 0;
       in_iteration = false;
+      outlook.clear();
+      outlook_level.clear();
+      previous_tokens = 0;
       floor_seq = s;
       next_check_seq = s + kMinCheckInterval;
       return;
@@ -459,6 +512,9 @@ void UsageTracker::on_iteration(uint64_t now_ns) {
     m.marks = true;
     m.period = 0;
     m.in_iteration = false;
+    m.outlook.clear();  // positions counted from detected anchors, not marks
+    m.outlook_level.clear();
+    m.previous_tokens = 0;
     m.stage = Impl::Stage::kIdle;
     m.keys.reset();
     m.prefix.reset();
@@ -467,6 +523,9 @@ void UsageTracker::on_iteration(uint64_t now_ns) {
   } else if (m.dropped) {
     // Too long to measure: plans made on an earlier curve no longer hold.
     m.publish(DemandCurve{});
+    m.outlook.clear();
+    m.outlook_level.clear();
+    m.previous_tokens = 0;
   } else if (m.in_iteration) {
     m.finish_iteration(m.seq, now_ns);
   }
@@ -481,6 +540,19 @@ uint64_t UsageTracker::iteration_start_ns() const { return impl_->start_ns; }
 bool UsageTracker::explicit_marks() const { return impl_->marks; }
 size_t UsageTracker::detected_period_tokens() const { return impl_->period; }
 uint64_t UsageTracker::live_bytes() const { return impl_->live; }
+
+uint64_t UsageTracker::remaining_peak_bytes() const {
+  const Impl& m = *impl_;
+  if (!m.curve.known() || !m.in_iteration || m.outlook.empty() || !m.outlook_trusted) return 0;
+  // Tokens of this iteration so far, i.e. the position of the next one.
+  return m.outlook_from((m.seq - m.first_seq) / m.outlook_group);
+}
+
+uint64_t UsageTracker::next_iteration_peak_bytes() const {
+  const Impl& m = *impl_;
+  if (!m.curve.known() || m.outlook.empty() || !m.outlook_trusted) return 0;
+  return m.outlook_from(0);
+}
 uint64_t UsageTracker::ignored_frees() const { return impl_->ignored; }
 size_t UsageTracker::buffered_tokens() const {
   return (impl_->chunks.size() + impl_->spare.size()) * kChunkTokens;

@@ -121,6 +121,23 @@ class UsageTracker {
   // The detected period in tokens, 0 when none is known (or marks are used).
   [[nodiscard]] size_t detected_period_tokens() const;
   [[nodiscard]] uint64_t live_bytes() const;
+  // The most bytes the job is expected to hold from now until its current
+  // iteration ends: the last complete iteration's live bytes from the same
+  // position on, positions counted in allocations and frees since the
+  // iteration began (the k-th token now is taken for the k-th then). Time
+  // plays no part, so a job slowed down by its neighbours, or stalled, is
+  // predicted as well as one running alone. Past the last iteration's length
+  // it is that iteration's end level. Never below live_bytes(); 0 when
+  // unknown: no curve yet, no iteration in progress, a pattern that broke,
+  // or the last two iterations' token counts differ by more than 2 % (the
+  // first iteration of a training loop usually does other things, so this
+  // is known from the third iteration on).
+  // What the ledger's deadlock avoidance counts on (ledger.h, claims).
+  [[nodiscard]] uint64_t remaining_peak_bytes() const;
+  // The same for an iteration that would start now (at an iteration gate,
+  // before on_iteration): the last iteration's peak, raised by what is live
+  // now above what was live when it began. 0 when no curve is known.
+  [[nodiscard]] uint64_t next_iteration_peak_bytes() const;
   [[nodiscard]] uint64_t ignored_frees() const;
   // Token slots held now, spare ones included (40 B each): never more than
   // the tokens kept (see Memory above) in chunks of 4096, plus two chunks,

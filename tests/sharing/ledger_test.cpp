@@ -857,6 +857,116 @@ class Daemon {
   uint64_t now_ = 0;
 };
 
+// ---- Claims (deadlock avoidance) ---------------------------------------------
+
+// Budget 10. Job 1 is in mid-iteration: holds 5, will peak at 8, settle at 2.
+// Job 2 starts an iteration that peaks at 6 and settles at 0.
+Books mid_iteration_pair(bool claims) {
+  Books b(10);
+  b.join(1);
+  b.join(2);
+  b.hold(1, 1, 5);
+  if (claims) {
+    EXPECT_TRUE(b.ledger.set_claim(1, 0, 8, 2));
+    EXPECT_TRUE(b.ledger.set_claim(2, 0, 6, 0));
+  }
+  return b;
+}
+
+TEST(LedgerClaims, AGrantThatWouldStrandAJobInMidIterationWaits) {
+  {
+    // Without claims the ledger grants job 2's 3 chunks, and both are then
+    // stuck short of their peaks: 3 free is less than either still needs.
+    Books b = mid_iteration_pair(false);
+    b.ask(2, 1, 3);
+    const std::vector<LedgerAction> actions = b.ledger.pump(0);
+    ASSERT_EQ(actions.size(), 1u) << describe(actions);
+    EXPECT_TRUE(same(actions[0], Kind::kGrant, 2, 1, 3));
+  }
+  Books b = mid_iteration_pair(true);
+  b.ask(2, 1, 3);
+  EXPECT_EQ(count(b.ledger.pump(0), Kind::kGrant), 0u) << "after it neither job could finish";
+  // Job 1's own request is safe (it can then finish) and does not queue
+  // behind job 2's unsafe one.
+  b.ask(1, 2, 3);
+  std::vector<LedgerAction> actions = b.ledger.pump(0);
+  ASSERT_EQ(count(actions, Kind::kGrant), 1u) << describe(actions);
+  EXPECT_TRUE(same(actions[0], Kind::kGrant, 1, 2, 3));
+  // Job 1 ends its iteration and settles at 2: job 2 can have its 3 now.
+  b.give(1, 6);
+  EXPECT_TRUE(b.ledger.set_between_iterations(1, 0));
+  actions = b.ledger.pump(0);
+  ASSERT_EQ(actions.size(), 1u) << describe(actions);
+  EXPECT_TRUE(same(actions[0], Kind::kGrant, 2, 1, 3));
+  EXPECT_EQ(b.ledger.check(), "");
+}
+
+TEST(LedgerClaims, AJobThatCanFinishGoesAheadOfABlockedHead) {
+  for (const bool claim : {false, true}) {
+    SCOPED_TRACE(claim ? "with a claim" : "without");
+    Books b(10);
+    b.join(1);
+    b.join(2);
+    b.hold(1, 1, 2);
+    b.hold(2, 1, 3);
+    b.ask(1, 2, 6);  // the head: 5 free, does not fit
+    if (claim) {
+      EXPECT_TRUE(b.ledger.set_claim(2, 0, 6, 1));
+    }
+    b.ask(2, 2, 2);  // fits; job 2 needs 3 more in all, which 5 free covers
+    const std::vector<LedgerAction> actions = b.ledger.pump(0);
+    if (!claim) {
+      EXPECT_EQ(count(actions, Kind::kGrant), 0u) << "first come, first served: " << describe(actions);
+      continue;
+    }
+    ASSERT_EQ(count(actions, Kind::kGrant), 1u) << describe(actions);
+    EXPECT_TRUE(same(actions[0], Kind::kGrant, 2, 2, 2));
+  }
+}
+
+TEST(LedgerClaims, AClaimOnlyForOpenedGpus) {
+  Books b(10);
+  b.join(1);
+  EXPECT_FALSE(b.ledger.set_claim(7, 0, 5, 1));
+  EXPECT_FALSE(b.ledger.set_claim(1, 3, 5, 1));
+  EXPECT_FALSE(b.ledger.set_between_iterations(7, 0));
+  EXPECT_TRUE(b.ledger.set_claim(1, 0, 5, 9));  // settle above peak: taken as the peak
+  EXPECT_EQ(b.ledger.check(), "");
+}
+
+TEST(LedgerClaims, MayStartProtectsJobsInMidIteration) {
+  Books b(10);
+  b.join(1);
+  b.join(2);
+  b.hold(1, 1, 2);
+  b.hold(2, 1, 4);
+  // Job 2 at its gate: nothing is in mid-iteration, so anything may start,
+  // even what cannot be safe.
+  EXPECT_TRUE(b.ledger.set_between_iterations(2, 0));
+  EXPECT_TRUE(b.ledger.set_between_iterations(1, 0));
+  EXPECT_TRUE(b.ledger.may_start(1, 0, 100, 2));
+  EXPECT_TRUE(b.ledger.may_start(1, 0, 0, 0)) << "a job still learning, alone";
+  // Job 2 in mid-iteration, needing 3 more (peak 7), settling at 1.
+  EXPECT_TRUE(b.ledger.set_claim(2, 0, 7, 1));
+  // Job 2 can finish in the 4 free; then 7 are free for job 1. Starting
+  // leaves job 1's chunks to the ledger, which grants them while job 2 can
+  // still finish; what must not start is an iteration that could not finish
+  // even then.
+  EXPECT_TRUE(b.ledger.may_start(1, 0, 9, 2));
+  EXPECT_FALSE(b.ledger.may_start(1, 0, 10, 2));
+  EXPECT_FALSE(b.ledger.may_start(1, 0, 0, 0)) << "a job without a claim does not start against one in mid-iteration";
+  // Job 2 still learning (no claim) in mid-iteration: nothing starts against it.
+  EXPECT_TRUE(b.ledger.set_claim(2, 0, 0, 0));
+  EXPECT_FALSE(b.ledger.may_start(1, 0, 3, 2));
+  // Job 2 waits for chunks: in mid-iteration whatever its claim says.
+  EXPECT_TRUE(b.ledger.set_claim(2, 0, 4, 1));
+  EXPECT_TRUE(b.ledger.may_start(1, 0, 6, 2)) << "at its peak, job 2 needs nothing more";
+  b.ask(2, 2, 1);
+  EXPECT_TRUE(b.ledger.set_claim(2, 0, 5, 1));
+  EXPECT_TRUE(b.ledger.may_start(1, 0, 9, 2));
+  EXPECT_FALSE(b.ledger.may_start(1, 0, 10, 2));
+}
+
 TEST(LedgerProperty, RandomDaemonWithYieldKeepsBooksAndLiveness) {
   for (uint64_t seed : {1u, 2u, 3u}) {
     SCOPED_TRACE("seed " + std::to_string(seed));

@@ -629,5 +629,98 @@ TEST(UsageTracker, LongPeriodIsFoundByAPassSpreadOverCalls) {
   EXPECT_GE(t.iterations(), 3u);
 }
 
+
+// ---- Outlook (remaining_peak_bytes) -------------------------------------------
+
+// One marked iteration of a job holding `persistent`: three activations of
+// 100, 200 and 300 bytes allocated (the forward pass), then freed in reverse
+// (the backward pass), with `extra` bytes allocated before the first and
+// kept (a first iteration creating optimizer state), and a 1 ns step per
+// event. Returns after the last free, before the next mark.
+void outlook_iteration(UsageTracker& t, uint64_t& now, uint64_t& id, uint64_t extra = 0) {
+  t.on_iteration(now);
+  if (extra > 0) t.on_allocate(1'000'000 + id++, extra, ++now);
+  const uint64_t first = id;
+  for (const uint64_t bytes : {100u, 200u, 300u}) t.on_allocate(id++, bytes, ++now);
+  for (uint64_t b = id; b-- > first;) t.on_free(b, ++now);
+}
+
+TEST(UsageTrackerOutlook, UnknownUntilTwoIterationsOfTheSameLength) {
+  UsageTracker t;
+  uint64_t now = 0;
+  uint64_t id = 1;
+  t.on_allocate(id++, 1000, ++now);  // persistent
+  EXPECT_EQ(t.remaining_peak_bytes(), 0u);
+  outlook_iteration(t, now, id, 50);  // the first iteration does more
+  EXPECT_EQ(t.remaining_peak_bytes(), 0u);
+  EXPECT_EQ(t.next_iteration_peak_bytes(), 0u);
+  outlook_iteration(t, now, id);  // the second
+  outlook_iteration(t, now, id);  // the third: its outlook is the second's, 6 tokens against 7
+  EXPECT_EQ(t.remaining_peak_bytes(), 0u) << "an outlook from an iteration unlike the one before";
+  t.on_iteration(++now);  // the second and third are alike
+  // The first iteration's 50 stayed: the peak is 1050 + 600.
+  EXPECT_EQ(t.remaining_peak_bytes(), 1650u);
+  EXPECT_EQ(t.next_iteration_peak_bytes(), 1650u);
+}
+
+TEST(UsageTrackerOutlook, FollowsThePositionInTheIteration) {
+  UsageTracker t;
+  uint64_t now = 0;
+  uint64_t id = 1;
+  t.on_allocate(id++, 1000, ++now);
+  outlook_iteration(t, now, id);
+  outlook_iteration(t, now, id);
+  t.on_iteration(++now);
+  // Time plays no part: the same positions long after give the same answer.
+  now += 1'000'000;
+  EXPECT_EQ(t.remaining_peak_bytes(), 1600u);
+  const uint64_t first = id;
+  t.on_allocate(id++, 100, ++now);
+  EXPECT_EQ(t.remaining_peak_bytes(), 1600u);
+  t.on_allocate(id++, 200, ++now);
+  t.on_allocate(id++, 300, ++now);
+  EXPECT_EQ(t.remaining_peak_bytes(), 1600u);  // at the peak
+  t.on_free(first + 2, ++now);
+  EXPECT_EQ(t.remaining_peak_bytes(), 1300u) << "past the peak only what is live remains";
+  t.on_free(first + 1, ++now);
+  t.on_free(first, ++now);
+  EXPECT_EQ(t.remaining_peak_bytes(), 1000u);
+  // Past the last iteration's length: its end level (or what is live).
+  t.on_allocate(id++, 7, ++now);
+  EXPECT_EQ(t.remaining_peak_bytes(), 1007u);
+}
+
+TEST(UsageTrackerOutlook, RunningAboveTheLastIterationRaisesTheRest) {
+  UsageTracker t;
+  uint64_t now = 0;
+  uint64_t id = 1;
+  t.on_allocate(id++, 1000, ++now);
+  outlook_iteration(t, now, id);
+  outlook_iteration(t, now, id);
+  t.on_iteration(++now);
+  // A bigger first activation: 150 more than last time at this position.
+  t.on_allocate(id++, 250, ++now);
+  EXPECT_EQ(t.remaining_peak_bytes(), 1600u + 150u);
+}
+
+TEST(UsageTrackerOutlook, ABrokenPatternForgetsIt) {
+  UsageTracker t;
+  uint64_t now = 0;
+  uint64_t id = 1;
+  t.on_allocate(id++, 1000, ++now);
+  // Enough detected iterations (no marks) for a pattern and an outlook.
+  for (int i = 0; i < 3000; ++i) {
+    const uint64_t first = id;
+    for (const uint64_t bytes : {100u, 200u, 300u, 400u}) t.on_allocate(id++, bytes, ++now);
+    for (uint64_t b = id; b-- > first;) t.on_free(b, ++now);
+  }
+  ASSERT_GT(t.detected_period_tokens(), 0u);
+  EXPECT_GE(t.remaining_peak_bytes(), 1000u);
+  EXPECT_LE(t.remaining_peak_bytes(), 2000u);
+  t.on_allocate(id++, 12345, ++now);  // breaks the pattern
+  EXPECT_EQ(t.detected_period_tokens(), 0u);
+  EXPECT_EQ(t.remaining_peak_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace zico::sharing

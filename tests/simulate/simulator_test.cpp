@@ -174,6 +174,24 @@ TEST(Simulator, ZicoShiftsThePeaksApartAndBeatsFcfs) {
   }
 }
 
+TEST(Simulator, ZicoNeverDeadlocksOnceTheJobsAreKnown) {
+  // The drifting pair above over 100 iterations: the ledger's claims (each
+  // job's outlook) keep a job from taking what another in mid-iteration
+  // needs, and jobs still learning run alone, so nothing ever yields.
+  testing::SyntheticJob slow = climbing_job("b", 1 * kGiB, 1 * kGiB);
+  slow.period_ns = 130 * kMs;
+  const std::vector<JobModel> jobs = {model_of(climbing_job("a", 1 * kGiB, 1 * kGiB)), model_of(slow)};
+  for (const double u : {1.0, 0.5}) {
+    const SimulationResult fcfs = run(jobs, Policy::kFcfs, budget(8 * kGiB), 100, u);
+    const SimulationResult zico = run(jobs, Policy::kZico, budget(8 * kGiB), 100, u);
+    const SimulationResult unlimited = run(jobs, Policy::kUnlimited, {}, 100, u);
+    EXPECT_GT(fcfs.yields, 0u) << "u " << u << ": the case must deadlock without claims";
+    EXPECT_EQ(zico.yields, 0u) << "u " << u;
+    EXPECT_FALSE(zico.budget_exceeded) << "u " << u;
+    EXPECT_GE(zico.aggregate_iters_per_s, 0.9 * unlimited.aggregate_iters_per_s) << "u " << u;
+  }
+}
+
 TEST(Simulator, TrackersLearnTheRunningTimeNotTheStalls) {
   // Under a budget that fits one peak and one trough, the jobs stall inside
   // their iterations (ledger waits, yields and swaps) while the trackers

@@ -25,6 +25,9 @@ constexpr double kNsPerSecond = 1e9;
 // The unlimited policy's ledger budget: more chunks than any run can ask for,
 // with room left so the ledger's sums cannot overflow.
 constexpr uint64_t kUnlimitedChunks = UINT64_MAX / 4;
+// The longest a job waits at its gate for Ledger::may_start (the ledger's
+// head patience: past it, waiting is likely to be waiting for a wrong claim).
+constexpr double kMaxBlockedNs = 1e9;
 
 enum class Phase : uint8_t {
   kQueued,    // static, sequential: not admitted yet
@@ -53,6 +56,10 @@ struct Job {
   double since = 0;          // when the current phase began
   double wake = 0;           // kGate, kSwapOut, kSwapIn
   double gate_arrival = 0;
+  // kGate: Ledger::may_start said no; it asks again as things change, and
+  // wakes kMaxBlockedNs after blocked_since to start regardless.
+  bool blocked = false;
+  double blocked_since = 0;
   double last_iteration_end = 0;
   uint64_t next_request = 1;
   uint64_t pending_request = 0;
@@ -196,6 +203,7 @@ class Engine {
         replan();
         progress = true;
       }
+      if (zico() && start_unblocked()) progress = true;
       if (!uses_ledger() && admit()) progress = true;
     }
   }
@@ -218,8 +226,7 @@ class Engine {
   void wake(Job& j) {
     switch (j.phase) {
       case Phase::kGate:
-        enter(j, Phase::kRunning);
-        start_iteration(j);
+        (void)try_start(j);
         break;
       case Phase::kSwapOut: {
         std::string why;
@@ -234,6 +241,7 @@ class Engine {
           return;
         }
         enter(j, Phase::kSwapWait);
+        if (zico()) update_claim(j);
         request(j, need);
         break;
       }
@@ -298,14 +306,60 @@ class Engine {
       if (!zico()) continue;
       const sharing::StartDecision decision = scheduler_.plan_start(j.id, now_ns());
       if (decision.start_ns > now_ns()) {
-        enter(j, Phase::kGate);
+        enter_gate(j);
         j.wake = static_cast<double>(decision.start_ns);
-        j.gate_arrival = now_;
-        j.result.gate_delays += 1;
         return;
       }
-      start_iteration(j);
+      if (!try_start(j)) return;
     }
+  }
+
+  void enter_gate(Job& j) {
+    (void)ledger_.set_between_iterations(j.id, 0);
+    enter(j, Phase::kGate);
+    pump();  // a claim gone may make a waiting request safe
+    j.gate_arrival = now_;
+    j.result.gate_delays += 1;
+  }
+
+  // The job's start time has come: it starts unless the ledger says its
+  // iteration should wait (Ledger::may_start: it could leave a job in
+  // mid-iteration unable to finish, or one of them is still learning); then
+  // it waits at its gate, unplanned, asking again whenever the others
+  // change, for at most kMaxBlockedNs (a claim can be wrong) before it starts
+  // anyway and the ledger's hard budget governs.
+  bool try_start(Job& j) {
+    const uint64_t peak_bytes = j.tracker->next_iteration_peak_bytes();
+    const uint64_t peak = peak_bytes == 0 ? 0 : std::max(j.held, chunks_for(peak_bytes));
+    if (!ledger_.may_start(j.id, 0, peak, chunks_for(j.tracker->curve().end_bytes))) {
+      if (j.phase != Phase::kGate) enter_gate(j);
+      if (!j.blocked) {
+        j.blocked = true;
+        j.blocked_since = now_;
+      }
+      if (now_ - j.blocked_since < kMaxBlockedNs) {
+        j.wake = j.blocked_since + kMaxBlockedNs;
+        scheduler_.unplan(j.id);
+        return false;
+      }
+    }
+    j.blocked = false;
+    if (j.phase != Phase::kRunning) enter(j, Phase::kRunning);
+    start_iteration(j);
+    return true;
+  }
+
+  // Blocked jobs try again, longest waiting first. True if one started.
+  bool start_unblocked() {
+    std::vector<Job*> blocked;
+    for (auto& j : jobs_) {
+      if (j->phase == Phase::kGate && j->blocked) blocked.push_back(j.get());
+    }
+    std::stable_sort(blocked.begin(), blocked.end(),
+                     [](const Job* a, const Job* b) { return a->gate_arrival < b->gate_arrival; });
+    bool started = false;
+    for (Job* j : blocked) started = try_start(*j) || started;
+    return started;
   }
 
   void start_iteration(Job& j) {
@@ -314,6 +368,20 @@ class Engine {
     j.result.longest_learned_iter_s = std::max(j.result.longest_learned_iter_s, seconds(static_cast<double>(period)));
     scheduler_.started(j.id, now_ns());
     sync_curve(j);
+    update_claim(j);
+  }
+
+  // The ledger's claim for the job, from its tracker's outlook (what the
+  // daemon learns from the job: at its iteration start and with each
+  // request).
+  void update_claim(Job& j) {
+    const uint64_t remaining = j.tracker->remaining_peak_bytes();
+    if (remaining == 0) {
+      (void)ledger_.set_claim(j.id, 0, 0, 0);
+      return;
+    }
+    const uint64_t peak = std::max(j.held, chunks_for(remaining));
+    (void)ledger_.set_claim(j.id, 0, peak, chunks_for(j.tracker->curve().end_bytes));
   }
 
   // The job's progress clock, which its tracker runs on: the virtual time
@@ -354,6 +422,7 @@ class Engine {
     }
     if (need > j.held) {
       enter(j, Phase::kWaiting);
+      if (zico()) update_claim(j);
       request(j, need - j.held);
     } else if (need < j.held) {
       std::string why;
@@ -468,10 +537,10 @@ class Engine {
       const sharing::StartDecision decision = scheduler_.plan_start(j->id, now_ns());
       if (decision.start_ns > now_ns()) {
         j->wake = static_cast<double>(decision.start_ns);
+        j->blocked = false;
         continue;
       }
-      enter(*j, Phase::kRunning);
-      start_iteration(*j);
+      (void)try_start(*j);
     }
   }
 

@@ -47,7 +47,14 @@
 //    (started()), which is the one its plans are in. Whenever the scheduler
 //    re-plans (budget, job set or a curve changed) the plans of the jobs
 //    waiting at their gates are cleared (unplan()) and they ask again,
-//    oldest first, and move their wake-up.
+//    oldest first, and move their wake-up. Claims (ledger.h): with each
+//    request, and when an iteration starts, the job's claim is set from its
+//    tracker's outlook (remaining_peak_bytes, in chunks) and its curve's end
+//    level; at its gate it is between iterations. When its start time comes
+//    the job asks Ledger::may_start with the claim of the iteration it would
+//    begin (next_iteration_peak_bytes); told no, it waits at its gate,
+//    unplanned, asking again whenever anything changes, for at most 1 s,
+//    then starts anyway. As the daemon learns claims from its jobs.
 //  - static: each job reserves its whole peak (rounded up to chunks) for its
 //    lifetime, what users do today. Jobs start in the order given, each as
 //    soon as its reservation fits the budget less the running jobs'
