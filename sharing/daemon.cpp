@@ -603,6 +603,20 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
     if (request->gpu >= gpus.size() || !job.gpus[request->gpu].open) {
       return "Request for GPU " + std::to_string(request->gpu) + ", which the job has not opened";
     }
+    // The claim first, so that the pump after this message judges the
+    // request against it. The peak covers at least what the job will hold
+    // once this request is served: the job counted from what it had
+    // received, which lags behind our books while grants are on their way.
+    // Peak 0 withdraws an earlier claim: the job does not know its iteration.
+    uint64_t peak = 0;
+    uint64_t settle = 0;
+    if (request->claim_peak_chunks != 0) {
+      Ledger::JobView view;
+      (void)ledger.job(job.id, request->gpu, now, &view);
+      peak = std::max<uint64_t>(request->claim_peak_chunks, view.held + request->chunks);
+      settle = request->claim_settle_chunks;
+    }
+    (void)ledger.set_claim(job.id, request->gpu, peak, settle);
     if (!ledger.request(job.id, request->gpu, request->request_id, request->chunks, now, &why).is_ok()) return why;
     job.requests.insert(request->request_id);
     return "";
@@ -627,6 +641,12 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
     return "";
   }
   if (const auto* mark = std::get_if<proto::IterationMark>(&message)) {
+    // At its gate the job needs nothing more than it holds: its claims go,
+    // which can make a waiting request safe to grant (the pump after every
+    // message sees to it).
+    for (size_t g = 0; g < job.gpus.size(); ++g) {
+      if (job.gpus[g].open) (void)ledger.set_between_iterations(job.id, static_cast<uint32_t>(g));
+    }
     gates.arrive(job.id, mark->sequence, now);
     open_gates();
     return "";

@@ -94,6 +94,14 @@ struct NodeClient::Impl {
     uint64_t sent_version = 0;     // tracker curve version last sent...
     uint64_t sent_generation = 0;  // ...on this connection
     bool gate_pending = false;     // detection found a boundary; the next allocation passes the gate
+    // The tracker's outlook, for the claim sent with each Request (see
+    // claim_for). Written under pattern_mu wherever the tracker is fed, read
+    // by obtain() under mu alone: pattern_mu comes before mu, and obtain
+    // holds mu. Each is read on its own, so a request may see one a step
+    // older than another; a claim is an estimate anyway.
+    std::atomic<uint64_t> outlook_peak_bytes{0};  // remaining_peak_bytes(): 0 unknown
+    std::atomic<uint64_t> outlook_live_bytes{0};
+    std::atomic<uint64_t> outlook_end_bytes{0};   // curve().end_bytes
   };
 
   struct Pending {
@@ -162,6 +170,12 @@ struct NodeClient::Impl {
   void on_grant(const proto::Grant& grant, std::vector<int>& fds);
   void on_reclaim(const proto::Reclaim& reclaim);
   void send_reports();
+
+  // --- claims -------------------------------------------------------------------
+  // Copies the tracker's outlook into the atomics (pattern_mu held).
+  static void refresh_outlook(Gpu& gpu);
+  // Fills in the claim of a request for `count` chunks (mu held).
+  static void claim_for(const Gpu& gpu, uint64_t count, proto::Request* request);
 
   // --- chunk source -----------------------------------------------------------
   Status obtain(size_t slot, size_t count, Patience patience, std::vector<SourcedChunk>* out);
@@ -629,6 +643,37 @@ void NodeClient::Impl::return_ids_locked(Gpu& gpu, std::span<const uint64_t> ids
   if (!message.ids.empty() || message.unowned != 0) (void)send_locked(message);
 }
 
+void NodeClient::Impl::refresh_outlook(Gpu& gpu) {
+  gpu.outlook_peak_bytes.store(gpu.tracker.remaining_peak_bytes(), std::memory_order_relaxed);
+  gpu.outlook_live_bytes.store(gpu.tracker.live_bytes(), std::memory_order_relaxed);
+  gpu.outlook_end_bytes.store(gpu.tracker.curve().end_bytes, std::memory_order_relaxed);
+}
+
+// The claim tells the daemon's deadlock avoidance (ledger.h, claims) the most
+// chunks this job will hold on the GPU before its iteration ends, and what it
+// keeps after. The tracker speaks of bytes of live blocks and the daemon of
+// chunks, so this is an estimate: what is still to be allocated (the peak
+// ahead less what is live now) comes on top of the chunks held now, which
+// already carry the allocator's packing waste and its cached free chunks;
+// cached chunks may serve part of what is to come (the claim is then too
+// high, which only makes the daemon more careful), and new blocks may pack
+// worse than the bytes say (too low, which weakens the avoidance; the
+// daemon still breaks a deadlock then). Never below the peak in bytes
+// alone: after a Yield or a suspension the job holds less than is live.
+void NodeClient::Impl::claim_for(const Gpu& gpu, uint64_t count, proto::Request* request) {
+  const uint64_t peak_bytes = gpu.outlook_peak_bytes.load(std::memory_order_relaxed);
+  const uint64_t chunk = gpu.chunk_bytes;
+  if (peak_bytes == 0 || chunk == 0) return;  // unknown: no claim (0 / 0)
+  const auto chunks_for = [chunk](uint64_t bytes) { return bytes / chunk + (bytes % chunk != 0 ? 1 : 0); };
+  const uint64_t live_bytes = gpu.outlook_live_bytes.load(std::memory_order_relaxed);
+  const uint64_t more = std::max(count, chunks_for(peak_bytes > live_bytes ? peak_bytes - live_bytes : 0));
+  uint64_t peak = gpu.held > UINT64_MAX - more ? UINT64_MAX : gpu.held + more;
+  peak = std::min<uint64_t>(std::max(peak, chunks_for(peak_bytes)), UINT32_MAX);
+  const uint64_t settle = std::min(peak, chunks_for(gpu.outlook_end_bytes.load(std::memory_order_relaxed)));
+  request->claim_peak_chunks = static_cast<uint32_t>(peak);
+  request->claim_settle_chunks = static_cast<uint32_t>(settle);
+}
+
 Status NodeClient::Impl::obtain(size_t slot, size_t count, Patience patience, std::vector<SourcedChunk>* out) {
   if (count == 0) return Status::ok();
   std::unique_lock lock(mu);
@@ -658,7 +703,9 @@ Status NodeClient::Impl::obtain(size_t slot, size_t count, Patience patience, st
       Pending& queued = pending[id];
       queued.gpu_slot = slot;
       queued.chunks = count;
-      if (!send_locked(proto::Request{id, gpu.index, static_cast<uint32_t>(count)})) {
+      proto::Request message{id, gpu.index, static_cast<uint32_t>(count)};
+      claim_for(gpu, count, &message);
+      if (!send_locked(message)) {
         pending.erase(id);
         cv.wait_for(lock, std::chrono::nanoseconds(options.reconnect_interval_ns));
         continue;
@@ -856,6 +903,7 @@ bool NodeClient::on_allocated(DeviceId device, const void* ptr, size_t bytes) no
     } catch (const std::bad_alloc&) {
       return false;  // the pattern is a hint; the allocation itself succeeded
     }
+    Impl::refresh_outlook(*gpu);
     const bool at_boundary = gpu->gate_pending || (!tracker.explicit_marks() && tracker.iterations() != before);
     gpu->gate_pending = false;
     return at_boundary;
@@ -873,6 +921,7 @@ void NodeClient::on_freed(DeviceId device, const void* ptr) noexcept {
       tracker.on_free(reinterpret_cast<uintptr_t>(ptr), impl_->progress_now_locked());
     } catch (const std::bad_alloc&) {
     }
+    Impl::refresh_outlook(*gpu);
     // A detected iteration usually begins at its trough, on a free; the job
     // passes the gate at its next allocation, where it would start to climb.
     if (!tracker.explicit_marks() && tracker.iterations() != before) gpu->gate_pending = true;
@@ -921,6 +970,7 @@ void NodeClient::iteration_gate(bool explicit_mark) noexcept {
     std::lock_guard lock(impl.mu);
     for (auto& gpu : impl.gpus) {
       if (explicit_mark) gpu->tracker.on_iteration(now);
+      Impl::refresh_outlook(*gpu);  // a new iteration: a new outlook
       const uint64_t version = gpu->tracker.curve_version();
       if (!gpu->open_now || version == 0) continue;
       if (version == gpu->sent_version && gpu->sent_generation == impl.generation) continue;

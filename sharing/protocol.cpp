@@ -288,7 +288,18 @@ template <class C, Is<Request> M>
 bool fields(C& c, M& m) {
   return c.u64("Request.request_id", m.request_id) && c.nonzero("Request.request_id", m.request_id) &&
          c.u32("Request.gpu", m.gpu) && c.u32("Request.chunks", m.chunks) &&
-         c.require(m.chunks >= 1, [] { return std::string("Request.chunks is 0 (must be >= 1)"); });
+         c.require(m.chunks >= 1, [] { return std::string("Request.chunks is 0 (must be >= 1)"); }) &&
+         c.u32("Request.claim_peak_chunks", m.claim_peak_chunks) &&
+         c.u32("Request.claim_settle_chunks", m.claim_settle_chunks) &&
+         // Peak 0 means no claim: a settle then would be a claim half made.
+         c.require(m.claim_peak_chunks != 0 || m.claim_settle_chunks == 0, [&] {
+           return "Request.claim_settle_chunks is " + std::to_string(m.claim_settle_chunks) +
+                  " without a claim (Request.claim_peak_chunks is 0; both must be 0)";
+         }) &&
+         c.require(m.claim_settle_chunks <= m.claim_peak_chunks, [&] {
+           return "Request.claim_settle_chunks is " + std::to_string(m.claim_settle_chunks) +
+                  " (must be <= Request.claim_peak_chunks, " + std::to_string(m.claim_peak_chunks) + ")";
+         });
 }
 
 template <class C, Is<Cancel> M>

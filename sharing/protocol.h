@@ -6,7 +6,7 @@
 // and file descriptors (SCM_RIGHTS) travel with the message they belong to.
 // Every datagram is a 16-byte header followed by the payload:
 //
-//   u32 magic 'ZICO' (0x4F43495A)  u16 version (2)  u16 type
+//   u32 magic 'ZICO' (0x4F43495A)  u16 version (3)  u16 type
 //   u32 payload_bytes (== datagram size - 16, <= kMaxPayload)  u32 reserved (0)
 //
 // All integers are little-endian and fixed width; strings are u16 length +
@@ -31,7 +31,8 @@
 namespace zico::proto {
 
 inline constexpr uint32_t kMagic = 0x4F43495A;  // "ZICO" little-endian
-inline constexpr uint16_t kVersion = 2;  // 2: the time-shift messages (IterationMark, Curve, Proceed)
+// 2: the time-shift messages (IterationMark, Curve, Proceed). 3: claims on Request.
+inline constexpr uint16_t kVersion = 3;
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxPayload = 60 * 1024;
 inline constexpr size_t kMaxString = 255;
@@ -96,10 +97,17 @@ struct OpenGpu {
 };
 
 // Asks for `chunks` more chunks of the GPU (the daemon's index).
+// The claim (deadlock avoidance, see sharing/ledger.h): the most chunks the
+// job expects to hold on the GPU before its current iteration ends, this
+// request included, and what it expects to hold after it. 0 / 0: no claim
+// (the job does not know its iteration yet). settle <= peak, and no settle
+// without a peak.
 struct Request {
   uint64_t request_id = 0;  // chosen by the job, unique per connection, != 0
   uint32_t gpu = 0;
   uint32_t chunks = 0;      // >= 1
+  uint32_t claim_peak_chunks = 0;
+  uint32_t claim_settle_chunks = 0;  // <= claim_peak_chunks
 };
 
 // Withdraws a waiting request (the job timed out). Answered by kDeny, or by

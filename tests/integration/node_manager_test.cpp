@@ -6,6 +6,7 @@
 // Paths of the programs come from the command line (see CMakeLists.txt):
 //   node_manager_test ZICO_UMD NODE_JOB ZICO_UMCTL
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -20,6 +21,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -454,6 +456,92 @@ TEST_F(NodeManager, BadMessagesCloseOnlyTheirOwnConnection) {
   EXPECT_EQ(static_cast<pid_t>(status.jobs[0].pid), ::getpid());
   const std::string log = daemon_.output();
   EXPECT_NE(log.find("malformed message"), std::string::npos) << log;
+}
+
+// A job that speaks the protocol itself, so that the test decides what it
+// claims and when it reaches its iteration gate.
+class RawJob {
+ public:
+  explicit RawJob(const std::string& socket_path) {
+    std::string why;
+    fd_ = zico::wire::connect_unix(socket_path, &why);
+    EXPECT_GE(fd_, 0) << why;
+  }
+  ~RawJob() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RawJob(const RawJob&) = delete;
+  RawJob& operator=(const RawJob&) = delete;
+
+  bool send(const zico::proto::Message& message) {
+    std::string why;
+    const bool sent = fd_ >= 0 && zico::wire::send_message(fd_, message, {}, &why);
+    EXPECT_TRUE(sent) << zico::proto::to_string(zico::proto::type_of(message)) << ": " << why;
+    return sent;
+  }
+  // The next message of type T within `limit`, skipping the others (their
+  // descriptors closed); nullopt on timeout or a closed connection.
+  template <class T>
+  std::optional<T> await(std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      pollfd readable{fd_, POLLIN, 0};
+      if (left < 0 || ::poll(&readable, 1, static_cast<int>(left)) <= 0) return std::nullopt;
+      zico::proto::Message message;
+      std::vector<int> fds;
+      std::string why;
+      const auto got = zico::wire::receive_message(fd_, &message, &fds, &why);
+      for (int f : fds) ::close(f);
+      if (got != zico::wire::Received::kMessage) return std::nullopt;
+      if (const auto* wanted = std::get_if<T>(&message)) return *wanted;
+    }
+  }
+  // Registers and opens the GPU; its chunk size, 0 on failure.
+  uint64_t open(const zico::proto::GpuUuid& uuid, const std::string& name) {
+    if (!send(zico::proto::Hello{0, name}) || !await<zico::proto::Welcome>(2000ms)) return 0;
+    if (!send(zico::proto::OpenGpu{uuid, 0})) return 0;
+    const auto opened = await<zico::proto::GpuOpened>(2000ms);
+    return opened ? opened->chunk_bytes : 0;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+TEST_F(NodeManager, ClaimsHoldBackAnUnsafeGrantUntilTheOtherJobIsAtItsGate) {
+  start_daemon(64 * kMiB);
+  zico::Capabilities caps;
+  zico::SimDriver sim;
+  ASSERT_TRUE(sim.capabilities(zico::DeviceId{0}, &caps).is_ok());
+  RawJob a(socket_);
+  RawJob b(socket_);
+  ASSERT_EQ(a.open(caps.uuid, "claims-a"), 2 * kMiB);
+  ASSERT_EQ(b.open(caps.uuid, "claims-b"), 2 * kMiB);  // 32 chunks in all
+  // A climbs to 24 chunks in its iteration and keeps 10.
+  ASSERT_TRUE(a.send(zico::proto::Request{1, 0, 10, 24, 10}));
+  const auto first = a.await<zico::proto::Grant>(2000ms);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->ids.size(), 10u);
+  // B fits (12 of the 22 free chunks) but keeps all 20 it climbs to: after
+  // it, 32 - 10 - 20 = 2 chunks would be left for the 14 A still claims.
+  // It waits for safety, not for room.
+  ASSERT_TRUE(b.send(zico::proto::Request{1, 0, 12, 20, 20}));
+  EXPECT_FALSE(b.await<zico::proto::Grant>(300ms).has_value()) << "granted although A could not finish then";
+  zico::proto::StatusReply status;
+  ASSERT_TRUE(query_status(socket_, &status));
+  EXPECT_EQ(status.gpus[0].granted_bytes, 20 * kMiB);
+  EXPECT_EQ(status.gpus[0].waiting_bytes, 24 * kMiB);
+  // At its gate A needs nothing more than it holds: its claim goes, and the
+  // daemon grants B's request without anything given back.
+  ASSERT_TRUE(a.send(zico::proto::IterationMark{1}));
+  const auto second = b.await<zico::proto::Grant>(2000ms);
+  ASSERT_TRUE(second.has_value()) << "the claim A left at its gate still holds B back";
+  EXPECT_EQ(second->ids.size(), 12u);
+  EXPECT_TRUE(a.await<zico::proto::Proceed>(2000ms).has_value());
+  ASSERT_TRUE(query_status(socket_, &status));
+  EXPECT_EQ(status.gpus[0].granted_bytes, 44 * kMiB);
+  EXPECT_EQ(status.gpus[0].deadlocks, 0u);
 }
 
 TEST_F(NodeManager, AnotherProcessCannotTakeOverAJobAfterARestart) {

@@ -279,7 +279,8 @@ while True:
     if mode == "goodbye":
         reason = b"JobControl is not a zico-umctl request"
         payload = struct.pack("<H", len(reason)) + reason
-        connection.send(struct.pack("<IHHII", 0x4F43495A, 2, 96, len(payload), 0) + payload)
+        # version 3: sharing/protocol.h kVersion
+        connection.send(struct.pack("<IHHII", 0x4F43495A, 3, 96, len(payload), 0) + payload)
         connection.close()
     else:
         kept.append(connection)

@@ -28,7 +28,9 @@ namespace zico::proto {
 namespace {
 auto tie(const Hello& m) { return std::tie(m.resume_job_id, m.name); }
 auto tie(const OpenGpu& m) { return std::tie(m.uuid, m.held_chunks); }
-auto tie(const Request& m) { return std::tie(m.request_id, m.gpu, m.chunks); }
+auto tie(const Request& m) {
+  return std::tie(m.request_id, m.gpu, m.chunks, m.claim_peak_chunks, m.claim_settle_chunks);
+}
 auto tie(const Cancel& m) { return std::tie(m.request_id); }
 auto tie(const Return& m) { return std::tie(m.gpu, m.reclaim_reply, m.unowned, m.ids); }
 auto tie(const Report& m) { return std::tie(m.gpu, m.allocated_bytes, m.persistent_bytes, m.iterations); }
@@ -123,7 +125,7 @@ std::vector<Message> samples() {
   return {
       Hello{0x0102030405060708ull, "python3 train.py --lr 0.1"},
       OpenGpu{uuid_from(1), 17},
-      Request{0xFFFFFFFFFFFFFFFFull, 2, 300},
+      Request{0xFFFFFFFFFFFFFFFFull, 2, 300, 0xFFFFFFFFu, 700},
       Cancel{99},
       Return{1, true, 5, {7, 8, 0xFFFFFFFFu}},
       Report{1, 1ull << 40, 1ull << 39, 12345},
@@ -142,7 +144,7 @@ std::vector<Message> samples() {
       SetBudget{BudgetTarget::kJobMax, 7, 42, 24ull << 30},
       JobControl{JobAction::kResume, 0x0102030405060708ull, StoreKind::kNvme},
       Result{2, "no such job 43"},
-      Goodbye{"protocol version 1 (this side speaks version 2)"},
+      Goodbye{"protocol version 2 (this side speaks version 3)"},
       IterationMark{0x0102030405060708ull},
       curve,
       Proceed{0x0807060504030201ull},
@@ -226,9 +228,10 @@ TEST(ProtocolTest, EveryMessageRoundTrips) {
 }
 
 TEST(ProtocolTest, LayoutIsLittleEndianInDeclarationOrder) {
-  const std::vector<uint8_t> bytes = encoded(Request{0x0102030405060708ull, 0x0A0B0C0D, 3});
+  const std::vector<uint8_t> bytes = encoded(Request{0x0102030405060708ull, 0x0A0B0C0D, 3, 0x01020304, 5});
   const std::vector<uint8_t> payload(bytes.begin() + kHeaderBytes, bytes.end());
-  EXPECT_EQ(payload, (std::vector<uint8_t>{8, 7, 6, 5, 4, 3, 2, 1, 0x0D, 0x0C, 0x0B, 0x0A, 3, 0, 0, 0}));
+  EXPECT_EQ(payload, (std::vector<uint8_t>{8, 7, 6, 5, 4, 3, 2, 1, 0x0D, 0x0C, 0x0B, 0x0A, 3, 0, 0, 0, 4, 3, 2, 1,
+                                           5, 0, 0, 0}));
   EXPECT_EQ(encoded(Hello{0, "ab"}).size(), kHeaderBytes + 8 + 2 + 2);
 }
 
@@ -295,8 +298,10 @@ TEST(ProtocolRejectTest, WrongMagic) {
 
 TEST(ProtocolRejectTest, WrongVersionNamesBoth) {
   std::vector<uint8_t> bytes = encoded(Welcome{1});
+  bytes[4] = 2;
+  EXPECT_EQ(rejection(bytes), "protocol version 2 (this side speaks version 3)");
   bytes[4] = 1;
-  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 2)");
+  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 3)");
 }
 
 TEST(ProtocolRejectTest, UnknownType) {
@@ -358,7 +363,12 @@ TEST(ProtocolRejectTest, TruncatedPayload) {
   std::vector<uint8_t> bytes = encoded(Request{1, 2, 3});
   bytes.pop_back();
   fix_length(&bytes);
-  EXPECT_EQ(rejection(bytes), "truncated: Request.chunks needs 4 bytes, 3 left");
+  EXPECT_EQ(rejection(bytes), "truncated: Request.claim_settle_chunks needs 4 bytes, 3 left");
+  // A version 2 Request (no claim) is refused by length, not misread.
+  bytes = encoded(Request{1, 2, 3});
+  bytes.resize(bytes.size() - 8);
+  fix_length(&bytes);
+  EXPECT_EQ(rejection(bytes), "truncated: Request.claim_peak_chunks needs 4 bytes, 0 left");
   // Every shorter cut of every sample is refused too.
   for (const Message& m : samples()) {
     const std::vector<uint8_t> whole = encoded(m);
@@ -568,11 +578,42 @@ TEST(ProtocolRejectTest, RequestIdsAndChunks) {
   EXPECT_EQ(refusal(Deny{0, 1, "no"}), "Deny.request_id is 0 (must be != 0)");
 
   std::vector<uint8_t> bytes = encoded(Request{1, 0, 1});
-  put_u32(&bytes, bytes.size() - 4, 0);
+  put_u32(&bytes, kHeaderBytes + 12, 0);
   EXPECT_EQ(rejection(bytes), "Request.chunks is 0 (must be >= 1)");
   bytes = encoded(Yield{1, 1});
   put_u32(&bytes, kHeaderBytes, 0);
   EXPECT_EQ(rejection(bytes), "Yield.request_id is 0 (must be != 0)");
+}
+
+TEST(ProtocolTest, RequestClaimRoundTrips) {
+  for (const Request& original : {Request{7, 1, 4, 40, 12}, Request{8, 0, 1, 1, 1}, Request{9, 0, 2, 6, 0},
+                                  Request{10, 0, 2}}) {
+    Message decoded;
+    std::string why;
+    ASSERT_TRUE(decode(encoded(original), 0, &decoded, &why)) << why;
+    const auto* request = std::get_if<Request>(&decoded);
+    ASSERT_NE(request, nullptr);
+    EXPECT_EQ(request->claim_peak_chunks, original.claim_peak_chunks);
+    EXPECT_EQ(request->claim_settle_chunks, original.claim_settle_chunks);
+    EXPECT_TRUE(*request == original);
+  }
+}
+
+TEST(ProtocolRejectTest, RequestClaims) {
+  EXPECT_EQ(refusal(Request{1, 0, 1, 4, 5}),
+            "Request.claim_settle_chunks is 5 (must be <= Request.claim_peak_chunks, 4)");
+  EXPECT_EQ(refusal(Request{1, 0, 1, 0, 3}),
+            "Request.claim_settle_chunks is 3 without a claim (Request.claim_peak_chunks is 0; both must be 0)");
+
+  // The decoder applies the same rules to bytes the encoder would not produce.
+  std::vector<uint8_t> bytes = encoded(Request{1, 0, 1, 4, 2});
+  put_u32(&bytes, bytes.size() - 4, 9);
+  EXPECT_EQ(rejection(bytes), "Request.claim_settle_chunks is 9 (must be <= Request.claim_peak_chunks, 4)");
+  put_u32(&bytes, bytes.size() - 8, 0);
+  EXPECT_EQ(rejection(bytes),
+            "Request.claim_settle_chunks is 9 without a claim (Request.claim_peak_chunks is 0; both must be 0)");
+  put_u32(&bytes, bytes.size() - 4, 0xFFFFFFFFu);
+  EXPECT_NE(rejection(bytes).find("Request.claim_settle_chunks is 4294967295"), std::string::npos);
 }
 
 TEST(ProtocolRejectTest, DescriptorCount) {
