@@ -147,12 +147,17 @@ TEST(Simulator, FcfsKeepsTheBudgetAndYieldsWhenBothClimbAtOnce) {
   EXPECT_GT(r.jobs[0].swap_s + r.jobs[1].swap_s, 0);
 }
 
+// Two climbers with periods of 100 and 130 ms: their phases drift.
+std::vector<JobModel> drifting_pair() {
+  testing::SyntheticJob slow = climbing_job("b", 1 * kGiB, 1 * kGiB);
+  slow.period_ns = 130 * kMs;
+  return {model_of(climbing_job("a", 1 * kGiB, 1 * kGiB)), model_of(slow)};
+}
+
 TEST(Simulator, ZicoShiftsThePeaksApartAndBeatsFcfs) {
   // Periods of 100 and 130 ms: the phases drift, so under fcfs the climbs
   // keep meeting and deadlocking; zico's gates keep them apart.
-  testing::SyntheticJob slow = climbing_job("b", 1 * kGiB, 1 * kGiB);
-  slow.period_ns = 130 * kMs;
-  const std::vector<JobModel> jobs = {model_of(climbing_job("a", 1 * kGiB, 1 * kGiB)), model_of(slow)};
+  const std::vector<JobModel> jobs = drifting_pair();
   for (const double u : {1.0, 0.5}) {
     const SimulationResult fcfs = run(jobs, Policy::kFcfs, budget(8 * kGiB), 20, u);
     const SimulationResult zico = run(jobs, Policy::kZico, budget(8 * kGiB), 20, u);
@@ -178,9 +183,7 @@ TEST(Simulator, ZicoNeverDeadlocksOnceTheJobsAreKnown) {
   // The drifting pair above over 100 iterations: the ledger's claims (each
   // job's outlook) keep a job from taking what another in mid-iteration
   // needs, and jobs still learning run alone, so nothing ever yields.
-  testing::SyntheticJob slow = climbing_job("b", 1 * kGiB, 1 * kGiB);
-  slow.period_ns = 130 * kMs;
-  const std::vector<JobModel> jobs = {model_of(climbing_job("a", 1 * kGiB, 1 * kGiB)), model_of(slow)};
+  const std::vector<JobModel> jobs = drifting_pair();
   for (const double u : {1.0, 0.5}) {
     const SimulationResult fcfs = run(jobs, Policy::kFcfs, budget(8 * kGiB), 100, u);
     const SimulationResult zico = run(jobs, Policy::kZico, budget(8 * kGiB), 100, u);
