@@ -125,13 +125,17 @@ struct Ledger::Impl {
     uint64_t peak = 0;
     uint64_t settle = 0;
   };
+  struct Pending {
+    uint64_t need;
+    uint64_t held;
+    uint64_t settle;
+  };
+  // safe()'s working list, kept so that a chunk request allocates nothing.
+  mutable std::vector<Pending> pending_scratch;
+
   bool safe(const Gpu& gpu, JobId job, uint64_t chunks, const Claim* starting = nullptr) const {
-    struct Pending {
-      uint64_t need;
-      uint64_t held;
-      uint64_t settle;
-    };
-    std::vector<Pending> pending;
+    std::vector<Pending>& pending = pending_scratch;
+    pending.clear();
     for (const auto& [id, use] : gpu.users) {
       const Claim claim = id == job && starting != nullptr ? *starting : Claim{use.claim_peak, use.claim_settle};
       if (claim.peak == 0 || jobs.at(id).frozen) continue;  // unknown, or between iterations

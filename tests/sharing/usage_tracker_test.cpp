@@ -645,6 +645,15 @@ void outlook_iteration(UsageTracker& t, uint64_t& now, uint64_t& id, uint64_t ex
   for (uint64_t b = id; b-- > first;) t.on_free(b, ++now);
 }
 
+// 1000 bytes persistent, two alike iterations behind, the third just begun:
+// the outlook is trusted from here on.
+void start_third_alike_iteration(UsageTracker& t, uint64_t& now, uint64_t& id) {
+  t.on_allocate(id++, 1000, ++now);
+  outlook_iteration(t, now, id);
+  outlook_iteration(t, now, id);
+  t.on_iteration(++now);
+}
+
 TEST(UsageTrackerOutlook, UnknownUntilTwoIterationsOfTheSameLength) {
   UsageTracker t;
   uint64_t now = 0;
@@ -667,10 +676,7 @@ TEST(UsageTrackerOutlook, FollowsThePositionInTheIteration) {
   UsageTracker t;
   uint64_t now = 0;
   uint64_t id = 1;
-  t.on_allocate(id++, 1000, ++now);
-  outlook_iteration(t, now, id);
-  outlook_iteration(t, now, id);
-  t.on_iteration(++now);
+  start_third_alike_iteration(t, now, id);
   // Time plays no part: the same positions long after give the same answer.
   now += 1'000'000;
   EXPECT_EQ(t.remaining_peak_bytes(), 1600u);
@@ -694,10 +700,7 @@ TEST(UsageTrackerOutlook, RunningAboveTheLastIterationRaisesTheRest) {
   UsageTracker t;
   uint64_t now = 0;
   uint64_t id = 1;
-  t.on_allocate(id++, 1000, ++now);
-  outlook_iteration(t, now, id);
-  outlook_iteration(t, now, id);
-  t.on_iteration(++now);
+  start_third_alike_iteration(t, now, id);
   // A bigger first activation: 150 more than last time at this position.
   t.on_allocate(id++, 250, ++now);
   EXPECT_EQ(t.remaining_peak_bytes(), 1600u + 150u);
