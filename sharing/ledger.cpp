@@ -166,6 +166,22 @@ struct Ledger::Impl {
     return !use.between && use.claim_peak != 0 && sub_floor(use.claim_peak, use.held) <= free_of(gpu);
   }
 
+  // Is a request queued that cannot be served unless `job` gives back: it
+  // would not fit even if every other job but the asker came down to its
+  // claim's settle (jobs without a claim counted at what they hold)?
+  static bool waits_for_job(const Gpu& gpu, JobId job) {
+    for (const Request& r : gpu.queue) {
+      if (r.job == job) continue;
+      uint64_t could_free = free_of(gpu);
+      for (const auto& [id, use] : gpu.users) {
+        if (id == job || id == r.job || use.claim_peak == 0) continue;
+        could_free = add_sat(could_free, sub_floor(use.held, use.claim_settle));
+      }
+      if (add_sat(r.chunks, others_unmet(gpu, r.job)) > could_free) return true;
+    }
+    return false;
+  }
+
   // Takes queue[index] out of the queue and books its wait.
   static Request finish(Gpu& gpu, size_t index, uint64_t now_ns) {
     Request r = gpu.queue[index];
@@ -527,6 +543,11 @@ bool Ledger::may_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t s
     if (unknown) unknown_mid_iteration = true;
   }
   if (!others_mid_iteration) return true;
+  // Waiting at the gate helps the others only if they can get what they
+  // wait for while this job keeps what it holds. A request that would not
+  // fit even once every other job came down to its settle waits for this
+  // job's memory: holding the job at its gate would close the circle.
+  if (impl_->waits_for_job(g, job)) return true;
   // A job without a claim runs its iterations alone, and none starts
   // against one: nothing would protect either from the other.
   if (peak_chunks == 0 || unknown_mid_iteration) return false;

@@ -156,10 +156,22 @@ class Ledger {
   // without one (they would have nothing to protect them from each other:
   // jobs still learning run their iterations one at a time), else yes if
   // the GPU stays safe with this claim, so that no job in mid-iteration is
-  // left unable to finish. A job told no waits at its gate and asks again
-  // after the others give back (a caller bounds that wait: a claim can be
-  // wrong). Also yes for an unknown job or GPU.
+  // left unable to finish. But yes, whatever the claims, when a waiting
+  // request could not be served even once every other job came down to its
+  // settle: it waits for this job's memory, and holding the job at its gate
+  // would only close the circle (a budget below one job's peak plus the
+  // others' rest); the ledger's rules then decide who goes on. A job told
+  // no waits at its gate and asks again after the others give back (a
+  // caller bounds that wait: a claim can be wrong). Also yes for an unknown
+  // job or GPU.
   [[nodiscard]] bool may_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t settle_chunks) const;
+  // The longest a job waits at its gate because may_start() says no (the
+  // daemon's IterationGates and the simulator both bound it so): a claim can
+  // be wrong, too low for the others or too high for this job, and a wait
+  // for it could then last forever. Past it the job starts anyway and the
+  // hard budget and the deadlock rule govern. The head's patience, for the
+  // same reason: past a second, waiting is likely waiting for a wrong claim.
+  static constexpr uint64_t kMaxGateBlockNs = 1'000'000'000;
 
   // Error if min > max, or the minimums would exceed the budget, or the job
   // has not opened the GPU.

@@ -967,6 +967,44 @@ TEST(LedgerClaims, MayStartProtectsJobsInMidIteration) {
   EXPECT_FALSE(b.ledger.may_start(1, 0, 10, 2));
 }
 
+TEST(LedgerClaims, MayStartWhenTheJobInMidIterationWaitsForWhatTheGateJobHolds) {
+  for (const bool claim : {true, false}) {
+    SCOPED_TRACE(claim ? "job 1 with a claim" : "job 1 still learning");
+    Books b(10);
+    b.join(1);
+    b.join(2);
+    b.hold(2, 1, 3);  // job 2 at its gate, resting at 3
+    EXPECT_TRUE(b.ledger.set_between_iterations(2, 0));
+    // Job 1, in mid-iteration, asks for 8: 7 are free, and only job 2 can
+    // give the eighth. Holding job 2 at its gate would wait for job 1, which
+    // waits for job 2.
+    if (claim) {
+      EXPECT_TRUE(b.ledger.set_claim(1, 0, 8, 1));
+    }
+    b.ask(1, 1, 8);
+    EXPECT_EQ(count(b.ledger.pump(0), Kind::kGrant), 0u);
+    EXPECT_TRUE(b.ledger.may_start(2, 0, 6, 3)) << "waiting at the gate cannot help";
+    EXPECT_TRUE(b.ledger.may_start(2, 0, 0, 0));
+  }
+  // Job 1 waits for 5 with 3 free, but job 3 (at its peak) settles at 0
+  // and frees 4: job 1 waits for job 3, not for job 2, so job 2's start is
+  // judged by its claim as before.
+  Books b(12);
+  b.join(1);
+  b.join(2);
+  b.join(3);
+  b.hold(2, 1, 3);
+  EXPECT_TRUE(b.ledger.set_between_iterations(2, 0));
+  b.hold(3, 1, 4);
+  EXPECT_TRUE(b.ledger.set_claim(3, 0, 4, 0));
+  b.hold(1, 1, 2);
+  EXPECT_TRUE(b.ledger.set_claim(1, 0, 7, 1));
+  b.ask(1, 2, 5);
+  EXPECT_EQ(count(b.ledger.pump(0), Kind::kGrant), 0u);
+  EXPECT_TRUE(b.ledger.may_start(2, 0, 6, 3));
+  EXPECT_FALSE(b.ledger.may_start(2, 0, 12, 3)) << "job 1 could not finish after it";
+}
+
 TEST(LedgerProperty, RandomDaemonWithYieldKeepsBooksAndLiveness) {
   for (uint64_t seed : {1u, 2u, 3u}) {
     SCOPED_TRACE("seed " + std::to_string(seed));

@@ -195,6 +195,26 @@ TEST(Simulator, ZicoNeverDeadlocksOnceTheJobsAreKnown) {
   }
 }
 
+TEST(Simulator, BelowOnePeakPlusTheOthersRestZicoRunsTheJobsInTurn) {
+  // 6.5 GiB holds one climber's 6 GiB peak but not that and the other's
+  // 1 GiB rest: no time shift fits, each iteration needs the other job's
+  // memory. A job waiting at its gate for the other to finish would wait for
+  // its own memory, so it starts (Ledger::may_start) and the ledger decides
+  // who goes on; before, each of its iterations waited out the gate's full
+  // second and the run crawled.
+  const std::vector<JobModel> jobs = two_climbers();
+  const SimulationResult sequential = run(jobs, Policy::kSequential, budget(6.5 * kGiB), 40, 0.5);
+  const SimulationResult fcfs = run(jobs, Policy::kFcfs, budget(6.5 * kGiB), 40, 0.5);
+  const SimulationResult zico = run(jobs, Policy::kZico, budget(6.5 * kGiB), 40, 0.5);
+  for (const JobResult& j : zico.jobs) {
+    EXPECT_EQ(j.iterations, 40u) << j.name;
+    EXPECT_FALSE(j.failed) << j.failure;
+  }
+  EXPECT_FALSE(zico.budget_exceeded);
+  EXPECT_GE(zico.aggregate_iters_per_s, 0.5 * sequential.aggregate_iters_per_s);
+  EXPECT_GE(zico.aggregate_iters_per_s, fcfs.aggregate_iters_per_s);
+}
+
 TEST(Simulator, TrackersLearnTheRunningTimeNotTheStalls) {
   // Under a budget that fits one peak and one trough, the jobs stall inside
   // their iterations (ledger waits, yields and swaps) while the trackers

@@ -25,9 +25,9 @@ constexpr double kNsPerSecond = 1e9;
 // The unlimited policy's ledger budget: more chunks than any run can ask for,
 // with room left so the ledger's sums cannot overflow.
 constexpr uint64_t kUnlimitedChunks = UINT64_MAX / 4;
-// The longest a job waits at its gate for Ledger::may_start (the ledger's
-// head patience: past it, waiting is likely to be waiting for a wrong claim).
-constexpr double kMaxBlockedNs = 1e9;
+// The longest a job waits at its gate for Ledger::may_start, as in the
+// daemon.
+constexpr double kMaxBlockedNs = static_cast<double>(sharing::Ledger::kMaxGateBlockNs);
 
 enum class Phase : uint8_t {
   kQueued,    // static, sequential: not admitted yet
@@ -337,8 +337,12 @@ class Engine {
         j.blocked = true;
         j.blocked_since = now_;
       }
-      if (now_ - j.blocked_since < kMaxBlockedNs) {
-        j.wake = j.blocked_since + kMaxBlockedNs;
+      // The deadline is compared as it was computed: now_ - blocked_since
+      // can round below kMaxBlockedNs at the very wake-up it set, which
+      // would wake the job at the same moment forever.
+      const double deadline = j.blocked_since + kMaxBlockedNs;
+      if (now_ < deadline) {
+        j.wake = deadline;
         scheduler_.unplan(j.id);
         return false;
       }
