@@ -24,6 +24,7 @@
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "log.h"
 #include "metrics.h"
@@ -80,7 +81,9 @@ bool in_group(uid_t uid, gid_t primary, gid_t group) {
 
 }  // namespace
 
-struct Daemon::Impl {
+// The Impl is its gates' guard (GateGuard, iteration_gates.h): a job starts
+// its iteration only if Ledger::may_start agrees on every GPU it opened.
+struct Daemon::Impl final : GateGuard {
   struct PoolChunk {
     PhysHandle handle;
     uint64_t owner = 0;  // job id, 0 when free
@@ -103,6 +106,10 @@ struct Daemon::Impl {
     std::unordered_set<uint32_t> lent;  // pool ids the job holds
     uint64_t unowned = 0;               // chunks it held when it (re)connected
     proto::Report report;
+    // The claim of the iteration it would begin, from its last IterationMark
+    // (peak 0: unknown).
+    uint64_t gate_peak = 0;
+    uint64_t gate_settle = 0;
   };
   struct Job {
     uint64_t id = 0;
@@ -113,6 +120,7 @@ struct Daemon::Impl {
     std::vector<JobGpu> gpus;
     std::unordered_set<uint64_t> requests;  // waiting in the ledger
     proto::JobRunState state = proto::JobRunState::kRunning;
+    bool gate_held = false;  // its waiting gate was refused by may_start (logged once)
     // Known only from the predecessor's state file until it reconnects.
     bool expected = false;
     std::vector<bool> expected_reservation_used;  // per GPU: the reservation was reconciled
@@ -191,6 +199,12 @@ struct Daemon::Impl {
   // --- time shift ---------------------------------------------------------------
   // Sends kProceed for every gate open by now and arms the gate timer.
   void open_gates();
+  // GateGuard: Ledger::may_start / set_claim with the job's gate claims.
+  bool may_start(JobId job) override;
+  void starting(JobId job) override;
+  // The job's gate claim on `gpu`, the peak raised to what it holds now
+  // (our books run ahead of what the job counted while grants travel).
+  std::pair<uint64_t, uint64_t> gate_claim(const Job& job, uint32_t gpu) const;
   std::string on_curve(Job& job, const proto::Curve& message);
 
   // --- lending ----------------------------------------------------------------
@@ -390,6 +404,8 @@ void Daemon::Impl::on_readable(int fd) {
       return;
     }
     pump();
+    // Whatever changed the books may let a gate that may_start held back go.
+    if (gates.any_blocked()) open_gates();
   }
 }
 
@@ -641,12 +657,26 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
     return "";
   }
   if (const auto* mark = std::get_if<proto::IterationMark>(&message)) {
+    for (const proto::GateClaim& claim : mark->claims) {
+      if (claim.gpu >= gpus.size() || !job.gpus[claim.gpu].open) {
+        return "IterationMark claims GPU " + std::to_string(claim.gpu) + ", which the job has not opened";
+      }
+    }
     // At its gate the job needs nothing more than it holds: its claims go,
     // which can make a waiting request safe to grant (the pump after every
-    // message sees to it).
+    // message sees to it). The claims it sent are for the iteration it would
+    // begin: may_start() weighs them when its gate's time comes.
     for (size_t g = 0; g < job.gpus.size(); ++g) {
-      if (job.gpus[g].open) (void)ledger.set_between_iterations(job.id, static_cast<uint32_t>(g));
+      if (!job.gpus[g].open) continue;
+      (void)ledger.set_between_iterations(job.id, static_cast<uint32_t>(g));
+      job.gpus[g].gate_peak = 0;
+      job.gpus[g].gate_settle = 0;
     }
+    for (const proto::GateClaim& claim : mark->claims) {
+      job.gpus[claim.gpu].gate_peak = claim.peak_chunks;
+      job.gpus[claim.gpu].gate_settle = claim.settle_chunks;
+    }
+    job.gate_held = false;
     gates.arrive(job.id, mark->sequence, now);
     open_gates();
     return "";
@@ -659,6 +689,14 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
                                     job.state == proto::JobRunState::kSuspendRequested;
     if (!expected) return "JobState " + std::to_string(static_cast<int>(reported->state)) + " was not asked for";
     job.state = reported->state;
+    if (job.state == proto::JobRunState::kSuspended) {
+      // It gave everything back and needs nothing until it resumes (its
+      // requests then claim again): not in mid-iteration, so neither its
+      // claims nor its unknown iteration hold others' grants and starts back.
+      for (size_t g = 0; g < job.gpus.size(); ++g) {
+        if (job.gpus[g].open) (void)ledger.set_between_iterations(job.id, static_cast<uint32_t>(g));
+      }
+    }
     ZICO_LOG(kInfo, "job %llu %s", static_cast<unsigned long long>(job.id),
              reported->state == proto::JobRunState::kSuspended ? "suspended" : "runs again");
     return "";
@@ -1014,7 +1052,7 @@ void Daemon::Impl::grant(const LedgerAction& action) {
 // --- time shift ----------------------------------------------------------------------------
 
 void Daemon::Impl::open_gates() {
-  for (const IterationGates::Opened& opened : gates.due(now_ns())) {
+  for (const IterationGates::Opened& opened : gates.due(now_ns(), options.start_guard ? this : nullptr)) {
     auto it = jobs.find(opened.job);
     if (it != jobs.end() && it->second.fd >= 0) (void)send(it->second.fd, proto::Proceed{opened.sequence});
   }
@@ -1026,6 +1064,54 @@ void Daemon::Impl::open_gates() {
     when.it_value.tv_nsec = static_cast<long>(at % 1'000'000'000);
   }
   (void)::timerfd_settime(gate_timer_fd, TFD_TIMER_ABSTIME, &when, nullptr);
+}
+
+std::pair<uint64_t, uint64_t> Daemon::Impl::gate_claim(const Job& job, uint32_t gpu) const {
+  const JobGpu& state = job.gpus[gpu];
+  if (state.gate_peak == 0) return {0, 0};
+  Ledger::JobView view;
+  (void)ledger.job(job.id, gpu, now_ns(), &view);
+  return {std::max(state.gate_peak, view.held), state.gate_settle};
+}
+
+bool Daemon::Impl::may_start(JobId id) {
+  auto it = jobs.find(id);
+  if (it == jobs.end()) return true;
+  Job& job = it->second;
+  for (size_t g = 0; g < job.gpus.size(); ++g) {
+    if (!job.gpus[g].open) continue;
+    const auto gpu = static_cast<uint32_t>(g);
+    const auto [peak, settle] = gate_claim(job, gpu);
+    if (ledger.may_start(job.id, gpu, peak, settle)) continue;
+    if (!job.gate_held) {
+      job.gate_held = true;
+      ZICO_LOG(kDebug,
+               "job %llu held at its gate: on GPU %u its iteration (claim %llu/%llu chunks, 0: unknown) "
+               "is not safe beside the jobs in mid-iteration",
+               static_cast<unsigned long long>(job.id), gpu, static_cast<unsigned long long>(peak),
+               static_cast<unsigned long long>(settle));
+    }
+    return false;
+  }
+  return true;
+}
+
+// Peak 0 ends "between iterations" without a claim: a job whose iteration is
+// unknown counts as in mid-iteration, so that others' starts wait for it.
+void Daemon::Impl::starting(JobId id) {
+  auto it = jobs.find(id);
+  if (it == jobs.end()) return;
+  Job& job = it->second;
+  if (job.gate_held) {
+    ZICO_LOG(kDebug, "job %llu starts its held iteration", static_cast<unsigned long long>(job.id));
+    job.gate_held = false;
+  }
+  for (size_t g = 0; g < job.gpus.size(); ++g) {
+    if (!job.gpus[g].open) continue;
+    const auto gpu = static_cast<uint32_t>(g);
+    const auto [peak, settle] = gate_claim(job, gpu);
+    (void)ledger.set_claim(job.id, gpu, peak, settle);
+  }
 }
 
 std::string Daemon::Impl::on_curve(Job& job, const proto::Curve& message) {

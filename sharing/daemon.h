@@ -59,9 +59,18 @@ struct DaemonOptions {
   std::vector<DaemonGpuConfig> gpus;            // the GPUs to manage
   DeadlockPolicy deadlock_policy = DeadlockPolicy::kYield;
   // Time-shift scheduling (iteration_gates.h): jobs' iteration starts are
-  // delayed so their memory peaks do not coincide. false: every iteration
-  // starts at once and chunks are served first come, first served.
+  // delayed so their memory peaks do not coincide, and while a start could
+  // leave a job in mid-iteration unable to finish (Ledger::may_start, for at
+  // most Ledger::kMaxGateBlockNs). false: every iteration starts at once and
+  // chunks are served first come, first served.
   bool time_shift = true;
+  // With time shift: a gate whose time has come also waits (at most
+  // Ledger::kMaxGateBlockNs) while Ledger::may_start says the iteration
+  // could leave a job in mid-iteration unable to finish, as the simulator
+  // does. Off by default: in zico-demo it cost throughput and did not lower
+  // the deadlocks (docs/benchmarks.md), the live claims being rougher than
+  // the simulator's.
+  bool start_guard = false;
   bool zero_new_chunks = true;                  // false where fresh chunks are known to be zero (SimDriver)
   std::string metrics_address;                  // "HOST:PORT" or ""
   // Where the daemon keeps, for its successor, an upper bound of what each

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ledger.h"
+
 namespace zico::sharing {
 
 IterationGates::IterationGates(bool time_shift, SchedulerOptions options)
@@ -67,37 +69,72 @@ void IterationGates::arrive(JobId job, uint64_t sequence, uint64_t now_ns) {
   waiting_.push_back(Waiting{job, sequence, now_ns, open_ns});
 }
 
-std::vector<IterationGates::Opened> IterationGates::due(uint64_t now_ns) {
+std::vector<IterationGates::Opened> IterationGates::due(uint64_t now_ns, GateGuard* guard) {
   if (const uint64_t current = generations(); current != seen_generations_) {
     // A plan changed under the waiting gates: ask again, oldest first, each
     // placed among the older ones' new plans, not around its juniors' old ones.
+    // A blocked gate's time has come already: it has no plan to redo.
     for (const Waiting& w : waiting_) {
+      if (w.blocked) continue;
       for (TimeShiftScheduler& gpu : gpus_) gpu.unplan(w.job);
     }
-    for (Waiting& w : waiting_) w.open_ns = decide(w.job, now_ns);
+    for (Waiting& w : waiting_) {
+      if (!w.blocked) w.open_ns = decide(w.job, now_ns);
+    }
     seen_generations_ = generations();
   }
+  if (!time_shift_) guard = nullptr;
   std::vector<Opened> opened;
-  std::erase_if(waiting_, [&](const Waiting& w) {
-    if (w.open_ns > now_ns) return false;
+  for (size_t i = 0; i < waiting_.size();) {
+    Waiting& w = waiting_[i];
+    if (w.open_ns > now_ns) {
+      ++i;
+      continue;
+    }
+    const bool waited_enough = w.blocked && w.blocked_since_ns + Ledger::kMaxGateBlockNs <= now_ns;
+    if (guard != nullptr && !waited_enough && !guard->may_start(w.job)) {
+      if (!w.blocked) {
+        w.blocked = true;
+        w.blocked_since_ns = now_ns;
+        // Not placed: the others are planned around what it holds now.
+        for (TimeShiftScheduler& gpu : gpus_) gpu.unplan(w.job);
+      }
+      ++i;
+      continue;
+    }
+    open_now(w, now_ns, guard);
     opened.push_back(Opened{w.job, w.sequence});
-    if (now_ns > w.arrived_ns) {
-      ++delayed_gates_;
-      delay_ns_ += now_ns - w.arrived_ns;
-    }
-    // It starts now, whatever was planned.
-    for (TimeShiftScheduler& gpu : gpus_) {
-      if (gpu.has_job(w.job)) gpu.started(w.job, now_ns);
-    }
-    return true;
-  });
+    waiting_.erase(waiting_.begin() + static_cast<ptrdiff_t>(i));
+  }
   return opened;
+}
+
+void IterationGates::open_now(const Waiting& w, uint64_t now_ns, GateGuard* guard) {
+  if (now_ns > w.arrived_ns) {
+    ++delayed_gates_;
+    delay_ns_ += now_ns - w.arrived_ns;
+  }
+  if (w.blocked) {
+    ++blocked_gates_;
+    blocked_ns_ += now_ns - w.blocked_since_ns;
+  }
+  if (guard != nullptr) guard->starting(w.job);
+  // It starts now, whatever was planned.
+  for (TimeShiftScheduler& gpu : gpus_) {
+    if (gpu.has_job(w.job)) gpu.started(w.job, now_ns);
+  }
 }
 
 uint64_t IterationGates::next_due_ns() const {
   uint64_t next = UINT64_MAX;
-  for (const Waiting& w : waiting_) next = std::min(next, w.open_ns);
+  for (const Waiting& w : waiting_) {
+    next = std::min(next, w.blocked ? w.blocked_since_ns + Ledger::kMaxGateBlockNs : w.open_ns);
+  }
   return next;
+}
+
+bool IterationGates::any_blocked() const {
+  return std::any_of(waiting_.begin(), waiting_.end(), [](const Waiting& w) { return w.blocked; });
 }
 
 }  // namespace zico::sharing

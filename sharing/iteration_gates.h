@@ -8,11 +8,21 @@
 // taken again, oldest first, whenever a plan changes under them: a budget
 // set with zico-umctl, a job arriving or leaving, a new curve.
 //
-// With time shift off (zico-umd --schedule fcfs) every gate opens at once,
-// so jobs need not know which schedule the daemon runs.
+// A gate whose time has come opens only if its GateGuard agrees (the daemon:
+// Ledger::may_start on every GPU of the job, with the claim the job sent for
+// the iteration it would begin). A gate the guard refuses is *blocked*: it
+// waits, its plans withdrawn on every GPU (no other job is placed around a
+// start it does not take), and is asked again at every later due(), oldest
+// first, until the guard agrees or Ledger::kMaxGateBlockNs has passed since
+// it was first refused (a claim can be wrong); then it opens regardless. Its
+// time has come already, so a re-plan leaves it as it is.
+//
+// With time shift off (zico-umd --schedule fcfs) every gate opens at once
+// and no guard is asked, so jobs need not know which schedule the daemon runs.
 //
 // Pure, like the schedulers: time is passed in; the daemon sends the
-// kProceed messages for what due() returns and arms a timer for next_due_ns().
+// kProceed messages for what due() returns, arms a timer for next_due_ns(),
+// and calls due() again after anything that can change its guard's answer.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +33,17 @@
 #include "time_shift_scheduler.h"
 
 namespace zico::sharing {
+
+// Decides whether a job whose gate time has come may start its iteration.
+class GateGuard {
+ public:
+  virtual ~GateGuard() = default;
+  // Asked for each gate whose time has come, oldest first.
+  [[nodiscard]] virtual bool may_start(JobId job) = 0;
+  // The job's gate opens now (agreed or not): what it starts takes effect
+  // before the next gate is asked.
+  virtual void starting(JobId job) = 0;
+};
 
 class IterationGates {
  public:
@@ -50,16 +71,25 @@ class IterationGates {
   // The job reached the iteration boundary `sequence` at now_ns. A gate
   // already waiting for the job is replaced (the job asked again).
   void arrive(JobId job, uint64_t sequence, uint64_t now_ns);
-  // The gates that open at or before now_ns, in the order they were asked;
-  // each job is told its iteration started then. Re-plans first if a
-  // scheduler's plan changed since the last call.
-  [[nodiscard]] std::vector<Opened> due(uint64_t now_ns);
-  // When the next waiting gate opens; UINT64_MAX when none waits.
+  // The gates that open at or before now_ns, in the order they were asked,
+  // those `guard` refuses excepted (see above; nullptr: none refused); each
+  // job is told its iteration started then. Re-plans first if a scheduler's
+  // plan changed since the last call.
+  [[nodiscard]] std::vector<Opened> due(uint64_t now_ns, GateGuard* guard = nullptr);
+  // When the next waiting gate opens (for a blocked one: when its wait
+  // runs out); UINT64_MAX when none waits.
   [[nodiscard]] uint64_t next_due_ns() const;
   [[nodiscard]] size_t waiting() const { return waiting_.size(); }
+  // Gates whose time has come that the guard refused: due() should be
+  // called again whenever its answer may have changed.
+  [[nodiscard]] bool any_blocked() const;
   // Gates that were held back, ever, and for how long in all.
   [[nodiscard]] uint64_t delayed_gates() const { return delayed_gates_; }
   [[nodiscard]] uint64_t delay_ns() const { return delay_ns_; }
+  // Of those, the gates the guard held back, and for how long in all (from
+  // its first refusal to the opening).
+  [[nodiscard]] uint64_t blocked_gates() const { return blocked_gates_; }
+  [[nodiscard]] uint64_t blocked_ns() const { return blocked_ns_; }
 
  private:
   struct Waiting {
@@ -67,7 +97,11 @@ class IterationGates {
     uint64_t sequence = 0;
     uint64_t arrived_ns = 0;
     uint64_t open_ns = 0;
+    bool blocked = false;        // the guard refused it; unplanned
+    uint64_t blocked_since_ns = 0;
   };
+  // Opens `w` at now_ns: counts it and tells the schedulers it started.
+  void open_now(const Waiting& w, uint64_t now_ns, GateGuard* guard);
   // The latest start every GPU the job uses agrees to, asked at now_ns.
   uint64_t decide(JobId job, uint64_t now_ns);
   [[nodiscard]] uint64_t generations() const;
@@ -79,6 +113,8 @@ class IterationGates {
   uint64_t seen_generations_ = 0;
   uint64_t delayed_gates_ = 0;
   uint64_t delay_ns_ = 0;
+  uint64_t blocked_gates_ = 0;
+  uint64_t blocked_ns_ = 0;
 };
 
 }  // namespace zico::sharing

@@ -94,14 +94,16 @@ struct NodeClient::Impl {
     uint64_t sent_version = 0;     // tracker curve version last sent...
     uint64_t sent_generation = 0;  // ...on this connection
     bool gate_pending = false;     // detection found a boundary; the next allocation passes the gate
-    // The tracker's outlook, for the claim sent with each Request (see
-    // claim_for). Written under pattern_mu wherever the tracker is fed, read
-    // by obtain() under mu alone: pattern_mu comes before mu, and obtain
-    // holds mu. Each is read on its own, so a request may see one a step
+    // The tracker's outlook, for the claims sent with each Request and
+    // IterationMark (see claim_for, gate_claims_locked). Written under
+    // pattern_mu wherever the tracker is fed, read by obtain() and
+    // iteration_gate() under mu alone: pattern_mu comes before mu, and both
+    // hold mu. Each is read on its own, so a request may see one a step
     // older than another; a claim is an estimate anyway.
     std::atomic<uint64_t> outlook_peak_bytes{0};  // remaining_peak_bytes(): 0 unknown
     std::atomic<uint64_t> outlook_live_bytes{0};
     std::atomic<uint64_t> outlook_end_bytes{0};   // curve().end_bytes
+    std::atomic<uint64_t> outlook_next_peak_bytes{0};  // next_iteration_peak_bytes(): 0 unknown
   };
 
   struct Pending {
@@ -176,6 +178,9 @@ struct NodeClient::Impl {
   static void refresh_outlook(Gpu& gpu);
   // Fills in the claim of a request for `count` chunks (mu held).
   static void claim_for(const Gpu& gpu, uint64_t count, proto::Request* request);
+  // The claims of the iteration the job would begin, for its IterationMark
+  // (mu held): one per open GPU whose next iteration is known.
+  std::vector<proto::GateClaim> gate_claims_locked() const;
 
   // --- chunk source -----------------------------------------------------------
   Status obtain(size_t slot, size_t count, Patience patience, std::vector<SourcedChunk>* out);
@@ -647,7 +652,27 @@ void NodeClient::Impl::refresh_outlook(Gpu& gpu) {
   gpu.outlook_peak_bytes.store(gpu.tracker.remaining_peak_bytes(), std::memory_order_relaxed);
   gpu.outlook_live_bytes.store(gpu.tracker.live_bytes(), std::memory_order_relaxed);
   gpu.outlook_end_bytes.store(gpu.tracker.curve().end_bytes, std::memory_order_relaxed);
+  gpu.outlook_next_peak_bytes.store(gpu.tracker.next_iteration_peak_bytes(), std::memory_order_relaxed);
 }
+
+namespace {
+
+uint64_t chunks_for(uint64_t bytes, uint64_t chunk) { return bytes / chunk + (bytes % chunk != 0 ? 1 : 0); }
+
+struct ClaimChunks {
+  uint32_t peak = 0;
+  uint32_t settle = 0;
+};
+
+// A claim in chunks (see claim_for): at least `held_chunks`, what the job
+// will surely hold, never below the peak in bytes, at most what the wire
+// carries; settle at most the peak.
+ClaimChunks claim_chunks(uint64_t held_chunks, uint64_t peak_bytes, uint64_t end_bytes, uint64_t chunk) {
+  const uint64_t peak = std::min<uint64_t>(std::max(held_chunks, chunks_for(peak_bytes, chunk)), UINT32_MAX);
+  return {static_cast<uint32_t>(peak), static_cast<uint32_t>(std::min(peak, chunks_for(end_bytes, chunk)))};
+}
+
+}  // namespace
 
 // The claim tells the daemon's deadlock avoidance (ledger.h, claims) the most
 // chunks this job will hold on the GPU before its iteration ends, and what it
@@ -664,14 +689,34 @@ void NodeClient::Impl::claim_for(const Gpu& gpu, uint64_t count, proto::Request*
   const uint64_t peak_bytes = gpu.outlook_peak_bytes.load(std::memory_order_relaxed);
   const uint64_t chunk = gpu.chunk_bytes;
   if (peak_bytes == 0 || chunk == 0) return;  // unknown: no claim (0 / 0)
-  const auto chunks_for = [chunk](uint64_t bytes) { return bytes / chunk + (bytes % chunk != 0 ? 1 : 0); };
   const uint64_t live_bytes = gpu.outlook_live_bytes.load(std::memory_order_relaxed);
-  const uint64_t more = std::max(count, chunks_for(peak_bytes > live_bytes ? peak_bytes - live_bytes : 0));
-  uint64_t peak = gpu.held > UINT64_MAX - more ? UINT64_MAX : gpu.held + more;
-  peak = std::min<uint64_t>(std::max(peak, chunks_for(peak_bytes)), UINT32_MAX);
-  const uint64_t settle = std::min(peak, chunks_for(gpu.outlook_end_bytes.load(std::memory_order_relaxed)));
-  request->claim_peak_chunks = static_cast<uint32_t>(peak);
-  request->claim_settle_chunks = static_cast<uint32_t>(settle);
+  const uint64_t more = std::max(count, chunks_for(peak_bytes > live_bytes ? peak_bytes - live_bytes : 0, chunk));
+  const uint64_t held = gpu.held > UINT64_MAX - more ? UINT64_MAX : gpu.held + more;
+  const ClaimChunks claim =
+      claim_chunks(held, peak_bytes, gpu.outlook_end_bytes.load(std::memory_order_relaxed), chunk);
+  request->claim_peak_chunks = claim.peak;
+  request->claim_settle_chunks = claim.settle;
+}
+
+// At the gate the job holds what it keeps between iterations (its idle
+// chunks went back just before the mark); the tracker's peak for the
+// iteration it would begin already counts what is live now, so it is the
+// claim, in chunks as claim_for rounds them, never below what is held.
+// No memory for the list: no claims (unknown), which only makes the daemon
+// more careful; iteration_gate() must not throw.
+std::vector<proto::GateClaim> NodeClient::Impl::gate_claims_locked() const try {
+  std::vector<proto::GateClaim> claims;
+  for (const auto& gpu : gpus) {
+    const uint64_t peak_bytes = gpu->outlook_next_peak_bytes.load(std::memory_order_relaxed);
+    if (!gpu->open_now || gpu->chunk_bytes == 0 || peak_bytes == 0) continue;
+    if (claims.size() == proto::kMaxGpus) break;
+    const ClaimChunks claim = claim_chunks(gpu->held, peak_bytes,
+                                           gpu->outlook_end_bytes.load(std::memory_order_relaxed), gpu->chunk_bytes);
+    claims.push_back(proto::GateClaim{gpu->index, claim.peak, claim.settle});
+  }
+  return claims;
+} catch (const std::bad_alloc&) {
+  return {};
 }
 
 Status NodeClient::Impl::obtain(size_t slot, size_t count, Patience patience, std::vector<SourcedChunk>* out) {
@@ -950,7 +995,8 @@ void NodeClient::iteration_gate(bool explicit_mark) noexcept {
     std::unique_lock lock(impl.mu);
     const uint64_t connection = impl.generation;
     const uint64_t sequence = ++impl.gate_sequence;
-    if (impl.fd.load() >= 0 && !impl.stopping && impl.send_locked(proto::IterationMark{sequence})) {
+    if (impl.fd.load() >= 0 && !impl.stopping &&
+        impl.send_locked(proto::IterationMark{sequence, impl.gate_claims_locked()})) {
       // A lost connection ends the wait: a new daemon knows nothing of it.
       const auto timeout = std::chrono::nanoseconds(std::min<uint64_t>(impl.options.wait_timeout_ns, INT64_MAX));
       const bool opened = impl.cv.wait_for(lock, timeout, [&] {

@@ -335,9 +335,40 @@ bool fields(C& c, M& m) {
   return c.enumeration("JobState.state", m.state, kMaxJobRunState);
 }
 
+// The rules of Request's claim, per entry, and each GPU at most once.
+template <class C, class V>
+bool gate_claims(C& c, V& claims) {
+  if (!c.count("IterationMark.claims", claims, 0, kMaxGpus)) return false;
+  const auto name = [](size_t k) { return "IterationMark.claims[" + std::to_string(k) + "]"; };
+  for (size_t i = 0; i < claims.size(); ++i) {
+    auto& claim = claims[i];
+    if (!c.u32("IterationMark.claims.gpu", claim.gpu) ||
+        !c.u32("IterationMark.claims.peak_chunks", claim.peak_chunks) ||
+        !c.u32("IterationMark.claims.settle_chunks", claim.settle_chunks)) {
+      return false;
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (claims[j].gpu == claim.gpu) {
+        return c.fail(name(i) + ".gpu is " + std::to_string(claim.gpu) + ", as is " + name(j) +
+                      ".gpu (one claim per GPU)");
+      }
+    }
+    if (claim.peak_chunks == 0 && claim.settle_chunks != 0) {
+      return c.fail(name(i) + ".settle_chunks is " + std::to_string(claim.settle_chunks) + " without a claim (" +
+                    name(i) + ".peak_chunks is 0; both must be 0)");
+    }
+    if (claim.settle_chunks > claim.peak_chunks) {
+      return c.fail(name(i) + ".settle_chunks is " + std::to_string(claim.settle_chunks) + " (must be <= " +
+                    name(i) + ".peak_chunks, " + std::to_string(claim.peak_chunks) + ")");
+    }
+  }
+  return true;
+}
+
 template <class C, Is<IterationMark> M>
 bool fields(C& c, M& m) {
-  return c.u64("IterationMark.sequence", m.sequence) && c.nonzero("IterationMark.sequence", m.sequence);
+  return c.u64("IterationMark.sequence", m.sequence) && c.nonzero("IterationMark.sequence", m.sequence) &&
+         gate_claims(c, m.claims);
 }
 
 template <class C, Is<Curve> M>

@@ -6,7 +6,7 @@
 // and file descriptors (SCM_RIGHTS) travel with the message they belong to.
 // Every datagram is a 16-byte header followed by the payload:
 //
-//   u32 magic 'ZICO' (0x4F43495A)  u16 version (3)  u16 type
+//   u32 magic 'ZICO' (0x4F43495A)  u16 version (4)  u16 type
 //   u32 payload_bytes (== datagram size - 16, <= kMaxPayload)  u32 reserved (0)
 //
 // All integers are little-endian and fixed width; strings are u16 length +
@@ -32,14 +32,18 @@ namespace zico::proto {
 
 inline constexpr uint32_t kMagic = 0x4F43495A;  // "ZICO" little-endian
 // 2: the time-shift messages (IterationMark, Curve, Proceed). 3: claims on Request.
-inline constexpr uint16_t kVersion = 3;
+// 4: claims on IterationMark (the iteration the job would begin).
+inline constexpr uint16_t kVersion = 4;
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxPayload = 60 * 1024;
 inline constexpr size_t kMaxString = 255;
 // Chunk ids (and descriptors) per kGrant / kReturn message; below SCM_MAX_FD (253).
 inline constexpr size_t kMaxChunksPerMessage = 128;
+// GPUs one message may list: a node's GPUs in a kStatus reply, a job's in
+// an IterationMark's claims.
+inline constexpr size_t kMaxGpus = 64;
 // Entries in a kStatus reply.
-inline constexpr size_t kMaxStatusGpus = 64;
+inline constexpr size_t kMaxStatusGpus = kMaxGpus;
 inline constexpr size_t kMaxStatusJobs = 256;
 
 enum class Type : uint16_t {
@@ -142,11 +146,25 @@ struct JobState {
   JobRunState state = JobRunState::kRunning;
 };
 
+// The claim of the iteration a job would begin (deadlock avoidance, see
+// sharing/ledger.h): the most chunks it expects to hold on the GPU before
+// that iteration ends, and what it expects to hold after. Peak 0: unknown.
+// settle <= peak, and no settle without a peak.
+struct GateClaim {
+  uint32_t gpu = 0;
+  uint32_t peak_chunks = 0;
+  uint32_t settle_chunks = 0;
+};
+
 // The job is at an iteration boundary (zico_mark_iteration, or one the
 // allocator detected) and waits for kProceed with the same sequence number
-// before it starts the iteration: the time-shift scheduler's gate.
+// before it starts the iteration: the time-shift scheduler's gate. The
+// daemon opens it only when starting that iteration, with these claims,
+// leaves every job in mid-iteration able to finish (or after a bounded
+// wait: a claim can be wrong).
 struct IterationMark {
-  uint64_t sequence = 0;  // increases by one per mark, from 1
+  uint64_t sequence = 0;          // increases by one per mark, from 1
+  std::vector<GateClaim> claims{};  // at most kMaxGpus, no GPU twice; a GPU left out: unknown
 };
 // The job's learned memory pattern on a GPU (sharing/demand_curve.h), sent
 // when it changes materially. period_ns 0: the job no longer has a pattern.

@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
       JobControl{JobAction::kSuspend, 42, StoreKind::kHost},
       Result{0, "ok"},
       Goodbye{"bye"},
+      IterationMark{3, {{0, 12, 4}, {1, 0, 0}}},
+      Proceed{3},
   };
   for (const Message& message : seeds) {
     std::vector<uint8_t> input;

@@ -538,10 +538,101 @@ TEST_F(NodeManager, ClaimsHoldBackAnUnsafeGrantUntilTheOtherJobIsAtItsGate) {
   const auto second = b.await<zico::proto::Grant>(2000ms);
   ASSERT_TRUE(second.has_value()) << "the claim A left at its gate still holds B back";
   EXPECT_EQ(second->ids.size(), 12u);
+  // A's own start goes by the plan alone (no --start-guard).
   EXPECT_TRUE(a.await<zico::proto::Proceed>(2000ms).has_value());
   ASSERT_TRUE(query_status(socket_, &status));
   EXPECT_EQ(status.gpus[0].granted_bytes, 44 * kMiB);
   EXPECT_EQ(status.gpus[0].deadlocks, 0u);
+}
+
+// With --start-guard on the gates ask Ledger::may_start. Budget 64 MiB in
+// 2 MiB chunks: 32.
+class GateGuardTest : public NodeManager {
+ protected:
+  void SetUp() override {
+    NodeManager::SetUp();
+    start_daemon(64 * kMiB, {"--start-guard", "on"});
+    zico::SimDriver sim;
+    zico::Capabilities caps;
+    ASSERT_TRUE(sim.capabilities(zico::DeviceId{0}, &caps).is_ok());
+    uuid_ = caps.uuid;
+  }
+  zico::proto::GpuUuid uuid_{};
+};
+
+using Mark = zico::proto::IterationMark;
+using Proceed = zico::proto::Proceed;
+
+TEST_F(GateGuardTest, AStartWaitsWhileItsClaimWouldLeaveAJobInMidIterationUnableToFinish) {
+  RawJob a(socket_);
+  RawJob b(socket_);
+  ASSERT_EQ(a.open(uuid_, "mid-iteration"), 2 * kMiB);
+  ASSERT_EQ(b.open(uuid_, "at-its-gate"), 2 * kMiB);
+  // A is in mid-iteration: it holds 10 chunks, climbs to 24 and keeps 10.
+  ASSERT_TRUE(a.send(zico::proto::Request{1, 0, 10, 24, 10}));
+  ASSERT_TRUE(a.await<zico::proto::Grant>(2000ms).has_value());
+  // An iteration of B that climbs to 8 is safe: A finishes first (14 of the
+  // 22 free chunks), then B.
+  ASSERT_TRUE(b.send(Mark{1, {{0, 8, 0}}}));
+  const auto first = b.await<Proceed>(500ms);
+  ASSERT_TRUE(first.has_value()) << "a safe start was held back";
+  EXPECT_EQ(first->sequence, 1u);
+  // One that climbs to 23 is not: after A, 32 - 10 = 22 chunks are left.
+  ASSERT_TRUE(b.send(Mark{2, {{0, 23, 0}}}));
+  EXPECT_FALSE(b.await<Proceed>(300ms).has_value()) << "started although A could not finish then";
+  // At its gate A needs nothing more: B may start.
+  const auto asked = Clock::now();
+  ASSERT_TRUE(a.send(Mark{1}));
+  const auto second = b.await<Proceed>(2000ms);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->sequence, 2u);
+  EXPECT_LT(Clock::now() - asked, 400ms) << "released by the 1 s bound, not by A reaching its gate";
+}
+
+TEST_F(GateGuardTest, AStartWithoutAClaimWaitsForTheJobsInMidIteration) {
+  RawJob a(socket_);
+  RawJob b(socket_);
+  ASSERT_EQ(a.open(uuid_, "mid-iteration"), 2 * kMiB);
+  ASSERT_EQ(b.open(uuid_, "learning"), 2 * kMiB);
+  // A is in mid-iteration and does not know its iteration (no claim); B
+  // does not know the one it would begin. Nothing would protect either from
+  // the other: B waits.
+  ASSERT_TRUE(a.send(zico::proto::Request{1, 0, 4}));
+  ASSERT_TRUE(a.await<zico::proto::Grant>(2000ms).has_value());
+  ASSERT_TRUE(b.send(Mark{1}));
+  EXPECT_FALSE(b.await<Proceed>(300ms).has_value()) << "started against a job in mid-iteration without a claim";
+  // A learns its iteration: it peaks at 6 chunks, reached with this grant,
+  // and only gives back from there. The grant is asked for again at once.
+  const auto asked = Clock::now();
+  ASSERT_TRUE(a.send(zico::proto::Request{2, 0, 2, 6, 2}));
+  ASSERT_TRUE(a.await<zico::proto::Grant>(2000ms).has_value());
+  ASSERT_TRUE(b.await<Proceed>(2000ms).has_value());
+  EXPECT_LT(Clock::now() - asked, 400ms) << "released by the 1 s bound, not by A's grant";
+}
+
+TEST_F(GateGuardTest, AClaimOnAGpuTheJobHasNotOpenedClosesItsConnection) {
+  const std::string answer = send_raw_and_listen(
+      socket_, {encoded(zico::proto::Hello{0, "stray-claim"}), encoded(zico::proto::OpenGpu{uuid_, 0}),
+                encoded(Mark{1, {{0, 4, 2}, {5, 4, 2}}})});
+  EXPECT_EQ(answer, "IterationMark claims GPU 5, which the job has not opened");
+}
+
+TEST_F(GateGuardTest, AHeldStartGoesAfterOneSecondRegardless) {
+  RawJob a(socket_);
+  RawJob b(socket_);
+  ASSERT_EQ(a.open(uuid_, "mid-iteration"), 2 * kMiB);
+  ASSERT_EQ(b.open(uuid_, "learning"), 2 * kMiB);
+  ASSERT_TRUE(a.send(zico::proto::Request{1, 0, 4}));
+  ASSERT_TRUE(a.await<zico::proto::Grant>(2000ms).has_value());
+  // A never reaches its gate: a claim (or its absence) can be wrong, so B's
+  // wait is bounded (Ledger::kMaxGateBlockNs).
+  const auto marked = Clock::now();
+  ASSERT_TRUE(b.send(Mark{1}));
+  EXPECT_FALSE(b.await<Proceed>(800ms).has_value());
+  ASSERT_TRUE(b.await<Proceed>(2000ms).has_value());
+  const auto waited = Clock::now() - marked;
+  EXPECT_GE(waited, 1000ms);
+  EXPECT_LT(waited, 1500ms);
 }
 
 TEST_F(NodeManager, AnotherProcessCannotTakeOverAJobAfterARestart) {

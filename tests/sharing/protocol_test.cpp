@@ -58,7 +58,8 @@ auto tie(const SetBudget& m) { return std::tie(m.target, m.gpu, m.job_id, m.byte
 auto tie(const JobControl& m) { return std::tie(m.action, m.job_id, m.to); }
 auto tie(const Result& m) { return std::tie(m.errc, m.message); }
 auto tie(const Goodbye& m) { return std::tie(m.reason); }
-auto tie(const IterationMark& m) { return std::tie(m.sequence); }
+auto tie(const GateClaim& m) { return std::tie(m.gpu, m.peak_chunks, m.settle_chunks); }
+auto tie(const IterationMark& m) { return std::tie(m.sequence, m.claims); }
 auto tie(const Curve& m) {
   const auto& c = m.curve;
   return std::tie(m.gpu, c.period_ns, c.bins, c.persistent_bytes, c.transient_bytes, c.workspace_bytes,
@@ -93,6 +94,7 @@ ZICO_TEST_EQUALITY(SetBudget)
 ZICO_TEST_EQUALITY(JobControl)
 ZICO_TEST_EQUALITY(Result)
 ZICO_TEST_EQUALITY(Goodbye)
+ZICO_TEST_EQUALITY(GateClaim)
 ZICO_TEST_EQUALITY(IterationMark)
 ZICO_TEST_EQUALITY(Curve)
 ZICO_TEST_EQUALITY(Proceed)
@@ -144,8 +146,8 @@ std::vector<Message> samples() {
       SetBudget{BudgetTarget::kJobMax, 7, 42, 24ull << 30},
       JobControl{JobAction::kResume, 0x0102030405060708ull, StoreKind::kNvme},
       Result{2, "no such job 43"},
-      Goodbye{"protocol version 2 (this side speaks version 3)"},
-      IterationMark{0x0102030405060708ull},
+      Goodbye{"protocol version 3 (this side speaks version 4)"},
+      IterationMark{0x0102030405060708ull, {{2, 0xFFFFFFFFu, 700}, {0, 5, 5}, {7, 0, 0}}},
       curve,
       Proceed{0x0807060504030201ull},
   };
@@ -298,10 +300,12 @@ TEST(ProtocolRejectTest, WrongMagic) {
 
 TEST(ProtocolRejectTest, WrongVersionNamesBoth) {
   std::vector<uint8_t> bytes = encoded(Welcome{1});
+  bytes[4] = 3;
+  EXPECT_EQ(rejection(bytes), "protocol version 3 (this side speaks version 4)");
   bytes[4] = 2;
-  EXPECT_EQ(rejection(bytes), "protocol version 2 (this side speaks version 3)");
+  EXPECT_EQ(rejection(bytes), "protocol version 2 (this side speaks version 4)");
   bytes[4] = 1;
-  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 3)");
+  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 4)");
 }
 
 TEST(ProtocolRejectTest, UnknownType) {
@@ -614,6 +618,60 @@ TEST(ProtocolRejectTest, RequestClaims) {
             "Request.claim_settle_chunks is 9 without a claim (Request.claim_peak_chunks is 0; both must be 0)");
   put_u32(&bytes, bytes.size() - 4, 0xFFFFFFFFu);
   EXPECT_NE(rejection(bytes).find("Request.claim_settle_chunks is 4294967295"), std::string::npos);
+}
+
+TEST(ProtocolTest, IterationMarkClaimsRoundTrip) {
+  std::vector<GateClaim> all;
+  for (uint32_t g = 0; g < kMaxGpus; ++g) {
+    all.push_back(GateClaim{static_cast<uint32_t>(kMaxGpus) - 1 - g, g + 1, g / 2});
+  }
+  for (const IterationMark& original :
+       {IterationMark{1, {}}, IterationMark{2, {{3, 40, 12}}}, IterationMark{3, {{1, 0, 0}, {0, 9, 9}}},
+        IterationMark{4, all}}) {
+    const std::vector<uint8_t> bytes = encoded(original);
+    // sequence, count, then gpu, peak and settle per claim.
+    EXPECT_EQ(bytes.size(), kHeaderBytes + 8 + 4 + 12 * original.claims.size());
+    Message decoded;
+    std::string why;
+    ASSERT_TRUE(decode(bytes, 0, &decoded, &why)) << why;
+    const auto* mark = std::get_if<IterationMark>(&decoded);
+    ASSERT_NE(mark, nullptr);
+    EXPECT_TRUE(*mark == original);
+  }
+}
+
+TEST(ProtocolRejectTest, IterationMarkClaims) {
+  EXPECT_EQ(refusal(IterationMark{1, {{0, 4, 4}, {2, 4, 5}}}),
+            "IterationMark.claims[1].settle_chunks is 5 (must be <= IterationMark.claims[1].peak_chunks, 4)");
+  EXPECT_EQ(refusal(IterationMark{1, {{0, 0, 3}}}),
+            "IterationMark.claims[0].settle_chunks is 3 without a claim (IterationMark.claims[0].peak_chunks is 0; "
+            "both must be 0)");
+  EXPECT_EQ(refusal(IterationMark{1, {{1, 4, 2}, {0, 4, 2}, {1, 6, 2}}}),
+            "IterationMark.claims[2].gpu is 1, as is IterationMark.claims[0].gpu (one claim per GPU)");
+  IterationMark many{1, {}};
+  for (uint32_t g = 0; g <= kMaxGpus; ++g) many.claims.push_back(GateClaim{g, 1, 0});
+  EXPECT_EQ(refusal(many), "IterationMark.claims has 65 entries (must be 0..64)");
+
+  // The decoder applies the same rules to bytes the encoder would not produce.
+  const size_t first = kHeaderBytes + 8 + 4;  // claims[0].gpu; peak and settle follow
+  std::vector<uint8_t> bytes = encoded(IterationMark{1, {{0, 4, 2}, {3, 4, 2}}});
+  put_u32(&bytes, first + 8, 9);
+  EXPECT_EQ(rejection(bytes),
+            "IterationMark.claims[0].settle_chunks is 9 (must be <= IterationMark.claims[0].peak_chunks, 4)");
+  put_u32(&bytes, first + 4, 0);
+  EXPECT_EQ(rejection(bytes),
+            "IterationMark.claims[0].settle_chunks is 9 without a claim (IterationMark.claims[0].peak_chunks is 0; "
+            "both must be 0)");
+  bytes = encoded(IterationMark{1, {{0, 4, 2}, {3, 4, 2}}});
+  put_u32(&bytes, first + 12, 0);
+  EXPECT_EQ(rejection(bytes),
+            "IterationMark.claims[1].gpu is 0, as is IterationMark.claims[0].gpu (one claim per GPU)");
+  bytes = encoded(IterationMark{1, {}});
+  put_u32(&bytes, kHeaderBytes + 8, kMaxGpus + 1);
+  EXPECT_EQ(rejection(bytes), "IterationMark.claims has 65 entries (must be 0..64)");
+  bytes = encoded(IterationMark{1, {}});
+  put_u32(&bytes, kHeaderBytes + 8, 1);  // one claim announced, none there
+  EXPECT_EQ(rejection(bytes), "truncated: IterationMark.claims.gpu needs 4 bytes, 0 left");
 }
 
 TEST(ProtocolRejectTest, DescriptorCount) {

@@ -40,6 +40,9 @@ constexpr const char* kUsage =
     "  --schedule POLICY      zico (default): delay jobs' iteration starts so their memory\n"
     "                         peaks do not coincide (docs/scheduling.md); fcfs: serve\n"
     "                         chunk requests first come, first served, nothing else\n"
+    "  --start-guard on|off   on: an iteration start the plan allows also waits (at most 1 s)\n"
+    "                         while it could leave a job in mid-iteration unable to finish\n"
+    "                         (its claim, docs/scheduling.md); off (default)\n"
     "  --metrics HOST:PORT    serve Prometheus metrics at http://HOST:PORT/metrics\n"
     "  --state-file PATH      what jobs hold, for a restarted daemon (default: the socket path + .state)\n"
     "  --help, --version\n"
@@ -93,7 +96,7 @@ int main(int argc, char** argv) {
     }
     static constexpr std::string_view kWithValue[] = {"--socket", "--group",      "--admin-group", "--mode",   "--budget",
                                                       "--gpus",   "--chunk-size", "--on-deadlock", "--metrics",
-                                                      "--state-file", "--schedule"};
+                                                      "--state-file", "--schedule", "--start-guard"};
     if (std::find(std::begin(kWithValue), std::end(kWithValue), arg) == std::end(kWithValue)) {
       return usage_error("unknown option '" + std::string(arg) + "'");
     }
@@ -147,6 +150,12 @@ int main(int argc, char** argv) {
         return usage_error(std::string("--schedule '") + v + "' is not valid; expected zico or fcfs");
       }
       options.time_shift = policy == "zico";
+    } else if (arg == "--start-guard") {
+      const std::string_view guard = v;
+      if (guard != "on" && guard != "off") {
+        return usage_error(std::string("--start-guard '") + v + "' is not valid; expected on or off");
+      }
+      options.start_guard = guard == "on";
     }
   }
   if (options.state_path.empty()) options.state_path = options.socket_path + ".state";
