@@ -158,10 +158,10 @@ struct GateClaim {
 
 // The job is at an iteration boundary (zico_mark_iteration, or one the
 // allocator detected) and waits for kProceed with the same sequence number
-// before it starts the iteration: the time-shift scheduler's gate. The
-// daemon opens it only when starting that iteration, with these claims,
-// leaves every job in mid-iteration able to finish (or after a bounded
-// wait: a claim can be wrong).
+// before it starts the iteration: the time-shift scheduler's gate. With
+// zico-umd --start-guard on, the daemon also waits until starting that
+// iteration, with these claims, leaves every job in mid-iteration able to
+// finish (at most Ledger::kMaxGateBlockNs: a claim can be wrong).
 struct IterationMark {
   uint64_t sequence = 0;          // increases by one per mark, from 1
   std::vector<GateClaim> claims{};  // at most kMaxGpus, no GPU twice; a GPU left out: unknown

@@ -557,6 +557,13 @@ class GateGuardTest : public NodeManager {
     ASSERT_TRUE(sim.capabilities(zico::DeviceId{0}, &caps).is_ok());
     uuid_ = caps.uuid;
   }
+  // A in mid-iteration (4 chunks, no claim) and B, still learning.
+  void open_learning_pair(RawJob& a, RawJob& b) {
+    ASSERT_EQ(a.open(uuid_, "mid-iteration"), 2 * kMiB);
+    ASSERT_EQ(b.open(uuid_, "learning"), 2 * kMiB);
+    ASSERT_TRUE(a.send(zico::proto::Request{1, 0, 4}));
+    ASSERT_TRUE(a.await<zico::proto::Grant>(2000ms).has_value());
+  }
   zico::proto::GpuUuid uuid_{};
 };
 
@@ -592,13 +599,10 @@ TEST_F(GateGuardTest, AStartWaitsWhileItsClaimWouldLeaveAJobInMidIterationUnable
 TEST_F(GateGuardTest, AStartWithoutAClaimWaitsForTheJobsInMidIteration) {
   RawJob a(socket_);
   RawJob b(socket_);
-  ASSERT_EQ(a.open(uuid_, "mid-iteration"), 2 * kMiB);
-  ASSERT_EQ(b.open(uuid_, "learning"), 2 * kMiB);
   // A is in mid-iteration and does not know its iteration (no claim); B
   // does not know the one it would begin. Nothing would protect either from
   // the other: B waits.
-  ASSERT_TRUE(a.send(zico::proto::Request{1, 0, 4}));
-  ASSERT_TRUE(a.await<zico::proto::Grant>(2000ms).has_value());
+  ASSERT_NO_FATAL_FAILURE(open_learning_pair(a, b));
   ASSERT_TRUE(b.send(Mark{1}));
   EXPECT_FALSE(b.await<Proceed>(300ms).has_value()) << "started against a job in mid-iteration without a claim";
   // A learns its iteration: it peaks at 6 chunks, reached with this grant,
@@ -620,10 +624,7 @@ TEST_F(GateGuardTest, AClaimOnAGpuTheJobHasNotOpenedClosesItsConnection) {
 TEST_F(GateGuardTest, AHeldStartGoesAfterOneSecondRegardless) {
   RawJob a(socket_);
   RawJob b(socket_);
-  ASSERT_EQ(a.open(uuid_, "mid-iteration"), 2 * kMiB);
-  ASSERT_EQ(b.open(uuid_, "learning"), 2 * kMiB);
-  ASSERT_TRUE(a.send(zico::proto::Request{1, 0, 4}));
-  ASSERT_TRUE(a.await<zico::proto::Grant>(2000ms).has_value());
+  ASSERT_NO_FATAL_FAILURE(open_learning_pair(a, b));
   // A never reaches its gate: a claim (or its absence) can be wrong, so B's
   // wait is bounded (Ledger::kMaxGateBlockNs).
   const auto marked = Clock::now();
