@@ -14,6 +14,21 @@ constexpr uint64_t kGiB = uint64_t{1} << 30;
 
 using testing::triangle_curve;
 
+// Two jobs with the same curve under `budget`, no headroom; job 1 began its
+// iteration at 0, job 2 is about to ask.
+TimeShiftScheduler pair_first_started(uint64_t budget, const DemandCurve& curve) {
+  SchedulerOptions options;
+  options.headroom = 0;
+  TimeShiftScheduler scheduler(options);
+  scheduler.set_budget(budget);
+  for (JobId job : {1, 2}) {
+    scheduler.add_job(job);
+    scheduler.set_curve(job, curve);
+  }
+  scheduler.started(1, 0);
+  return scheduler;
+}
+
 // The most the scheduler predicts over [from, to), sampled finely.
 uint64_t predicted_peak_over(const TimeShiftScheduler& scheduler, uint64_t from, uint64_t to) {
   uint64_t most = 0;
@@ -35,15 +50,7 @@ TEST(TimeShiftScheduler, StartsAtOnceWithoutBudgetOrCurve) {
 }
 
 TEST(TimeShiftScheduler, NoDelayWhenBothPeaksFit) {
-  SchedulerOptions options;
-  options.headroom = 0;
-  TimeShiftScheduler scheduler(options);
-  scheduler.set_budget(20 * kGiB);
-  for (JobId job : {1, 2}) {
-    scheduler.add_job(job);
-    scheduler.set_curve(job, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
-  }
-  scheduler.started(1, 0);
+  TimeShiftScheduler scheduler = pair_first_started(20 * kGiB, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
   const StartDecision decision = scheduler.plan_start(2, 0);
   EXPECT_EQ(decision.start_ns, 0u);
   EXPECT_TRUE(decision.fits);
@@ -96,15 +103,7 @@ TEST(TimeShiftScheduler, PlannedStartsAreReservedForLaterDecisions) {
 }
 
 TEST(TimeShiftScheduler, AskingAgainReplacesTheJobsOwnPlan) {
-  SchedulerOptions options;
-  options.headroom = 0;
-  TimeShiftScheduler scheduler(options);
-  scheduler.set_budget(14 * kGiB);
-  for (JobId job : {1, 2}) {
-    scheduler.add_job(job);
-    scheduler.set_curve(job, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
-  }
-  scheduler.started(1, 0);
+  TimeShiftScheduler scheduler = pair_first_started(14 * kGiB, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
   const StartDecision first = scheduler.plan_start(2, 0);
   // Its own earlier plan must not stand in its way.
   EXPECT_EQ(scheduler.plan_start(2, 0).start_ns, first.start_ns);
@@ -116,16 +115,8 @@ TEST(TimeShiftScheduler, AskingAgainReplacesTheJobsOwnPlan) {
 }
 
 TEST(TimeShiftScheduler, WhenNothingFitsItPicksTheLeastOverflowAndSaysSo) {
-  SchedulerOptions options;
-  options.headroom = 0;
-  TimeShiftScheduler scheduler(options);
   // 10 GiB of peak on top of the other's 3 GiB floor never fits in 12 GiB.
-  scheduler.set_budget(12 * kGiB);
-  for (JobId job : {1, 2}) {
-    scheduler.add_job(job);
-    scheduler.set_curve(job, triangle_curve(100 * kMs, 3 * kGiB, 10 * kGiB));
-  }
-  scheduler.started(1, 0);
+  TimeShiftScheduler scheduler = pair_first_started(12 * kGiB, triangle_curve(100 * kMs, 3 * kGiB, 10 * kGiB));
   const StartDecision decision = scheduler.plan_start(2, 0);
   EXPECT_FALSE(decision.fits);
   EXPECT_EQ(decision.predicted_peak, 13 * kGiB);
