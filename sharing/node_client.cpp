@@ -990,6 +990,30 @@ void NodeClient::iteration_gate(bool explicit_mark) noexcept {
     size_t freed = 0;
     (void)allocator->try_trim(SIZE_MAX, &freed);
   }
+  // The tracker closes the iteration that just ended before the gate is
+  // asked, so the daemon plans the gate with that iteration's curve (sent
+  // first) and weighs the claim the mark carries, which comes from it too.
+  // The wait at the gate is a stall the progress clock leaves out: the mark
+  // has the same progress time before the wait as after it.
+  try {
+    std::lock_guard patterns(impl.pattern_mu);
+    const uint64_t now = impl.progress_now_locked();
+    std::lock_guard lock(impl.mu);
+    for (auto& gpu : impl.gpus) {
+      if (explicit_mark) gpu->tracker.on_iteration(now);
+      Impl::refresh_outlook(*gpu);  // a new iteration: a new outlook
+      const uint64_t version = gpu->tracker.curve_version();
+      if (!gpu->open_now || version == 0) continue;
+      if (version == gpu->sent_version && gpu->sent_generation == impl.generation) continue;
+      proto::Curve curve{gpu->index, gpu->tracker.curve()};
+      // Longer than the protocol carries: no pattern the daemon could use.
+      if (curve.curve.period_ns > proto::kMaxCurvePeriodNs) curve.curve = DemandCurve{};
+      if (!impl.send_locked(curve)) continue;  // sent again after the next boundary
+      gpu->sent_version = version;
+      gpu->sent_generation = impl.generation;
+    }
+  } catch (const std::bad_alloc&) {
+  }
   const uint64_t asked = now_ns();
   {
     std::unique_lock lock(impl.mu);
@@ -1008,27 +1032,8 @@ void NodeClient::iteration_gate(bool explicit_mark) noexcept {
       }
     }
   }
-  std::vector<proto::Curve> changed;
-  try {
-    std::lock_guard patterns(impl.pattern_mu);
-    impl.stalled_ns += now_ns() - asked;
-    const uint64_t now = impl.progress_now_locked();
-    std::lock_guard lock(impl.mu);
-    for (auto& gpu : impl.gpus) {
-      if (explicit_mark) gpu->tracker.on_iteration(now);
-      Impl::refresh_outlook(*gpu);  // a new iteration: a new outlook
-      const uint64_t version = gpu->tracker.curve_version();
-      if (!gpu->open_now || version == 0) continue;
-      if (version == gpu->sent_version && gpu->sent_generation == impl.generation) continue;
-      proto::Curve curve{gpu->index, gpu->tracker.curve()};
-      // Longer than the protocol carries: no pattern the daemon could use.
-      if (curve.curve.period_ns > proto::kMaxCurvePeriodNs) curve.curve = DemandCurve{};
-      if (!impl.send_locked(curve)) continue;  // sent again after the next boundary
-      gpu->sent_version = version;
-      gpu->sent_generation = impl.generation;
-    }
-  } catch (const std::bad_alloc&) {
-  }
+  std::lock_guard patterns(impl.pattern_mu);
+  impl.stalled_ns += now_ns() - asked;
 }
 
 void NodeClient::report_suspended(bool suspended) {

@@ -84,10 +84,12 @@ class NodeClient {
   [[nodiscard]] bool on_allocated(DeviceId device, const void* ptr, size_t bytes) noexcept;
   void on_freed(DeviceId device, const void* ptr) noexcept;
   // An iteration boundary (explicit: zico_mark_iteration). Gives the
-  // allocators' idle chunks back, tells the daemon and waits for its go
-  // (kProceed) at most the wait timeout, or not at all while no daemon
-  // answers; then starts the iteration in the trackers (whose clock leaves
-  // out the wait) and sends the curves that changed.
+  // allocators' idle chunks back, starts the new iteration in the trackers
+  // and sends the curves that changed (so the daemon plans the gate with the
+  // iteration just ended), then tells the daemon, with the claims of the
+  // iteration it would begin, and waits for its go (kProceed) at most the
+  // wait timeout, or not at all while no daemon answers. The trackers'
+  // clock leaves the wait out.
   void iteration_gate(bool explicit_mark) noexcept;
 
   // zico-umctl suspend: true once the daemon asked this job to pause; *to

@@ -304,6 +304,14 @@ class Engine {
       }
       load(j, j.segment + 1);
       if (!zico()) continue;
+      // The tracker learns the mark at the gate, before the job asks (as
+      // zico_mark_iteration does): the gate then plans with the iteration
+      // just ended, and its claim is that iteration's. A wait at the gate is
+      // a stall, which the progress clock leaves out.
+      j.tracker->on_iteration(progress_ns(j));
+      const uint64_t period = j.tracker->curve().period_ns;
+      j.result.longest_learned_iter_s = std::max(j.result.longest_learned_iter_s, seconds(static_cast<double>(period)));
+      sync_curve(j);
       const sharing::StartDecision decision = scheduler_.plan_start(j.id, now_ns());
       if (decision.start_ns > now_ns()) {
         enter_gate(j);
@@ -367,11 +375,7 @@ class Engine {
   }
 
   void start_iteration(Job& j) {
-    j.tracker->on_iteration(progress_ns(j));
-    const uint64_t period = j.tracker->curve().period_ns;
-    j.result.longest_learned_iter_s = std::max(j.result.longest_learned_iter_s, seconds(static_cast<double>(period)));
     scheduler_.started(j.id, now_ns());
-    sync_curve(j);
     update_claim(j);
   }
 

@@ -41,10 +41,11 @@
 //    GPU-progress clock would), not the stalls that happened to fall in it.
 //    Each new curve goes to the scheduler. At each iteration mark the job
 //    asks plan_start(); a later start_ns holds it at its gate (keeping its
-//    memory, using no compute) until then, and the tracker learns the mark
-//    at the actual start, as in a job whose zico_mark_iteration call blocks
-//    at the gate; the scheduler gets that start on the virtual clock
-//    (started()), which is the one its plans are in. Whenever the scheduler
+//    memory, using no compute) until then. The tracker learns the mark when
+//    the job reaches its gate, before it asks, as zico_mark_iteration does
+//    (the wait is a stall its progress clock leaves out), so the gate plans
+//    with the iteration just ended; the scheduler gets the actual start on
+//    the virtual clock (started()), which is the one its plans are in. Whenever the scheduler
 //    re-plans (budget, job set or a curve changed) the plans of the jobs
 //    waiting at their gates are cleared (unplan()) and they ask again,
 //    oldest first, and move their wake-up. Claims (ledger.h): with each
