@@ -45,10 +45,10 @@
 //    the job reaches its gate, before it asks, as zico_mark_iteration does
 //    (the wait is a stall its progress clock leaves out), so the gate plans
 //    with the iteration just ended; the scheduler gets the actual start on
-//    the virtual clock (started()), which is the one its plans are in. Whenever the scheduler
-//    re-plans (budget, job set or a curve changed) the plans of the jobs
-//    waiting at their gates are cleared (unplan()) and they ask again,
-//    oldest first, and move their wake-up. Claims (ledger.h): with each
+//    the virtual clock (started()), which is the one its plans are in.
+//    Whenever the scheduler re-plans (budget, job set or a curve changed) the
+//    plans of the jobs waiting at their gates are cleared (unplan()) and they
+//    ask again, oldest first, and move their wake-up. Claims (ledger.h): with each
 //    request, and when an iteration starts, the job's claim is set from its
 //    tracker's outlook (remaining_peak_bytes, in chunks) and its curve's end
 //    level; at its gate it is between iterations. When its start time comes
