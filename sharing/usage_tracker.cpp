@@ -48,6 +48,15 @@ constexpr uint64_t kOutlookMismatchShare = 50;
 
 uint64_t sub_floor(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
 
+// Folds one token key into a hash of a sequence of them (order matters):
+// splitmix64's finalizer over the running value and the key.
+uint64_t mix(uint64_t hash, uint64_t key) {
+  uint64_t z = (hash ^ key) + 0x9e3779b97f4a7c15;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111eb;
+  return z ^ (z >> 31);
+}
+
 // One allocation or free, kept while detection or the current iteration may
 // still need it; its key is kept apart (Chunk). Trivial on purpose: chunks
 // are allocated uninitialized.
@@ -144,9 +153,20 @@ struct UsageTracker::Impl {
   std::vector<uint64_t> outlook;
   std::vector<uint64_t> outlook_level;
   uint64_t outlook_group = 1;
-  // The iteration before the last one had about as many tokens.
+  // outlook_hash[i]: the keys of the tokens in outlook step i, hashed.
+  std::vector<uint64_t> outlook_hash;
+  // Positions in the last iteration are worth trusting for the next one
+  // (build_outlook): what a gate claims.
   bool outlook_trusted = false;
   uint64_t previous_tokens = 0;  // tokens of the last complete iteration
+  // Complete iterations measured since the start or a pattern broke.
+  uint64_t measured = 0;
+  // With marks: the iteration in progress has made, step by step, the same
+  // allocations and frees as the last one so far (check_alignment), so its
+  // positions still mean what they meant there. Detected iterations repeat
+  // token for token by construction (follow), so this stays true for them.
+  bool aligned = true;
+  uint64_t step_hash = 0;  // the keys of the step in progress so far
   // The curve as of the last version bump: comparing with it rather than the
   // previous iteration's means a slow drift still bumps once it adds up.
   DemandCurve planned;
@@ -199,6 +219,7 @@ struct UsageTracker::Impl {
   void push(uint64_t key, uint64_t now_ns, uint64_t alloc_seq, uint64_t alloc_ns) {
     const uint64_t s = seq;
     if (marks) {
+      if (in_iteration) check_alignment(s - first_seq, key);
       // Marks that stop coming must not make the tracker keep everything.
       if (s - first_seq >= options.max_iteration_tokens) dropped = true;
       if (!dropped) store(key, {now_ns, live, alloc_seq, alloc_ns});
@@ -217,6 +238,8 @@ struct UsageTracker::Impl {
 
   void begin_iteration(uint64_t first, uint64_t now_ns, uint64_t live_then) {
     in_iteration = true;
+    aligned = true;
+    step_hash = 0;
     first_seq = first;
     start_ns = now_ns;
     start_live = live_then;
@@ -282,15 +305,23 @@ struct UsageTracker::Impl {
   // end_seq, at most kOutlookSteps of them (one per group of tokens).
   void build_outlook(uint64_t end_seq) {
     const uint64_t n = end_seq - first_seq;
-    // Positions line up only between iterations that do the same thing: the
-    // first one (optimizer state created, kernels tuned) usually does not.
+    // Positions line up only between iterations that do the same thing. The
+    // first one measured (optimizer state created, kernels tuned) usually
+    // does not, so its outlook is never trusted, and it is no reference for
+    // the second either: the second's is trusted on its own. A later one's
+    // is trusted if it did what the one before did, step for step
+    // (check_alignment), with about as many tokens. Either way the claims
+    // made in the next iteration hold only while it stays aligned.
     const uint64_t slack = previous_tokens / kOutlookMismatchShare;
-    outlook_trusted = previous_tokens > 0 && n + slack >= previous_tokens && n <= previous_tokens + slack;
+    const bool same_length = n + slack >= previous_tokens && n <= previous_tokens + slack;
+    outlook_trusted = measured == 1 || (measured > 1 && aligned && same_length);
     previous_tokens = n;
+    ++measured;
     outlook_group = std::max<uint64_t>(1, (n + kOutlookSteps - 1) / kOutlookSteps);
     const size_t steps = static_cast<size_t>((n + outlook_group - 1) / outlook_group);
     outlook.assign(steps, 0);
     outlook_level.assign(steps, 0);
+    outlook_hash.assign(steps, 0);
     uint64_t most = 0;
     for (uint64_t i = n; i-- > 0;) {
       most = std::max(most, at(first_seq + i).live_after);
@@ -298,6 +329,23 @@ struct UsageTracker::Impl {
       outlook[step] = std::max(outlook[step], most);
       if (i % outlook_group == 0) outlook_level[step] = i == 0 ? start_live : at(first_seq + i - 1).live_after;
     }
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t& hash = outlook_hash[static_cast<size_t>(i / outlook_group)];
+      hash = mix(hash, key(first_seq + i));
+    }
+  }
+
+  // Token `index` of the iteration in progress has key `key`: at the end of
+  // each outlook step, are the step's keys the last iteration's there? One
+  // step that differs ends the alignment for the rest of the iteration. Past
+  // the last iteration's length nothing is compared (outlook_from gives its
+  // end level there).
+  void check_alignment(uint64_t index, uint64_t key) {
+    if (!aligned || outlook.empty() || index >= previous_tokens) return;
+    step_hash = mix(step_hash, key);
+    if ((index + 1) % outlook_group != 0 && index + 1 != previous_tokens) return;
+    if (step_hash != outlook_hash[static_cast<size_t>(index / outlook_group)]) aligned = false;
+    step_hash = 0;
   }
 
   // The most live bytes expected from outlook step `step` on, the live bytes
@@ -321,6 +369,7 @@ struct UsageTracker::Impl {
       outlook.clear();
       outlook_level.clear();
       previous_tokens = 0;
+      measured = 0;
       floor_seq = s;
       next_check_seq = s + kMinCheckInterval;
       return;
@@ -515,6 +564,7 @@ void UsageTracker::on_iteration(uint64_t now_ns) {
     m.outlook.clear();  // positions counted from detected anchors, not marks
     m.outlook_level.clear();
     m.previous_tokens = 0;
+    m.measured = 0;
     m.stage = Impl::Stage::kIdle;
     m.keys.reset();
     m.prefix.reset();
@@ -526,6 +576,7 @@ void UsageTracker::on_iteration(uint64_t now_ns) {
     m.outlook.clear();
     m.outlook_level.clear();
     m.previous_tokens = 0;
+    m.measured = 0;
   } else if (m.in_iteration) {
     m.finish_iteration(m.seq, now_ns);
   }
@@ -543,7 +594,7 @@ uint64_t UsageTracker::live_bytes() const { return impl_->live; }
 
 uint64_t UsageTracker::remaining_peak_bytes() const {
   const Impl& m = *impl_;
-  if (!m.curve.known() || !m.in_iteration || m.outlook.empty() || !m.outlook_trusted) return 0;
+  if (!m.curve.known() || !m.in_iteration || m.outlook.empty() || !m.outlook_trusted || !m.aligned) return 0;
   // Tokens of this iteration so far, i.e. the position of the next one.
   return m.outlook_from((m.seq - m.first_seq) / m.outlook_group);
 }

@@ -129,14 +129,23 @@ class UsageTracker {
   // predicted as well as one running alone. Past the last iteration's length
   // it is that iteration's end level. Never below live_bytes(); 0 when
   // unknown: no curve yet, no iteration in progress, a pattern that broke,
-  // or the last two iterations' token counts differ by more than 2 % (the
-  // first iteration of a training loop usually does other things, so this
-  // is known from the third iteration on).
+  // an untrusted last iteration, or a current one that has stopped doing
+  // what the last one did. Trust: the first iteration measured is never
+  // trusted (a training loop's first iteration creates optimizer state,
+  // tunes kernels); the second is, on its own; a later one if it made the
+  // same allocations and frees (kind and size) as the one before, position
+  // by position, and has as many tokens within 2 %. And the current
+  // iteration must keep making the same ones as the last, checked at the end
+  // of each outlook step (one token up to 4096-token iterations, a few
+  // beyond): the first step that differs makes this unknown for the rest of
+  // the iteration. So it is known from the third iteration on, for a loop
+  // that repeats itself; never, for one whose sizes change every iteration.
   // What the ledger's deadlock avoidance counts on (ledger.h, claims).
   [[nodiscard]] uint64_t remaining_peak_bytes() const;
   // The same for an iteration that would start now (at an iteration gate,
-  // before on_iteration): the last iteration's peak, raised by what is live
-  // now above what was live when it began. 0 when no curve is known.
+  // once on_iteration closed the last one): the last iteration's peak,
+  // raised by what is live now above what was live when it began. 0 when no
+  // curve is known or the last iteration is not trusted (above).
   [[nodiscard]] uint64_t next_iteration_peak_bytes() const;
   [[nodiscard]] uint64_t ignored_frees() const;
   // Token slots held now, spare ones included (40 B each): never more than

@@ -637,12 +637,17 @@ TEST(UsageTracker, LongPeriodIsFoundByAPassSpreadOverCalls) {
 // (the backward pass), with `extra` bytes allocated before the first and
 // kept (a first iteration creating optimizer state), and a 1 ns step per
 // event. Returns after the last free, before the next mark.
-void outlook_iteration(UsageTracker& t, uint64_t& now, uint64_t& id, uint64_t extra = 0) {
-  t.on_iteration(now);
+void outlook_body(UsageTracker& t, uint64_t& now, uint64_t& id, uint64_t extra = 0) {
   if (extra > 0) t.on_allocate(1'000'000 + id++, extra, ++now);
   const uint64_t first = id;
   for (const uint64_t bytes : {100u, 200u, 300u}) t.on_allocate(id++, bytes, ++now);
   for (uint64_t b = id; b-- > first;) t.on_free(b, ++now);
+}
+
+// The same, after the iteration's mark.
+void outlook_iteration(UsageTracker& t, uint64_t& now, uint64_t& id, uint64_t extra = 0) {
+  t.on_iteration(now);
+  outlook_body(t, now, id, extra);
 }
 
 // 1000 bytes persistent, two alike iterations behind, the third just begun:
@@ -654,22 +659,86 @@ void start_third_alike_iteration(UsageTracker& t, uint64_t& now, uint64_t& id) {
   t.on_iteration(++now);
 }
 
-TEST(UsageTrackerOutlook, UnknownUntilTwoIterationsOfTheSameLength) {
+TEST(UsageTrackerOutlook, TheFirstIterationIsNoReference) {
   UsageTracker t;
   uint64_t now = 0;
   uint64_t id = 1;
   t.on_allocate(id++, 1000, ++now);  // persistent
   EXPECT_EQ(t.remaining_peak_bytes(), 0u);
-  outlook_iteration(t, now, id, 50);  // the first iteration does more
+  outlook_iteration(t, now, id, 50);  // the first iteration does more: 7 tokens
   EXPECT_EQ(t.remaining_peak_bytes(), 0u);
-  EXPECT_EQ(t.next_iteration_peak_bytes(), 0u);
-  outlook_iteration(t, now, id);  // the second
-  outlook_iteration(t, now, id);  // the third: its outlook is the second's, 6 tokens against 7
-  EXPECT_EQ(t.remaining_peak_bytes(), 0u) << "an outlook from an iteration unlike the one before";
-  t.on_iteration(++now);  // the second and third are alike
-  // The first iteration's 50 stayed: the peak is 1050 + 600.
-  EXPECT_EQ(t.remaining_peak_bytes(), 1650u);
+  t.on_iteration(++now);
+  EXPECT_EQ(t.next_iteration_peak_bytes(), 0u) << "the first iteration is never trusted";
+  outlook_body(t, now, id);  // the second: 6 tokens
+  EXPECT_EQ(t.remaining_peak_bytes(), 0u) << "its outlook would be the first's";
+  t.on_iteration(++now);
+  // The second is trusted on its own, unlike as it is to the first. The
+  // first iteration's 50 stayed: the peak is 1050 + 600.
   EXPECT_EQ(t.next_iteration_peak_bytes(), 1650u);
+  EXPECT_EQ(t.remaining_peak_bytes(), 1650u);
+}
+
+TEST(UsageTrackerOutlook, AnIterationThatDoesSomethingElseLosesItsOutlook) {
+  UsageTracker t;
+  uint64_t now = 0;
+  uint64_t id = 1;
+  start_third_alike_iteration(t, now, id);
+  EXPECT_EQ(t.remaining_peak_bytes(), 1600u);
+  // 250 where the last iteration allocated 100: positions no longer say what
+  // comes next, even when the tokens after match again.
+  const uint64_t first = id;
+  t.on_allocate(id++, 250, ++now);
+  EXPECT_EQ(t.remaining_peak_bytes(), 0u);
+  t.on_allocate(id++, 200, ++now);
+  t.on_allocate(id++, 300, ++now);
+  EXPECT_EQ(t.remaining_peak_bytes(), 0u);
+  for (uint64_t b = id; b-- > first;) t.on_free(b, ++now);
+  t.on_iteration(++now);
+  // Nor is it trusted for the next one: it did not do what the one before did.
+  EXPECT_EQ(t.next_iteration_peak_bytes(), 0u);
+  outlook_body(t, now, id);  // the usual iteration again, unlike the last
+  t.on_iteration(++now);
+  EXPECT_EQ(t.next_iteration_peak_bytes(), 0u);
+  outlook_body(t, now, id);  // and once more: two alike
+  t.on_iteration(++now);
+  EXPECT_EQ(t.next_iteration_peak_bytes(), 1600u);
+  EXPECT_EQ(t.remaining_peak_bytes(), 1600u);
+}
+
+TEST(UsageTrackerOutlook, ALongerIterationIsNotTrustedForTheNext) {
+  UsageTracker t;
+  uint64_t now = 0;
+  uint64_t id = 1;
+  start_third_alike_iteration(t, now, id);
+  // The second's six tokens exactly, then one more: aligned all the way,
+  // past the last iteration's end its end level.
+  outlook_body(t, now, id);
+  t.on_allocate(id++, 7, ++now);
+  EXPECT_EQ(t.remaining_peak_bytes(), 1007u);
+  t.on_iteration(++now);
+  EXPECT_EQ(t.next_iteration_peak_bytes(), 0u) << "7 tokens against 6";
+}
+
+TEST(UsageTrackerOutlook, AlignmentIsCheckedStepByStepInLongIterations) {
+  // 9000 tokens an iteration: the outlook keeps 4096 steps of 3 tokens each,
+  // and a step is compared once its third token is in.
+  UsageTracker t;
+  uint64_t now = 0;
+  uint64_t id = 1;
+  const auto iteration = [&](uint64_t fourth_bytes) {
+    t.on_iteration(++now);
+    const uint64_t first = id;
+    for (uint64_t k = 0; k < 4500; ++k) t.on_allocate(id++, k == 4 ? fourth_bytes : 16 + k % 100, ++now);
+    for (uint64_t b = id; b-- > first;) t.on_free(b, ++now);
+  };
+  iteration(20);
+  iteration(20);
+  iteration(20);
+  t.on_iteration(++now);
+  for (uint64_t k = 0; k < 5; ++k) t.on_allocate(id++, k == 4 ? 21 : 16 + k, ++now);
+  EXPECT_GT(t.remaining_peak_bytes(), 0u) << "the step of tokens 3-5 is not complete";
+  t.on_allocate(id++, 16 + 5, ++now);
+  EXPECT_EQ(t.remaining_peak_bytes(), 0u);
 }
 
 TEST(UsageTrackerOutlook, FollowsThePositionInTheIteration) {
@@ -700,10 +769,17 @@ TEST(UsageTrackerOutlook, RunningAboveTheLastIterationRaisesTheRest) {
   UsageTracker t;
   uint64_t now = 0;
   uint64_t id = 1;
-  start_third_alike_iteration(t, now, id);
-  // A bigger first activation: 150 more than last time at this position.
-  t.on_allocate(id++, 250, ++now);
-  EXPECT_EQ(t.remaining_peak_bytes(), 1600u + 150u);
+  t.on_allocate(id++, 1000, ++now);
+  // Each iteration keeps 150 bytes it allocates first (state that grows):
+  // the same tokens each time, each iteration 150 higher than the last.
+  for (int i = 0; i < 3; ++i) outlook_iteration(t, now, id, 150);
+  EXPECT_EQ(t.live_bytes(), 1450u);
+  t.on_iteration(++now);
+  // The third climbed from 1300 to 1300 + 150 + 600; this one starts 150
+  // higher.
+  EXPECT_EQ(t.next_iteration_peak_bytes(), 2050u + 150u);
+  t.on_allocate(1'000'000 + id++, 150, ++now);
+  EXPECT_EQ(t.remaining_peak_bytes(), 2050u + 150u);
 }
 
 TEST(UsageTrackerOutlook, ABrokenPatternForgetsIt) {
