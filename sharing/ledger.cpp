@@ -106,6 +106,14 @@ struct Ledger::Impl {
     return std::min(use.max, sub_floor(gpu.budget, sum_mins(gpu) - use.min));
   }
 
+  // A claim's peak as the safety check counts it: no more than the job can
+  // ever hold. A job whose iteration needs more than that (it pages beyond
+  // the budget, or will be refused) would otherwise never be able to finish
+  // in the check, and no grant to anyone, itself included, would be safe.
+  static uint64_t counted_peak(const Gpu& gpu, JobId job, uint64_t claim_peak) {
+    return std::min(claim_peak, ceiling(gpu, job));
+  }
+
   static bool possible(const Gpu& gpu, const Request& r) {
     return add_sat(gpu.users.at(r.job).held, r.chunks) <= ceiling(gpu, r.job);
   }
@@ -140,7 +148,8 @@ struct Ledger::Impl {
       const Claim claim = id == job && starting != nullptr ? *starting : Claim{use.claim_peak, use.claim_settle};
       if (claim.peak == 0 || jobs.at(id).frozen) continue;  // unknown, or between iterations
       const uint64_t held = id == job ? add_sat(use.held, chunks) : use.held;
-      pending.push_back({sub_floor(claim.peak, held), held, std::min(claim.settle, claim.peak)});
+      const uint64_t peak = counted_peak(gpu, id, claim.peak);
+      pending.push_back({sub_floor(peak, held), held, std::min(claim.settle, peak)});
     }
     uint64_t free = sub_floor(free_of(gpu), chunks);
     while (!pending.empty()) {
@@ -162,8 +171,9 @@ struct Ledger::Impl {
 
   // The job's claim says its whole remaining need fits in the free budget:
   // it can finish its iteration, and then gives back.
-  static bool can_finish(const Gpu& gpu, const Use& use) {
-    return !use.between && use.claim_peak != 0 && sub_floor(use.claim_peak, use.held) <= free_of(gpu);
+  static bool can_finish(const Gpu& gpu, JobId job, const Use& use) {
+    return !use.between && use.claim_peak != 0 &&
+           sub_floor(counted_peak(gpu, job, use.claim_peak), use.held) <= free_of(gpu);
   }
 
   // Is a request queued that cannot be served unless `job` gives back: it
@@ -269,7 +279,7 @@ struct Ledger::Impl {
       const Request& r = gpu.queue[i];
       const Use& use = gpu.users.at(r.job);
       if (r.job == blocking.job || !fits(gpu, r) || !safe(gpu, r.job, r.chunks)) continue;
-      if (can_finish(gpu, use) || (patient && use.held > use.min)) {
+      if (can_finish(gpu, r.job, use) || (patient && use.held > use.min)) {
         grant(gpu, g, i, now_ns, out);
         return true;
       }

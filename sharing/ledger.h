@@ -37,6 +37,9 @@
 //    all finish their iterations one after another with the free budget,
 //    each needing peak - held more and then giving back held - settle. Jobs
 //    without a claim are left out of that (nothing is known of them). A
+//    peak above what the job can ever hold (its max, the budget less the
+//    others' minimums: a job that pages beyond it) counts as that much;
+//    otherwise the job could never finish and nothing would ever be safe. A
 //    request that fits but is not safe waits without blocking the queue.
 //    And a request of a job whose whole remaining need fits in the free
 //    budget (it can finish, and then gives back) goes ahead of a head that

@@ -1028,5 +1028,42 @@ TEST(LedgerProperty, RandomDaemonWithFailKeepsBooksAndLiveness) {
   }
 }
 
+TEST(LedgerClaims, AClaimAboveWhatTheJobCanEverHoldCountsAsThatMuch) {
+  // A job whose iteration needs more than the budget (it pages beyond it):
+  // counted at its claim it could never finish, and no grant, not even its
+  // own, would ever be safe.
+  Books b(10);
+  b.join(1);
+  EXPECT_TRUE(b.ledger.set_claim(1, 0, 20, 0));
+  b.hold(1, 1, 3);
+  // A job without a claim waits: job 1 may still need all of the budget...
+  b.join(2);
+  b.ask(2, 2, 1);
+  EXPECT_EQ(count(b.ledger.pump(0), Kind::kGrant), 0u);
+  // ... which it gets, up to the whole of it.
+  b.ask(1, 3, 7);
+  std::vector<LedgerAction> actions = b.ledger.pump(0);
+  ASSERT_GE(actions.size(), 1u) << describe(actions);
+  EXPECT_TRUE(same(actions[0], Kind::kGrant, 1, 3, 7)) << describe(actions);
+  EXPECT_EQ(count(actions, Kind::kGrant), 1u) << "job 2 waits (job 1 is asked for idle chunks)";
+  // Its iteration over, it settles and job 2 goes on.
+  b.give(1, 10);
+  EXPECT_TRUE(b.ledger.set_between_iterations(1, 0));
+  actions = b.ledger.pump(0);
+  ASSERT_EQ(actions.size(), 1u) << describe(actions);
+  EXPECT_TRUE(same(actions[0], Kind::kGrant, 2, 2, 1));
+  // Its maximum caps it the same way: with at most 4, job 1's claim of 20
+  // leaves room for job 2.
+  std::string why;
+  ASSERT_TRUE(b.ledger.set_job_limits(1, 0, 0, 4, &why).is_ok()) << why;
+  EXPECT_TRUE(b.ledger.set_claim(1, 0, 20, 0));
+  b.hold(1, 4, 4);
+  b.ask(2, 5, 5);
+  actions = b.ledger.pump(0);
+  ASSERT_EQ(actions.size(), 1u) << describe(actions);
+  EXPECT_TRUE(same(actions[0], Kind::kGrant, 2, 5, 5));
+  EXPECT_EQ(b.ledger.check(), "");
+}
+
 }  // namespace
 }  // namespace zico::sharing
