@@ -152,19 +152,30 @@ struct Ledger::Impl {
       pending.push_back({sub_floor(peak, held), held, std::min(claim.settle, peak)});
     }
     uint64_t free = sub_floor(free_of(gpu), chunks);
-    while (!pending.empty()) {
-      // Any job that can finish may go first; the least needy keeps most
-      // room for the rest.
-      size_t next = pending.size();
-      for (size_t i = 0; i < pending.size(); ++i) {
-        if (pending[i].need <= free && (next == pending.size() || pending[i].need < pending[next].need)) next = i;
-      }
-      if (next == pending.size()) return false;
-      const Pending p = pending[next];
-      // It climbs to its peak and comes down to settle: free changes by
-      // held - settle, never below free - need (settle <= peak).
-      free = p.settle <= p.held ? add_sat(free, p.held - p.settle) : free - std::min(free, p.settle - p.held);
-      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(next));
+    // A job climbs to its peak and comes down to settle: it can go if its
+    // need fits in free, and free then changes by held - settle. Jobs that
+    // end holding no more than now (settle <= held) only add to free: they
+    // go first, the least needy first (if one does not fit, none after it
+    // will). The others (settle > held: early in an iteration, after a
+    // yield) take settle - held for good; among them the one with the most
+    // need beyond its take goes first. Of two, a-then-b needs free >=
+    // max(need_a, take_a + need_b), no more than b-then-a needs when need_a -
+    // take_a >= need_b - take_b; so that order finishes them all if any
+    // order does. (Taking the least needy first whatever the kind, as this
+    // check once did, can strand a needier job that had to go first.)
+    const auto taken = std::partition(pending.begin(), pending.end(),
+                                      [](const Pending& p) { return p.settle <= p.held; });
+    std::sort(pending.begin(), taken, [](const Pending& a, const Pending& b) { return a.need < b.need; });
+    for (auto it = pending.begin(); it != taken; ++it) {
+      if (it->need > free) return false;
+      free = add_sat(free, it->held - it->settle);
+    }
+    std::sort(taken, pending.end(), [](const Pending& a, const Pending& b) {
+      return a.need + (b.settle - b.held) > b.need + (a.settle - a.held);  // need - take, descending
+    });
+    for (auto it = taken; it != pending.end(); ++it) {
+      if (it->need > free) return false;
+      free -= it->settle - it->held;  // <= need <= free: settle <= peak
     }
     return true;
   }

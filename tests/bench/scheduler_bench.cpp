@@ -5,6 +5,10 @@
 //    later, with pump again. The baseline.
 //  - ChunkRequest/zico: the same, plus what time shift adds per request in
 //    the daemon (the holding update the gates get on every grant and return).
+//  - ChunkRequest/zico_claims: the same, with every job's claim known, as
+//    in steady state: the request carries the claim (set_claim) and the
+//    grant runs the banker's check over all 8 jobs, half of them still
+//    below what they will settle at.
 //  - IterationGate: one gate decision of the time-shift scheduler, for a job
 //    whose 7 co-runners are at spread-out phases of their iterations. Paid
 //    once per iteration per job, not per request.
@@ -30,7 +34,7 @@ constexpr uint64_t kMs = 1'000'000;
 
 using testing::triangle_curve;
 
-void chunk_requests(benchmark::State& state, bool time_shift) {
+void chunk_requests(benchmark::State& state, bool time_shift, bool claims) {
   Ledger ledger;
   IterationGates gates(time_shift, SchedulerOptions{});
   (void)ledger.add_gpu(kBudgetChunks);
@@ -52,9 +56,14 @@ void chunk_requests(benchmark::State& state, bool time_shift) {
   JobId job = 1;
   for (auto _ : state) {
     // Ask for one chunk, get it, give it back: one request's whole life.
+    if (claims) (void)ledger.set_claim(job, 0, 1500, job % 2 == 0 ? 1200 : 800);
     (void)ledger.request(job, 0, request_id++, 1, now, &why);
     auto actions = ledger.pump(now);
     benchmark::DoNotOptimize(actions);
+    if (actions.empty() || actions[0].kind != LedgerAction::Kind::kGrant) {
+      state.SkipWithError("the request was not granted: the benchmark would measure a refusal");
+      break;
+    }
     if (time_shift) gates.set_held(job, 0, (held[job] + 1) * kChunk);
     (void)ledger.returned(job, 0, 1, false, now, &why);
     actions = ledger.pump(now);
@@ -66,10 +75,12 @@ void chunk_requests(benchmark::State& state, bool time_shift) {
   state.SetItemsProcessed(state.iterations());
 }
 
-void BM_ChunkRequest_fcfs(benchmark::State& state) { chunk_requests(state, false); }
-void BM_ChunkRequest_zico(benchmark::State& state) { chunk_requests(state, true); }
+void BM_ChunkRequest_fcfs(benchmark::State& state) { chunk_requests(state, false, false); }
+void BM_ChunkRequest_zico(benchmark::State& state) { chunk_requests(state, true, false); }
+void BM_ChunkRequest_zico_claims(benchmark::State& state) { chunk_requests(state, true, true); }
 BENCHMARK(BM_ChunkRequest_fcfs);
 BENCHMARK(BM_ChunkRequest_zico);
+BENCHMARK(BM_ChunkRequest_zico_claims);
 
 void BM_IterationGate(benchmark::State& state) {
   TimeShiftScheduler scheduler;

@@ -1028,6 +1028,28 @@ TEST(LedgerProperty, RandomDaemonWithFailKeepsBooksAndLiveness) {
   }
 }
 
+TEST(LedgerClaims, TheSafetyCheckFindsTheOrderInWhichEveryJobFinishes) {
+  // Budget 10, nothing held. Job 1 will climb to 6 and keep 3; job 2 asks for
+  // 1 of the 9 it climbs to, and keeps 1. Granted, job 2 can finish first (8
+  // more, free 9) and job 1 after it (6 of the 9 free again). The least
+  // needy first would send job 1 first, which keeps 3 of what job 2 needs:
+  // the grant looked unsafe, and with nothing held nobody would ever be served.
+  Books b(10);
+  b.join(1);
+  b.join(2);
+  EXPECT_TRUE(b.ledger.set_claim(1, 0, 6, 3));
+  EXPECT_TRUE(b.ledger.set_claim(2, 0, 9, 1));
+  b.ask(2, 1, 1);
+  std::vector<LedgerAction> actions = b.ledger.pump(0);
+  ASSERT_EQ(actions.size(), 1u) << describe(actions);
+  EXPECT_TRUE(same(actions[0], Kind::kGrant, 2, 1, 1));
+  // A grant that no order can finish still waits: job 1 asking for 2 would
+  // leave 7 free, and job 2 needs 8.
+  b.ask(1, 2, 2);
+  EXPECT_EQ(count(b.ledger.pump(0), Kind::kGrant), 0u);
+  EXPECT_EQ(b.ledger.check(), "");
+}
+
 TEST(LedgerClaims, AClaimAboveWhatTheJobCanEverHoldCountsAsThatMuch) {
   // A job whose iteration needs more than the budget (it pages beyond it):
   // counted at its claim it could never finish, and no grant, not even its
