@@ -47,7 +47,8 @@
 // mark finally comes the curve becomes unknown (period 0), which moves the
 // version if the curve before was known, so plans made on it go. The next
 // iteration that fits is measured again. (Without the cap one mark followed
-// by 40M events kept 1.5 GB.)
+// by 40M events kept 1.5 GB.) Plus the last iteration's outlook: three 8 B
+// values per step (most live ahead, level, hashed keys), at most 4096 steps.
 //
 // Time is whatever clock the caller uses, in ns, never decreasing: the
 // virtual clock in the simulator, the GPU-progress clock in a job.
