@@ -12,6 +12,11 @@
 //  - IterationGate: one gate decision of the time-shift scheduler, for a job
 //    whose 7 co-runners are at spread-out phases of their iterations. Paid
 //    once per iteration per job, not per request.
+//  - TrackerEvent: one allocation or free through a job's UsageTracker with
+//    iteration marks (1000 blocks allocated, then freed, per iteration), its
+//    outlook and step check included, with remaining_peak_bytes() read after
+//    each as the client does. BlockMapEvent, its baseline: the same stream
+//    into a hash map of live blocks, the least any per-block tracking costs.
 //
 // Time is virtual (a counter), so the figures are pure decision cost.
 #include <benchmark/benchmark.h>
@@ -19,9 +24,12 @@
 #include <cstdint>
 #include <string>
 
+#include <unordered_map>
+
 #include "iteration_gates.h"
 #include "ledger.h"
 #include "time_shift_scheduler.h"
+#include "usage_tracker.h"
 #include "../sharing/test_curves.h"
 
 namespace zico::sharing {
@@ -99,6 +107,63 @@ void BM_IterationGate(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_IterationGate);
+
+constexpr uint64_t kBlocksPerIteration = 1000;
+
+// Runs `event(block, bytes, allocate)` over iterations of kBlocksPerIteration
+// blocks allocated then freed, and `mark()` between iterations, one event per
+// benchmark iteration.
+template <typename Event, typename Mark>
+void block_stream(benchmark::State& state, Event event, Mark mark) {
+  uint64_t i = 0;
+  for (auto _ : state) {
+    const uint64_t phase = i % (2 * kBlocksPerIteration);
+    if (phase == 0) mark();
+    const bool allocate = phase < kBlocksPerIteration;
+    const uint64_t block = allocate ? phase : 2 * kBlocksPerIteration - 1 - phase;
+    event(block + 1, (block % 64 + 1) << 16, allocate);
+    ++i;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void BM_TrackerEvent(benchmark::State& state) {
+  UsageTracker tracker;
+  uint64_t now = 0;
+  uint64_t known = 0;  // events after which a claim could be made
+  block_stream(
+      state,
+      [&](uint64_t block, uint64_t bytes, bool allocate) {
+        if (allocate) {
+          tracker.on_allocate(block, bytes, ++now);
+        } else {
+          tracker.on_free(block, ++now);
+        }
+        known += tracker.remaining_peak_bytes() != 0 ? 1 : 0;
+      },
+      [&] { tracker.on_iteration(++now); });
+  if (known == 0 && static_cast<uint64_t>(state.iterations()) > 8 * kBlocksPerIteration) {
+    state.SkipWithError("never an outlook: the step check did not run");
+  }
+}
+BENCHMARK(BM_TrackerEvent);
+
+void BM_BlockMapEvent(benchmark::State& state) {
+  std::unordered_map<uint64_t, uint64_t> live;
+  live.reserve(kBlocksPerIteration);
+  block_stream(
+      state,
+      [&](uint64_t block, uint64_t bytes, bool allocate) {
+        if (allocate) {
+          live.emplace(block, bytes);
+        } else {
+          live.erase(block);
+        }
+        benchmark::DoNotOptimize(live.size());
+      },
+      [] {});
+}
+BENCHMARK(BM_BlockMapEvent);
 
 }  // namespace
 }  // namespace zico::sharing
