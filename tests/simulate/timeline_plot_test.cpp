@@ -45,6 +45,15 @@ TEST(TimelinePlot, IsAStandaloneSvgWithEscapedNamesAndABudgetLine) {
   EXPECT_NE(svg.find("GiB"), std::string::npos);
   EXPECT_NE(svg.find("budget 5 GiB to 8 GiB"), std::string::npos) << "the default subtitle names the range";
   EXPECT_EQ(count(svg, "<text"), count(svg, "</text>"));
+  // The legend reads as the stack does: the top job first, then the budget.
+  const size_t top = svg.find("class=\"legend\" font-size=\"12\">a &lt;&amp;&gt; b</text>");
+  const size_t bottom = svg.find("class=\"legend\" font-size=\"12\">bert</text>");
+  const size_t budget_entry = svg.find("class=\"legend\" font-size=\"12\">budget</text>");
+  ASSERT_NE(top, std::string::npos);
+  ASSERT_NE(bottom, std::string::npos);
+  ASSERT_NE(budget_entry, std::string::npos);
+  EXPECT_LT(top, bottom);
+  EXPECT_LT(bottom, budget_entry);
 }
 
 TEST(TimelinePlot, WithoutBudgetThereIsNoBudgetLine) {

@@ -150,4 +150,19 @@ void draw_stacked_steps(std::string* svg, const Frame& f, const std::vector<uint
   }
 }
 
+void draw_legend(std::string* svg, const Frame& frame, const std::vector<LegendEntry>& entries, bool budget_line) {
+  double y = frame.y0 + 4;
+  const double x = frame.x1 + 16;
+  for (size_t e = entries.size(); e-- > 0;) {
+    *svg += "<rect x=\"" + fixed(x, 1) + "\" y=\"" + fixed(y, 1) + "\" width=\"12\" height=\"12\" fill=\"" +
+            entries[e].fill + "\"/>\n";
+    text(svg, x + 18, y + 10, "class=\"legend\" font-size=\"12\"", entries[e].name);
+    y += 20;
+  }
+  if (budget_line) {
+    line(svg, x, y + 6, x + 12, y + 6, "stroke=\"#000\" stroke-width=\"1.5\"");
+    text(svg, x + 18, y + 10, "class=\"legend\" font-size=\"12\"", "budget");
+  }
+}
+
 }  // namespace zico::plot

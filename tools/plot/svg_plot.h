@@ -1,8 +1,8 @@
 // The pieces every zicoum SVG plot is drawn with: XML-safe text, locale-free
 // numbers, "nice" tick steps, a plot frame mapping time and bytes to pixels,
-// axes, and stacked step areas. Used by the trace plots (replay/memory_plot)
-// and the sharing timelines (simulate/timeline_plot); each keeps its own
-// layout, legend and data reduction.
+// axes, stacked step areas and their legend. Used by the trace plots
+// (replay/memory_plot) and the sharing timelines (simulate/timeline_plot);
+// each keeps its own layout and data reduction.
 #pragma once
 
 #include <array>
@@ -76,5 +76,14 @@ struct Layer {
 };
 void draw_stacked_steps(std::string* svg, const Frame& frame, const std::vector<uint64_t>& times,
                         const std::vector<Layer>& layers);
+
+// The legend right of the frame: a swatch and a name per entry, the last
+// entry at the top (as a stack reads, entries bottom layer first), then the
+// budget's line if there is one. Names are text with class "legend".
+struct LegendEntry {
+  std::string name;
+  const char* fill = "#000";
+};
+void draw_legend(std::string* svg, const Frame& frame, const std::vector<LegendEntry>& entries, bool budget_line);
 
 }  // namespace zico::plot

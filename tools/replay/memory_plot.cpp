@@ -84,24 +84,6 @@ void draw_iterations(std::string* svg, const Frame& f, const Trace& trace) {
   }
 }
 
-void draw_legend(std::string* svg, const Frame& f, const std::array<bool, kCategoryCount>& present,
-                 uint64_t budget_bytes) {
-  double y = f.y0 + 4;
-  const double x = f.x1 + 16;
-  // Top of the stack first, as it reads on the plot.
-  for (size_t c = kCategoryCount; c-- > 0;) {
-    if (!present[c]) continue;
-    *svg += "<rect x=\"" + fixed(x, 1) + "\" y=\"" + fixed(y, 1) + "\" width=\"12\" height=\"12\" fill=\"" +
-            kCategoryColours[c] + "\"/>\n";
-    text(svg, x + 18, y + 10, "font-size=\"12\"", trace::to_string(static_cast<Category>(c)));
-    y += 20;
-  }
-  if (budget_bytes > 0) {
-    line(svg, x, y + 6, x + 12, y + 6, "stroke=\"#000\" stroke-width=\"1.5\"");
-    text(svg, x + 18, y + 10, "font-size=\"12\"", "budget");
-  }
-}
-
 }  // namespace
 
 uint64_t LiveSample::total() const {
@@ -227,7 +209,11 @@ std::string memory_plot_svg(const Trace& trace, const PlotOptions& options) {
     line(&svg, f.x0, y, f.x1, y, "id=\"budget\" stroke=\"#000\" stroke-width=\"1.5\"");
     text(&svg, f.x1 - 4, y - 4, "text-anchor=\"end\" font-size=\"11\"", "budget " + format_size(options.budget_bytes));
   }
-  draw_legend(&svg, f, present, options.budget_bytes);
+  std::vector<plot::LegendEntry> legend;
+  for (size_t c = 0; c < kCategoryCount; ++c) {
+    if (present[c]) legend.push_back({trace::to_string(static_cast<Category>(c)), kCategoryColours[c]});
+  }
+  plot::draw_legend(&svg, f, legend, options.budget_bytes > 0);
   svg += "</svg>\n";
   return svg;
 }

@@ -63,22 +63,6 @@ void draw_budget(std::string* svg, const Frame& f, const TimeSteps& budget) {
           points_text(points) + "\"/>\n";
 }
 
-void draw_legend(std::string* svg, const Frame& f, const std::vector<TimelineSeries>& series, bool budget) {
-  double y = f.y0 + 4;
-  const double x = f.x1 + 16;
-  // Top of the stack first, as it reads on the plot.
-  for (size_t s = series.size(); s-- > 0;) {
-    *svg += "<rect x=\"" + fixed(x, 1) + "\" y=\"" + fixed(y, 1) + "\" width=\"12\" height=\"12\" fill=\"" +
-            kColours[s % kColours.size()] + "\"/>\n";
-    text(svg, x + 18, y + 10, "class=\"legend\" font-size=\"12\"", series[s].name);
-    y += 20;
-  }
-  if (budget) {
-    line(svg, x, y + 6, x + 12, y + 6, "stroke=\"#000\" stroke-width=\"1.5\"");
-    text(svg, x + 18, y + 10, "class=\"legend\" font-size=\"12\"", "budget");
-  }
-}
-
 }  // namespace
 
 uint64_t StackSample::total() const {
@@ -214,7 +198,9 @@ std::string timeline_plot_svg(const std::vector<TimelineSeries>& series, const T
   plot::draw_axes(&svg, f, f.t0, kNsPerSecond, "time (s)", "memory held (GiB)");
   if (!samples.empty()) draw_areas(&svg, f, samples, series.size());
   if (!budget.empty()) draw_budget(&svg, f, budget);
-  draw_legend(&svg, f, series, !budget.empty());
+  std::vector<plot::LegendEntry> legend;
+  for (size_t s = 0; s < series.size(); ++s) legend.push_back({series[s].name, kColours[s % kColours.size()]});
+  plot::draw_legend(&svg, f, legend, !budget.empty());
   svg += "</svg>\n";
   return svg;
 }
