@@ -11,7 +11,6 @@
 namespace zico::replay {
 namespace {
 
-using plot::decimals_for;
 using plot::escape_xml;
 using plot::fixed;
 using plot::Frame;

@@ -15,7 +15,6 @@ using plot::escape_xml;
 using plot::fixed;
 using plot::Frame;
 using plot::kBytesPerGiB;
-using plot::line;
 using plot::nice_step;
 using plot::Point;
 using plot::points_text;
