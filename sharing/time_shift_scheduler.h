@@ -14,18 +14,19 @@
 //
 // Prediction of another job k at a future time t:
 //  - k in an iteration that began at s (or is planned to begin at s): the
-//    curve's bin at phase t - s while t < s + period;
-//  - afterwards, and for a job between iterations: the curve's end level
-//    (what it holds while waiting for its next gate). Its next iteration will
-//    pass its own gate, which sees this job's plan; whoever asks first is
-//    placed first, so no job is counted twice and none is starved for long;
+//    curve's bin at phase t - s while t < s + period, and after that its
+//    next iterations back to back (its next one still passes its own gate,
+//    which sees this job's plan; whoever asks first is placed first);
+//  - k waiting at its gate with no plan: the curve's end level;
+//  - k past the end of an iteration it has not finished (overrun): what it
+//    holds, at least its end level;
 //  - k still learning (no curve): what it holds now.
 //
 // If no start within the horizon (until every other job's current iteration
-// has ended, where waiting longer cannot help, and at most max_delay_periods
-// of the job's own period) fits, the start with the smallest predicted peak
-// is returned (fits = false): the hard budget in the ledger still holds, and
-// its deadlock rule serves one job when all wait.
+// has ended, and at most max_delay_periods of the job's own period) fits,
+// the start with the smallest predicted peak is returned (fits = false): the
+// hard budget in the ledger still holds, and its deadlock rule serves one
+// job when all wait.
 //
 // Cost: a decision is O(N * C + H * B) for N jobs, B = kDemandBins, H the
 // candidate starts (at most max_candidates) and C = H + B cells: tens of
@@ -102,8 +103,9 @@ class TimeShiftScheduler {
   // a larger budget releases them earlier, a smaller one may delay them.
   [[nodiscard]] uint64_t plan_generation() const { return generation_; }
 
-  // The predicted aggregate bytes at time t (for tests and plots).
-  [[nodiscard]] uint64_t predicted_bytes(uint64_t t) const;
+  // The aggregate bytes predicted at time t, as seen at `now` <= t (for
+  // tests and plots).
+  [[nodiscard]] uint64_t predicted_bytes(uint64_t now, uint64_t t) const;
 
  private:
   struct Job {
@@ -112,8 +114,9 @@ class TimeShiftScheduler {
     uint64_t start_ns = 0;
     uint64_t held = 0;
   };
-  // The most bytes job `job` is predicted to hold within [from, to).
-  [[nodiscard]] static uint64_t predicted_max(const Job& job, uint64_t from, uint64_t to);
+  // The most bytes job `job` is predicted to hold within [from, to), as
+  // seen at `now` (<= from).
+  [[nodiscard]] static uint64_t predicted_max(const Job& job, uint64_t now, uint64_t from, uint64_t to);
 
   SchedulerOptions options_;
   uint64_t budget_ = 0;
