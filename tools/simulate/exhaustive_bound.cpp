@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 
+#include "invalid_argument.h"
+
 namespace zico::simulate {
 namespace {
 
@@ -10,11 +12,6 @@ constexpr size_t kCellsPerSlot = kEvalCells / kOffsetSlots;
 static_assert(kEvalCells % kOffsetSlots == 0, "offsets must fall on cell boundaries");
 
 using Cells = std::array<uint64_t, kEvalCells>;
-
-Status invalid(std::string* error, std::string text) {
-  if (error != nullptr) *error = std::move(text);
-  return Status(Errc::kInvalidArgument);
-}
 
 // t <= cycle; cycles up to 2^53 ns (104 days) cannot overflow.
 size_t cell_of(uint64_t t, uint64_t cycle) {

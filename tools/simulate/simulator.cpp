@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 
+#include "invalid_argument.h"
 #include "ledger.h"
 #include "sizes.h"
 #include "step_recorder.h"
@@ -688,11 +689,6 @@ class Engine {
   double over_budget_s_ = 0;
   double longest_over_budget_s_ = 0;
 };
-
-Status invalid(std::string* error, std::string text) {
-  if (error != nullptr) *error = std::move(text);
-  return Status(Errc::kInvalidArgument);
-}
 
 }  // namespace
 
