@@ -72,6 +72,12 @@ refuses --budget 8GiB --frobnicate "$bert" "unknown option '--frobnicate'"
 refuses --budget 8GiB "no trace given"
 refuses --budget 8GiB --plot out.png "$bert" "'out.png' must name an .svg file"
 refuses "$bert" --budget "needs a value"
+refuses --find-budget 0 "$bert" "--find-budget '0' is not in (0, 1]"
+refuses --find-budget 1.5 "$bert" "'1.5' is not in (0, 1]"
+refuses --find-budget most "$bert" "'most' is not in (0, 1]; expected a share of unlimited's throughput"
+refuses --find-budget 0.9 --budget 8GiB "$bert" "without --budget or --budget-schedule"
+refuses --find-budget 0.9 --budget-schedule 0s:8GiB "$bert" "without --budget or --budget-schedule"
+refuses --find-budget 0.9 --policy fcfs "$bert" "without --policy"
 
 # unlimited needs no budget; one policy's JSON is that policy's object.
 run --policy unlimited --iterations 3 --json "$bert"
@@ -117,5 +123,29 @@ run --policy fcfs --iterations 40 --utilization 0.5 --budget-schedule 0s:24GiB,5
 grep -q "^fcfs: 2 jobs x 40 iterations, budget 24 GiB at 0 s, then 14 GiB at 0.5 s" "$out" || fail "schedule header"
 grep -q "budget kept" "$out" || fail "schedule keeps the budget"
 grep -qE "^  bert_base +40 " "$out" || fail "bert_base row"
+
+# The least budget for 0.9 x unlimited: between the larger job's own peak
+# and unlimited's, met there, missed within the resolution below (or it is
+# the lowest searched), with zico's run there and the bound for scale.
+run --find-budget 0.9 --utilization 0.5 --iterations 40 --json --plot "$tmp/found.svg" "$bert" "$vit"
+[ "$status" -eq 0 ] || fail "find-budget: exit $status"
+check_json "find-budget json" '
+assert d["found"] is True and d["target_vs_unlimited"] == 0.9, d["found"]
+b, u, z = d["budget_bytes"], d["unlimited"], d["zico"]
+assert d["largest_job_peak_bytes"] <= b < u["peak_bytes"], (b, d["largest_job_peak_bytes"], u["peak_bytes"])
+assert z["policy"] == "zico" and z["budget_bytes"] == b and z["budget_exceeded"] is False, z["budget_bytes"]
+assert z["peak_bytes"] <= b and z["aggregate_iters_per_s"] >= 0.9 * u["aggregate_iters_per_s"], z
+assert z["exhaustive"]["peak_bytes"] > 0
+trials = d["trials"]
+assert any(t["budget_bytes"] == b and t["met"] for t in trials), trials
+assert all(not t["met"] for t in trials if t["budget_bytes"] < b), trials
+assert b == min(t["budget_bytes"] for t in trials) or any(
+    not t["met"] and b - t["budget_bytes"] <= d["resolution_bytes"] for t in trials), trials'
+{ [ -s "$tmp/found.svg" ] && grep -q 'id="budget"' "$tmp/found.svg"; } || fail "find-budget plot"
+run --find-budget 0.9 --utilization 0.5 --iterations 40 "$bert" "$vit"
+[ "$status" -eq 0 ] || fail "find-budget text: exit $status"
+grep -qE "^least budget for zico at >= 0.9x unlimited: [0-9.]+ GiB \(2 jobs x 40 iterations\)" "$out" ||
+  fail "find-budget headline"
+grep -q "exhaustive fixed-offset bound" "$out" && grep -q "budgets tried, in order" "$out" || fail "find-budget detail"
 
 [ "$failures" -eq 0 ] && echo "OK" || { echo "$failures failure(s)"; exit 1; }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "budget_search.h"
 #include "command_args.h"
 #include "exhaustive_bound.h"
 #include "exit_status.h"
@@ -29,6 +30,8 @@ constexpr const char* kUsage =
     "Usage: zico-umctl simulate [--json] (--budget SIZE | --budget-schedule T:SIZE,...)\n"
     "                           [--policy POLICY] [--iterations N] [--utilization U]\n"
     "                           [--host-bandwidth SIZE/s] [--plot FILE.svg] TRACE...\n"
+    "       zico-umctl simulate [--json] --find-budget R [--iterations N] [--utilization U]\n"
+    "                           [--host-bandwidth SIZE/s] [--plot FILE.svg] TRACE...\n"
     "Simulate training jobs sharing one GPU: each TRACE (docs/trace-format.md) is one job,\n"
     "replayed for N iterations on a virtual clock; the jobs share compute (processor sharing)\n"
     "and a memory budget under a policy. The policies run zico-umd's own ledger and time-shift\n"
@@ -49,8 +52,13 @@ constexpr const char* kUsage =
     "                             trace's (1 for serialised-op traces: two jobs at 1 share the\n"
     "                             GPU at half speed each, at 0.5 neither slows down)\n"
     "  --host-bandwidth SIZE/s    swap speed after a yield (default 25GB/s, PCIe Gen4)\n"
+    "  --find-budget R            instead of a budget and policy: the least budget at which zico\n"
+    "                             keeps the jobs at R x their unlimited throughput, R in (0, 1],\n"
+    "                             between the largest job's own peak and unlimited's: 16 steps\n"
+    "                             upwards, then bisection to 0.5 %% of unlimited's peak; every\n"
+    "                             budget tried is listed, with the exhaustive bound for 2-3 jobs\n"
     "  --plot FILE.svg            memory held per job over time; with --policy all, one file per\n"
-    "                             policy, FILE-POLICY.svg\n"
+    "                             policy, FILE-POLICY.svg; with --find-budget, zico's run there\n"
     "  --json                     machine-readable output on stdout: the policy's result, or\n"
     "                             with --policy all an object keyed by policy\n"
     "\n"
@@ -65,6 +73,8 @@ constexpr const char* kUsage =
     "Exit status: 0, 1 if a plot could not be written, 2 for a usage error or an invalid trace.\n";
 
 constexpr uint32_t kMaxIterations = 100000;
+// --find-budget stops bisecting at this fraction of unlimited's peak.
+constexpr double kFindBudgetResolution = 0.005;
 constexpr uint64_t kNsPerSecond = 1'000'000'000;
 
 struct Options {
@@ -75,6 +85,7 @@ struct Options {
   simulate::SimulationOptions sim;
   std::string plot;
   std::vector<std::string> traces;
+  std::optional<double> find_budget;  // the throughput target of --find-budget
 };
 
 struct Outcome {
@@ -160,7 +171,7 @@ bool parse_schedule(const std::string& text, uint64_t chunk, std::vector<simulat
 
 // 0: print the help and exit 0; -1: parsed; otherwise the usage error's exit.
 int parse(int argc, char** argv, Options* options) {
-  std::string budget, schedule, policy, iterations, utilization, bandwidth;
+  std::string budget, schedule, policy, iterations, utilization, bandwidth, find_budget;
   ArgReader args(argc, argv);
   while (args.next()) {
     if (args.flag("--help") || args.flag("-h")) return 0;
@@ -169,7 +180,7 @@ int parse(int argc, char** argv, Options* options) {
     } else if (args.option("--budget", &budget) || args.option("--budget-schedule", &schedule) ||
                args.option("--policy", &policy) || args.option("--iterations", &iterations) ||
                args.option("--utilization", &utilization) || args.option("--host-bandwidth", &bandwidth) ||
-               args.option("--plot", &options->plot)) {
+               args.option("--plot", &options->plot) || args.option("--find-budget", &find_budget)) {
       continue;
     } else if (args.unknown_option()) {
       return usage_error(kCommand, "unknown option '" + std::string(args.current()) + "'");
@@ -180,6 +191,20 @@ int parse(int argc, char** argv, Options* options) {
   if (!args.error().empty()) return usage_error(kCommand, args.error());
 
   simulate::SimulationOptions& sim = options->sim;
+  if (!find_budget.empty()) {
+    const std::optional<double> r = parse_seconds(find_budget);  // the same plain decimal form
+    if (!r || *r <= 0 || *r > 1) {
+      return usage_error(kCommand, "--find-budget '" + find_budget +
+                                       "' is not in (0, 1]; expected a share of unlimited's throughput such as 0.95");
+    }
+    if (!budget.empty() || !schedule.empty()) {
+      return usage_error(kCommand, "--find-budget searches for the budget; give it without --budget or --budget-schedule");
+    }
+    if (!policy.empty()) {
+      return usage_error(kCommand, "--find-budget runs zico against unlimited; give it without --policy");
+    }
+    options->find_budget = *r;
+  }
   if (policy.empty() || policy == "all") {
     options->all = policy == "all";
     options->policies = options->all ? std::vector<Policy>{Policy::kUnlimited, Policy::kSequential, Policy::kStatic,
@@ -230,7 +255,7 @@ int parse(int argc, char** argv, Options* options) {
   } else if (!schedule.empty()) {
     std::string error;
     if (!parse_schedule(schedule, sim.chunk_bytes, &options->budget, &error)) return usage_error(kCommand, error);
-  } else if (options->all || options->policies.front() != Policy::kUnlimited) {
+  } else if (!options->find_budget && (options->all || options->policies.front() != Policy::kUnlimited)) {
     return usage_error(kCommand, std::string("policy ") +
                                      (options->all ? "all" : simulate::to_string(options->policies.front())) +
                                      " needs --budget SIZE or --budget-schedule T:SIZE,...");
@@ -437,6 +462,121 @@ bool write_plot(const std::string& path, const simulate::SimulationResult& r) {
   return true;
 }
 
+// The exhaustive fixed-offset bound of 2-3 jobs' steady iterations; none
+// for other counts (or curves it refuses).
+std::optional<simulate::ExhaustiveBound> bound_of(const std::vector<simulate::JobModel>& models, uint64_t chunk) {
+  if (models.size() < 2 || models.size() > simulate::kMaxBoundJobs) return std::nullopt;
+  std::vector<simulate::PeriodicCurve> curves;
+  for (const simulate::JobModel& m : models) curves.push_back(simulate::steady_need_curve(m, chunk));
+  simulate::ExhaustiveBound bound;
+  std::string error;
+  if (!simulate::exhaustive_bound(curves, &bound, &error).is_ok()) return std::nullopt;
+  return bound;
+}
+
+void print_budget_search(const simulate::BudgetSearch& search, const std::optional<simulate::ExhaustiveBound>& bound) {
+  const simulate::SimulationResult& unlimited = search.unlimited;
+  if (search.found) {
+    std::printf("least budget for zico at >= %.3gx unlimited: %s (%zu job%s x %u iterations)\n", search.target,
+                format_size(search.budget_bytes).c_str(), unlimited.jobs.size(), unlimited.jobs.size() == 1 ? "" : "s",
+                unlimited.iterations);
+    const simulate::SimulationResult& z = search.zico;
+    std::printf("  zico there: %.3fx unlimited (%.2f vs %.2f iterations/s), peak held %s, budget kept, %llu yield%s\n",
+                throughput_ratio(z, unlimited), z.aggregate_iters_per_s, unlimited.aggregate_iters_per_s,
+                format_size(z.peak_bytes).c_str(), static_cast<unsigned long long>(z.yields), z.yields == 1 ? "" : "s");
+  } else {
+    const simulate::BudgetTrial& top = search.trials.front();
+    std::printf("no budget up to unlimited's peak (%s) keeps zico at >= %.3gx unlimited: there it reached %.3fx%s\n",
+                format_size(top.budget_bytes).c_str(), search.target, top.vs_unlimited,
+                top.failed_jobs > 0 ? ", with a job failed" : "");
+  }
+  std::printf("  for scale: unlimited's peak %s, the largest job alone %s", format_size(unlimited.peak_bytes).c_str(),
+              format_size(search.largest_job_peak_bytes).c_str());
+  if (bound) {
+    std::printf(", exhaustive fixed-offset bound %s", format_size(bound->peak_bytes).c_str());
+    if (search.found) {
+      std::printf(" (the budget found is %.3fx it)",
+                  static_cast<double>(search.budget_bytes) / static_cast<double>(bound->peak_bytes));
+    }
+  }
+  std::printf("\n  budgets tried, in order (stops at %s apart):\n", format_size(search.resolution_bytes).c_str());
+  using Align = TextTable::Align;
+  TextTable table({{"BUDGET", Align::kRight},
+                   {"VS UNLIMITED", Align::kRight},
+                   {"MET", Align::kLeft},
+                   {"PEAK", Align::kRight},
+                   {"YIELDS", Align::kRight},
+                   {"FAILED", Align::kRight}});
+  for (const simulate::BudgetTrial& t : search.trials) {
+    table.add_row({format_size(t.budget_bytes), number(t.vs_unlimited, "%.3f"),
+                   t.met ? "yes" : t.budget_exceeded ? "no (budget exceeded)" : "no",
+                   format_size(t.peak_bytes), std::to_string(t.yields), std::to_string(t.failed_jobs)});
+  }
+  std::fputs(table.render("    ").c_str(), stdout);
+}
+
+void write_budget_search_json(const simulate::BudgetSearch& search,
+                              const std::optional<simulate::ExhaustiveBound>& bound,
+                              const std::vector<std::string>& traces) {
+  JsonWriter json;
+  json.begin_object();
+  json.field("target_vs_unlimited", search.target);
+  json.key("found");
+  json.boolean(search.found);
+  json.key("budget_bytes");
+  if (search.found) {
+    json.value(search.budget_bytes);
+  } else {
+    json.value(nullptr);
+  }
+  json.field("resolution_bytes", search.resolution_bytes);
+  json.field("largest_job_peak_bytes", search.largest_job_peak_bytes);
+  json.key("trials");
+  json.begin_array();
+  for (const simulate::BudgetTrial& t : search.trials) {
+    json.begin_object();
+    json.field("budget_bytes", t.budget_bytes);
+    json.field("vs_unlimited", t.vs_unlimited);
+    json.key("met");
+    json.boolean(t.met);
+    json.field("peak_bytes", t.peak_bytes);
+    json.field("yields", t.yields);
+    json.field("failed_jobs", t.failed_jobs);
+    json.key("budget_exceeded");
+    json.boolean(t.budget_exceeded);
+    json.end_object();
+  }
+  json.end_array();
+  json.key("unlimited");
+  write_result_json(json, Outcome{search.unlimited, std::nullopt}, traces, nullptr);
+  json.key("zico");
+  if (search.found) {
+    write_result_json(json, Outcome{search.zico, bound}, traces, nullptr);
+  } else {
+    json.value(nullptr);
+  }
+  json.end_object();
+  std::printf("%s\n", json.text().c_str());
+}
+
+int run_find_budget(const std::vector<simulate::JobModel>& models, const Options& options) {
+  simulate::BudgetSearch search;
+  std::string error;
+  if (!simulate::least_budget(models, options.sim, *options.find_budget, kFindBudgetResolution, &search, &error)
+           .is_ok()) {
+    std::fprintf(stderr, "zico-umctl simulate: %s\n", error.c_str());
+    return kExitUsage;
+  }
+  const std::optional<simulate::ExhaustiveBound> bound = bound_of(models, options.sim.chunk_bytes);
+  if (!options.plot.empty() && search.found && !write_plot(options.plot, search.zico)) return kExitFailed;
+  if (options.json) {
+    write_budget_search_json(search, bound, options.traces);
+  } else {
+    print_budget_search(search, bound);
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int run_simulate(int argc, char** argv) {
@@ -461,6 +601,8 @@ int run_simulate(int argc, char** argv) {
     if (const int n = ++seen[models[i].name]; n > 1) models[i].name += " #" + std::to_string(n);
   }
 
+  if (options.find_budget) return run_find_budget(models, options);
+
   std::map<Policy, Outcome> outcomes;
   for (const Policy policy : options.policies) {
     simulate::SimulationOptions sim = options.sim;
@@ -472,12 +614,7 @@ int run_simulate(int argc, char** argv) {
       std::fprintf(stderr, "zico-umctl simulate: %s\n", error.c_str());
       return kExitUsage;
     }
-    if (policy == Policy::kZico && models.size() >= 2 && models.size() <= simulate::kMaxBoundJobs) {
-      std::vector<simulate::PeriodicCurve> curves;
-      for (const simulate::JobModel& m : models) curves.push_back(simulate::steady_need_curve(m, sim.chunk_bytes));
-      simulate::ExhaustiveBound bound;
-      if (simulate::exhaustive_bound(curves, &bound, &error).is_ok()) o.bound = bound;
-    }
+    if (policy == Policy::kZico) o.bound = bound_of(models, sim.chunk_bytes);
     if (!options.plot.empty() && !write_plot(plot_path(options, policy), o.result)) return kExitFailed;
   }
 
