@@ -50,6 +50,16 @@ class JsonWriter {
     value(v);
   }
   void field(std::string_view name, const char* v) { field(name, std::string_view(v)); }
+  // `v` when `present`, null when not: the key is there either way.
+  template <typename T>
+  void field_or_null(std::string_view name, bool present, const T& v) {
+    key(name);
+    if (present) {
+      value(v);
+    } else {
+      value(nullptr);
+    }
+  }
   void field(std::string_view name, const std::string& v) { field(name, std::string_view(v)); }
 
   [[nodiscard]] const std::string& text() const { return text_; }

@@ -353,12 +353,7 @@ void write_result_json(JsonWriter& json, const Outcome& o, const std::vector<std
   const simulate::SimulationResult& r = o.result;
   json.begin_object();
   json.field("policy", simulate::to_string(r.policy));
-  json.key("budget_bytes");
-  if (r.budget.empty()) {
-    json.value(nullptr);
-  } else {
-    json.value(r.budget.front().bytes);
-  }
+  json.field_or_null("budget_bytes", !r.budget.empty(), r.budget.empty() ? 0 : r.budget.front().bytes);
   json.key("budget_schedule");
   json.begin_array();
   for (const simulate::BudgetStep& step : r.budget) {
@@ -399,12 +394,7 @@ void write_result_json(JsonWriter& json, const Outcome& o, const std::vector<std
     json.field("iterations", static_cast<uint64_t>(j.iterations));
     json.key("failed");
     json.boolean(j.failed);
-    json.key("failure");
-    if (j.failed) {
-      json.value(j.failure);
-    } else {
-      json.value(nullptr);
-    }
+    json.field_or_null("failure", j.failed, std::string_view(j.failure));
     json.field("start_s", j.start_s);
     json.field("end_s", j.end_s);
     json.field("mean_iter_s", j.mean_iter_s);
@@ -523,12 +513,7 @@ void write_budget_search_json(const simulate::BudgetSearch& search,
   json.field("target_vs_unlimited", search.target);
   json.key("found");
   json.boolean(search.found);
-  json.key("budget_bytes");
-  if (search.found) {
-    json.value(search.budget_bytes);
-  } else {
-    json.value(nullptr);
-  }
+  json.field_or_null("budget_bytes", search.found, search.budget_bytes);
   json.field("resolution_bytes", search.resolution_bytes);
   json.field("largest_job_peak_bytes", search.largest_job_peak_bytes);
   json.key("trials");

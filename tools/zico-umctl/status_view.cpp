@@ -88,12 +88,7 @@ void write_job_json(JsonWriter& json, const proto::JobStatus& job) {
   json.field("gpu", static_cast<uint64_t>(job.gpu));
   json.field("granted_bytes", job.granted_bytes);
   json.field("min_bytes", job.min_bytes);
-  json.key("max_bytes");
-  if (job.max_bytes == UINT64_MAX) {
-    json.value(nullptr);
-  } else {
-    json.value(job.max_bytes);
-  }
+  json.field_or_null("max_bytes", job.max_bytes != UINT64_MAX, job.max_bytes);
   json.field("allocated_bytes", job.allocated_bytes);
   json.field("persistent_bytes", job.persistent_bytes);
   json.field("transient_bytes", transient_bytes(job));
