@@ -35,19 +35,6 @@ uint64_t DemandCurve::max_from(uint64_t phase_ns) const {
   return *std::max_element(bins.begin() + static_cast<std::ptrdiff_t>(bin_of(phase_ns)), bins.end());
 }
 
-uint64_t DemandCurve::max_repeating(uint64_t from_ns, uint64_t to_ns) const {
-  if (period_ns == 0 || to_ns <= from_ns) return 0;
-  if (to_ns - from_ns >= period_ns) return peak();
-  const auto max_of_bins = [this](size_t first, size_t last) {
-    return *std::max_element(bins.begin() + static_cast<std::ptrdiff_t>(first),
-                             bins.begin() + static_cast<std::ptrdiff_t>(last) + 1);
-  };
-  const uint64_t from = from_ns % period_ns;
-  const uint64_t to = from + (to_ns - from_ns);  // exclusive; at most from + period
-  if (to <= period_ns) return max_of_bins(bin_of(from), bin_of(to - 1));
-  return std::max(max_of_bins(bin_of(from), kDemandBins - 1), max_of_bins(0, bin_of(to - period_ns - 1)));
-}
-
 bool materially_different(const DemandCurve& previous, const DemandCurve& next, double tolerance) {
   if (previous.known() != next.known()) return true;
   if (!previous.known()) return false;

@@ -44,9 +44,6 @@ struct DemandCurve {
   [[nodiscard]] uint64_t trough() const;
   // The most bytes over the bins from the one holding `phase_ns` to the end.
   [[nodiscard]] uint64_t max_from(uint64_t phase_ns) const;
-  // The most bytes over phases [from_ns, to_ns) of a run of back-to-back
-  // iterations (phases past the period wrap around into the next one).
-  [[nodiscard]] uint64_t max_repeating(uint64_t from_ns, uint64_t to_ns) const;
 };
 
 // True if `next` differs enough from `previous` that plans made on `previous`

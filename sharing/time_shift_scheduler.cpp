@@ -50,26 +50,19 @@ void TimeShiftScheduler::unplan(JobId job) {
   if (it != jobs_.end()) it->second.in_iteration = false;
 }
 
-uint64_t TimeShiftScheduler::predicted_max(const Job& job, uint64_t now, uint64_t from, uint64_t to) {
+uint64_t TimeShiftScheduler::predicted_max(const Job& job, uint64_t from, uint64_t to) {
   const DemandCurve& curve = job.curve;
   if (!curve.known()) return job.held;
-  // A job waiting at its gate is at its end level, unless it still holds
-  // more.
+  // Past its iteration a job is at its end level, unless it still holds
+  // more: then it has overrun (stalled on memory, or slowed down) and will
+  // keep what it holds until it really ends.
   const uint64_t idle = std::max(curve.end_bytes, job.held);
   if (!job.in_iteration) return idle;
   const uint64_t end = job.start_ns + curve.period_ns;
-  // Still in an iteration that should have ended: it has overrun (stalled
-  // on memory, or slowed down) and keeps what it holds until it really ends,
-  // which nothing predicts.
-  if (now >= end) return idle;
   uint64_t most = 0;
   // Before its (planned) start the job waits at its end level.
   if (from < job.start_ns) most = idle;
-  // After its iteration it runs the next ones back to back: a job gated
-  // later passes its own gate, but predicting it idle there made waiting
-  // for the others to finish look free to every gate, and the jobs drifted
-  // into a cycle longer than any of their iterations (docs/scheduling.md §2).
-  if (to > end) most = std::max(most, curve.max_repeating(std::max(from, end) - end, to - end));
+  if (to > end) most = std::max(most, idle);
   const uint64_t lo = std::max(from, job.start_ns);
   const uint64_t hi = std::min(to, end);
   if (lo < hi) {
@@ -80,9 +73,9 @@ uint64_t TimeShiftScheduler::predicted_max(const Job& job, uint64_t now, uint64_
   return most;
 }
 
-uint64_t TimeShiftScheduler::predicted_bytes(uint64_t now, uint64_t t) const {
+uint64_t TimeShiftScheduler::predicted_bytes(uint64_t t) const {
   uint64_t sum = 0;
-  for (const auto& [id, job] : jobs_) sum = add_saturating(sum, predicted_max(job, now, t, t + 1));
+  for (const auto& [id, job] : jobs_) sum = add_saturating(sum, predicted_max(job, t, t + 1));
   return sum;
 }
 
@@ -94,7 +87,7 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
   // A new ask replaces the job's earlier plan.
   job.in_iteration = false;
   if (budget_ == 0 || !job.curve.known()) {
-    decision.predicted_peak = predicted_bytes(now_ns, now_ns);
+    decision.predicted_peak = predicted_bytes(now_ns);
     return decision;
   }
 
@@ -127,7 +120,7 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
     if (id == job_id) continue;
     for (size_t c = 0; c < cells; ++c) {
       const uint64_t from = now_ns + c * step;
-      scratch_[c] = add_saturating(scratch_[c], predicted_max(other, now_ns, from, from + step));
+      scratch_[c] = add_saturating(scratch_[c], predicted_max(other, from, from + step));
     }
   }
 

@@ -14,19 +14,18 @@
 //
 // Prediction of another job k at a future time t:
 //  - k in an iteration that began at s (or is planned to begin at s): the
-//    curve's bin at phase t - s while t < s + period, and after that its
-//    next iterations back to back (its next one still passes its own gate,
-//    which sees this job's plan; whoever asks first is placed first);
-//  - k waiting at its gate with no plan: the curve's end level;
-//  - k past the end of an iteration it has not finished (overrun): what it
-//    holds, at least its end level;
+//    curve's bin at phase t - s while t < s + period;
+//  - afterwards, and for a job between iterations: the curve's end level
+//    (what it holds while waiting for its next gate). Its next iteration will
+//    pass its own gate, which sees this job's plan; whoever asks first is
+//    placed first, so no job is counted twice and none is starved for long;
 //  - k still learning (no curve): what it holds now.
 //
 // If no start within the horizon (until every other job's current iteration
-// has ended, and at most max_delay_periods of the job's own period) fits,
-// the start with the smallest predicted peak is returned (fits = false): the
-// hard budget in the ledger still holds, and its deadlock rule serves one
-// job when all wait.
+// has ended, where waiting longer cannot help, and at most max_delay_periods
+// of the job's own period) fits, the start with the smallest predicted peak
+// is returned (fits = false): the hard budget in the ledger still holds, and
+// its deadlock rule serves one job when all wait.
 //
 // Cost: a decision is O(N * C + H * B) for N jobs, B = kDemandBins, H the
 // candidate starts (at most max_candidates) and C = H + B cells: tens of
@@ -49,10 +48,15 @@ struct SchedulerOptions {
   // Fraction of the budget plans leave free for prediction error.
   double headroom = 0.02;
   // A decision delays a start by at most this many of the job's own
-  // periods: past that the job starts and the ledger's hard budget governs.
-  // Keeps one job with a long (or lying) period from holding others for
-  // long.
-  uint64_t max_delay_periods = 2;
+  // periods: past that the job starts (at the least predicted overflow) and
+  // the ledger's claims and hard budget govern. Keeps one job with a long
+  // (or lying) period from holding others for long, and keeps jobs out of a
+  // convoy: with two periods, three jobs of different periods settled into
+  // waiting for each other's whole iterations, a cycle of 51.6 ms against
+  // iterations of 31-40 ms (0.77 x unlimited); over a sweep of budgets
+  // (docs/benchmarks.md) one period never fell below 0.9 x unlimited, two
+  // did in 14 of 306 runs.
+  uint64_t max_delay_periods = 1;
   // Start times tried per decision at most: the grid is coarsened beyond.
   size_t max_candidates = 1024;
   // A new curve re-plans only when it differs by more than this fraction
@@ -103,9 +107,8 @@ class TimeShiftScheduler {
   // a larger budget releases them earlier, a smaller one may delay them.
   [[nodiscard]] uint64_t plan_generation() const { return generation_; }
 
-  // The aggregate bytes predicted at time t, as seen at `now` <= t (for
-  // tests and plots).
-  [[nodiscard]] uint64_t predicted_bytes(uint64_t now, uint64_t t) const;
+  // The predicted aggregate bytes at time t (for tests and plots).
+  [[nodiscard]] uint64_t predicted_bytes(uint64_t t) const;
 
  private:
   struct Job {
@@ -114,9 +117,8 @@ class TimeShiftScheduler {
     uint64_t start_ns = 0;
     uint64_t held = 0;
   };
-  // The most bytes job `job` is predicted to hold within [from, to), as
-  // seen at `now` (<= from).
-  [[nodiscard]] static uint64_t predicted_max(const Job& job, uint64_t now, uint64_t from, uint64_t to);
+  // The most bytes job `job` is predicted to hold within [from, to).
+  [[nodiscard]] static uint64_t predicted_max(const Job& job, uint64_t from, uint64_t to);
 
   SchedulerOptions options_;
   uint64_t budget_ = 0;

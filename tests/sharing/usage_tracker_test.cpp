@@ -58,19 +58,6 @@ TEST(DemandCurve, PeakTroughAndMaxFrom) {
   EXPECT_EQ(c.max_from(5000), 100u);  // past the period: the last bin
 }
 
-TEST(DemandCurve, MaxRepeatingWrapsIntoTheNextIteration) {
-  DemandCurve c = flat(1280, 100);  // bins of 10 ns
-  c.bins[2] = 700;
-  c.bins[127] = 300;
-  EXPECT_EQ(c.max_repeating(0, 20), 100u);         // bins 0-1
-  EXPECT_EQ(c.max_repeating(25, 26), 700u);        // bin 2
-  EXPECT_EQ(c.max_repeating(1275, 1285), 300u);    // bin 127, then bin 0 of the next
-  EXPECT_EQ(c.max_repeating(1275, 1305), 700u);    // ... up to bin 2 of the next
-  EXPECT_EQ(c.max_repeating(1280 + 30, 2560), 300u);  // the second iteration from bin 3
-  EXPECT_EQ(c.max_repeating(3, 3 + 1280), 700u);   // a whole period holds the peak
-  EXPECT_EQ(c.max_repeating(40, 40), 0u);          // empty
-}
-
 TEST(DemandCurve, MateriallyDifferent) {
   const DemandCurve unknown;
   DemandCurve base = flat(1000, 100);

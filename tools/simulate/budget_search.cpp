@@ -59,9 +59,9 @@ Status least_budget(const std::vector<JobModel>& jobs, const SimulationOptions& 
   search.resolution_bytes =
       round_up(std::max<uint64_t>(static_cast<uint64_t>(static_cast<double>(high) * resolution), 1), chunk);
   // A scan upwards on a coarse grid first: throughput is not monotone in the
-  // budget (gpt2+gpt2_medium at u = 0.5: 0.98 x unlimited at 19.4 GiB, 0.91
-  // at 24.0), and a bisection from the ends alone can land on the far side
-  // of such a dip. The first grid budget that meets the target, and the one
+  // budget (resnet50+mobilenet_v2+bert_base at u = 0.5: 1.04 x unlimited at
+  // 15.0 GiB, 0.95 at 19.5), and a bisection from the ends alone can land on
+  // the far side of such a dip. The first grid budget that meets the target, and the one
   // below it that does not, bracket the bisection.
   uint64_t failed_below = 0;  // the grid budget under the first met; 0: none
   for (uint64_t step = 0; step <= kScanSteps; ++step) {
