@@ -224,7 +224,9 @@ TEST(TimeShiftScheduler, NoJobWaitsAtItsGateLongerThanOneOfItsIterations) {
   scheduler.add_job(2);
   DemandCurve held_long;  // 10 GiB for 150 ms of a 200 ms iteration, then 1 GiB
   held_long.period_ns = 200 * kMs;
-  for (size_t b = 0; b < kDemandBins; ++b) held_long.bins[b] = b * 200 * kMs / kDemandBins < 150 * kMs ? 10 * kGiB : 1 * kGiB;
+  for (size_t b = 0; b < kDemandBins; ++b) {
+    held_long.bins[b] = b * held_long.period_ns / kDemandBins < 150 * kMs ? 10 * kGiB : 1 * kGiB;
+  }
   held_long.end_bytes = 1 * kGiB;
   scheduler.set_curve(1, held_long);
   scheduler.set_curve(2, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));

@@ -1,6 +1,7 @@
 #include "budget_search.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "invalid_argument.h"
 
@@ -61,8 +62,8 @@ Status least_budget(const std::vector<JobModel>& jobs, const SimulationOptions& 
   // A scan upwards on a coarse grid first: throughput is not monotone in the
   // budget (resnet50+mobilenet_v2+bert_base at u = 0.5: 1.04 x unlimited at
   // 15.0 GiB, 0.95 at 19.5), and a bisection from the ends alone can land on
-  // the far side of such a dip. The first grid budget that meets the target, and the one
-  // below it that does not, bracket the bisection.
+  // the far side of such a dip. The first grid budget that meets the target,
+  // and the one below it that does not, bracket the bisection.
   uint64_t failed_below = 0;  // the grid budget under the first met; 0: none
   for (uint64_t step = 0; step <= kScanSteps; ++step) {
     const uint64_t budget = step == kScanSteps ? high : low + (high - low) / kScanSteps * step / chunk * chunk;

@@ -198,7 +198,8 @@ int parse(int argc, char** argv, Options* options) {
                                        "' is not in (0, 1]; expected a share of unlimited's throughput such as 0.95");
     }
     if (!budget.empty() || !schedule.empty()) {
-      return usage_error(kCommand, "--find-budget searches for the budget; give it without --budget or --budget-schedule");
+      return usage_error(kCommand,
+                         "--find-budget searches for the budget; give it without --budget or --budget-schedule");
     }
     if (!policy.empty()) {
       return usage_error(kCommand, "--find-budget runs zico against unlimited; give it without --policy");
