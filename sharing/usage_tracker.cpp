@@ -167,6 +167,9 @@ struct UsageTracker::Impl {
   // token for token by construction (follow), so this stays true for them.
   bool aligned = true;
   uint64_t step_hash = 0;  // the keys of the step in progress so far
+  // Live bytes when the iteration in progress reached the start of its
+  // current outlook step: what to compare with outlook_level there.
+  uint64_t step_start_live = 0;
   // The curve as of the last version bump: comparing with it rather than the
   // previous iteration's means a slow drift still bumps once it adds up.
   DemandCurve planned;
@@ -218,6 +221,7 @@ struct UsageTracker::Impl {
 
   void push(uint64_t key, uint64_t now_ns, uint64_t alloc_seq, uint64_t alloc_ns) {
     const uint64_t s = seq;
+    if (in_iteration && (s - first_seq + 1) % outlook_group == 0) step_start_live = live;
     if (marks) {
       if (in_iteration) check_alignment(s - first_seq, key);
       // Marks that stop coming must not make the tracker keep everything.
@@ -243,6 +247,7 @@ struct UsageTracker::Impl {
     first_seq = first;
     start_ns = now_ns;
     start_live = live_then;
+    step_start_live = live_then;
     ++iterations;
   }
 
@@ -348,13 +353,18 @@ struct UsageTracker::Impl {
     step_hash = 0;
   }
 
-  // The most live bytes expected from outlook step `step` on, the live bytes
-  // now being at that step's position. Running above the last iteration
-  // there (optimizer state created at the end of the first iteration, a
-  // bigger batch) is taken to last: the rest is expected that much higher.
-  uint64_t outlook_from(uint64_t step) const {
+  // The most live bytes expected from outlook step `step` on, `level` being
+  // what this iteration had live where that step began. Running above the
+  // last iteration there (optimizer state created at the end of the first
+  // iteration, a bigger batch) is taken to last: the rest is expected that
+  // much higher. The comparison is at the step's start, not with what is
+  // live now: a step spans several tokens in long iterations, and the ones
+  // already made within it are in outlook[step] already (compared with the
+  // live bytes now, each allocation inside a step raised the outlook by its
+  // size again: nasnetalarge's was 166 chunks above its own peak).
+  uint64_t outlook_from(uint64_t step, uint64_t level) const {
     if (step >= outlook.size()) return std::max(curve.end_bytes, live);
-    const uint64_t above = sub_floor(live, outlook_level[static_cast<size_t>(step)]);
+    const uint64_t above = sub_floor(level, outlook_level[static_cast<size_t>(step)]);
     return std::max(outlook[static_cast<size_t>(step)] + above, live);
   }
 
@@ -596,13 +606,13 @@ uint64_t UsageTracker::remaining_peak_bytes() const {
   const Impl& m = *impl_;
   if (!m.curve.known() || !m.in_iteration || m.outlook.empty() || !m.outlook_trusted || !m.aligned) return 0;
   // Tokens of this iteration so far, i.e. the position of the next one.
-  return m.outlook_from((m.seq - m.first_seq) / m.outlook_group);
+  return m.outlook_from((m.seq - m.first_seq) / m.outlook_group, m.step_start_live);
 }
 
 uint64_t UsageTracker::next_iteration_peak_bytes() const {
   const Impl& m = *impl_;
   if (!m.curve.known() || m.outlook.empty() || !m.outlook_trusted) return 0;
-  return m.outlook_from(0);
+  return m.outlook_from(0, m.live);
 }
 uint64_t UsageTracker::ignored_frees() const { return impl_->ignored; }
 size_t UsageTracker::buffered_tokens() const {
