@@ -719,21 +719,30 @@ TEST(UsageTrackerOutlook, ALongerIterationIsNotTrustedForTheNext) {
   EXPECT_EQ(t.next_iteration_peak_bytes(), 0u) << "7 tokens against 6";
 }
 
+// The size of allocation k of a long iteration (long_iteration).
+uint64_t long_iteration_bytes(uint64_t k) { return 16 + k % 100; }
+
+// An iteration of 9000 tokens, so the outlook keeps 4096 steps of 3 tokens:
+// 4500 allocations of long_iteration_bytes(k), then all freed. Returns the
+// bytes live at its peak.
+uint64_t long_iteration(UsageTracker& t, uint64_t& now, uint64_t& id) {
+  t.on_iteration(++now);
+  const uint64_t first = id;
+  uint64_t peak = 0;
+  for (uint64_t k = 0; k < 4500; ++k) {
+    t.on_allocate(id++, long_iteration_bytes(k), ++now);
+    peak += long_iteration_bytes(k);
+  }
+  for (uint64_t b = id; b-- > first;) t.on_free(b, ++now);
+  return peak;
+}
+
 TEST(UsageTrackerOutlook, AlignmentIsCheckedStepByStepInLongIterations) {
-  // 9000 tokens an iteration: the outlook keeps 4096 steps of 3 tokens each,
-  // and a step is compared once its third token is in.
+  // A step is compared once its third token is in.
   UsageTracker t;
   uint64_t now = 0;
   uint64_t id = 1;
-  const auto iteration = [&](uint64_t fourth_bytes) {
-    t.on_iteration(++now);
-    const uint64_t first = id;
-    for (uint64_t k = 0; k < 4500; ++k) t.on_allocate(id++, k == 4 ? fourth_bytes : 16 + k % 100, ++now);
-    for (uint64_t b = id; b-- > first;) t.on_free(b, ++now);
-  };
-  iteration(20);
-  iteration(20);
-  iteration(20);
+  for (int i = 0; i < 3; ++i) long_iteration(t, now, id);
   t.on_iteration(++now);
   for (uint64_t k = 0; k < 5; ++k) t.on_allocate(id++, k == 4 ? 21 : 16 + k, ++now);
   EXPECT_GT(t.remaining_peak_bytes(), 0u) << "the step of tokens 3-5 is not complete";
@@ -753,24 +762,11 @@ TEST(UsageTrackerOutlook, AllocationsInsideALongStepDoNotRaiseIt) {
   uint64_t now = 0;
   uint64_t id = 1;
   uint64_t peak = 0;
-  const auto allocate = [&](uint64_t k) { t.on_allocate(id++, 16 + k % 100, ++now); };
-  const auto iteration = [&] {
-    t.on_iteration(++now);
-    const uint64_t first = id;
-    peak = 0;
-    for (uint64_t k = 0; k < 4500; ++k) {
-      allocate(k);
-      peak += 16 + k % 100;
-    }
-    for (uint64_t b = id; b-- > first;) t.on_free(b, ++now);
-  };
-  iteration();
-  iteration();
-  iteration();
+  for (int i = 0; i < 3; ++i) peak = long_iteration(t, now, id);
   t.on_iteration(++now);
   EXPECT_EQ(t.remaining_peak_bytes(), peak);
   for (uint64_t k = 0; k < 8; ++k) {
-    allocate(k);
+    t.on_allocate(id++, long_iteration_bytes(k), ++now);
     EXPECT_EQ(t.remaining_peak_bytes(), peak) << "after " << k + 1 << " allocations";
   }
 }

@@ -19,7 +19,6 @@ Status least_budget(const std::vector<JobModel>& jobs, const SimulationOptions& 
                     double resolution, BudgetSearch* out, std::string* error) {
   if (!(target > 0 && target <= 1)) return invalid(error, "the throughput target must be in (0, 1]");
   if (!(resolution > 0 && resolution <= 0.5)) return invalid(error, "the resolution must be in (0, 0.5]");
-  if (options.chunk_bytes == 0) return invalid(error, "the chunk size must be above 0");
   BudgetSearch search;
   search.target = target;
 
