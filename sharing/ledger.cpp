@@ -12,6 +12,7 @@ namespace {
 // request must read as "too big", never wrap around to "fits".
 uint64_t add_sat(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 uint64_t sub_floor(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
+uint64_t mul_sat(uint64_t a, uint64_t b) { return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b; }
 
 struct Request {
   JobId job = 0;
@@ -40,6 +41,15 @@ struct Use {
   uint64_t reclaim_asked = 0;
   bool ever_asked = false;
   uint64_t last_asked_ns = 0;  // the last ask or reply, for reclaim_retry_ns
+  // Turns (ledger.h): parked from kPark to kResume, then its turn.
+  uint64_t gate_peak = 0;  // between: the peak of the iteration it waits to start (0: unknown)
+  bool parked = false;
+  uint64_t parked_ns = 0;           // when it was told kPark
+  uint64_t swap_ns = 0;             // how long it took to give everything back
+  uint64_t turn_ns = 0;             // how long it stays parked, and how long its turn lasts
+  uint64_t resume_ns = UINT64_MAX;  // kResume is due (UINT64_MAX: still giving back)
+  uint64_t turn_until_ns = 0;
+  uint64_t last_settle = 0;  // its latest claim's (kept_between)
 };
 
 struct Gpu {
@@ -48,10 +58,11 @@ struct Gpu {
   uint64_t grants = 0;
   uint64_t returns = 0;
   uint64_t deadlocks = 0;
+  uint64_t parks = 0;
   std::map<JobId, Use> users;  // the jobs that opened this GPU
   std::vector<Request> queue;  // arrival order; the front is the head
-  // The kYield victim until it has returned everything: one victim at a time,
-  // or every waiter would be told to yield before the first one's chunks are back.
+  // The kYield or kPark victim until it has returned everything: one victim at a
+  // time, or every waiter would be told to yield before the first one's chunks are back.
   bool yielding = false;
   JobId yield_victim = 0;
 };
@@ -347,6 +358,80 @@ struct Ledger::Impl {
     return true;
   }
 
+  // Resumed from a park, its turn has not ended: it is not parked again for
+  // a job starved beside it.
+  static bool in_turn(const Use& use, uint64_t now_ns) { return !use.parked && now_ns < use.turn_until_ns; }
+
+  // What a job keeps between its iterations: what it holds at its gate, its
+  // claim's settle in mid-iteration (its last claim's while it has none).
+  static uint64_t kept_between(const Use& use) {
+    if (use.between) return use.held;
+    return std::min(use.held, use.claim_peak != 0 ? use.claim_settle : use.last_settle);
+  }
+
+  // An iteration of `job` peaking at peak_chunks cannot fit beside what the
+  // other jobs keep between theirs: it can run only once one of them is out.
+  static bool starves(const Gpu& gpu, JobId job, uint64_t peak_chunks) {
+    uint64_t kept = 0;
+    for (const auto& [id, use] : gpu.users) {
+      if (id != job) kept = add_sat(kept, kept_between(use));
+    }
+    return add_sat(counted_peak(gpu, job, peak_chunks), kept) > gpu.budget;
+  }
+
+  // A job other than `except` that waits at its gate for such an iteration.
+  bool starved_at_gate(const Gpu& gpu, JobId except) const {
+    for (const auto& [id, use] : gpu.users) {
+      if (id == except || !use.between || use.parked || use.gate_peak == 0 || jobs.at(id).frozen) continue;
+      if (starves(gpu, id, use.gate_peak)) return true;
+    }
+    return false;
+  }
+
+  // Parks the job between iterations whose memory is in the way, the one
+  // holding the most: a request waits for it (waits_for_job), or a job at its
+  // gate starves beside it and its turn is over.
+  bool park(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+    if (!options.park_between || gpu.yielding) return false;
+    JobId victim = 0;
+    uint64_t most = 0;
+    for (const auto& [id, use] : gpu.users) {
+      if (!use.between || use.parked || use.waiting_requests > 0 || use.reclaim_outstanding) continue;
+      if (use.held <= use.min || use.held - use.min <= most || jobs.at(id).frozen) continue;
+      if (!waits_for_job(gpu, id) && (in_turn(use, now_ns) || !starved_at_gate(gpu, id))) continue;
+      most = use.held - use.min;
+      victim = id;
+    }
+    if (victim == 0) return false;
+    Use& use = gpu.users.at(victim);
+    use.parked = true;
+    use.parked_ns = now_ns;
+    use.resume_ns = UINT64_MAX;
+    gpu.parks += 1;
+    gpu.yielding = true;
+    gpu.yield_victim = victim;
+    out->push_back({LedgerAction::Kind::kPark, victim, g, 0, use.held, Errc::kOk, {}});
+    return true;
+  }
+
+  // A parked job that has given everything back resumes when its time is up,
+  // or at once when no other job holds more than its minimum or waits (none
+  // is in the way any more). Its turn starts: long enough to bring its
+  // memory back, run as long as it was parked and go out again.
+  static void resume(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+    for (auto& [id, use] : gpu.users) {
+      if (!use.parked || use.resume_ns == UINT64_MAX) continue;
+      const bool others_hold = std::any_of(gpu.users.begin(), gpu.users.end(), [&](const auto& other) {
+        return other.first != id && (other.second.held > other.second.min || other.second.waiting_requests > 0);
+      });
+      if (others_hold && now_ns < use.resume_ns) continue;
+      use.parked = false;
+      use.resume_ns = UINT64_MAX;
+      use.turn_until_ns = add_sat(now_ns, add_sat(mul_sat(use.swap_ns, 2), use.turn_ns));
+      out->push_back({LedgerAction::Kind::kResume, id, g, 0, 0, Errc::kOk, {}});
+    }
+  }
+
   void reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
     // Enough to bring granted to the budget and, if a request waits, to fit
     // the head including the room it must leave for the others' minimums.
@@ -395,7 +480,12 @@ struct Ledger::Impl {
 
   void pump_gpu(uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
     Gpu& gpu = gpus[g];
+    resume(gpu, g, now_ns, out);
     while (serve_one(gpu, g, now_ns, out)) {
+    }
+    if (park(gpu, g, now_ns, out)) {
+      while (serve_one(gpu, g, now_ns, out)) {
+      }
     }
     // Deadlock before reclaim: under kFail the refused job stops waiting and
     // becomes a reclaim candidate in the same pump; either way the victim's
@@ -450,9 +540,11 @@ void Ledger::set_frozen(JobId job, bool frozen) {
   if (it == impl_->jobs.end()) return;
   it->second.frozen = frozen;
   if (!frozen) return;
-  // A victim that can no longer give back must not hold up the next yield.
+  // A victim that can no longer give back must not hold up the next yield,
+  // nor wait for a kResume when it is back.
   for (auto& gpu : impl_->gpus) {
     if (gpu.yielding && gpu.yield_victim == job) gpu.yielding = false;
+    if (auto use = gpu.users.find(job); use != gpu.users.end()) use->second.parked = false;
   }
 }
 
@@ -526,7 +618,17 @@ Status Ledger::returned(JobId job, uint32_t gpu, uint64_t chunks, bool reclaim_r
     use->ever_asked = true;
     use->last_asked_ns = now_ns;
   }
-  if (g.yielding && g.yield_victim == job && use->held == 0) g.yielding = false;
+  if (g.yielding && g.yield_victim == job && use->held == 0) {
+    g.yielding = false;
+    if (use->parked) {
+      // Parked for its swap's worth many times over, so that the swap out and
+      // back in costs the others a small share of the time they gain.
+      const LedgerOptions& o = impl_->options;
+      use->swap_ns = sub_floor(now_ns, use->parked_ns);
+      use->turn_ns = std::min(o.max_turn_ns, mul_sat(use->swap_ns, o.turn_swap_multiple));
+      use->resume_ns = add_sat(now_ns, use->turn_ns);
+    }
+  }
   return Status::ok();
 }
 
@@ -548,13 +650,25 @@ bool Ledger::set_claim(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t s
   use->claim_peak = peak_chunks;
   use->claim_settle = peak_chunks == 0 ? 0 : std::min(settle_chunks, peak_chunks);
   use->between = false;
+  use->gate_peak = 0;
+  if (peak_chunks != 0) use->last_settle = use->claim_settle;
   return true;
 }
 
-bool Ledger::may_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t settle_chunks) const {
+bool Ledger::may_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t settle_chunks,
+                       uint64_t now_ns) const {
   if (gpu >= impl_->gpus.size()) return true;
   const Gpu& g = impl_->gpus[gpu];
   if (g.users.count(job) == 0) return true;
+  const Use& self = g.users.at(job);
+  if (self.parked) return false;
+  if (impl_->options.park_between) {
+    // Its iteration cannot fit beside what the others keep: it waits for one
+    // of them to be parked. Or this job's memory is in the way of another's
+    // iteration and its turn is over: it is parked instead.
+    if (peak_chunks != 0 && Impl::starves(g, job, peak_chunks)) return false;
+    if (!Impl::in_turn(self, now_ns) && impl_->starved_at_gate(g, job)) return false;
+  }
   bool others_mid_iteration = false;
   bool unknown_mid_iteration = false;
   for (const auto& [id, use] : g.users) {
@@ -568,7 +682,8 @@ bool Ledger::may_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t s
   // wait for while this job keeps what it holds. A request that would not
   // fit even once every other job came down to its settle waits for this
   // job's memory: holding the job at its gate would close the circle.
-  if (impl_->waits_for_job(g, job)) return true;
+  // (With turns it is parked instead, if it holds more than its minimum.)
+  if (impl_->waits_for_job(g, job)) return !impl_->options.park_between || self.held <= self.min;
   // A job without a claim runs its iterations alone, and none starts
   // against one: nothing would protect either from the other.
   if (peak_chunks == 0 || unknown_mid_iteration) return false;
@@ -576,12 +691,35 @@ bool Ledger::may_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t s
   return impl_->safe(g, job, 0, &starting);
 }
 
-bool Ledger::set_between_iterations(JobId job, uint32_t gpu) {
+uint64_t Ledger::next_due_ns(uint64_t now_ns) const {
+  uint64_t due = UINT64_MAX;
+  for (const Gpu& g : impl_->gpus) {
+    for (const auto& [id, use] : g.users) {
+      if (use.parked) due = std::min(due, use.resume_ns);
+      if (use.turn_until_ns > now_ns) due = std::min(due, use.turn_until_ns);
+    }
+  }
+  return due;
+}
+
+uint64_t Ledger::turn_wait_until_ns(uint32_t gpu, uint64_t now_ns) const {
+  uint64_t until = 0;
+  if (gpu >= impl_->gpus.size()) return until;
+  const Gpu& g = impl_->gpus[gpu];
+  if (g.yielding && g.users.at(g.yield_victim).parked) until = now_ns;  // still giving back
+  for (const auto& [id, use] : g.users) {
+    if (use.turn_until_ns > now_ns) until = std::max(until, use.turn_until_ns);
+  }
+  return until;
+}
+
+bool Ledger::set_between_iterations(JobId job, uint32_t gpu, uint64_t next_peak_chunks) {
   Use* use = impl_->find_use(job, gpu);
   if (use == nullptr) return false;
   use->claim_peak = 0;
   use->claim_settle = 0;
   use->between = true;
+  use->gate_peak = next_peak_chunks;
   return true;
 }
 
@@ -621,6 +759,7 @@ Ledger::GpuView Ledger::gpu(uint32_t gpu) const {
   view.grants = g.grants;
   view.returns = g.returns;
   view.deadlocks = g.deadlocks;
+  view.parks = g.parks;
   return view;
 }
 

@@ -38,6 +38,7 @@ enum class Phase : uint8_t {
   kSwapOut,   // yielded: saving its memory until `wake`
   kSwapWait,  // yielded: everything given back, waiting for the grant of its whole need
   kSwapIn,    // yielded: restoring until `wake`
+  kParked,    // parked at its gate: everything given back, waiting for kResume
   kDone,
   kFailed,
 };
@@ -65,6 +66,7 @@ struct Job {
   uint64_t next_request = 1;
   uint64_t pending_request = 0;
   uint64_t swapped_chunks = 0;
+  bool parking = false;  // kPark: back to its gate after the swap in
   std::unique_ptr<sharing::UsageTracker> tracker;  // zico
   double stalled_ns = 0;          // time in stall phases that have ended
   uint64_t last_progress_ns = 0;  // the latest time the tracker was given
@@ -87,7 +89,8 @@ bool stalled(Phase phase) {
     case Phase::kGate:
     case Phase::kSwapOut:
     case Phase::kSwapWait:
-    case Phase::kSwapIn: return true;
+    case Phase::kSwapIn:
+    case Phase::kParked: return true;
     default: return false;
   }
 }
@@ -162,6 +165,8 @@ class Engine {
       }
     }
     if (next_step_ < budget_steps_.size()) next = std::min(next, static_cast<double>(budget_steps_[next_step_].at_ns));
+    const uint64_t ledger_due = uses_ledger() ? ledger_.next_due_ns(now_ns()) : UINT64_MAX;
+    if (ledger_due != UINT64_MAX) next = std::min(next, static_cast<double>(ledger_due));
     if (!std::isfinite(next)) return false;
     next = std::max(next, now_);
     const double dt = next - now_;
@@ -187,6 +192,7 @@ class Engine {
     }
     std::stable_sort(due.begin(), due.end(), [](const Job* a, const Job* b) { return a->wake < b->wake; });
     for (Job* j : due) wake(*j);
+    if (ledger_due <= now_ns()) pump();  // a park ends, or a turn
     return true;
   }
 
@@ -217,6 +223,7 @@ class Engine {
       case Phase::kGate: j.result.gate_s += seconds(now_ - j.since); break;
       case Phase::kSwapOut:
       case Phase::kSwapIn: j.result.swap_s += seconds(now_ - j.since); break;
+      case Phase::kParked: j.result.gate_s += seconds(now_ - j.since); break;
       default: break;
     }
     if (stalled(j.phase)) j.stalled_ns += now_ - j.since;
@@ -236,6 +243,11 @@ class Engine {
           return;
         }
         set_held(j, 0);
+        if (j.parking) {
+          enter(j, Phase::kParked);
+          pump();
+          return;
+        }
         const uint64_t need = chunks_for(j.live);
         if (need == 0) {
           enter(j, Phase::kRunning);
@@ -246,9 +258,24 @@ class Engine {
         request(j, need);
         break;
       }
-      case Phase::kSwapIn: enter(j, Phase::kRunning); break;
+      case Phase::kSwapIn:
+        if (j.parking) {
+          back_to_gate(j);
+          break;
+        }
+        enter(j, Phase::kRunning);
+        break;
       default: break;
     }
+  }
+
+  void back_to_gate(Job& j) {
+    j.parking = false;
+    j.blocked = false;
+    enter(j, Phase::kGate);
+    (void)ledger_.set_between_iterations(j.id, 0);
+    j.gate_arrival = now_;
+    (void)try_start(j);
   }
 
   // --- jobs ----------------------------------------------------------------
@@ -340,8 +367,11 @@ class Engine {
   bool try_start(Job& j) {
     const uint64_t peak_bytes = j.tracker->next_iteration_peak_bytes();
     const uint64_t peak = peak_bytes == 0 ? 0 : std::max(j.held, chunks_for(peak_bytes));
-    if (!ledger_.may_start(j.id, 0, peak, chunks_for(j.tracker->curve().end_bytes))) {
+    if (!ledger_.may_start(j.id, 0, peak, chunks_for(j.tracker->curve().end_bytes), now_ns())) {
       if (j.phase != Phase::kGate) enter_gate(j);
+      (void)ledger_.set_between_iterations(j.id, 0, peak);
+      pump();
+      if (j.phase != Phase::kGate) return false;  // parked
       if (!j.blocked) {
         j.blocked = true;
         j.blocked_since = now_;
@@ -349,7 +379,8 @@ class Engine {
       // The deadline is compared as it was computed: now_ - blocked_since
       // can round below kMaxBlockedNs at the very wake-up it set, which
       // would wake the job at the same moment forever.
-      const double deadline = j.blocked_since + kMaxBlockedNs;
+      const double deadline =
+          std::max(j.blocked_since, static_cast<double>(ledger_.turn_wait_until_ns(0, now_ns()))) + kMaxBlockedNs;
       if (now_ < deadline) {
         j.wake = deadline;
         scheduler_.unplan(j.id);
@@ -494,6 +525,25 @@ class Engine {
         // A perfectly packing job has no idle chunk to give.
         (void)ledger_.returned(j.id, 0, 0, true, now_ns(), &why);
         return;
+      case LedgerAction::Kind::kPark:
+        j.parking = true;
+        j.blocked = false;
+        j.swapped_chunks = j.held;
+        j.result.yields += 1;
+        scheduler_.unplan(j.id);
+        enter(j, Phase::kSwapOut);
+        j.wake = now_ + swap_ns(j.held);
+        return;
+      case LedgerAction::Kind::kResume: {
+        const uint64_t need = chunks_for(j.live);
+        if (need == 0) {
+          back_to_gate(j);
+          return;
+        }
+        enter(j, Phase::kSwapWait);
+        request(j, need);
+        return;
+      }
       case LedgerAction::Kind::kYield:
         j.pending_request = 0;
         j.result.yields += 1;

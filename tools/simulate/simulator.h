@@ -54,8 +54,13 @@
 //    level; at its gate it is between iterations. When its start time comes
 //    the job asks Ledger::may_start with the claim of the iteration it would
 //    begin (next_iteration_peak_bytes); told no, it waits at its gate,
-//    unplanned, asking again whenever anything changes, for at most 1 s,
-//    then starts anyway. As the daemon learns claims from its jobs.
+//    unplanned, asking again whenever anything changes, for at most 1 s
+//    (counted from the end of any turn in progress), then starts anyway. As
+//    the daemon learns claims from its jobs. Turns (ledger.h): a job told no
+//    gives the ledger that claim's peak; kPark swaps a job at its gate out
+//    like a yield (counted as one, its wait as gate time) and it waits there
+//    for kResume, then asks for its whole need, swaps it back in and asks
+//    may_start again.
 //  - static: each job reserves its whole peak (rounded up to chunks) for its
 //    lifetime, what users do today. Jobs start in the order given, each as
 //    soon as its reservation fits the budget less the running jobs'
@@ -146,11 +151,11 @@ struct JobResult {
   // Time not running for memory, by cause; delay_s is their sum.
   double delay_s = 0;
   double queue_s = 0;   // static, sequential: before admission
-  double gate_s = 0;    // zico: held at its iteration gates
+  double gate_s = 0;    // zico: held at its iteration gates (parked too)
   double wait_s = 0;    // waiting for the ledger's grant (after a yield too)
-  double swap_s = 0;    // swapping out and back in after yields
+  double swap_s = 0;    // swapping out and back in after yields and parks
   uint64_t peak_bytes = 0;  // the most it held
-  uint64_t yields = 0;
+  uint64_t yields = 0;       // parks (zico) included
   uint64_t gate_delays = 0;  // iterations that started later than asked
   // zico: the longest period among the curves its tracker learned (0 if it
   // learned none). On the progress clock this is the iteration's running
