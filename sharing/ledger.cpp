@@ -59,6 +59,10 @@ struct Gpu {
   uint64_t returns = 0;
   uint64_t deadlocks = 0;
   uint64_t parks = 0;
+  // How many users are between iterations, and parked: when none is, a pump
+  // skips the turn rules (a chunk request pays nothing for them).
+  uint64_t between_users = 0;
+  uint64_t parked_users = 0;
   std::map<JobId, Use> users;  // the jobs that opened this GPU
   std::vector<Request> queue;  // arrival order; the front is the head
   // The kYield or kPark victim until it has returned everything: one victim at a
@@ -379,32 +383,39 @@ struct Ledger::Impl {
     return add_sat(counted_peak(gpu, job, peak_chunks), kept) > gpu.budget;
   }
 
-  // A job other than `except` that waits at its gate for such an iteration.
-  bool starved_at_gate(const Gpu& gpu, JobId except) const {
+  // A job other than `except` that waits at its gate for such an iteration
+  // (the first in id order; 0 if none).
+  JobId starved_at_gate(const Gpu& gpu, JobId except = 0) const {
     for (const auto& [id, use] : gpu.users) {
       if (id == except || !use.between || use.parked || use.gate_peak == 0 || jobs.at(id).frozen) continue;
-      if (starves(gpu, id, use.gate_peak)) return true;
+      if (starves(gpu, id, use.gate_peak)) return id;
     }
-    return false;
+    return 0;
   }
 
   // Parks the job between iterations whose memory is in the way, the one
   // holding the most: a request waits for it (waits_for_job), or a job at its
   // gate starves beside it and its turn is over.
   bool park(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
-    if (!options.park_between || gpu.yielding) return false;
+    if (!options.park_between || gpu.yielding || gpu.between_users == 0) return false;
+    // Starving is weighed once: a second starved job matters only when the
+    // candidate is the first one itself.
+    const JobId starved = starved_at_gate(gpu);
+    if (starved == 0 && gpu.queue.empty()) return false;
     JobId victim = 0;
     uint64_t most = 0;
     for (const auto& [id, use] : gpu.users) {
       if (!use.between || use.parked || use.waiting_requests > 0 || use.reclaim_outstanding) continue;
       if (use.held <= use.min || use.held - use.min <= most || jobs.at(id).frozen) continue;
-      if (!waits_for_job(gpu, id) && (in_turn(use, now_ns) || !starved_at_gate(gpu, id))) continue;
+      const bool starves_another = starved != 0 && (starved != id || starved_at_gate(gpu, id) != 0);
+      if (!(starves_another && !in_turn(use, now_ns)) && !waits_for_job(gpu, id)) continue;
       most = use.held - use.min;
       victim = id;
     }
     if (victim == 0) return false;
     Use& use = gpu.users.at(victim);
     use.parked = true;
+    gpu.parked_users += 1;
     use.parked_ns = now_ns;
     use.resume_ns = UINT64_MAX;
     gpu.parks += 1;
@@ -419,6 +430,7 @@ struct Ledger::Impl {
   // is in the way any more). Its turn starts: long enough to bring its
   // memory back, run as long as it was parked and go out again.
   static void resume(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+    if (gpu.parked_users == 0) return;
     for (auto& [id, use] : gpu.users) {
       if (!use.parked || use.resume_ns == UINT64_MAX) continue;
       const bool others_hold = std::any_of(gpu.users.begin(), gpu.users.end(), [&](const auto& other) {
@@ -426,6 +438,7 @@ struct Ledger::Impl {
       });
       if (others_hold && now_ns < use.resume_ns) continue;
       use.parked = false;
+      gpu.parked_users -= 1;
       use.resume_ns = UINT64_MAX;
       use.turn_until_ns = add_sat(now_ns, add_sat(mul_sat(use.swap_ns, 2), use.turn_ns));
       out->push_back({LedgerAction::Kind::kResume, id, g, 0, 0, Errc::kOk, {}});
@@ -527,6 +540,8 @@ void Ledger::remove_job(JobId job) {
     if (it == gpu.users.end()) continue;
     gpu.granted -= it->second.held;
     gpu.returns += it->second.held;
+    gpu.between_users -= it->second.between ? 1 : 0;
+    gpu.parked_users -= it->second.parked ? 1 : 0;
     gpu.users.erase(it);
     std::erase_if(gpu.queue, [job](const Request& r) { return r.job == job; });
     if (gpu.yielding && gpu.yield_victim == job) gpu.yielding = false;
@@ -544,7 +559,11 @@ void Ledger::set_frozen(JobId job, bool frozen) {
   // nor wait for a kResume when it is back.
   for (auto& gpu : impl_->gpus) {
     if (gpu.yielding && gpu.yield_victim == job) gpu.yielding = false;
-    if (auto use = gpu.users.find(job); use != gpu.users.end()) use->second.parked = false;
+    auto use = gpu.users.find(job);
+    if (use != gpu.users.end() && use->second.parked) {
+      use->second.parked = false;
+      gpu.parked_users -= 1;
+    }
   }
 }
 
@@ -649,6 +668,7 @@ bool Ledger::set_claim(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t s
   if (use == nullptr) return false;
   use->claim_peak = peak_chunks;
   use->claim_settle = peak_chunks == 0 ? 0 : std::min(settle_chunks, peak_chunks);
+  if (use->between) impl_->gpus[gpu].between_users -= 1;
   use->between = false;
   use->gate_peak = 0;
   if (peak_chunks != 0) use->last_settle = use->claim_settle;
@@ -667,7 +687,7 @@ bool Ledger::may_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t s
     // of them to be parked. Or this job's memory is in the way of another's
     // iteration and its turn is over: it is parked instead.
     if (peak_chunks != 0 && Impl::starves(g, job, peak_chunks)) return false;
-    if (!Impl::in_turn(self, now_ns) && impl_->starved_at_gate(g, job)) return false;
+    if (!Impl::in_turn(self, now_ns) && impl_->starved_at_gate(g, job) != 0) return false;
   }
   bool others_mid_iteration = false;
   bool unknown_mid_iteration = false;
@@ -718,6 +738,7 @@ bool Ledger::set_between_iterations(JobId job, uint32_t gpu, uint64_t next_peak_
   if (use == nullptr) return false;
   use->claim_peak = 0;
   use->claim_settle = 0;
+  if (!use->between) impl_->gpus[gpu].between_users += 1;
   use->between = true;
   use->gate_peak = next_peak_chunks;
   return true;
@@ -816,6 +837,17 @@ std::string Ledger::check() const {
       }
       held += use.held;
       mins += use.min;
+    }
+    uint64_t between = 0;
+    uint64_t parked = 0;
+    for (const auto& [id, use] : gpu.users) {
+      between += use.between ? 1 : 0;
+      parked += use.parked ? 1 : 0;
+    }
+    if (between != gpu.between_users || parked != gpu.parked_users) {
+      return where + std::to_string(between) + " jobs between iterations and " + std::to_string(parked) +
+             " parked, but the counters say " + std::to_string(gpu.between_users) + " and " +
+             std::to_string(gpu.parked_users);
     }
     if (held != gpu.granted) {
       return where + "granted " + std::to_string(gpu.granted) + " but jobs hold " + std::to_string(held);

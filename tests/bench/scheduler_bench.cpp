@@ -9,6 +9,9 @@
 //    in steady state: the request carries the claim (set_claim) and the
 //    grant runs the banker's check over all 8 jobs, half of them still
 //    below what they will settle at.
+//  - ChunkRequest/zico_claims_gates: the same with half the jobs waiting at
+//    their gates (the simulator's turn rules weighed on every pump; none
+//    parks: each waiting iteration fits beside the others' rest).
 //  - IterationGate: one gate decision of the time-shift scheduler, for a job
 //    whose 7 co-runners are at spread-out phases of their iterations. Paid
 //    once per iteration per job, not per request.
@@ -42,7 +45,7 @@ constexpr uint64_t kMs = 1'000'000;
 
 using testing::triangle_curve;
 
-void chunk_requests(benchmark::State& state, bool time_shift, bool claims) {
+void chunk_requests(benchmark::State& state, bool time_shift, bool claims, bool half_at_gates = false) {
   Ledger ledger;
   IterationGates gates(time_shift, SchedulerOptions{});
   (void)ledger.add_gpu(kBudgetChunks);
@@ -57,6 +60,10 @@ void chunk_requests(benchmark::State& state, bool time_shift, bool claims) {
     (void)ledger.request(job, 0, 1, 1000, 0, &why);
   }
   (void)ledger.pump(0);
+  // The other half waits at its gates for an iteration that fits beside the
+  // rest (nothing is parked), so every pump weighs the turn rules in full.
+  const JobId requesters = half_at_gates ? kJobs / 2 : kJobs;
+  for (JobId job = requesters + 1; job <= kJobs; ++job) (void)ledger.set_between_iterations(job, 0, 1500);
   uint64_t now = 1;
   uint64_t request_id = 2;
   uint64_t held[kJobs + 1] = {};
@@ -77,7 +84,7 @@ void chunk_requests(benchmark::State& state, bool time_shift, bool claims) {
     actions = ledger.pump(now);
     benchmark::DoNotOptimize(actions);
     if (time_shift) gates.set_held(job, 0, held[job] * kChunk);
-    job = job % kJobs + 1;
+    job = job % requesters + 1;
     now += 1000;
   }
   state.SetItemsProcessed(state.iterations());
@@ -86,9 +93,11 @@ void chunk_requests(benchmark::State& state, bool time_shift, bool claims) {
 void BM_ChunkRequest_fcfs(benchmark::State& state) { chunk_requests(state, false, false); }
 void BM_ChunkRequest_zico(benchmark::State& state) { chunk_requests(state, true, false); }
 void BM_ChunkRequest_zico_claims(benchmark::State& state) { chunk_requests(state, true, true); }
+void BM_ChunkRequest_zico_claims_gates(benchmark::State& state) { chunk_requests(state, true, true, true); }
 BENCHMARK(BM_ChunkRequest_fcfs);
 BENCHMARK(BM_ChunkRequest_zico);
 BENCHMARK(BM_ChunkRequest_zico_claims);
+BENCHMARK(BM_ChunkRequest_zico_claims_gates);
 
 void BM_IterationGate(benchmark::State& state) {
   TimeShiftScheduler scheduler;
