@@ -43,6 +43,7 @@ void TimeShiftScheduler::started(JobId job, uint64_t start_ns) {
   if (it == jobs_.end()) return;
   it->second.in_iteration = true;
   it->second.start_ns = start_ns;
+  it->second.asked = false;
 }
 
 void TimeShiftScheduler::unplan(JobId job) {
@@ -100,10 +101,12 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
     if (id == job_id || !other.in_iteration || !other.curve.known()) continue;
     horizon_end = std::max(horizon_end, other.start_ns + other.curve.period_ns);
   }
-  const uint64_t longest_delay =
+  uint64_t longest_delay =
       curve.period_ns > UINT64_MAX / std::max<uint64_t>(options_.max_delay_periods, 1)
           ? UINT64_MAX
           : curve.period_ns * options_.max_delay_periods;
+  const bool stuck = options_.stuck_gates != 0 && job.long_delays >= options_.stuck_gates;
+  if (stuck) longest_delay = std::min(longest_delay, curve.period_ns / 2);
   horizon_end = std::min(horizon_end, now_ns + std::min(longest_delay, UINT64_MAX - now_ns));
   // The grid is the job's own bins, coarsened if the horizon holds more
   // candidate starts than a decision may try.
@@ -151,6 +154,9 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
   }
 
   decision.start_ns = now_ns + best * step;
+  // Counted once per gate: a re-plan asks again for the same one.
+  if (!job.asked) job.long_delays = best * step > curve.period_ns / 2 ? job.long_delays + 1 : 0;
+  job.asked = true;
   decision.predicted_peak = best_peak;
   decision.fits = best_peak <= limit;
   // Remembered as planned, so that decisions for other jobs made before it

@@ -237,6 +237,48 @@ TEST(TimeShiftScheduler, NoJobWaitsAtItsGateLongerThanOneOfItsIterations) {
   EXPECT_LE(decision.start_ns, 100 * kMs);
 }
 
+// A job whose gate delays it by most of a period at every iteration is
+// stuck behind the others' plans (three resnet50 settled so, each waiting
+// 18.8 ms of 20.8): after two such gates in a row its next decision looks
+// only half a period ahead. A re-plan asking again at the same gate counts
+// once.
+TEST(TimeShiftScheduler, AJobDelayedMostOfAPeriodAtTwoGatesInARowLooksOnlyHalfAPeriodAhead) {
+  SchedulerOptions options;
+  options.headroom = 0;
+  TimeShiftScheduler scheduler(options);
+  scheduler.set_budget(12 * kGiB);
+  scheduler.add_job(1);
+  scheduler.add_job(2);
+  DemandCurve high_first;  // 10 GiB for the first 70 ms of 200, then 1 GiB
+  high_first.period_ns = 200 * kMs;
+  for (size_t b = 0; b < kDemandBins; ++b) {
+    high_first.bins[b] = b * high_first.period_ns / kDemandBins < 70 * kMs ? 10 * kGiB : 1 * kGiB;
+  }
+  high_first.end_bytes = 1 * kGiB;
+  scheduler.set_curve(1, high_first);
+  scheduler.set_curve(2, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
+  // Job 1 starts whenever job 2 asks: job 2's climb fits only once job 1
+  // is down, 60-70 ms on, more than half of job 2's 100 ms period.
+  const auto gate = [&](uint64_t now, int asks) {
+    scheduler.started(1, now);
+    StartDecision decision;
+    for (int a = 0; a < asks; ++a) decision = scheduler.plan_start(2, now);
+    scheduler.started(2, decision.start_ns);
+    return decision;
+  };
+  for (const uint64_t now : {0 * kMs, 1000 * kMs}) {
+    const StartDecision decision = gate(now, now == 0 ? 2 : 1);
+    EXPECT_TRUE(decision.fits);
+    EXPECT_GT(decision.start_ns - now, 50 * kMs) << "at " << now;
+  }
+  const StartDecision stuck = gate(2000 * kMs, 1);
+  EXPECT_FALSE(stuck.fits) << "nothing fits within half a period";
+  EXPECT_LE(stuck.start_ns - 2000 * kMs, 50 * kMs);
+  const StartDecision after = gate(3000 * kMs, 1);
+  EXPECT_TRUE(after.fits) << "a short delay resets the count";
+  EXPECT_GT(after.start_ns - 3000 * kMs, 50 * kMs);
+}
+
 // Two identical jobs that gate every iteration settle into a fixed offset:
 // after the first delay, neither waits again.
 TEST(TimeShiftScheduler, TwoPeriodicJobsSettleIntoAFixedOffset) {
