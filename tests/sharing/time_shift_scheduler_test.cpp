@@ -215,21 +215,29 @@ TEST(TimeShiftScheduler, DecisionsStayBoundedWhatEverThePeriods) {
 // overflow, and the ledger paces it. (Waiting up to two periods let three
 // jobs of different periods settle into a convoy, each waiting out the
 // others' whole iterations.)
-TEST(TimeShiftScheduler, NoJobWaitsAtItsGateLongerThanOneOfItsIterations) {
+// Budget 12 GiB, no headroom. Job 1 holds 10 GiB for the first `high_ns`
+// of a 200 ms iteration, then 1 GiB; job 2 climbs from 1 to 10 GiB and back
+// in 100 ms: its climb fits beside job 1 only once job 1 is down.
+TimeShiftScheduler high_then_low_and_triangle(uint64_t high_ns) {
   SchedulerOptions options;
   options.headroom = 0;
   TimeShiftScheduler scheduler(options);
   scheduler.set_budget(12 * kGiB);
   scheduler.add_job(1);
   scheduler.add_job(2);
-  DemandCurve held_long;  // 10 GiB for 150 ms of a 200 ms iteration, then 1 GiB
-  held_long.period_ns = 200 * kMs;
+  DemandCurve high_then_low;
+  high_then_low.period_ns = 200 * kMs;
   for (size_t b = 0; b < kDemandBins; ++b) {
-    held_long.bins[b] = b * held_long.period_ns / kDemandBins < 150 * kMs ? 10 * kGiB : 1 * kGiB;
+    high_then_low.bins[b] = b * high_then_low.period_ns / kDemandBins < high_ns ? 10 * kGiB : 1 * kGiB;
   }
-  held_long.end_bytes = 1 * kGiB;
-  scheduler.set_curve(1, held_long);
+  high_then_low.end_bytes = 1 * kGiB;
+  scheduler.set_curve(1, high_then_low);
   scheduler.set_curve(2, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
+  return scheduler;
+}
+
+TEST(TimeShiftScheduler, NoJobWaitsAtItsGateLongerThanOneOfItsIterations) {
+  TimeShiftScheduler scheduler = high_then_low_and_triangle(150 * kMs);
   scheduler.started(1, 0);
   // Job 2's peak fits beside job 1 only from 150 ms on: 1.5 of its periods.
   const StartDecision decision = scheduler.plan_start(2, 0);
@@ -243,20 +251,7 @@ TEST(TimeShiftScheduler, NoJobWaitsAtItsGateLongerThanOneOfItsIterations) {
 // only half a period ahead. A re-plan asking again at the same gate counts
 // once.
 TEST(TimeShiftScheduler, AJobDelayedMostOfAPeriodAtTwoGatesInARowLooksOnlyHalfAPeriodAhead) {
-  SchedulerOptions options;
-  options.headroom = 0;
-  TimeShiftScheduler scheduler(options);
-  scheduler.set_budget(12 * kGiB);
-  scheduler.add_job(1);
-  scheduler.add_job(2);
-  DemandCurve high_first;  // 10 GiB for the first 70 ms of 200, then 1 GiB
-  high_first.period_ns = 200 * kMs;
-  for (size_t b = 0; b < kDemandBins; ++b) {
-    high_first.bins[b] = b * high_first.period_ns / kDemandBins < 70 * kMs ? 10 * kGiB : 1 * kGiB;
-  }
-  high_first.end_bytes = 1 * kGiB;
-  scheduler.set_curve(1, high_first);
-  scheduler.set_curve(2, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
+  TimeShiftScheduler scheduler = high_then_low_and_triangle(70 * kMs);
   // Job 1 starts whenever job 2 asks: job 2's climb fits only once job 1
   // is down, 60-70 ms on, more than half of job 2's 100 ms period.
   const auto gate = [&](uint64_t now, int asks) {
