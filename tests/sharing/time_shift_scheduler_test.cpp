@@ -14,17 +14,22 @@ constexpr uint64_t kGiB = uint64_t{1} << 30;
 
 using testing::triangle_curve;
 
-// Two jobs with the same curve under `budget`, no headroom; job 1 began its
-// iteration at 0, job 2 is about to ask.
-TimeShiftScheduler pair_first_started(uint64_t budget, const DemandCurve& curve) {
+// Jobs 1 and 2 under `budget`, no headroom, no curve yet.
+TimeShiftScheduler two_jobs_without_headroom(uint64_t budget) {
   SchedulerOptions options;
   options.headroom = 0;
   TimeShiftScheduler scheduler(options);
   scheduler.set_budget(budget);
-  for (JobId job : {1, 2}) {
-    scheduler.add_job(job);
-    scheduler.set_curve(job, curve);
-  }
+  scheduler.add_job(1);
+  scheduler.add_job(2);
+  return scheduler;
+}
+
+// Two jobs with the same curve under `budget`, no headroom; job 1 began its
+// iteration at 0, job 2 is about to ask.
+TimeShiftScheduler pair_first_started(uint64_t budget, const DemandCurve& curve) {
+  TimeShiftScheduler scheduler = two_jobs_without_headroom(budget);
+  for (JobId job : {1, 2}) scheduler.set_curve(job, curve);
   scheduler.started(1, 0);
   return scheduler;
 }
@@ -142,12 +147,7 @@ TEST(TimeShiftScheduler, HeadroomIsKeptFree) {
 }
 
 TEST(TimeShiftScheduler, LearningJobsCountWithWhatTheyHold) {
-  SchedulerOptions options;
-  options.headroom = 0;
-  TimeShiftScheduler scheduler(options);
-  scheduler.set_budget(14 * kGiB);
-  scheduler.add_job(1);
-  scheduler.add_job(2);
+  TimeShiftScheduler scheduler = two_jobs_without_headroom(14 * kGiB);
   scheduler.set_curve(2, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
   scheduler.set_held(1, 6 * kGiB);  // no curve yet: assumed to stay at what it holds
   const StartDecision decision = scheduler.plan_start(2, 0);
@@ -210,21 +210,11 @@ TEST(TimeShiftScheduler, DecisionsStayBoundedWhatEverThePeriods) {
   EXPECT_LE(long_one.start_ns - hour / 4, hour);
 }
 
-// A start that would fit only later than one of the job's own periods is
-// not waited for: the job starts within its period at the least predicted
-// overflow, and the ledger paces it. (Waiting up to two periods let three
-// jobs of different periods settle into a convoy, each waiting out the
-// others' whole iterations.)
 // Budget 12 GiB, no headroom. Job 1 holds 10 GiB for the first `high_ns`
 // of a 200 ms iteration, then 1 GiB; job 2 climbs from 1 to 10 GiB and back
 // in 100 ms: its climb fits beside job 1 only once job 1 is down.
 TimeShiftScheduler high_then_low_and_triangle(uint64_t high_ns) {
-  SchedulerOptions options;
-  options.headroom = 0;
-  TimeShiftScheduler scheduler(options);
-  scheduler.set_budget(12 * kGiB);
-  scheduler.add_job(1);
-  scheduler.add_job(2);
+  TimeShiftScheduler scheduler = two_jobs_without_headroom(12 * kGiB);
   DemandCurve high_then_low;
   high_then_low.period_ns = 200 * kMs;
   for (size_t b = 0; b < kDemandBins; ++b) {
@@ -236,6 +226,11 @@ TimeShiftScheduler high_then_low_and_triangle(uint64_t high_ns) {
   return scheduler;
 }
 
+// A start that would fit only later than one of the job's own periods is
+// not waited for: the job starts within its period at the least predicted
+// overflow, and the ledger paces it. (Waiting up to two periods let three
+// jobs of different periods settle into a convoy, each waiting out the
+// others' whole iterations.)
 TEST(TimeShiftScheduler, NoJobWaitsAtItsGateLongerThanOneOfItsIterations) {
   TimeShiftScheduler scheduler = high_then_low_and_triangle(150 * kMs);
   scheduler.started(1, 0);
