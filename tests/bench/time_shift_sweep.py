@@ -82,7 +82,8 @@ def sweep_budgets(options, common):
 def band(options, common):
     names = sorted(f[: -len(".ztrace.gz")] for f in os.listdir(TRACES) if f.endswith(".ztrace.gz"))
     cases = [c for k in (2, 3) for c in itertools.combinations_with_replacement(names, k)]
-    counts = {u: {"runs": 0, "cannot_fit": 0, "below": 0} for u in options.umctl}
+    counts = {u: {"runs": 0, "cannot_fit": 0, "below": 0, "turns": 0, "stretched": [], "other": 0}
+              for u in options.umctl}
     for case in cases:
         traces = [os.path.join(TRACES, f"{name}.ztrace.gz") for name in case]
         unlimited = simulate(options.umctl[0], ["--policy", "unlimited"] + common + traces)
@@ -106,11 +107,33 @@ def band(options, common):
                 bound = z.get("exhaustive", {}).get("peak_bytes", 0)
                 print(f"{umctl}: {'+'.join(case)} at summed peaks / {ratio}: {vs:.3f} x unlimited, "
                       f"{z['aggregate_iters_per_s'] / seq['aggregate_iters_per_s']:.3f} x sequential, "
-                      f"budget {int(budget) / bound if bound else 0:.3f} x the bound's peak, {z['yields']} yields",
-                      flush=True)
+                      f"budget {int(budget) / bound if bound else 0:.3f} x the bound's peak, {z['yields']} yields; "
+                      + below_bound(z, unlimited, c), flush=True)
     for umctl, c in counts.items():
         print(f"{umctl}: {c['runs']} runs, {c['cannot_fit']} with a job that cannot fit, "
-              f"{c['below']} of the rest below 0.9 x unlimited")
+              f"{c['below']} of the rest below 0.9 x unlimited: {c['turns']} where no schedule co-runs the jobs "
+              f"without moving memory off the GPU every iteration, {len(c['stretched'])} where fixed offsets fit "
+              f"on a longer cycle" + (f" (zico / that schedule {min(c['stretched']):.3f} to "
+                                      f"{max(c['stretched']):.3f})" if c["stretched"] else "")
+              + f", {c['other']} other")
+
+
+def below_bound(z, unlimited, counts):
+    """What the best fixed-offset schedule can do on a budget below the bound's peak (exhaustive_bound.h)."""
+    stretched = z.get("exhaustive", {}).get("stretched")
+    if stretched is None:
+        counts["other"] += 1
+        return "at or above the bound's peak"
+    if not stretched["found"]:
+        if stretched["shortfall_bytes"] > 0:
+            counts["turns"] += 1
+            return f"a job's peak and the others' least exceed the budget by {stretched['shortfall_bytes'] / 2**30:.2f} GiB"
+        counts["other"] += 1
+        return "no cycle fits"
+    best = stretched["iters_per_s"]
+    counts["stretched"].append(z["aggregate_iters_per_s"] / best)
+    return (f"fixed offsets fit at {stretched['stretch']:.3f} x the cycle: {best / unlimited['aggregate_iters_per_s']:.3f} "
+            f"x unlimited, zico {z['aggregate_iters_per_s'] / best:.3f} x that")
 
 
 def main():

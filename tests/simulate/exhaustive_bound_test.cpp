@@ -124,5 +124,63 @@ TEST(ExhaustiveBound, CoincidentStepsInOneCellAreCountedTogether) {
   EXPECT_EQ(b.sum_of_peaks_bytes, 12 * kGiB);
 }
 
+StretchedCycle stretched_of(const std::vector<PeriodicCurve>& curves, uint64_t budget) {
+  StretchedCycle stretched;
+  std::string error;
+  EXPECT_TRUE(least_fitting_cycle(curves, budget, &stretched, &error).is_ok()) << error;
+  return stretched;
+}
+
+TEST(LeastFittingCycle, PulsesLongerThanHalfAPeriodFitOnceTheCycleHoldsBoth) {
+  // High for 60 % of the period: at the period itself the highs overlap
+  // (12 GiB, the bound's peak); on a 7 GiB budget they fit once the cycle is
+  // 1.2 periods and they sit half of it apart.
+  const std::vector<PeriodicCurve> curves{pulse(kCycle, kCycle * 6 / 10), pulse(kCycle, kCycle * 6 / 10)};
+  EXPECT_EQ(bound_of(curves).peak_bytes, 2 * kHigh);
+  const StretchedCycle s = stretched_of(curves, kHigh + kLow);
+  ASSERT_TRUE(s.found);
+  EXPECT_EQ(s.cycle_ns, kCycle * 6 / 5) << "the first step of 0.5 % that fits";
+  EXPECT_EQ(s.peak_bytes, kHigh + kLow);
+  ASSERT_EQ(s.offsets_ns.size(), 2u);
+  EXPECT_EQ(s.offsets_ns[1], s.cycle_ns / 2);
+  EXPECT_EQ(s.shortfall_bytes, 0u);
+}
+
+TEST(LeastFittingCycle, ABudgetTheBoundMeetsFitsAtTheLongestPeriod) {
+  const std::vector<PeriodicCurve> curves{pulse(kCycle, kCycle / 2), pulse(kCycle / 2, kCycle / 4)};
+  const StretchedCycle s = stretched_of(curves, bound_of(curves).peak_bytes);
+  ASSERT_TRUE(s.found);
+  EXPECT_EQ(s.cycle_ns, kCycle);
+}
+
+TEST(LeastFittingCycle, APeakAndTheOthersLeastAboveTheBudgetFitAtNoCycle) {
+  // Whenever one is at 6 GiB the other holds at least 1 GiB: 7 GiB at any
+  // cycle, half a GiB more than the budget.
+  const std::vector<PeriodicCurve> curves{pulse(kCycle, kCycle / 10), pulse(kCycle, kCycle / 10)};
+  const StretchedCycle s = stretched_of(curves, kHigh + kLow / 2);
+  EXPECT_FALSE(s.found);
+  EXPECT_EQ(s.shortfall_bytes, kLow / 2);
+  EXPECT_TRUE(stretched_of(curves, kHigh + kLow).found) << "at exactly the budget they fit";
+}
+
+TEST(LeastFittingCycle, ScansUpToTheSummedPeriods) {
+  // High for all of the period but its last 1/1024: on a budget of one high
+  // and one low, the two fit only one after the other, at nearly the summed
+  // periods, the longest cycle looked at.
+  const PeriodicCurve almost_flat{kCycle, {{0, kHigh}, {kCycle - kCycle / 1024, kLow}}};
+  const StretchedCycle s = stretched_of({almost_flat, almost_flat}, kHigh + kLow);
+  ASSERT_TRUE(s.found);
+  EXPECT_LE(s.cycle_ns, 2 * kCycle);
+  EXPECT_GE(s.cycle_ns, 2 * kCycle - 2 * kCycle / 100);
+}
+
+TEST(LeastFittingCycle, RejectsBadCurves) {
+  StretchedCycle s;
+  std::string error;
+  EXPECT_FALSE(least_fitting_cycle({}, kHigh, &s, &error).is_ok());
+  EXPECT_FALSE(least_fitting_cycle({PeriodicCurve{kCycle, {{5, 1}}}}, kHigh, &s, &error).is_ok());
+  EXPECT_NE(error.find("curve 0"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace zico::simulate

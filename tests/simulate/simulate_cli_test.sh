@@ -110,12 +110,27 @@ assert d["unlimited"]["peak_bytes"] > budget
 z = d["zico"]
 assert {"vs_sequential", "vs_static", "vs_fcfs"} <= set(z), list(z)
 assert len(z["exhaustive"]["offsets_s"]) == 2 and z["exhaustive"]["peak_bytes"] > 0, z["exhaustive"]
-assert "exhaustive" not in d["fcfs"]'
+assert "exhaustive" not in d["fcfs"]
+assert "stretched" not in z["exhaustive"], "16 GiB is above the bound"'
 for policy in unlimited sequential static fcfs zico; do
   f=$tmp/plot-$policy.svg
   { [ -s "$f" ] && head -c 4 "$f" | grep -q "<svg" && tail -n 1 "$f" | grep -q "</svg>"; } || fail "plot $f"
 done
 grep -q 'id="budget"' "$tmp/plot-zico.svg" || fail "zico's plot has a budget line"
+
+# Below the bound's peak (10.58 GiB): at 10.4 GiB fixed offsets fit on a
+# longer cycle; at 9.5 GiB bert_base's peak and vit_b_16's least do not fit.
+run --budget 10.4GiB --iterations 3 --json "$bert" "$vit"
+check_json "stretched cycle" '
+s = d["exhaustive"]["stretched"]
+assert s["found"] is True and s["stretch"] > 1 and s["peak_bytes"] <= int(10.4 * 2**30), s
+assert abs(s["iters_per_s"] * s["cycle_s"] / 2 - 1) < 1e-4 and len(s["offsets_s"]) == 2, s'
+run --budget 9.5GiB --iterations 3 --json "$bert" "$vit"
+check_json "no stretched cycle" '
+s = d["exhaustive"]["stretched"]
+assert s == {"found": False, "shortfall_bytes": s["shortfall_bytes"]} and s["shortfall_bytes"] > 0, s'
+run --budget 9.5GiB --iterations 3 "$bert" "$vit"
+grep -q "a job's peak and the others' least exceed the budget by" "$out" || fail "no stretched cycle, text"
 
 # Text output, with a budget schedule that shrinks below what the jobs hold.
 run --policy fcfs --iterations 40 --utilization 0.5 --budget-schedule 0s:24GiB,500ms:14GiB "$bert" "$vit"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 
 #include "invalid_argument.h"
 
@@ -35,6 +36,89 @@ Cells cell_maxima(const PeriodicCurve& curve, uint64_t cycle) {
   return cells;
 }
 
+Status check_curves(const std::vector<PeriodicCurve>& curves, std::string* error) {
+  if (curves.empty() || curves.size() > kMaxBoundJobs) {
+    return invalid(error, "the exhaustive bound takes 1 to " + std::to_string(kMaxBoundJobs) + " jobs, not " +
+                              std::to_string(curves.size()));
+  }
+  for (size_t j = 0; j < curves.size(); ++j) {
+    const PeriodicCurve& c = curves[j];
+    if (c.period_ns == 0) return invalid(error, "curve " + std::to_string(j) + " has a period of 0");
+    if (c.steps.empty() || c.steps.front().first != 0) {
+      return invalid(error, "curve " + std::to_string(j) + " does not start at offset 0");
+    }
+    for (size_t i = 1; i < c.steps.size(); ++i) {
+      if (c.steps[i].first < c.steps[i - 1].first || c.steps[i].first > c.period_ns) {
+        return invalid(error, "curve " + std::to_string(j) + ": offsets must not decrease or pass the period");
+      }
+    }
+  }
+  return Status::ok();
+}
+
+uint64_t longest_period(const std::vector<PeriodicCurve>& curves) {
+  uint64_t longest = 0;
+  for (const PeriodicCurve& c : curves) longest = std::max(longest, c.period_ns);
+  return longest;
+}
+
+struct OffsetSearch {
+  uint64_t peak = UINT64_MAX;  // UINT64_MAX: nothing within `fit`
+  size_t slot1 = 0;
+  size_t slot2 = 0;
+  uint64_t aligned_peak = 0;  // every offset 0; exact only without `fit`
+};
+
+// Every offset combination of the jobs at `cycle`. Without `fit`, the one
+// with the least peak; with it, the first whose peak is at most *fit.
+OffsetSearch search_offsets(const std::vector<Cells>& cells, std::optional<uint64_t> fit) {
+  // Job j at offset slot s: cycle cell k shows its cell k - s * kCellsPerSlot.
+  const auto at = [&](size_t j, size_t slot, size_t k) {
+    return cells[j][(k + kEvalCells - slot * kCellsPerSlot) % kEvalCells];
+  };
+  // The first two jobs' sum for every slot of job 1, then job 2 on top.
+  const size_t slots1 = cells.size() >= 2 ? kOffsetSlots : 1;
+  const size_t slots2 = cells.size() >= 3 ? kOffsetSlots : 1;
+  std::vector<Cells> pair(slots1);
+  for (size_t s1 = 0; s1 < slots1; ++s1) {
+    for (size_t k = 0; k < kEvalCells; ++k) pair[s1][k] = cells[0][k] + (cells.size() >= 2 ? at(1, s1, k) : 0);
+  }
+  OffsetSearch found;
+  // A combination stops being evaluated once its peak reaches `best`.
+  uint64_t best = fit ? *fit + 1 : UINT64_MAX;
+  for (size_t s1 = 0; s1 < slots1; ++s1) {
+    for (size_t s2 = 0; s2 < slots2; ++s2) {
+      uint64_t peak = 0;
+      for (size_t k = 0; k < kEvalCells && peak < best; ++k) {
+        peak = std::max(peak, pair[s1][k] + (cells.size() >= 3 ? at(2, s2, k) : 0));
+      }
+      if (s1 == 0 && s2 == 0) found.aligned_peak = peak;
+      if (peak < best) {
+        best = peak;
+        found = {peak, s1, s2, found.aligned_peak};
+        if (fit) return found;
+      }
+    }
+  }
+  return found;
+}
+
+std::vector<uint64_t> offsets_of(const OffsetSearch& search, size_t jobs, uint64_t cycle) {
+  const auto offset = [cycle](size_t slot) {
+    return cycle * slot / kOffsetSlots;
+  };
+  std::vector<uint64_t> offsets{0};
+  if (jobs >= 2) offsets.push_back(offset(search.slot1));
+  if (jobs >= 3) offsets.push_back(offset(search.slot2));
+  return offsets;
+}
+
+std::vector<Cells> cells_at(const std::vector<PeriodicCurve>& curves, uint64_t cycle) {
+  std::vector<Cells> cells;
+  for (const PeriodicCurve& c : curves) cells.push_back(cell_maxima(c, cycle));
+  return cells;
+}
+
 }  // namespace
 
 PeriodicCurve steady_need_curve(const JobModel& model, uint64_t chunk_bytes) {
@@ -62,72 +146,58 @@ PeriodicCurve steady_need_curve(const JobModel& model, uint64_t chunk_bytes) {
 }
 
 Status exhaustive_bound(const std::vector<PeriodicCurve>& curves, ExhaustiveBound* out, std::string* error) {
-  if (curves.empty() || curves.size() > kMaxBoundJobs) {
-    return invalid(error, "the exhaustive bound takes 1 to " + std::to_string(kMaxBoundJobs) + " jobs, not " +
-                              std::to_string(curves.size()));
-  }
-  uint64_t cycle = 0;
-  for (size_t j = 0; j < curves.size(); ++j) {
-    const PeriodicCurve& c = curves[j];
-    if (c.period_ns == 0) return invalid(error, "curve " + std::to_string(j) + " has a period of 0");
-    if (c.steps.empty() || c.steps.front().first != 0) {
-      return invalid(error, "curve " + std::to_string(j) + " does not start at offset 0");
-    }
-    for (size_t i = 1; i < c.steps.size(); ++i) {
-      if (c.steps[i].first < c.steps[i - 1].first || c.steps[i].first > c.period_ns) {
-        return invalid(error, "curve " + std::to_string(j) + ": offsets must not decrease or pass the period");
-      }
-    }
-    cycle = std::max(cycle, c.period_ns);
-  }
-
-  std::vector<Cells> cells;
+  if (Status s = check_curves(curves, error); !s.is_ok()) return s;
   ExhaustiveBound bound;
-  bound.cycle_ns = cycle;
-  for (const PeriodicCurve& c : curves) {
-    cells.push_back(cell_maxima(c, cycle));
-    bound.sum_of_peaks_bytes += *std::max_element(cells.back().begin(), cells.back().end());
-  }
-  // Job j at offset slot s: cycle cell k shows its cell k - s * kCellsPerSlot.
-  const auto at = [&](size_t j, size_t slot, size_t k) {
-    return cells[j][(k + kEvalCells - slot * kCellsPerSlot) % kEvalCells];
-  };
+  bound.cycle_ns = longest_period(curves);
+  const std::vector<Cells> cells = cells_at(curves, bound.cycle_ns);
+  for (const Cells& c : cells) bound.sum_of_peaks_bytes += *std::max_element(c.begin(), c.end());
+  const OffsetSearch best = search_offsets(cells, std::nullopt);
+  bound.peak_bytes = best.peak;
+  bound.aligned_peak_bytes = best.aligned_peak;
+  bound.offsets_ns = offsets_of(best, curves.size(), bound.cycle_ns);
+  *out = std::move(bound);
+  return Status::ok();
+}
 
-  // The first two jobs' sum for every slot of job 1, then job 2 on top.
-  const size_t slots1 = curves.size() >= 2 ? kOffsetSlots : 1;
-  const size_t slots2 = curves.size() >= 3 ? kOffsetSlots : 1;
-  std::vector<Cells> pair(slots1);
-  for (size_t s1 = 0; s1 < slots1; ++s1) {
-    for (size_t k = 0; k < kEvalCells; ++k) pair[s1][k] = cells[0][k] + (curves.size() >= 2 ? at(1, s1, k) : 0);
+Status least_fitting_cycle(const std::vector<PeriodicCurve>& curves, uint64_t budget_bytes, StretchedCycle* out,
+                           std::string* error) {
+  if (Status s = check_curves(curves, error); !s.is_ok()) return s;
+  StretchedCycle result;
+  // While job j is at its peak every other job holds at least the least of
+  // its curve, whatever the cycle: past the budget, nothing fits.
+  uint64_t least_sum = 0;
+  for (const PeriodicCurve& c : curves) {
+    least_sum += std::min_element(c.steps.begin(), c.steps.end(), [](const auto& a, const auto& b) {
+                   return a.second < b.second;
+                 })->second;
   }
-  uint64_t best = UINT64_MAX;
-  size_t best1 = 0;
-  size_t best2 = 0;
-  for (size_t s1 = 0; s1 < slots1; ++s1) {
-    for (size_t s2 = 0; s2 < slots2; ++s2) {
-      uint64_t peak = 0;
-      for (size_t k = 0; k < kEvalCells && peak < best; ++k) {
-        peak = std::max(peak, pair[s1][k] + (curves.size() >= 3 ? at(2, s2, k) : 0));
-      }
-      if (s1 == 0 && s2 == 0) {
-        // The search stops early only below `best`: the aligned peak is exact.
-        bound.aligned_peak_bytes = peak;
-      }
-      if (peak < best) {
-        best = peak;
-        best1 = s1;
-        best2 = s2;
-      }
+  for (const PeriodicCurve& c : curves) {
+    const auto [lo, hi] = std::minmax_element(c.steps.begin(), c.steps.end(), [](const auto& a, const auto& b) {
+      return a.second < b.second;
+    });
+    const uint64_t at_its_peak = least_sum - lo->second + hi->second;
+    if (at_its_peak > budget_bytes) result.shortfall_bytes = std::max(result.shortfall_bytes, at_its_peak - budget_bytes);
+  }
+  if (result.shortfall_bytes > 0) {
+    *out = std::move(result);
+    return Status::ok();
+  }
+  const uint64_t longest = longest_period(curves);
+  uint64_t summed = 0;
+  for (const PeriodicCurve& c : curves) summed += c.period_ns;
+  for (uint64_t step = 0;; ++step) {
+    const uint64_t cycle = longest + longest * step / kStretchStepsPerPeriod;
+    if (cycle > std::max(summed, longest)) break;
+    const OffsetSearch fit = search_offsets(cells_at(curves, cycle), budget_bytes);
+    if (fit.peak != UINT64_MAX) {
+      result.found = true;
+      result.cycle_ns = cycle;
+      result.peak_bytes = fit.peak;
+      result.offsets_ns = offsets_of(fit, curves.size(), cycle);
+      break;
     }
   }
-  bound.peak_bytes = best;
-  const auto offset = [cycle](size_t slot) {
-    return cycle * slot / kOffsetSlots;
-  };
-  bound.offsets_ns.push_back(0);
-  if (curves.size() >= 2) bound.offsets_ns.push_back(offset(best1));
-  if (curves.size() >= 3) bound.offsets_ns.push_back(offset(best2));
-  *out = std::move(bound);
+  *out = std::move(result);
   return Status::ok();
 }
 

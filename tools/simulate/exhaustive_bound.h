@@ -14,6 +14,15 @@
 //
 // It bounds fixed-offset schedules only: it ignores the slowdown of sharing
 // compute and any schedule that changes from one cycle to the next.
+//
+// Below that peak no such schedule fits the budget at the longest period.
+// least_fitting_cycle() lengthens the cycle, every job idling longer at its
+// end level between iterations, until one does: the best that one iteration
+// per job per cycle at fixed offsets can do on that budget. It looks up to the
+// summed periods (one job after another: a longer cycle would be slower than
+// running them in sequence), and not at all when some job's peak and the
+// others' least levels already exceed the budget: then no cycle fits, and the
+// jobs can only take turns, moving memory off the GPU.
 #pragma once
 
 #include <cstddef>
@@ -48,6 +57,20 @@ struct ExhaustiveBound {
   uint64_t sum_of_peaks_bytes = 0;    // what reserving each job's peak costs
 };
 
+// The shortest cycle, in steps of the longest period / kStretchStepsPerPeriod.
+inline constexpr uint64_t kStretchStepsPerPeriod = 200;
+
+struct StretchedCycle {
+  bool found = false;                // false: no cycle up to the summed periods fits
+  uint64_t cycle_ns = 0;             // the shortest that fits
+  uint64_t peak_bytes = 0;           // the peak there, within the budget
+  std::vector<uint64_t> offsets_ns;  // per job; job 0's is 0
+  // When some job's peak and the others' least levels exceed the budget: the
+  // most by which they do, the memory that must leave the GPU at that job's
+  // peak, every iteration, for it to run beside the others. 0 otherwise.
+  uint64_t shortfall_bytes = 0;
+};
+
 // A job's steady curve in whole chunks (what the simulator's jobs hold): its
 // need over steady iteration 1, from the bytes live at that iteration's start.
 [[nodiscard]] PeriodicCurve steady_need_curve(const JobModel& model, uint64_t chunk_bytes);
@@ -56,5 +79,10 @@ struct ExhaustiveBound {
 // 0, steps not starting at 0, going back in time or past the period.
 [[nodiscard]] Status exhaustive_bound(const std::vector<PeriodicCurve>& curves, ExhaustiveBound* out,
                                       std::string* error);
+
+// The shortest cycle at which fixed offsets keep the summed curves within
+// budget_bytes (above); the same errors.
+[[nodiscard]] Status least_fitting_cycle(const std::vector<PeriodicCurve>& curves, uint64_t budget_bytes,
+                                         StretchedCycle* out, std::string* error);
 
 }  // namespace zico::simulate

@@ -67,7 +67,9 @@ constexpr const char* kUsage =
     "most it held. Aggregate: makespan, iterations per second, peak held, and whether the\n"
     "budget was ever exceeded (above it only while held follows a shrink does not count; that\n"
     "lag is reported). With 2 or 3 jobs, zico is compared with the exhaustive fixed-offset\n"
-    "bound: the lowest peak of the steady iterations shifted against each other.\n"
+    "bound: the lowest peak of the steady iterations shifted against each other. On a budget\n"
+    "below it, also the shortest cycle (the jobs idling between iterations) at which fixed\n"
+    "offsets fit, or by how much a job's peak and the others' least exceed the budget.\n"
     "\n"
     "SIZE is %s.\nT is %s.\n"
     "Exit status: 0, 1 if a plot could not be written, 2 for a usage error or an invalid trace.\n";
@@ -91,6 +93,8 @@ struct Options {
 struct Outcome {
   simulate::SimulationResult result;
   std::optional<simulate::ExhaustiveBound> bound;  // zico with 2-3 jobs
+  // zico with 2-3 jobs and a fixed budget below the bound's peak.
+  std::optional<simulate::StretchedCycle> stretched;
 };
 
 std::string size_error(const std::string& what, const std::string& text) {
@@ -317,6 +321,22 @@ void print_result(const Outcome& o, const std::vector<std::string>& traces) {
                 duration(static_cast<double>(b.cycle_ns) / 1e9).c_str(), format_size(b.peak_bytes).c_str(),
                 offsets.c_str(), format_size(b.aligned_peak_bytes).c_str(), format_size(b.sum_of_peaks_bytes).c_str());
   }
+  if (o.stretched && o.stretched->found) {
+    const simulate::StretchedCycle& s = *o.stretched;
+    const double cycle_s = static_cast<double>(s.cycle_ns) / 1e9;
+    std::printf("  below the bound: fixed offsets fit the budget from a cycle of %s (%.3fx the longest period), "
+                "peak %s, %.2f iterations/s\n",
+                duration(cycle_s).c_str(), static_cast<double>(s.cycle_ns) / static_cast<double>(o.bound->cycle_ns),
+                format_size(s.peak_bytes).c_str(), static_cast<double>(s.offsets_ns.size()) / cycle_s);
+  } else if (o.stretched) {
+    if (o.stretched->shortfall_bytes > 0) {
+      std::printf("  below the bound: a job's peak and the others' least exceed the budget by %s: no schedule runs "
+                  "them side by side without moving that much off the GPU at each of its peaks, or taking turns\n",
+                  format_size(o.stretched->shortfall_bytes).c_str());
+    } else {
+      std::printf("  below the bound: no cycle up to the summed periods lets fixed offsets fit the budget\n");
+    }
+  }
 }
 
 double throughput_ratio(const simulate::SimulationResult& a, const simulate::SimulationResult& b) {
@@ -424,6 +444,27 @@ void write_result_json(JsonWriter& json, const Outcome& o, const std::vector<std
     json.end_array();
     json.field("aligned_peak_bytes", b.aligned_peak_bytes);
     json.field("sum_of_peaks_bytes", b.sum_of_peaks_bytes);
+    if (o.stretched) {
+      const simulate::StretchedCycle& st = *o.stretched;
+      json.key("stretched");
+      json.begin_object();
+      json.key("found");
+      json.boolean(st.found);
+      if (st.found) {
+        const double cycle_s = static_cast<double>(st.cycle_ns) / 1e9;
+        json.field("cycle_s", cycle_s);
+        json.field("stretch", static_cast<double>(st.cycle_ns) / static_cast<double>(b.cycle_ns));
+        json.field("peak_bytes", st.peak_bytes);
+        json.key("offsets_s");
+        json.begin_array();
+        for (const uint64_t ns : st.offsets_ns) json.value(static_cast<double>(ns) / 1e9);
+        json.end_array();
+        json.field("iters_per_s", static_cast<double>(st.offsets_ns.size()) / cycle_s);
+      } else {
+        json.field("shortfall_bytes", st.shortfall_bytes);
+      }
+      json.end_object();
+    }
     json.end_object();
   }
   json.end_object();
@@ -463,6 +504,23 @@ std::optional<simulate::ExhaustiveBound> bound_of(const std::vector<simulate::Jo
   std::string error;
   if (!simulate::exhaustive_bound(curves, &bound, &error).is_ok()) return std::nullopt;
   return bound;
+}
+
+// Below the bound's peak, on a budget that does not change: the shortest
+// cycle at which fixed offsets fit it (exhaustive_bound.h).
+std::optional<simulate::StretchedCycle> stretched_of(const std::vector<simulate::JobModel>& models,
+                                                     const simulate::ExhaustiveBound& bound,
+                                                     const std::vector<simulate::BudgetStep>& budget,
+                                                     uint64_t chunk) {
+  if (budget.size() != 1) return std::nullopt;
+  const uint64_t budget_bytes = budget.front().bytes / chunk * chunk;  // the ledger counts whole chunks
+  if (budget_bytes >= bound.peak_bytes) return std::nullopt;
+  std::vector<simulate::PeriodicCurve> curves;
+  for (const simulate::JobModel& m : models) curves.push_back(simulate::steady_need_curve(m, chunk));
+  simulate::StretchedCycle stretched;
+  std::string error;
+  if (!simulate::least_fitting_cycle(curves, budget_bytes, &stretched, &error).is_ok()) return std::nullopt;
+  return stretched;
 }
 
 void print_budget_search(const simulate::BudgetSearch& search, const std::optional<simulate::ExhaustiveBound>& bound) {
@@ -534,10 +592,10 @@ void write_budget_search_json(const simulate::BudgetSearch& search,
   }
   json.end_array();
   json.key("unlimited");
-  write_result_json(json, Outcome{search.unlimited, std::nullopt}, traces, nullptr);
+  write_result_json(json, Outcome{search.unlimited, std::nullopt, std::nullopt}, traces, nullptr);
   json.key("zico");
   if (search.found) {
-    write_result_json(json, Outcome{search.zico, bound}, traces, nullptr);
+    write_result_json(json, Outcome{search.zico, bound, std::nullopt}, traces, nullptr);
   } else {
     json.value(nullptr);
   }
@@ -600,7 +658,10 @@ int run_simulate(int argc, char** argv) {
       std::fprintf(stderr, "zico-umctl simulate: %s\n", error.c_str());
       return kExitUsage;
     }
-    if (policy == Policy::kZico) o.bound = bound_of(models, sim.chunk_bytes);
+    if (policy == Policy::kZico) {
+      o.bound = bound_of(models, sim.chunk_bytes);
+      if (o.bound) o.stretched = stretched_of(models, *o.bound, sim.budget, sim.chunk_bytes);
+    }
     if (!options.plot.empty() && !write_plot(plot_path(options, policy), o.result)) return kExitFailed;
   }
 
