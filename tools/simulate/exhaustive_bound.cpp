@@ -187,7 +187,7 @@ Status least_fitting_cycle(const std::vector<PeriodicCurve>& curves, uint64_t bu
   for (const PeriodicCurve& c : curves) summed += c.period_ns;
   for (uint64_t step = 0;; ++step) {
     const uint64_t cycle = longest + longest * step / kStretchStepsPerPeriod;
-    if (cycle > std::max(summed, longest)) break;
+    if (cycle > summed) break;
     const OffsetSearch fit = search_offsets(cells_at(curves, cycle), budget_bytes);
     if (fit.peak != UINT64_MAX) {
       result.found = true;

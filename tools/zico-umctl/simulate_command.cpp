@@ -494,15 +494,19 @@ bool write_plot(const std::string& path, const simulate::SimulationResult& r) {
   return true;
 }
 
+std::vector<simulate::PeriodicCurve> steady_curves(const std::vector<simulate::JobModel>& models, uint64_t chunk) {
+  std::vector<simulate::PeriodicCurve> curves;
+  for (const simulate::JobModel& m : models) curves.push_back(simulate::steady_need_curve(m, chunk));
+  return curves;
+}
+
 // The exhaustive fixed-offset bound of 2-3 jobs' steady iterations; none
 // for other counts (or curves it refuses).
 std::optional<simulate::ExhaustiveBound> bound_of(const std::vector<simulate::JobModel>& models, uint64_t chunk) {
   if (models.size() < 2 || models.size() > simulate::kMaxBoundJobs) return std::nullopt;
-  std::vector<simulate::PeriodicCurve> curves;
-  for (const simulate::JobModel& m : models) curves.push_back(simulate::steady_need_curve(m, chunk));
   simulate::ExhaustiveBound bound;
   std::string error;
-  if (!simulate::exhaustive_bound(curves, &bound, &error).is_ok()) return std::nullopt;
+  if (!simulate::exhaustive_bound(steady_curves(models, chunk), &bound, &error).is_ok()) return std::nullopt;
   return bound;
 }
 
@@ -515,11 +519,11 @@ std::optional<simulate::StretchedCycle> stretched_of(const std::vector<simulate:
   if (budget.size() != 1) return std::nullopt;
   const uint64_t budget_bytes = budget.front().bytes / chunk * chunk;  // the ledger counts whole chunks
   if (budget_bytes >= bound.peak_bytes) return std::nullopt;
-  std::vector<simulate::PeriodicCurve> curves;
-  for (const simulate::JobModel& m : models) curves.push_back(simulate::steady_need_curve(m, chunk));
   simulate::StretchedCycle stretched;
   std::string error;
-  if (!simulate::least_fitting_cycle(curves, budget_bytes, &stretched, &error).is_ok()) return std::nullopt;
+  if (!simulate::least_fitting_cycle(steady_curves(models, chunk), budget_bytes, &stretched, &error).is_ok()) {
+    return std::nullopt;
+  }
   return stretched;
 }
 
