@@ -681,14 +681,7 @@ bool Ledger::may_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t s
   const Gpu& g = impl_->gpus[gpu];
   if (g.users.count(job) == 0) return true;
   const Use& self = g.users.at(job);
-  if (self.parked) return false;
-  if (impl_->options.park_between) {
-    // Its iteration cannot fit beside what the others keep: it waits for one
-    // of them to be parked. Or this job's memory is in the way of another's
-    // iteration and its turn is over: it is parked instead.
-    if (peak_chunks != 0 && Impl::starves(g, job, peak_chunks)) return false;
-    if (!Impl::in_turn(self, now_ns) && impl_->starved_at_gate(g, job) != 0) return false;
-  }
+  if (!turns_allow_start(job, gpu, peak_chunks, now_ns)) return false;
   bool others_mid_iteration = false;
   bool unknown_mid_iteration = false;
   for (const auto& [id, use] : g.users) {
@@ -711,6 +704,21 @@ bool Ledger::may_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t s
   return impl_->safe(g, job, 0, &starting);
 }
 
+bool Ledger::turns_allow_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t now_ns) const {
+  if (gpu >= impl_->gpus.size()) return true;
+  const Gpu& g = impl_->gpus[gpu];
+  auto it = g.users.find(job);
+  if (it == g.users.end()) return true;
+  const Use& self = it->second;
+  if (self.parked) return false;
+  if (!impl_->options.park_between) return true;
+  // Its iteration cannot fit beside what the others keep: it waits for one
+  // of them to be parked. Or this job's memory is in the way of another's
+  // iteration and its turn is over: it is parked instead.
+  if (peak_chunks != 0 && Impl::starves(g, job, peak_chunks)) return false;
+  return Impl::in_turn(self, now_ns) || impl_->starved_at_gate(g, job) == 0;
+}
+
 uint64_t Ledger::next_due_ns(uint64_t now_ns) const {
   uint64_t due = UINT64_MAX;
   for (const Gpu& g : impl_->gpus) {
@@ -726,7 +734,12 @@ uint64_t Ledger::turn_wait_until_ns(uint32_t gpu, uint64_t now_ns) const {
   uint64_t until = 0;
   if (gpu >= impl_->gpus.size()) return until;
   const Gpu& g = impl_->gpus[gpu];
-  if (g.yielding && g.users.at(g.yield_victim).parked) until = now_ns;  // still giving back
+  if (g.yielding) {
+    // Still giving back: waited for, but only a second from the park on, so
+    // that a job that never gives back cannot hold the gates for ever.
+    const Use& victim = g.users.at(g.yield_victim);
+    if (victim.parked) until = std::min(now_ns, add_sat(victim.parked_ns, kMaxGateBlockNs));
+  }
   for (const auto& [id, use] : g.users) {
     if (use.turn_until_ns > now_ns) until = std::max(until, use.turn_until_ns);
   }

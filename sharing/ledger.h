@@ -204,12 +204,20 @@ class Ledger {
   // memory parks it rather than lets it start.
   [[nodiscard]] bool may_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t settle_chunks,
                                uint64_t now_ns) const;
+  // The turn rules alone (above): no for a parked job, for a job whose
+  // iteration (peak_chunks, 0: unknown) starves beside the others' rest, and,
+  // outside its turn, for a job in the way of one that starves; yes
+  // otherwise, and always without turns. may_start() asks this first; a
+  // gate that does not weigh claims (zico-umd without its start guard) asks
+  // only this.
+  [[nodiscard]] bool turns_allow_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t now_ns) const;
   // When pump() next has something to do without any change (a parked job's
   // time is up, a turn ends); UINT64_MAX if never.
   [[nodiscard]] uint64_t next_due_ns(uint64_t now_ns) const;
   // Until when a job refused at its gate waits for turns rather than for a
   // claim: the latest end of a turn in progress, now_ns while a parked job
-  // is still giving back, 0 if neither. The caller's kMaxGateBlockNs bound
+  // is still giving back (for at most kMaxGateBlockNs from its park), 0 if
+  // neither. The caller's kMaxGateBlockNs bound
   // counts from there (a turn is a promise the ledger keeps; the bound is for
   // claims, which can be wrong).
   [[nodiscard]] uint64_t turn_wait_until_ns(uint32_t gpu, uint64_t now_ns) const;

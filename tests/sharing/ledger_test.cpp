@@ -1159,6 +1159,41 @@ TEST(LedgerTurns, ALongSwapMakesALongTurnUpToTheLimit) {
   EXPECT_EQ(b.ledger.next_due_ns(50 * kMs), 350 * kMs);
 }
 
+TEST(LedgerTurns, TurnsAllowStartWeighsTheTurnsAloneNotTheClaims) {
+  TwoThatCannotCoRun t;
+  // Job 2 starves beside job 1's rest; job 1 is in its way.
+  EXPECT_FALSE(t.b.ledger.turns_allow_start(2, 0, 9, 0));
+  EXPECT_TRUE(t.b.ledger.set_between_iterations(2, 0, 9));
+  EXPECT_FALSE(t.b.ledger.turns_allow_start(1, 0, 5, 0)) << "in the way of a starved job, outside its turn";
+  EXPECT_TRUE(t.b.ledger.turns_allow_start(2, 0, 0, 0)) << "an unknown peak starves nobody";
+  // A claim that may_start() refuses does not matter to the turns: job 1
+  // in mid-iteration without a claim holds back every start under
+  // may_start(), none under the turns.
+  Books b(10);
+  b.join(1);
+  b.join(2);
+  b.hold(1, 1, 2);
+  b.hold(2, 1, 2);
+  EXPECT_TRUE(b.ledger.set_between_iterations(2, 0));
+  EXPECT_FALSE(b.ledger.may_start(2, 0, 4, 2, 0));
+  EXPECT_TRUE(b.ledger.turns_allow_start(2, 0, 4, 0));
+  // Without turns it always says yes.
+  Books off(10, without_parking());
+  off.join(1);
+  EXPECT_TRUE(off.ledger.turns_allow_start(1, 0, 100, 0));
+  EXPECT_TRUE(off.ledger.turns_allow_start(7, 0, 1, 0)) << "unknown job";
+}
+
+TEST(LedgerTurns, AParkedJobThatNeverGivesBackHoldsTheGatesOnlyASecond) {
+  TwoThatCannotCoRun t;
+  EXPECT_TRUE(t.b.ledger.set_between_iterations(2, 0, 9));
+  ASSERT_EQ(count(t.b.ledger.pump(0), Kind::kPark), 1u);
+  EXPECT_EQ(t.b.ledger.turn_wait_until_ns(0, 500 * kMs), 500 * kMs) << "still giving back";
+  const uint64_t later = 3 * Ledger::kMaxGateBlockNs;
+  EXPECT_EQ(t.b.ledger.turn_wait_until_ns(0, later), Ledger::kMaxGateBlockNs)
+      << "a job that does not give back (a client that cannot suspend) must not hold the gates for ever";
+}
+
 TEST(LedgerProperty, RandomDaemonWithYieldKeepsBooksAndLiveness) {
   for (uint64_t seed : {1u, 2u, 3u}) {
     SCOPED_TRACE("seed " + std::to_string(seed));
