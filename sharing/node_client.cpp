@@ -13,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <mutex>
@@ -491,6 +492,7 @@ void NodeClient::Impl::handle(const proto::Message& message, std::vector<int>& f
     suspend_to = suspend->to;
     resume_requested = false;
     suspend_requested.store(true);
+    cv.notify_all();  // a job waiting at its gate suspends there
   } else if (std::holds_alternative<proto::Resume>(message)) {
     if (paused) {
       resume_requested = true;
@@ -974,7 +976,7 @@ void NodeClient::on_freed(DeviceId device, const void* ptr) noexcept {
   }
 }
 
-void NodeClient::iteration_gate(bool explicit_mark) noexcept {
+void NodeClient::iteration_gate(bool explicit_mark, const std::function<void()>& pause) noexcept {
   Impl& impl = *impl_;
   // The iteration's transient memory is free now: give the idle chunks back
   // so that other jobs' iterations can use them while this one waits or
@@ -1023,12 +1025,25 @@ void NodeClient::iteration_gate(bool explicit_mark) noexcept {
         impl.send_locked(proto::IterationMark{sequence, impl.gate_claims_locked()})) {
       // A lost connection ends the wait: a new daemon knows nothing of it.
       const auto timeout = std::chrono::nanoseconds(std::min<uint64_t>(impl.options.wait_timeout_ns, INT64_MAX));
-      const bool opened = impl.cv.wait_for(lock, timeout, [&] {
+      const auto ended = [&] {
         return impl.gate_open >= sequence || impl.generation != connection || impl.fd.load() < 0 || impl.stopping;
-      });
-      if (!opened) {
-        ZICO_LOG(kWarn, "zico-umd did not open iteration gate %llu in time; going on",
-                 static_cast<unsigned long long>(sequence));
+      };
+      const auto suspend_asked = [&] { return pause && impl.suspend_requested.load(); };
+      for (;;) {
+        const bool woken = impl.cv.wait_for(lock, timeout, [&] { return ended() || suspend_asked(); });
+        if (!ended() && suspend_asked()) {
+          // Another job's turn (or zico-umctl suspend): the job gives its
+          // memory back here, at its gate, and waits on from where it was.
+          lock.unlock();
+          pause();
+          lock.lock();
+          continue;
+        }
+        if (!woken) {
+          ZICO_LOG(kWarn, "zico-umd did not open iteration gate %llu in time; going on",
+                   static_cast<unsigned long long>(sequence));
+        }
+        break;
       }
     }
   }

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -89,8 +90,11 @@ class NodeClient {
   // iteration just ended), then tells the daemon, with the claims of the
   // iteration it would begin, and waits for its go (kProceed) at most the
   // wait timeout, or not at all while no daemon answers. The trackers'
-  // clock leaves the wait out.
-  void iteration_gate(bool explicit_mark) noexcept;
+  // clock leaves the wait out. A suspension asked while it waits (a turn,
+  // zico-umd --turns, or zico-umctl suspend) runs `pause` there, which
+  // suspends the job and returns once it is resumed; then it waits on.
+  // Without `pause` the suspension waits for the next pause point.
+  void iteration_gate(bool explicit_mark, const std::function<void()>& pause = {}) noexcept;
 
   // zico-umctl suspend: true once the daemon asked this job to pause; *to
   // says where its memory should go. Cheap (one atomic load) when not.

@@ -28,7 +28,7 @@ Status api_allocate(size_t bytes, DeviceId device, StreamHandle stream, void** o
     // Under zico-umd, an allocation that begins a detected iteration waits
     // at the time-shift gate, like an explicit zico_mark_iteration.
     if (sharing::NodeClient* node = runtime.node(); node != nullptr && node->on_allocated(device, *out, bytes)) {
-      node->iteration_gate(false);
+      node->iteration_gate(false, [&runtime] { runtime.pause_point(); });
     }
     return status;
   }

@@ -33,10 +33,13 @@ constexpr uint64_t kChunk = 2 * kMiB;
 
 // Listens at `path` and serves one job: welcomes it, opens its GPU as GPU 0
 // with 2 MiB chunks, opens every iteration gate at once, and keeps every
-// message the job sent after the handshake, in order.
+// message the job sent after the handshake, in order. The gate of mark
+// `suspend_at` (0: none) is answered as zico-umd --turns answers a job in
+// another's way: Suspend, Resume once it reports itself suspended, and
+// Proceed once it runs again.
 class ScriptedDaemon {
  public:
-  explicit ScriptedDaemon(const std::string& path) {
+  explicit ScriptedDaemon(const std::string& path, uint64_t suspend_at = 0) : suspend_at_(suspend_at) {
     std::string why;
     listener_ = wire::listen_unix(path, 0600, static_cast<gid_t>(-1), &why);
     EXPECT_GE(listener_, 0) << why;
@@ -81,12 +84,21 @@ class ScriptedDaemon {
         sent = wire::send_message(job, proto::GpuOpened{0, kChunk, 0, UINT64_MAX}, {}, &why);
       } else {
         const auto* mark = std::get_if<proto::IterationMark>(&message);
-        const uint64_t sequence = mark != nullptr ? mark->sequence : 0;
+        uint64_t sequence = mark != nullptr ? mark->sequence : 0;
+        const auto* state = std::get_if<proto::JobState>(&message);
+        const bool suspended = state != nullptr && state->state == proto::JobRunState::kSuspended;
+        const bool running = state != nullptr && state->state == proto::JobRunState::kRunning;
         {
           // Kept before the gate opens: the job reads them once it has.
           std::lock_guard lock(mu_);
           received_.push_back(std::move(message));
         }
+        if (sequence != 0 && sequence == suspend_at_) {
+          sent = wire::send_message(job, proto::Suspend{proto::StoreKind::kHost}, {}, &why);
+          sequence = 0;
+        }
+        if (suspended) sent = wire::send_message(job, proto::Resume{}, {}, &why);
+        if (running) sequence = suspend_at_;
         if (sequence != 0) sent = wire::send_message(job, proto::Proceed{sequence}, {}, &why);
       }
       EXPECT_TRUE(sent) << why;
@@ -95,6 +107,7 @@ class ScriptedDaemon {
   }
 
   int listener_ = -1;
+  uint64_t suspend_at_ = 0;
   std::atomic<bool> stop_{false};
   std::thread serving_;
   mutable std::mutex mu_;
@@ -107,7 +120,7 @@ class NodeClientGateTest : public ::testing::Test {
     std::string pattern = ::testing::TempDir() + "zico-gate-XXXXXX";
     ASSERT_NE(::mkdtemp(pattern.data()), nullptr) << std::strerror(errno);
     dir_ = pattern;
-    daemon_ = std::make_unique<ScriptedDaemon>(dir_ + "/umd.sock");
+    daemon_ = std::make_unique<ScriptedDaemon>(dir_ + "/umd.sock", suspend_at());
     NodeClientOptions options;
     options.socket_path = dir_ + "/umd.sock";
     options.wait_timeout_ns = 5'000'000'000;
@@ -118,6 +131,7 @@ class NodeClientGateTest : public ::testing::Test {
     ASSERT_TRUE(client_->open_gpu(kDevice, &chunk, &source, &why).is_ok()) << why;
     ASSERT_EQ(chunk, kChunk);
   }
+  virtual uint64_t suspend_at() const { return 0; }
   void TearDown() override {
     client_.reset();
     daemon_.reset();
@@ -175,6 +189,41 @@ TEST_F(NodeClientGateTest, TheMarkCarriesTheIterationJustEndedAndItsCurveComesFi
   EXPECT_EQ(third->claims[0].gpu, 0u);
   EXPECT_EQ(third->claims[0].peak_chunks, 10u);   // 20 MiB
   EXPECT_EQ(third->claims[0].settle_chunks, 1u);  // the 2 MiB of weights
+}
+
+// The daemon suspends the job at its second gate (another job's turn).
+class NodeClientGateSuspendTest : public NodeClientGateTest {
+ protected:
+  uint64_t suspend_at() const override { return 2; }
+};
+
+TEST_F(NodeClientGateSuspendTest, ASuspensionAskedAtTheGateRunsThereAndTheGateWaitsOn) {
+  int pauses = 0;
+  // What Runtime::pause_point does, less the allocators' eviction.
+  const auto pause = [&] {
+    Residency to = Residency::kNvme;
+    ASSERT_TRUE(client_->suspend_requested(&to));
+    EXPECT_EQ(to, Residency::kHost);
+    ++pauses;
+    client_->report_suspended(true);
+    client_->wait_for_resume();
+    client_->report_suspended(false);
+  };
+  client_->iteration_gate(true, pause);
+  EXPECT_EQ(pauses, 0) << "the first gate opens at once";
+  const auto asked = std::chrono::steady_clock::now();
+  client_->iteration_gate(true, pause);
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(3)) << "the gate did not time out";
+  EXPECT_EQ(pauses, 1);
+  // The daemon saw the mark, the suspension and the job running again, in
+  // that order, and opened the gate after.
+  std::vector<proto::JobRunState> states;
+  for (const proto::Message& m : daemon_->received()) {
+    if (const auto* state = std::get_if<proto::JobState>(&m)) states.push_back(state->state);
+  }
+  EXPECT_EQ(states, (std::vector<proto::JobRunState>{proto::JobRunState::kSuspended, proto::JobRunState::kRunning}));
+  Residency to = Residency::kHost;
+  EXPECT_FALSE(client_->suspend_requested(&to)) << "nothing left to do after the resume";
 }
 
 }  // namespace
