@@ -121,6 +121,7 @@ struct Daemon::Impl final : GateGuard {
     std::unordered_set<uint64_t> requests;  // waiting in the ledger
     proto::JobRunState state = proto::JobRunState::kRunning;
     bool gate_held = false;  // its waiting gate was refused by may_start (logged once)
+    bool parked = false;     // suspended at its gate for another job's turn (kPark until kResume)
     // Known only from the predecessor's state file until it reconnects.
     bool expected = false;
     std::vector<bool> expected_reservation_used;  // per GPU: the reservation was reconciled
@@ -199,9 +200,11 @@ struct Daemon::Impl final : GateGuard {
   // --- time shift ---------------------------------------------------------------
   // Sends kProceed for every gate open by now and arms the gate timer.
   void open_gates();
-  // GateGuard: Ledger::may_start / set_claim with the job's gate claims.
+  // GateGuard: Ledger::may_start (Ledger::turns_allow_start without the
+  // start guard) / set_claim with the job's gate claims.
   bool may_start(JobId job) override;
   void starting(JobId job) override;
+  uint64_t turn_wait_until_ns(JobId job, uint64_t now) override;
   // The job's gate claim on `gpu`, the peak raised to what it holds now
   // (our books run ahead of what the job counted while grants travel).
   std::pair<uint64_t, uint64_t> gate_claim(const Job& job, uint32_t gpu) const;
@@ -663,9 +666,10 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
       }
     }
     // At its gate the job needs nothing more than it holds: its claims go,
-    // which can make a waiting request safe to grant (the pump after every
-    // message sees to it). The claims it sent are for the iteration it would
-    // begin: may_start() weighs them when its gate's time comes.
+    // which can make a waiting request safe to grant, and it is granted
+    // before the gate can open (a gate opening at once claims again). The
+    // claims it sent are for the iteration it would begin: may_start()
+    // weighs them when its gate's time comes.
     for (size_t g = 0; g < job.gpus.size(); ++g) {
       if (!job.gpus[g].open) continue;
       (void)ledger.set_between_iterations(job.id, static_cast<uint32_t>(g));
@@ -677,6 +681,7 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
       job.gpus[claim.gpu].gate_settle = claim.settle_chunks;
     }
     job.gate_held = false;
+    pump();
     gates.arrive(job.id, mark->sequence, now);
     open_gates();
     return "";
@@ -1052,7 +1057,8 @@ void Daemon::Impl::grant(const LedgerAction& action) {
 // --- time shift ----------------------------------------------------------------------------
 
 void Daemon::Impl::open_gates() {
-  for (const IterationGates::Opened& opened : gates.due(now_ns(), options.start_guard ? this : nullptr)) {
+  GateGuard* guard = options.start_guard || options.turns ? this : nullptr;
+  for (const IterationGates::Opened& opened : gates.due(now_ns(), guard)) {
     auto it = jobs.find(opened.job);
     if (it != jobs.end() && it->second.fd >= 0) (void)send(it->second.fd, proto::Proceed{opened.sequence});
   }
@@ -1082,18 +1088,38 @@ bool Daemon::Impl::may_start(JobId id) {
     if (!job.gpus[g].open) continue;
     const auto gpu = static_cast<uint32_t>(g);
     const auto [peak, settle] = gate_claim(job, gpu);
-    if (ledger.may_start(job.id, gpu, peak, settle, now_ns())) continue;
+    const uint64_t now = now_ns();
+    if (options.start_guard ? ledger.may_start(job.id, gpu, peak, settle, now)
+                            : ledger.turns_allow_start(job.id, gpu, peak, now)) {
+      continue;
+    }
+    // Turns: the ledger learns the peak it waits for, and the next pump
+    // parks the job in its way.
+    if (options.turns) (void)ledger.set_between_iterations(job.id, gpu, peak);
     if (!job.gate_held) {
       job.gate_held = true;
       ZICO_LOG(kDebug,
                "job %llu held at its gate: on GPU %u its iteration (claim %llu/%llu chunks, 0: unknown) "
-               "is not safe beside the jobs in mid-iteration",
+               "is not safe beside the jobs in mid-iteration, or waits for its turn",
                static_cast<unsigned long long>(job.id), gpu, static_cast<unsigned long long>(peak),
                static_cast<unsigned long long>(settle));
     }
     return false;
   }
   return true;
+}
+
+uint64_t Daemon::Impl::turn_wait_until_ns(JobId id, uint64_t now) {
+  auto it = jobs.find(id);
+  if (it == jobs.end()) return 0;
+  // Parked, it waits for its kResume, which the ledger sends when its time is
+  // up: its gate opening before would only make it claim while suspended.
+  if (it->second.parked) return now;
+  uint64_t until = 0;
+  for (size_t g = 0; g < it->second.gpus.size(); ++g) {
+    if (it->second.gpus[g].open) until = std::max(until, ledger.turn_wait_until_ns(static_cast<uint32_t>(g), now));
+  }
+  return until;
 }
 
 // Peak 0 ends "between iterations" without a claim: a job whose iteration is
@@ -1172,8 +1198,26 @@ void Daemon::Impl::pump() {
             close_connection(fd, "cannot send a yield", true);
           }
           break;
-        case LedgerAction::Kind::kPark:    // park_between is off here
-        case LedgerAction::Kind::kResume: break;
+        case LedgerAction::Kind::kPark:
+          // It waits at its gate: suspended there, it gives everything back
+          // and reports kSuspended, as for zico-umctl suspend.
+          ZICO_LOG(kInfo, "GPU %u: job %llu is in the way of another's iteration; it waits its turn in host memory",
+                   action.gpu, static_cast<unsigned long long>(action.job));
+          if (fd >= 0 && send(fd, proto::Suspend{proto::StoreKind::kHost})) {
+            it->second.parked = true;
+            if (it->second.state == proto::JobRunState::kRunning) {
+              it->second.state = proto::JobRunState::kSuspendRequested;
+            }
+          } else if (fd >= 0) {
+            close_connection(fd, "cannot send a suspension", true);
+          }
+          break;
+        case LedgerAction::Kind::kResume:
+          if (!it->second.parked) break;
+          it->second.parked = false;
+          ZICO_LOG(kInfo, "GPU %u: job %llu has its turn", action.gpu, static_cast<unsigned long long>(action.job));
+          if (fd >= 0 && !send(fd, proto::Resume{})) close_connection(fd, "cannot send a resumption", true);
+          break;
       }
     }
   }
@@ -1187,11 +1231,9 @@ Status Daemon::create(Driver& driver, const DaemonOptions& options, std::unique_
   try {
     LedgerOptions ledger_options;
     ledger_options.deadlock_policy = options.deadlock_policy;
-    // Turns need the start guard's claims at every gate and a job that can
-    // give everything back while it waits at one (a suspension at its gate);
-    // the guard is off by default (claims creep in live jobs) and parking is
-    // not wired to suspensions yet, so the daemon runs the rules without it.
-    ledger_options.park_between = false;
+    // Turns only with --turns: off, jobs that cannot run side by side meet
+    // in mid-iteration and the deadlock rule decides.
+    ledger_options.park_between = options.time_shift && options.turns;
     auto impl = std::make_unique<Impl>(driver, options, ledger_options);
     std::unique_ptr<Daemon> daemon(new Daemon(std::move(impl)));
     ZICO_RETURN_IF_ERROR(daemon->impl_->setup(why));

@@ -71,6 +71,13 @@ struct DaemonOptions {
   // the deadlocks (docs/benchmarks.md), the live claims being rougher than
   // the simulator's.
   bool start_guard = false;
+  // With time shift: turns (ledger.h) for jobs that cannot run side by side,
+  // below the fixed-offset bound. A gate refused for want of room tells the
+  // ledger the peak it waits for; the job in its way, waiting at its own
+  // gate, is suspended to host memory (kPark: Suspend) and resumed when its
+  // time is up (kResume: Resume). Without it such jobs meet in mid-iteration
+  // and a deadlock yield decides, every iteration.
+  bool turns = false;
   bool zero_new_chunks = true;                  // false where fresh chunks are known to be zero (SimDriver)
   std::string metrics_address;                  // "HOST:PORT" or ""
   // Where the daemon keeps, for its successor, an upper bound of what each

@@ -91,11 +91,16 @@ std::vector<IterationGates::Opened> IterationGates::due(uint64_t now_ns, GateGua
       ++i;
       continue;
     }
-    const bool waited_enough = w.blocked && w.blocked_since_ns + Ledger::kMaxGateBlockNs <= now_ns;
+    if (guard != nullptr && w.blocked) {
+      // A turn in progress is waited out before the bound starts counting.
+      w.give_up_ns = std::max(w.blocked_since_ns, guard->turn_wait_until_ns(w.job, now_ns)) + Ledger::kMaxGateBlockNs;
+    }
+    const bool waited_enough = w.blocked && w.give_up_ns <= now_ns;
     if (guard != nullptr && !waited_enough && !guard->may_start(w.job)) {
       if (!w.blocked) {
         w.blocked = true;
         w.blocked_since_ns = now_ns;
+        w.give_up_ns = std::max(now_ns, guard->turn_wait_until_ns(w.job, now_ns)) + Ledger::kMaxGateBlockNs;
         // Not placed: the others are planned around what it holds now.
         for (TimeShiftScheduler& gpu : gpus_) gpu.unplan(w.job);
       }
@@ -128,7 +133,7 @@ void IterationGates::open_now(const Waiting& w, uint64_t now_ns, GateGuard* guar
 uint64_t IterationGates::next_due_ns() const {
   uint64_t next = UINT64_MAX;
   for (const Waiting& w : waiting_) {
-    next = std::min(next, w.blocked ? w.blocked_since_ns + Ledger::kMaxGateBlockNs : w.open_ns);
+    next = std::min(next, w.blocked ? w.give_up_ns : w.open_ns);
   }
   return next;
 }

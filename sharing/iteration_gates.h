@@ -14,8 +14,9 @@
 // waits, its plans withdrawn on every GPU (no other job is placed around a
 // start it does not take), and is asked again at every later due(), oldest
 // first, until the guard agrees or Ledger::kMaxGateBlockNs has passed since
-// it was first refused (a claim can be wrong); then it opens regardless. Its
-// time has come already, so a re-plan leaves it as it is.
+// it was first refused (a claim can be wrong), or since a turn in progress
+// ends (GateGuard::turn_wait_until_ns); then it opens regardless. Its time
+// has come already, so a re-plan leaves it as it is.
 //
 // With time shift off (zico-umd --schedule fcfs) every gate opens at once
 // and no guard is asked, so jobs need not know which schedule the daemon runs.
@@ -43,6 +44,10 @@ class GateGuard {
   // The job's gate opens now (agreed or not): what it starts takes effect
   // before the next gate is asked.
   virtual void starting(JobId job) = 0;
+  // Until when the job waits for turns rather than for a claim
+  // (Ledger::turn_wait_until_ns; 0: no turn in progress): a refused gate's
+  // one-second bound counts from then.
+  [[nodiscard]] virtual uint64_t turn_wait_until_ns(JobId /*job*/, uint64_t /*now_ns*/) { return 0; }
 };
 
 class IterationGates {
@@ -99,6 +104,7 @@ class IterationGates {
     uint64_t open_ns = 0;
     bool blocked = false;        // the guard refused it; unplanned
     uint64_t blocked_since_ns = 0;
+    uint64_t give_up_ns = 0;     // blocked: when it opens regardless
   };
   // Opens `w` at now_ns: counts it and tells the schedulers it started.
   void open_now(const Waiting& w, uint64_t now_ns, GateGuard* guard);

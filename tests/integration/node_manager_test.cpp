@@ -636,6 +636,61 @@ TEST_F(GateGuardTest, AHeldStartGoesAfterOneSecondRegardless) {
   EXPECT_LT(waited, 1500ms);
 }
 
+// With --turns on, a job whose iteration cannot fit beside another's rest
+// gets the GPU while the other waits its turn suspended at its gate.
+// Budget 64 MiB in 2 MiB chunks: 32.
+TEST_F(NodeManager, TurnsSuspendTheJobInTheWayAtItsGateAndResumeIt) {
+  start_daemon(64 * kMiB, {"--turns", "on"});
+  zico::Capabilities caps;
+  zico::SimDriver sim;
+  ASSERT_TRUE(sim.capabilities(zico::DeviceId{0}, &caps).is_ok());
+  RawJob a(socket_);
+  RawJob b(socket_);
+  ASSERT_EQ(b.open(caps.uuid, "in-the-way"), 2 * kMiB);
+  ASSERT_EQ(a.open(caps.uuid, "starved"), 2 * kMiB);
+  // B runs iterations that hold 4 chunks throughout.
+  ASSERT_TRUE(b.send(zico::proto::Request{1, 0, 4, 4, 4}));
+  const auto b_chunks = b.await<zico::proto::Grant>(2000ms);
+  ASSERT_TRUE(b_chunks.has_value());
+  ASSERT_TRUE(b.send(Mark{1, {{0, 4, 4}}}));
+  ASSERT_TRUE(b.await<Proceed>(2000ms).has_value());
+  // A rests at 20 and its next iteration peaks at 30: 30 + B's 4 > 32.
+  ASSERT_TRUE(a.send(zico::proto::Request{1, 0, 20, 20, 20}));
+  ASSERT_TRUE(a.await<zico::proto::Grant>(2000ms).has_value());
+  ASSERT_TRUE(a.send(Mark{1, {{0, 30, 20}}}));
+  EXPECT_FALSE(a.await<Proceed>(200ms).has_value()) << "started though it cannot fit beside B's rest";
+  // B at its gate is in A's way: it is told to suspend, not to proceed.
+  ASSERT_TRUE(b.send(Mark{2, {{0, 4, 4}}}));
+  const auto suspend = b.await<zico::proto::Suspend>(2000ms);
+  ASSERT_TRUE(suspend.has_value()) << daemon_.output();
+  EXPECT_EQ(suspend->to, zico::proto::StoreKind::kHost);
+  EXPECT_FALSE(a.await<Proceed>(30ms).has_value()) << "A waits for B's memory";
+  // B gives everything back and reports itself suspended: A starts.
+  ASSERT_TRUE(b.send(zico::proto::Return{0, false, 0, b_chunks->ids}));
+  ASSERT_TRUE(b.send(zico::proto::JobState{zico::proto::JobRunState::kSuspended}));
+  const auto started = a.await<Proceed>(2000ms);
+  ASSERT_TRUE(started.has_value());
+  EXPECT_EQ(started->sequence, 1u);
+  // B's turn comes (fifty times as long as it took to give back): it is
+  // resumed, and its gate, not opened while it was out, opens in its turn.
+  ASSERT_TRUE(b.await<zico::proto::Resume>(10000ms).has_value()) << daemon_.output();
+  const auto b_starts = b.await<Proceed>(2000ms);
+  ASSERT_TRUE(b_starts.has_value());
+  EXPECT_EQ(b_starts->sequence, 2u);
+  // It asks for its memory back, which A, in mid-iteration towards 30,
+  // leaves it only once A is at its gate; A then waits out B's turn.
+  ASSERT_TRUE(b.send(zico::proto::JobState{zico::proto::JobRunState::kRunning}));
+  ASSERT_TRUE(b.send(zico::proto::Request{2, 0, 4, 4, 4}));
+  EXPECT_FALSE(b.await<zico::proto::Grant>(200ms).has_value()) << "A could not finish its iteration then";
+  ASSERT_TRUE(a.send(Mark{2, {{0, 30, 20}}}));
+  ASSERT_TRUE(b.await<zico::proto::Grant>(2000ms).has_value()) << "granted before A's gate could open";
+  EXPECT_FALSE(a.await<Proceed>(300ms).has_value()) << "A's 30 cannot fit beside B's 4 in B's turn";
+  zico::proto::StatusReply status;
+  ASSERT_TRUE(query_status(socket_, &status));
+  EXPECT_EQ(status.gpus[0].deadlocks, 0u);
+  EXPECT_NE(daemon_.output().find("waits its turn in host memory"), std::string::npos) << daemon_.output();
+}
+
 TEST_F(NodeManager, AnotherProcessCannotTakeOverAJobAfterARestart) {
   start_daemon(64 * kMiB);
   Child& job = start_job(1, 1'000'000, 16 * kMiB, 8 * kMiB, 5);

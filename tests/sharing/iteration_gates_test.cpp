@@ -189,7 +189,10 @@ class FakeGuard final : public GateGuard {
     on_start(job);
   }
 
+  uint64_t turn_wait_until_ns(JobId job, uint64_t now_ns) override { return turn_until(job, now_ns); }
+
   std::function<bool(JobId)> allow = [](JobId) { return true; };
+  std::function<uint64_t(JobId, uint64_t)> turn_until = [](JobId, uint64_t) -> uint64_t { return 0; };
   std::function<void(JobId)> on_start = [](JobId) {};
   std::vector<JobId> asked;
   std::vector<JobId> started;
@@ -239,6 +242,24 @@ TEST(IterationGates, ABlockedGateOpensAfterTheBoundRegardless) {
   ASSERT_EQ(opened.size(), 1u);
   EXPECT_EQ(guard.started, (std::vector<JobId>{1})) << "a forced start is still a start";
   EXPECT_EQ(gates.blocked_ns(), kMaxBlock);
+  EXPECT_EQ(gates.waiting(), 0u);
+}
+
+TEST(IterationGates, ABlockedGateWaitsOutATurnBeforeItsBoundCounts) {
+  IterationGates gates = learning_jobs({1});
+  FakeGuard guard;
+  guard.allow = [](JobId) { return false; };
+  const uint64_t turn_end = 3 * kMaxBlock;
+  guard.turn_until = [&](JobId, uint64_t) { return turn_end; };
+  gates.arrive(1, 1, 0);
+  EXPECT_TRUE(gates.due(0, &guard).empty());
+  EXPECT_EQ(gates.next_due_ns(), turn_end + kMaxBlock) << "the bound counts from the turn's end";
+  EXPECT_TRUE(gates.due(2 * kMaxBlock, &guard).empty()) << "two seconds refused, but in a turn";
+  // The turn ends early (the other job left): the bound counts from the
+  // first refusal again.
+  guard.turn_until = [](JobId, uint64_t) -> uint64_t { return 0; };
+  const auto opened = gates.due(2 * kMaxBlock + 1, &guard);
+  ASSERT_EQ(opened.size(), 1u);
   EXPECT_EQ(gates.waiting(), 0u);
 }
 

@@ -43,6 +43,9 @@ constexpr const char* kUsage =
     "  --start-guard on|off   on: an iteration start the plan allows also waits (at most 1 s)\n"
     "                         while it could leave a job in mid-iteration unable to finish\n"
     "                         (its claim, docs/scheduling.md); off (default)\n"
+    "  --turns on|off         on: jobs whose iterations cannot run side by side take turns,\n"
+    "                         the one in the way suspended to host memory at its gate for a\n"
+    "                         while (docs/scheduling.md); off (default)\n"
     "  --metrics HOST:PORT    serve Prometheus metrics at http://HOST:PORT/metrics\n"
     "  --state-file PATH      what jobs hold, for a restarted daemon (default: the socket path + .state)\n"
     "  --help, --version\n"
@@ -96,7 +99,7 @@ int main(int argc, char** argv) {
     }
     static constexpr std::string_view kWithValue[] = {"--socket", "--group",      "--admin-group", "--mode",   "--budget",
                                                       "--gpus",   "--chunk-size", "--on-deadlock", "--metrics",
-                                                      "--state-file", "--schedule", "--start-guard"};
+                                                      "--state-file", "--schedule", "--start-guard", "--turns"};
     if (std::find(std::begin(kWithValue), std::end(kWithValue), arg) == std::end(kWithValue)) {
       return usage_error("unknown option '" + std::string(arg) + "'");
     }
@@ -156,6 +159,12 @@ int main(int argc, char** argv) {
         return usage_error(std::string("--start-guard '") + v + "' is not valid; expected on or off");
       }
       options.start_guard = guard == "on";
+    } else if (arg == "--turns") {
+      const std::string_view turns = v;
+      if (turns != "on" && turns != "off") {
+        return usage_error(std::string("--turns '") + v + "' is not valid; expected on or off");
+      }
+      options.turns = turns == "on";
     }
   }
   if (options.state_path.empty()) options.state_path = options.socket_path + ".state";
