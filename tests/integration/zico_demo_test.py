@@ -5,7 +5,8 @@
 
 Checks that it exits 0, writes both timelines, reports every job's
 iterations and never sees the node budget exceeded; and that bad options
-are refused with exit status 2.
+are refused with exit status 2; and that --turns runs below the jobs' best
+overlap.
 """
 import json
 import os
@@ -45,6 +46,18 @@ def main():
         jobs = result["phases"]["static"]["jobs"]
         assert jobs[1]["start_s"] >= jobs[0]["end_s"] - 0.05, jobs
         assert result["throughput_ratio"] > 0
+
+        # With zico-umd's turns, below the pair's best overlap (10.58 GiB):
+        # the jobs finish and the budget holds.
+        run = subprocess.run(command[:3] + ["--budget", "9.5GiB"] + command[5:] + ["--turns"], capture_output=True,
+                             text=True, timeout=120)
+        if run.returncode != 0:
+            sys.exit(f"zico-demo --turns exited {run.returncode}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr}")
+        result = json.loads(run.stdout)
+        assert result["budget_exceeded"] is False, result
+        zico = result["phases"]["zico"]
+        assert "with turns" in zico["description"], zico["description"]
+        assert [job["iterations"] for job in zico["jobs"]] == [iterations, iterations], zico["jobs"]
 
     for bad in (["--budget", "lots"], ["--iterations", "0"], ["--time-scale", "-1"], ["--memory-scale", "2"],
                 ["--backend", "tpu"], ["--traces", "no_such_model"], ["--traces", "bert_base,"], ["--bogus"]):

@@ -76,6 +76,8 @@ constexpr const char* kUsage =
     "  --memory-scale F     bytes per model byte, e.g. 1/256 or 0.0039 (default 1/256)\n"
     "  --out DIR            where zico-demo-zico.svg and zico-demo-static.svg go (default .)\n"
     "  --backend sim|cuda   the simulated GPU (default) or the real one\n"
+    "  --turns              zico-umd --turns on in the zico phase: jobs that cannot run\n"
+    "                       side by side take turns (a budget below the jobs' best overlap)\n"
     "  --json               print the results as JSON\n"
     "  --help\n";
 
@@ -118,6 +120,7 @@ struct Options {
   std::string memory_scale_text = kDefaultMemoryScale;
   std::string out_dir = ".";
   std::string backend = "sim";
+  bool turns = false;
   bool json = false;
 };
 
@@ -144,6 +147,10 @@ int parse_options(int argc, char** argv, Options* options) {
     }
     if (arg == "--json") {
       options->json = true;
+      continue;
+    }
+    if (arg == "--turns") {
+      options->turns = true;
       continue;
     }
     static constexpr std::string_view kWithValue[] = {"--traces", "--budget", "--iterations", "--time-scale",
@@ -276,11 +283,12 @@ bool measure_reservations(const std::string& trace_job, const std::string& dir, 
 
 // One phase: a fresh zico-umd, the jobs (all at once, or each when its
 // reservation fits), sampling until they all exit.
-bool run_phase(const std::string& tools, const DemoSetup& setup, const std::string& dir, bool time_shift,
+bool run_phase(const std::string& tools, const DemoSetup& setup, const std::string& dir, bool time_shift, bool turns,
                PhaseRun* phase, std::vector<uint32_t>* pids, std::string* why) {
   std::filesystem::create_directories(dir + "/swap");
   DemoNode node(dir, node_environment(setup, dir));
   std::vector<std::string> daemon_args = time_shift ? kZicoDaemonArgs : kStaticDaemonArgs;
+  if (time_shift && turns) daemon_args.insert(daemon_args.end(), {"--turns", "on"});
   daemon_args.insert(daemon_args.end(), {"--budget", std::to_string(setup.node_budget_bytes)});
   if (setup.chunk_bytes != 0) daemon_args.insert(daemon_args.end(), {"--chunk-size", std::to_string(setup.chunk_bytes)});
   if (!node.start_daemon(tools + "/zico-umd", daemon_args, why)) return false;
@@ -467,16 +475,21 @@ int main(int argc, char** argv) {
 
   PhaseRun zico_phase;
   zico_phase.name = "zico";
-  zico_phase.description = "all jobs at once, zico-umd shifting their iterations";
+  zico_phase.description = options.turns ? "all jobs at once, zico-umd shifting their iterations, with turns"
+                                         : "all jobs at once, zico-umd shifting their iterations";
   PhaseRun static_phase;
   static_phase.name = "static";
   static_phase.description = "each job reserves its peak; a job starts when that fits";
   std::vector<uint32_t> zico_pids;
   std::vector<uint32_t> static_pids;
   say("phase zico: " + std::to_string(setup.jobs.size()) + " jobs at once");
-  if (!run_phase(tools, setup, temp.path() + "/zico", true, &zico_phase, &zico_pids, &why)) return fail(why);
+  if (!run_phase(tools, setup, temp.path() + "/zico", true, options.turns, &zico_phase, &zico_pids, &why)) {
+    return fail(why);
+  }
   say("phase static: jobs in order, each when its reservation fits");
-  if (!run_phase(tools, setup, temp.path() + "/static", false, &static_phase, &static_pids, &why)) return fail(why);
+  if (!run_phase(tools, setup, temp.path() + "/static", false, false, &static_phase, &static_pids, &why)) {
+    return fail(why);
+  }
 
   zico_phase.svg_path = (std::filesystem::path(options.out_dir) / "zico-demo-zico.svg").string();
   static_phase.svg_path = (std::filesystem::path(options.out_dir) / "zico-demo-static.svg").string();
