@@ -89,9 +89,9 @@
 //    memory. Its turn, after kResume, lasts as long plus twice that swap
 //    (back in, and out again at its end): until then it is not parked for a
 //    starved job, and it may start beside one. One park or yield at a time
-//    per GPU. Without it (zico-umd, whose start guard is off by default),
-//    such jobs meet in mid-iteration and the deadlock rule decides, a yield
-//    of everything a job holds at its peak, every iteration.
+//    per GPU. Without it (zico-umd without --turns), such jobs meet in
+//    mid-iteration and the deadlock rule decides, a yield of everything a
+//    job holds at its peak, every iteration.
 #pragma once
 
 #include <cstdint>

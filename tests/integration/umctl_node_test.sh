@@ -61,6 +61,17 @@ wait_for() {
 # An inherited ZICO_* variable would change what these cases test.
 for name in $(env | sed -n 's/^\(ZICO_[A-Z_]*\)=.*/\1/p'); do unset "$name"; done
 
+# zico-umd's own usage errors for --turns: exit 2, the message names the value.
+for args in "--turns maybe|--turns 'maybe' is not valid; expected on or off" \
+            "--turns on --schedule fcfs|--turns on needs --schedule zico"; do
+  IFS='|' read -r flags expect <<<"$args"
+  # shellcheck disable=SC2086
+  ZICO_BACKEND=sim timeout 5 "$umd" --socket "$tmp/unused.sock" --budget 64MiB $flags >"$out" 2>"$err"
+  status=$?
+  if [ "$status" -ne 2 ]; then fail "zico-umd $flags: exit $status, expected 2"; continue; fi
+  grep -qF -- "$expect" "$err" || fail "zico-umd $flags: stderr lacks '$expect'"
+done
+
 socket=$tmp/s.sock
 ZICO_BACKEND=sim "$umd" --socket "$socket" --budget 64MiB >"$tmp/umd.log" 2>&1 &
 umd_pid=$!
