@@ -666,10 +666,9 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
       }
     }
     // At its gate the job needs nothing more than it holds: its claims go,
-    // which can make a waiting request safe to grant, and it is granted
-    // before the gate can open (a gate opening at once claims again). The
-    // claims it sent are for the iteration it would begin: may_start()
-    // weighs them when its gate's time comes.
+    // which can make a waiting request safe to grant (the pump after every
+    // message sees to it). The claims it sent are for the iteration it would
+    // begin: may_start() weighs them when its gate's time comes.
     for (size_t g = 0; g < job.gpus.size(); ++g) {
       if (!job.gpus[g].open) continue;
       (void)ledger.set_between_iterations(job.id, static_cast<uint32_t>(g));
@@ -681,7 +680,6 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
       job.gpus[claim.gpu].gate_settle = claim.settle_chunks;
     }
     job.gate_held = false;
-    pump();
     gates.arrive(job.id, mark->sequence, now);
     open_gates();
     return "";
