@@ -509,15 +509,20 @@ class RawJob {
   int fd_ = -1;
 };
 
+// The UUID of SimDriver's GPU 0, the one zico-umd serves on the sim backend.
+zico::proto::GpuUuid sim_gpu_uuid() {
+  zico::SimDriver sim;
+  zico::Capabilities caps;
+  EXPECT_TRUE(sim.capabilities(zico::DeviceId{0}, &caps).is_ok());
+  return caps.uuid;
+}
+
 TEST_F(NodeManager, ClaimsHoldBackAnUnsafeGrantUntilTheOtherJobIsAtItsGate) {
   start_daemon(64 * kMiB);
-  zico::Capabilities caps;
-  zico::SimDriver sim;
-  ASSERT_TRUE(sim.capabilities(zico::DeviceId{0}, &caps).is_ok());
   RawJob a(socket_);
   RawJob b(socket_);
-  ASSERT_EQ(a.open(caps.uuid, "claims-a"), 2 * kMiB);
-  ASSERT_EQ(b.open(caps.uuid, "claims-b"), 2 * kMiB);  // 32 chunks in all
+  ASSERT_EQ(a.open(sim_gpu_uuid(), "claims-a"), 2 * kMiB);
+  ASSERT_EQ(b.open(sim_gpu_uuid(), "claims-b"), 2 * kMiB);  // 32 chunks in all
   // A climbs to 24 chunks in its iteration and keeps 10.
   ASSERT_TRUE(a.send(zico::proto::Request{1, 0, 10, 24, 10}));
   const auto first = a.await<zico::proto::Grant>(2000ms);
@@ -552,10 +557,7 @@ class GateGuardTest : public NodeManager {
   void SetUp() override {
     NodeManager::SetUp();
     start_daemon(64 * kMiB, {"--start-guard", "on"});
-    zico::SimDriver sim;
-    zico::Capabilities caps;
-    ASSERT_TRUE(sim.capabilities(zico::DeviceId{0}, &caps).is_ok());
-    uuid_ = caps.uuid;
+    uuid_ = sim_gpu_uuid();
   }
   // A in mid-iteration (4 chunks, no claim) and B, still learning.
   void open_learning_pair(RawJob& a, RawJob& b) {
@@ -641,13 +643,10 @@ TEST_F(GateGuardTest, AHeldStartGoesAfterOneSecondRegardless) {
 // Budget 64 MiB in 2 MiB chunks: 32.
 TEST_F(NodeManager, TurnsSuspendTheJobInTheWayAtItsGateAndResumeIt) {
   start_daemon(64 * kMiB, {"--turns", "on"});
-  zico::Capabilities caps;
-  zico::SimDriver sim;
-  ASSERT_TRUE(sim.capabilities(zico::DeviceId{0}, &caps).is_ok());
   RawJob a(socket_);
   RawJob b(socket_);
-  ASSERT_EQ(b.open(caps.uuid, "in-the-way"), 2 * kMiB);
-  ASSERT_EQ(a.open(caps.uuid, "starved"), 2 * kMiB);
+  ASSERT_EQ(b.open(sim_gpu_uuid(), "in-the-way"), 2 * kMiB);
+  ASSERT_EQ(a.open(sim_gpu_uuid(), "starved"), 2 * kMiB);
   // B runs iterations that hold 4 chunks throughout.
   ASSERT_TRUE(b.send(zico::proto::Request{1, 0, 4, 4, 4}));
   const auto b_chunks = b.await<zico::proto::Grant>(2000ms);
