@@ -120,7 +120,9 @@ zico_status_t zico_mark_iteration(void) {
   if (!runtime.init_status().is_ok()) return zico::report(runtime.init_status(), "zico_mark_iteration", 0);
   runtime.pause_point();
   // Under zico-umd the iteration starts when the time-shift schedule says so.
-  if (zico::sharing::NodeClient* node = runtime.node()) node->iteration_gate(true, [&runtime] { runtime.pause_point(); });
+  if (zico::sharing::NodeClient* node = runtime.node()) {
+    node->iteration_gate(true, [&runtime] { runtime.pause_point(); });
+  }
   // Only devices already in use have an iteration to mark.
   for (int device = 0; device < Runtime::kMaxDevices; ++device) {
     if (zico::DeviceAllocator* allocator = runtime.existing_allocator(zico::DeviceId{device})) allocator->mark_iteration();

@@ -127,13 +127,14 @@ def below_bound(z, unlimited, counts):
     if not stretched["found"]:
         if stretched["shortfall_bytes"] > 0:
             counts["turns"] += 1
-            return f"a job's peak and the others' least exceed the budget by {stretched['shortfall_bytes'] / 2**30:.2f} GiB"
+            shortfall = stretched["shortfall_bytes"] / 2**30
+            return f"a job's peak and the others' least exceed the budget by {shortfall:.2f} GiB"
         counts["other"] += 1
         return "no cycle fits"
     best = stretched["iters_per_s"]
     counts["stretched"].append(z["aggregate_iters_per_s"] / best)
-    return (f"fixed offsets fit at {stretched['stretch']:.3f} x the cycle: {best / unlimited['aggregate_iters_per_s']:.3f} "
-            f"x unlimited, zico {z['aggregate_iters_per_s'] / best:.3f} x that")
+    return (f"fixed offsets fit at {stretched['stretch']:.3f} x the cycle: "
+            f"{best / unlimited['aggregate_iters_per_s']:.3f} x unlimited, zico {z['aggregate_iters_per_s'] / best:.3f} x that")
 
 
 def main():

@@ -176,7 +176,9 @@ Status least_fitting_cycle(const std::vector<PeriodicCurve>& curves, uint64_t bu
       return a.second < b.second;
     });
     const uint64_t at_its_peak = least_sum - lo->second + hi->second;
-    if (at_its_peak > budget_bytes) result.shortfall_bytes = std::max(result.shortfall_bytes, at_its_peak - budget_bytes);
+    if (at_its_peak > budget_bytes) {
+      result.shortfall_bytes = std::max(result.shortfall_bytes, at_its_peak - budget_bytes);
+    }
   }
   if (result.shortfall_bytes > 0) {
     *out = std::move(result);

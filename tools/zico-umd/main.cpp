@@ -168,7 +168,9 @@ int main(int argc, char** argv) {
     }
   }
   if (options.state_path.empty()) options.state_path = options.socket_path + ".state";
-  if (options.turns && !options.time_shift) return usage_error("--turns on needs --schedule zico (turns are taken at iteration gates)");
+  if (options.turns && !options.time_shift) {
+    return usage_error("--turns on needs --schedule zico (turns are taken at iteration gates)");
+  }
   if (deadlock == "yield") {
     options.deadlock_policy = sharing::DeadlockPolicy::kYield;
   } else if (deadlock == "fail") {
