@@ -121,7 +121,6 @@ struct Daemon::Impl final : GateGuard {
     std::unordered_set<uint64_t> requests;  // waiting in the ledger
     proto::JobRunState state = proto::JobRunState::kRunning;
     bool gate_held = false;  // its waiting gate was refused by may_start (logged once)
-    bool parked = false;     // suspended at its gate for another job's turn (kPark until kResume)
     // Known only from the predecessor's state file until it reconnects.
     bool expected = false;
     std::vector<bool> expected_reservation_used;  // per GPU: the reservation was reconciled
@@ -1110,12 +1109,15 @@ bool Daemon::Impl::may_start(JobId id) {
 uint64_t Daemon::Impl::turn_wait_until_ns(JobId id, uint64_t now) {
   auto it = jobs.find(id);
   if (it == jobs.end()) return 0;
-  // Parked, it waits for its kResume, which the ledger sends when its time is
-  // up: its gate opening before would only make it claim while suspended.
-  if (it->second.parked) return now;
   uint64_t until = 0;
   for (size_t g = 0; g < it->second.gpus.size(); ++g) {
-    if (it->second.gpus[g].open) until = std::max(until, ledger.turn_wait_until_ns(static_cast<uint32_t>(g), now));
+    if (!it->second.gpus[g].open) continue;
+    const auto gpu = static_cast<uint32_t>(g);
+    // Parked, it waits for its kResume, which the ledger sends when its time
+    // is up: its gate opening before would only make it claim while suspended.
+    Ledger::JobView view;
+    if (ledger.job(id, gpu, now, &view) && view.parked) return now;
+    until = std::max(until, ledger.turn_wait_until_ns(gpu, now));
   }
   return until;
 }
@@ -1202,7 +1204,6 @@ void Daemon::Impl::pump() {
           ZICO_LOG(kInfo, "GPU %u: job %llu is in the way of another's iteration; it waits its turn in host memory",
                    action.gpu, static_cast<unsigned long long>(action.job));
           if (fd >= 0 && send(fd, proto::Suspend{proto::StoreKind::kHost})) {
-            it->second.parked = true;
             if (it->second.state == proto::JobRunState::kRunning) {
               it->second.state = proto::JobRunState::kSuspendRequested;
             }
@@ -1210,9 +1211,7 @@ void Daemon::Impl::pump() {
             close_connection(fd, "cannot send a suspension", true);
           }
           break;
-        case LedgerAction::Kind::kResume:
-          if (!it->second.parked) break;
-          it->second.parked = false;
+        case LedgerAction::Kind::kResume:  // only ever for a job it parked
           ZICO_LOG(kInfo, "GPU %u: job %llu has its turn", action.gpu, static_cast<unsigned long long>(action.job));
           if (fd >= 0 && !send(fd, proto::Resume{})) close_connection(fd, "cannot send a resumption", true);
           break;

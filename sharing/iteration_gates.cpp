@@ -91,16 +91,13 @@ std::vector<IterationGates::Opened> IterationGates::due(uint64_t now_ns, GateGua
       ++i;
       continue;
     }
-    if (guard != nullptr && w.blocked) {
-      // A turn in progress is waited out before the bound starts counting.
-      w.give_up_ns = std::max(w.blocked_since_ns, guard->turn_wait_until_ns(w.job, now_ns)) + Ledger::kMaxGateBlockNs;
-    }
+    if (guard != nullptr && w.blocked) w.give_up_ns = give_up_ns(w, now_ns, *guard);
     const bool waited_enough = w.blocked && w.give_up_ns <= now_ns;
     if (guard != nullptr && !waited_enough && !guard->may_start(w.job)) {
       if (!w.blocked) {
         w.blocked = true;
         w.blocked_since_ns = now_ns;
-        w.give_up_ns = std::max(now_ns, guard->turn_wait_until_ns(w.job, now_ns)) + Ledger::kMaxGateBlockNs;
+        w.give_up_ns = give_up_ns(w, now_ns, *guard);
         // Not placed: the others are planned around what it holds now.
         for (TimeShiftScheduler& gpu : gpus_) gpu.unplan(w.job);
       }
@@ -128,6 +125,11 @@ void IterationGates::open_now(const Waiting& w, uint64_t now_ns, GateGuard* guar
   for (TimeShiftScheduler& gpu : gpus_) {
     if (gpu.has_job(w.job)) gpu.started(w.job, now_ns);
   }
+}
+
+uint64_t IterationGates::give_up_ns(const Waiting& w, uint64_t now_ns, GateGuard& guard) {
+  // A turn in progress is waited out before the bound starts counting.
+  return std::max(w.blocked_since_ns, guard.turn_wait_until_ns(w.job, now_ns)) + Ledger::kMaxGateBlockNs;
 }
 
 uint64_t IterationGates::next_due_ns() const {

@@ -106,6 +106,8 @@ class IterationGates {
     uint64_t blocked_since_ns = 0;
     uint64_t give_up_ns = 0;     // blocked: when it opens regardless
   };
+  // When blocked `w` opens regardless, asked at now_ns.
+  static uint64_t give_up_ns(const Waiting& w, uint64_t now_ns, GateGuard& guard);
   // Opens `w` at now_ns: counts it and tells the schedulers it started.
   void open_now(const Waiting& w, uint64_t now_ns, GateGuard* guard);
   // The latest start every GPU the job uses agrees to, asked at now_ns.

@@ -811,6 +811,7 @@ bool Ledger::job(JobId job, uint32_t gpu, uint64_t now_ns, JobView* out) const {
   out->max = use.max;
   out->waiting = use.waiting_chunks;
   out->wait_ns = use.waited_ns;
+  out->parked = use.parked;
   for (const Request& r : g.queue) {
     if (r.job == job) out->wait_ns += sub_floor(now_ns, r.enqueued_ns);
   }

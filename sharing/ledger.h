@@ -255,6 +255,7 @@ class Ledger {
     uint64_t max = UINT64_MAX;
     uint64_t waiting = 0;  // chunks in its waiting requests
     uint64_t wait_ns = 0;  // total time its requests waited, the current wait included
+    bool parked = false;   // turns: from kPark to kResume
   };
   [[nodiscard]] GpuView gpu(uint32_t gpu) const;
   // False if the job does not exist or has not opened the GPU.

@@ -1042,6 +1042,9 @@ struct TwoThatCannotCoRun {
     EXPECT_TRUE(same(actions[0], Kind::kPark, 1, 0, 3)) << describe(actions);
     EXPECT_TRUE(b.ledger.pump(now + 1).empty()) << "one park, told once";
     EXPECT_FALSE(b.ledger.may_start(1, 0, 5, 3, now + 1)) << "a parked job waits for kResume";
+    Ledger::JobView view;
+    ASSERT_TRUE(b.ledger.job(1, 0, now + 1, &view));
+    EXPECT_TRUE(view.parked);
     EXPECT_EQ(b.ledger.turn_wait_until_ns(0, now + 1), now + 1) << "job 2 waits for a park in progress";
     b.give(1, 3, false, now + kSwap);
     EXPECT_TRUE(b.ledger.may_start(2, 0, 9, 2, now + kSwap));

@@ -165,17 +165,17 @@ Status least_fitting_cycle(const std::vector<PeriodicCurve>& curves, uint64_t bu
   StretchedCycle result;
   // While job j is at its peak every other job holds at least the least of
   // its curve, whatever the cycle: past the budget, nothing fits.
+  std::vector<std::pair<uint64_t, uint64_t>> least_and_peak;
   uint64_t least_sum = 0;
-  for (const PeriodicCurve& c : curves) {
-    least_sum += std::min_element(c.steps.begin(), c.steps.end(), [](const auto& a, const auto& b) {
-                   return a.second < b.second;
-                 })->second;
-  }
   for (const PeriodicCurve& c : curves) {
     const auto [lo, hi] = std::minmax_element(c.steps.begin(), c.steps.end(), [](const auto& a, const auto& b) {
       return a.second < b.second;
     });
-    const uint64_t at_its_peak = least_sum - lo->second + hi->second;
+    least_and_peak.emplace_back(lo->second, hi->second);
+    least_sum += lo->second;
+  }
+  for (const auto& [least, peak] : least_and_peak) {
+    const uint64_t at_its_peak = least_sum - least + peak;
     if (at_its_peak > budget_bytes) {
       result.shortfall_bytes = std::max(result.shortfall_bytes, at_its_peak - budget_bytes);
     }
