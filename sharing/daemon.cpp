@@ -56,6 +56,17 @@ int open_pidfd(pid_t pid) {
 #endif
 }
 
+int send_signal(int pidfd, int signal) {
+#ifdef SYS_pidfd_send_signal
+  return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, signal, nullptr, 0));
+#else
+  (void)pidfd;
+  (void)signal;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
 bool process_exited(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
   return ::poll(&p, 1, 0) > 0;
@@ -85,7 +96,7 @@ bool in_group(uid_t uid, gid_t primary, gid_t group) {
 // its iteration only if Ledger::may_start agrees on every GPU it opened.
 struct Daemon::Impl final : GateGuard {
   struct PoolChunk {
-    PhysHandle handle;
+    PhysHandle handle;   // invalid: released; created again when next lent
     uint64_t owner = 0;  // job id, 0 when free
     uint32_t last_uid = kFreshChunk;
   };
@@ -100,11 +111,14 @@ struct Daemon::Impl final : GateGuard {
     bool has_stream = false;
     uint64_t bytes_moved = 0;       // granted + returned, in bytes
     uint64_t zeroed = 0;            // chunks zeroed for a new owner
+    uint64_t live = 0;              // chunks with a handle: the pool's physical memory
+    uint64_t renewed = 0;           // chunks released and created afresh for another uid
   };
   struct JobGpu {
     bool open = false;
     std::unordered_set<uint32_t> lent;  // pool ids the job holds
     uint64_t unowned = 0;               // chunks it held when it (re)connected
+    uint64_t charged = 0;               // chunks its process holds beyond these (audit), in the ledger too
     proto::Report report;
     // The claim of the iteration it would begin, from its last IterationMark
     // (peak 0: unknown).
@@ -127,6 +141,7 @@ struct Daemon::Impl final : GateGuard {
     bool resumed = false;                          // registered with an id from an earlier daemon
     uint64_t expected_until_ns = 0;
     int state_slot = -1;
+    bool audit_denied = false;  // its process may not be looked at (another uid's, daemon not root): said once
   };
   enum class Role : uint8_t { kNew, kJob, kAdmin };
   struct Connection {
@@ -158,6 +173,8 @@ struct Daemon::Impl final : GateGuard {
   int metrics_fd = -1;
   uint16_t metrics_port_number = 0;
   uint64_t next_job_id = 1;
+  uint64_t next_audit_ns = 0;
+  bool audit_supported = true;  // false once the driver said it cannot tell
   uint64_t arrivals = 0;
   uint64_t start_ns = now_ns();
   RateWindow rates;
@@ -214,6 +231,18 @@ struct Daemon::Impl final : GateGuard {
   void grant(const LedgerAction& action);
   Status take_chunks(Gpu& gpu, uint32_t uid, uint64_t count, std::vector<uint32_t>* ids, std::string* why);
   Status zero(Gpu& gpu, PoolChunk& chunk);
+  // Releases the free chunks' physical memory (all of them, or while the
+  // pool is larger than the budget): after a grant failed for want of
+  // memory or descriptors, and after a budget cut.
+  void release_free(uint32_t gpu, bool beyond_budget_only);
+
+  // --- audit ------------------------------------------------------------------
+  // Compares each job's process's real holdings with what it was lent (see
+  // daemon.h), every audit_interval_ns.
+  void audit(uint64_t now);
+  void audit_job(Job& job);
+  void settle_excess(Job& job, uint32_t gpu, uint64_t excess_chunks);
+  [[nodiscard]] uint64_t lent_chunks(const Job& job, uint32_t gpu) const;
   bool is_admin(const wire::PeerCredentials& peer) const;
   int gpu_of(const proto::GpuUuid& uuid) const;
 };
@@ -441,9 +470,11 @@ void Daemon::Impl::close_connection(int fd, const std::string& reason, bool say_
     ZICO_LOG(kInfo, "job %llu (pid %d) disconnected: %s", static_cast<unsigned long long>(job.id), job.peer.pid,
              reason.c_str());
   }
-  // The process may still have our chunks mapped: they stay its own until it exits.
+  // The process may still have our chunks mapped: they stay its own until
+  // it exits, and so does what it kept of those it gave back.
+  audit_job(job);
   const bool holds = std::any_of(job.gpus.begin(), job.gpus.end(),
-                                 [](const JobGpu& g) { return !g.lent.empty() || g.unowned != 0; });
+                                 [](const JobGpu& g) { return !g.lent.empty() || g.unowned != 0 || g.charged != 0; });
   if (holds && job.pidfd >= 0 && !process_exited(job.pidfd)) {
     freeze(job, true);
     gates.detach(job.id);
@@ -621,6 +652,15 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
     if (request->gpu >= gpus.size() || !job.gpus[request->gpu].open) {
       return "Request for GPU " + std::to_string(request->gpu) + ", which the job has not opened";
     }
+    if (const uint64_t charged = job.gpus[request->gpu].charged; charged != 0 && options.overuse != OveruseAction::kWarn) {
+      const std::string reason = "this process holds " + format_size(charged * gpus[request->gpu].chunk_bytes) +
+                                 " of GPU " + std::to_string(request->gpu) +
+                                 " beyond what it was lent (memory it gave back and kept); it gets no more until it "
+                                 "lets go";
+      return send(job.fd, proto::Deny{request->request_id, static_cast<uint32_t>(Errc::kOutOfMemory), reason})
+                 ? ""
+                 : "cannot send a denial";
+    }
     // The claim first, so that the pump after this message judges the
     // request against it. The peak covers at least what the job will hold
     // once this request is served: the job counted from what it had
@@ -651,8 +691,7 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
     if (report->gpu >= gpus.size() || !job.gpus[report->gpu].open) return "Report for a GPU the job has not opened";
     job.gpus[report->gpu].report = *report;
     // A job's word about its usage is bounded by what it holds.
-    const uint64_t held_bytes = (job.gpus[report->gpu].lent.size() + job.gpus[report->gpu].unowned) *
-                                gpus[report->gpu].chunk_bytes;
+    const uint64_t held_bytes = lent_chunks(job, report->gpu) * gpus[report->gpu].chunk_bytes;
     proto::Report& stored = job.gpus[report->gpu].report;
     stored.allocated_bytes = std::min(stored.allocated_bytes, held_bytes);
     stored.persistent_bytes = std::min(stored.persistent_bytes, stored.allocated_bytes);
@@ -750,7 +789,7 @@ proto::StatusReply Daemon::Impl::status() const {
     s.chunk_bytes = gpu.chunk_bytes;
     s.budget_bytes = view.budget * gpu.chunk_bytes;
     s.granted_bytes = view.granted * gpu.chunk_bytes;
-    s.pool_bytes = gpu.chunks.size() * gpu.chunk_bytes;
+    s.pool_bytes = gpu.live * gpu.chunk_bytes;
     s.waiting_bytes = view.waiting * gpu.chunk_bytes;
     s.grants = view.grants;
     s.reclaims = view.returns;
@@ -818,6 +857,7 @@ proto::Result Daemon::Impl::set_budget(const Connection& connection, const proto
     // so iterations that no longer fit wait. A growth releases them.
     gates.set_budget(request.gpu, chunks * gpu.chunk_bytes);
     pump();
+    release_free(request.gpu, true);
     open_gates();
     return refuse(Errc::kOk, "GPU " + std::to_string(request.gpu) + " budget is now " +
                                  format_size(chunks * gpu.chunk_bytes));
@@ -896,7 +936,7 @@ constexpr uint64_t kExpectedForNs = 5'000'000'000;  // how long a reservation wa
 }  // namespace
 
 void Daemon::Impl::record_holding(Job& job, uint32_t gpu) {
-  const uint64_t held = job.gpus[gpu].lent.size() + job.gpus[gpu].unowned;
+  const uint64_t held = lent_chunks(job, gpu) + job.gpus[gpu].charged;
   state_file.set_held(job.state_slot, gpu, held);
   gates.set_held(job.id, gpu, held * gpus[gpu].chunk_bytes);
 }
@@ -981,17 +1021,27 @@ Status Daemon::Impl::take_chunks(Gpu& gpu, uint32_t uid, uint64_t count, std::ve
       id = gpu.free_ids.back();
       gpu.free_ids.pop_back();
     } else {
-      PoolChunk chunk;
+      gpu.chunks.push_back(PoolChunk{});
+      id = static_cast<uint32_t>(gpu.chunks.size());
+    }
+    ids->push_back(id);  // the caller puts it back if this fails
+    PoolChunk& chunk = gpu.chunks[id - 1];
+    if (chunk.handle.valid() && chunk.last_uid != kFreshChunk && chunk.last_uid != uid) {
+      // Its last borrower may still map it (daemon.h): another uid gets other memory.
+      (void)driver.release(chunk.handle);
+      chunk.handle = PhysHandle{};
+      --gpu.live;
+      ++gpu.renewed;
+    }
+    if (!chunk.handle.valid()) {
       if (Status status = driver.create(gpu.device, gpu.chunk_bytes, &chunk.handle); !status.is_ok()) {
+        chunk.handle = PhysHandle{};
         *why = "creating a " + format_size(gpu.chunk_bytes) + " chunk failed: " + status.message();
         return status;
       }
-      if (!options.zero_new_chunks) chunk.last_uid = uid;
-      gpu.chunks.push_back(chunk);
-      id = static_cast<uint32_t>(gpu.chunks.size());
+      ++gpu.live;
+      chunk.last_uid = options.zero_new_chunks ? kFreshChunk : uid;
     }
-    ids->push_back(id);
-    PoolChunk& chunk = gpu.chunks[id - 1];
     if (chunk.last_uid != uid) {
       if (Status status = zero(gpu, chunk); !status.is_ok()) {
         *why = "zeroing a chunk for its new owner failed: " + status.message();
@@ -1003,6 +1053,19 @@ Status Daemon::Impl::take_chunks(Gpu& gpu, uint32_t uid, uint64_t count, std::ve
   return Status::ok();
 }
 
+void Daemon::Impl::release_free(uint32_t g, bool beyond_budget_only) {
+  Gpu& gpu = gpus[g];
+  const uint64_t keep = beyond_budget_only ? ledger.gpu(g).budget : 0;
+  for (uint32_t id : gpu.free_ids) {
+    if (gpu.live <= keep) break;
+    PoolChunk& chunk = gpu.chunks[id - 1];
+    if (!chunk.handle.valid()) continue;
+    (void)driver.release(chunk.handle);
+    chunk.handle = PhysHandle{};
+    --gpu.live;
+  }
+}
+
 void Daemon::Impl::grant(const LedgerAction& action) {
   auto it = jobs.find(action.job);
   if (it == jobs.end()) return;
@@ -1012,6 +1075,9 @@ void Daemon::Impl::grant(const LedgerAction& action) {
   std::string why;
   if (Status status = take_chunks(gpu, job.peer.uid, action.chunks, &ids, &why); !status.is_ok()) {
     for (uint32_t id : ids) gpu.free_ids.push_back(id);
+    // Out of device memory or of descriptors: what the pool keeps idle
+    // would only keep the next request from being served.
+    release_free(action.gpu, false);
     std::string ignored;
     (void)ledger.returned(job.id, action.gpu, action.chunks, false, now_ns(), &ignored);
     ZICO_LOG(kError, "GPU %u: %s", action.gpu, why.c_str());
@@ -1049,6 +1115,77 @@ void Daemon::Impl::grant(const LedgerAction& action) {
       return;
     }
   }
+}
+
+// --- audit ----------------------------------------------------------------------------------
+
+uint64_t Daemon::Impl::lent_chunks(const Job& job, uint32_t gpu) const {
+  return job.gpus[gpu].lent.size() + job.gpus[gpu].unowned;
+}
+
+void Daemon::Impl::audit(uint64_t now) {
+  if (options.audit_interval_ns == 0 || !audit_supported || now < next_audit_ns) return;
+  next_audit_ns = now + options.audit_interval_ns;
+  for (auto& [id, job] : jobs) audit_job(job);
+}
+
+void Daemon::Impl::audit_job(Job& job) {
+  // A job known only from the state file holds the old daemon's chunks,
+  // which its reservation already counts in full.
+  if (options.audit_interval_ns == 0 || !audit_supported || job.expected || job.pidfd < 0 ||
+      process_exited(job.pidfd)) {
+    return;
+  }
+  for (size_t g = 0; g < job.gpus.size(); ++g) {
+    if (!job.gpus[g].open) continue;
+    uint64_t bytes = 0;
+    const Status status = driver.process_memory(job.peer.pid, gpus[g].device, &bytes);
+    if (status.code() == Errc::kNotSupported) {
+      audit_supported = false;
+      ZICO_LOG(kWarn, "the %s backend cannot tell what a process holds: jobs that keep memory they gave back "
+                      "go unseen by the budget (their data still stays their own)", driver.name());
+      return;
+    }
+    if (!status.is_ok()) {
+      if (!job.audit_denied) {
+        ZICO_LOG(kWarn, "cannot check what job %llu (pid %d) holds: %s", static_cast<unsigned long long>(job.id),
+                 job.peer.pid, status.message().c_str());
+        job.audit_denied = true;
+      }
+      return;
+    }
+    const uint64_t chunk = gpus[g].chunk_bytes;
+    const uint64_t lent = lent_chunks(job, static_cast<uint32_t>(g)) * chunk;
+    settle_excess(job, static_cast<uint32_t>(g), bytes > lent ? (bytes - lent + chunk - 1) / chunk : 0);
+  }
+}
+
+void Daemon::Impl::settle_excess(Job& job, uint32_t gpu, uint64_t excess) {
+  JobGpu& held = job.gpus[gpu];
+  if (excess == held.charged) return;
+  std::string why;
+  const Status status = excess > held.charged ? ledger.charge(job.id, gpu, excess - held.charged, &why)
+                                              : ledger.uncharge(job.id, gpu, held.charged - excess, &why);
+  if (!status.is_ok()) {
+    ZICO_LOG(kError, "job %llu: %s", static_cast<unsigned long long>(job.id), why.c_str());
+    return;
+  }
+  const uint64_t chunk = gpus[gpu].chunk_bytes;
+  if (excess > held.charged) {
+    static constexpr const char* kActions[] = {"counted against the budget", "its requests are refused until it lets go",
+                                               "its process is killed"};
+    ZICO_LOG(kWarn, "job %llu (pid %d, uid %u) holds %s of GPU %u beyond the %s it was lent (memory it gave back "
+                    "and kept): %s",
+             static_cast<unsigned long long>(job.id), job.peer.pid, job.peer.uid,
+             format_size(excess * chunk).c_str(), gpu, format_size(lent_chunks(job, gpu) * chunk).c_str(),
+             kActions[static_cast<int>(options.overuse)]);
+    if (options.overuse == OveruseAction::kKill) (void)send_signal(job.pidfd, SIGKILL);
+  } else if (excess == 0) {
+    ZICO_LOG(kInfo, "job %llu let go of what it held beyond its grant on GPU %u", static_cast<unsigned long long>(job.id),
+             gpu);
+  }
+  held.charged = excess;
+  record_holding(job, gpu);
 }
 
 // --- time shift ----------------------------------------------------------------------------
@@ -1250,7 +1387,9 @@ Daemon::~Daemon() {
   }
   // Chunks lent to live jobs stay alive in their mappings; our handles go.
   for (Impl::Gpu& gpu : d.gpus) {
-    for (const Impl::PoolChunk& chunk : gpu.chunks) (void)d.driver.release(chunk.handle);
+    for (const Impl::PoolChunk& chunk : gpu.chunks) {
+      if (chunk.handle.valid()) (void)d.driver.release(chunk.handle);
+    }
     if (gpu.has_stream) (void)d.driver.stream_destroy(gpu.stream);
     (void)d.driver.unreserve(gpu.scratch);
   }
@@ -1301,6 +1440,7 @@ Status Daemon::run(bool handle_signals) {
         (void)!::read(d.timer_fd, &expirations, sizeof expirations);
         d.rates.sample(now_ns(), d.status());
         d.expire_expected();
+        d.audit(now_ns());
         d.pump();
         d.open_gates();
       } else if (fd == d.gate_timer_fd) {

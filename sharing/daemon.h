@@ -12,7 +12,14 @@
 //    (fenced on its side) or the job's process has exited: when a job's
 //    connection ends while its process lives (it may still have the chunks
 //    mapped), its holdings stay counted until its pidfd says it is gone.
-//  - A chunk that moves to a job of another uid is zeroed first.
+//  - Physical memory never passes from one uid to another. A process can
+//    keep a chunk mapped after it said it gave it back, and nothing takes a
+//    mapping away; so a returned chunk is lent again only to the same uid,
+//    and another uid gets memory created afresh (zeroed) while the old
+//    handle is released. A periodic audit (Driver::process_memory) compares
+//    what each job's process really holds with what it was lent: the excess
+//    is charged to that job in the books, so the budget stays true of the
+//    GPU, and the job is refused or killed (DaemonOptions::overuse).
 //  - A bad message closes that one connection, with a Goodbye naming why and
 //    a log line; nothing else changes.
 //  - Every job is watched through a pidfd; a process the daemon cannot
@@ -50,6 +57,14 @@ struct DaemonGpuConfig {
   uint64_t budget_bytes = 0;  // rounded down to whole chunks
 };
 
+// What happens to a job whose process holds more of a GPU than it was lent.
+// Its excess is charged to it in any case.
+enum class OveruseAction : uint8_t {
+  kWarn,  // logged
+  kDeny,  // logged, and its requests are refused while it lasts
+  kKill,  // logged, and its process is killed (SIGKILL)
+};
+
 struct DaemonOptions {
   std::string socket_path;
   mode_t socket_mode = 0660;
@@ -79,6 +94,8 @@ struct DaemonOptions {
   // and a deadlock yield decides, every iteration.
   bool turns = false;
   bool zero_new_chunks = true;                  // false where fresh chunks are known to be zero (SimDriver)
+  OveruseAction overuse = OveruseAction::kDeny;
+  uint64_t audit_interval_ns = 1'000'000'000;   // how often jobs' real holdings are checked; 0: never
   std::string metrics_address;                  // "HOST:PORT" or ""
   // Where the daemon keeps, for its successor, an upper bound of what each
   // live job holds (see "Restarts" above); "" keeps nothing.

@@ -617,6 +617,30 @@ bool Ledger::cancel(JobId job, uint64_t request_id, uint64_t now_ns) {
   return false;
 }
 
+Status Ledger::charge(JobId job, uint32_t gpu, uint64_t chunks, std::string* why) {
+  Use* use = impl_->find_use(job, gpu);
+  if (use == nullptr) {
+    return invalid(why, "job " + std::to_string(job) + " has not opened GPU " + std::to_string(gpu));
+  }
+  use->held += chunks;
+  impl_->gpus[gpu].granted += chunks;
+  return Status::ok();
+}
+
+Status Ledger::uncharge(JobId job, uint32_t gpu, uint64_t chunks, std::string* why) {
+  Use* use = impl_->find_use(job, gpu);
+  if (use == nullptr) {
+    return invalid(why, "job " + std::to_string(job) + " has not opened GPU " + std::to_string(gpu));
+  }
+  if (chunks > use->held) {
+    return invalid(why, "job " + std::to_string(job) + " is uncharged " + std::to_string(chunks) +
+                            " chunks of GPU " + std::to_string(gpu) + " but holds " + std::to_string(use->held));
+  }
+  use->held -= chunks;
+  impl_->gpus[gpu].granted -= chunks;
+  return Status::ok();
+}
+
 Status Ledger::returned(JobId job, uint32_t gpu, uint64_t chunks, bool reclaim_reply, uint64_t now_ns,
                         std::string* why) {
   Use* use = impl_->find_use(job, gpu);

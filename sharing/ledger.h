@@ -168,6 +168,13 @@ class Ledger {
   [[nodiscard]] Status returned(JobId job, uint32_t gpu, uint64_t chunks, bool reclaim_reply, uint64_t now_ns,
                                 std::string* why);
 
+  // Memory the job holds beyond what it was lent (a process that kept chunks
+  // it gave back, as the daemon measured): counted as held, so the books
+  // stay true of the GPU, like a reconnecting job's holdings, until
+  // uncharge(). Errors: the job has not opened the GPU, or (uncharge) holds
+  // fewer than `chunks`.
+  [[nodiscard]] Status charge(JobId job, uint32_t gpu, uint64_t chunks, std::string* why);
+  [[nodiscard]] Status uncharge(JobId job, uint32_t gpu, uint64_t chunks, std::string* why);
   // Error (kInvalidArgument) if below the sum of the jobs' minimums.
   [[nodiscard]] Status set_budget(uint32_t gpu, uint64_t chunks, std::string* why);
   // The job's claim on the GPU (the rule above): at most peak_chunks held

@@ -704,4 +704,11 @@ Status CudaDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream)
   return from_cu(api_->cuMemDiscardBatchAsync(&base, &size, 1, 0, cu_stream(stream)));
 }
 
+Status CudaDriver::process_memory(int /*pid*/, DeviceId /*device*/, uint64_t* /*bytes*/) noexcept {
+  // NVML's per-process usage (nvmlDeviceGetComputeRunningProcesses) would
+  // answer this; it also counts each process's context and the libraries'
+  // own allocations, so it needs a tolerance before it can judge a grant.
+  return Errc::kNotSupported;
+}
+
 }  // namespace zico

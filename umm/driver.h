@@ -127,6 +127,14 @@ class Driver {
   // Contents of the range become undefined; no data migrates for it afterwards.
   // kNotSupported where Capabilities::discard is false.
   [[nodiscard]] virtual Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept = 0;
+
+  // --- other processes ---------------------------------------------------------
+  // How much of `device`'s memory process `pid` holds (mapped, or kept alive
+  // by a handle or descriptor), as the platform sees it: what zico-umd checks
+  // a job's grant against, since a process can keep memory it said it gave
+  // back. kNotSupported where the platform cannot tell; kOsError (detail
+  // errno: EACCES, ESRCH) where this process may not look or `pid` is gone.
+  [[nodiscard]] virtual Status process_memory(int pid, DeviceId device, uint64_t* bytes) noexcept = 0;
 };
 
 }  // namespace zico

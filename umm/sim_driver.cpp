@@ -1,14 +1,18 @@
 #include "sim_driver.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <deque>
 #include <functional>
 #include <map>
@@ -63,6 +67,10 @@ struct SimEvent {
 };
 
 Status os_error() { return Status(Errc::kOsError, errno); }
+
+// A chunk's memfd is named after its device, so that what a process holds
+// of one device can be told from /proc (process_memory).
+std::string chunk_name(DeviceId device) { return "zicoum-sim-chunk-" + std::to_string(device.value); }
 
 }  // namespace
 
@@ -286,7 +294,7 @@ Status SimDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcep
   ZICO_RETURN_IF_ERROR(state_->take_fault(SimOp::kCreate));
   size_t& used = state_->created_bytes[static_cast<size_t>(device.value)];
   if (bytes > options_.capacity - used) return Status(Errc::kOutOfMemory);
-  const int fd = memfd_create("zicoum-sim-chunk", MFD_CLOEXEC);
+  const int fd = memfd_create(chunk_name(device).c_str(), MFD_CLOEXEC);
   if (fd < 0) return errno == EMFILE || errno == ENFILE ? Status(Errc::kOutOfMemory, errno) : os_error();
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const Status status = os_error();
@@ -589,6 +597,48 @@ Status SimDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream) 
                                           },
                                           {range, VaRange{}}});
   return Status::ok();
+}
+
+Status SimDriver::process_memory(int pid, DeviceId device, uint64_t* bytes) noexcept {
+  ZICO_SIM_CHECK_DEVICE(device);
+  try {
+    // Both places name the memfd "/memfd:NAME (deleted)".
+    const std::string name = "/memfd:" + chunk_name(device) + " ";
+    const std::string proc = "/proc/" + std::to_string(pid);
+    std::unordered_map<uint64_t, uint64_t> sizes;  // inode -> bytes
+    FILE* maps = std::fopen((proc + "/maps").c_str(), "re");
+    if (maps == nullptr) return Status(Errc::kOsError, errno);
+    char line[4096];
+    while (std::fgets(line, sizeof line, maps) != nullptr) {
+      unsigned long long start = 0, end = 0, inode = 0;
+      int path_at = 0;
+      if (std::sscanf(line, "%llx-%llx %*s %*s %*s %llu %n", &start, &end, &inode, &path_at) < 3) continue;
+      if (std::strncmp(line + path_at, name.c_str(), name.size()) != 0) continue;
+      uint64_t& size = sizes[inode];
+      size = std::max<uint64_t>(size, end - start);
+    }
+    std::fclose(maps);
+    DIR* fds = ::opendir((proc + "/fd").c_str());
+    if (fds == nullptr) return Status(Errc::kOsError, errno);
+    while (const dirent* entry = ::readdir(fds)) {
+      const std::string path = proc + "/fd/" + entry->d_name;
+      char target[256];
+      const ssize_t length = ::readlink(path.c_str(), target, sizeof target - 1);
+      if (length <= 0) continue;
+      target[length] = '\0';
+      struct stat st {};
+      if (std::strncmp(target, name.c_str(), name.size()) != 0 || ::stat(path.c_str(), &st) != 0) continue;
+      uint64_t& size = sizes[st.st_ino];
+      size = std::max<uint64_t>(size, static_cast<uint64_t>(st.st_size));
+    }
+    ::closedir(fds);
+    uint64_t total = 0;
+    for (const auto& [inode, size] : sizes) total += size;
+    *bytes = total;
+    return Status::ok();
+  } catch (const std::bad_alloc&) {
+    return Status(Errc::kOutOfMemory);
+  }
 }
 
 }  // namespace zico

@@ -114,6 +114,9 @@ class SimDriver final : public Driver {
   Status managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target,
                           StreamHandle stream) noexcept override;
   Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept override;
+  // Chunks are memfds named after their device: the process's mappings and
+  // descriptors of such memfds, each counted once (/proc/PID/maps, /proc/PID/fd).
+  Status process_memory(int pid, DeviceId device, uint64_t* bytes) noexcept override;
 
  private:
   struct State;

@@ -46,6 +46,10 @@ constexpr const char* kUsage =
     "  --turns on|off         on: jobs whose iterations cannot run side by side take turns,\n"
     "                         the one in the way suspended to host memory at its gate for a\n"
     "                         while (docs/scheduling.md); off (default)\n"
+    "  --on-overuse ACTION    a job whose process holds more than it was lent (it kept memory\n"
+    "                         it gave back; checked every second) is charged for it and: deny\n"
+    "                         (default): gets no more memory until it lets go; kill: is killed\n"
+    "                         (SIGKILL); warn: only logged\n"
     "  --metrics HOST:PORT    serve Prometheus metrics at http://HOST:PORT/metrics\n"
     "  --state-file PATH      what jobs hold, for a restarted daemon (default: the socket path + .state)\n"
     "  --help, --version\n"
@@ -99,7 +103,8 @@ int main(int argc, char** argv) {
     }
     static constexpr std::string_view kWithValue[] = {"--socket", "--group",      "--admin-group", "--mode",   "--budget",
                                                       "--gpus",   "--chunk-size", "--on-deadlock", "--metrics",
-                                                      "--state-file", "--schedule", "--start-guard", "--turns"};
+                                                      "--state-file", "--schedule", "--start-guard", "--turns",
+                                                      "--on-overuse"};
     if (std::find(std::begin(kWithValue), std::end(kWithValue), arg) == std::end(kWithValue)) {
       return usage_error("unknown option '" + std::string(arg) + "'");
     }
@@ -159,6 +164,17 @@ int main(int argc, char** argv) {
         return usage_error(std::string("--start-guard '") + v + "' is not valid; expected on or off");
       }
       options.start_guard = guard == "on";
+    } else if (arg == "--on-overuse") {
+      const std::string_view action = v;
+      if (action == "warn") {
+        options.overuse = sharing::OveruseAction::kWarn;
+      } else if (action == "deny") {
+        options.overuse = sharing::OveruseAction::kDeny;
+      } else if (action == "kill") {
+        options.overuse = sharing::OveruseAction::kKill;
+      } else {
+        return usage_error(std::string("--on-overuse '") + v + "' is not valid; expected deny, kill or warn");
+      }
     } else if (arg == "--turns") {
       const std::string_view turns = v;
       if (turns != "on" && turns != "off") {

@@ -1,0 +1,247 @@
+// zico-umd between users who do not trust each other, on SimDriver with real
+// processes: a job of another uid is a forked child that drops to `nobody`
+// and speaks the protocol itself, so it can do what libzicoum never does
+// (keep a chunk mapped after giving it back). Tests that need a second uid
+// skip where this process cannot switch users (not root).
+//
+//   multi_tenant_test ZICO_UMD NODE_JOB ZICO_UMCTL
+#include <grp.h>
+#include <sys/mman.h>
+
+#include <cstring>
+
+#include "node_harness.h"
+
+namespace {
+
+using namespace zico_test;
+
+constexpr uid_t kNobody = 65534;
+
+bool can_switch_users() { return ::geteuid() == 0; }
+
+// Drops this (forked) process to `uid` for good.
+bool become(uid_t uid) {
+  return ::setgroups(0, nullptr) == 0 && ::setresgid(uid, uid, uid) == 0 && ::setresuid(uid, uid, uid) == 0;
+}
+
+// One byte through a pipe, within `limit`; false on timeout or end of file.
+bool read_byte(int fd, char* byte, std::chrono::milliseconds limit) {
+  pollfd readable{fd, POLLIN, 0};
+  return ::poll(&readable, 1, static_cast<int>(limit.count())) == 1 && ::read(fd, byte, 1) == 1;
+}
+
+// A job that borrows `chunks` chunks, maps them, fills them with `fill`,
+// gives them back by id and closes its descriptors, but keeps the mappings.
+// Runs in a forked child; exits with a code, never returns.
+class Keeper {
+ public:
+  // What the child reports on its result pipe, one byte each.
+  static constexpr char kKept = 'K';         // gave the chunks back, still maps them
+  static constexpr char kUntouched = 'U';    // its mappings still hold its own bytes
+  static constexpr char kChanged = 'C';      // someone else's bytes showed up in them
+  static constexpr char kDenied = 'D';       // its next request was refused
+  static constexpr char kServed = 'S';       // its next request was served
+
+  [[noreturn]] static void run(const std::string& socket_path, uid_t uid, uint32_t chunks, uint8_t fill, int go_fd,
+                               int result_fd) {
+    if (uid != ::getuid() && !become(uid)) std::_Exit(10);
+    std::string why;
+    const int fd = zico::wire::connect_unix(socket_path, &why);
+    if (fd < 0) std::_Exit(11);
+    const auto next = [&](zico::proto::Message* message, std::vector<int>* fds) {
+      pollfd readable{fd, POLLIN, 0};
+      return ::poll(&readable, 1, 5000) == 1 &&
+             zico::wire::receive_message(fd, message, fds, &why) == zico::wire::Received::kMessage;
+    };
+    zico::proto::Message message;
+    std::vector<int> fds;
+    if (!zico::wire::send_message(fd, zico::proto::Hello{0, "keeper"}, {}, &why) || !next(&message, &fds)) std::_Exit(12);
+    if (!zico::wire::send_message(fd, zico::proto::OpenGpu{sim_gpu_uuid(), 0}, {}, &why) || !next(&message, &fds)) {
+      std::_Exit(13);
+    }
+    const auto* opened = std::get_if<zico::proto::GpuOpened>(&message);
+    if (opened == nullptr) std::_Exit(14);
+    const uint64_t chunk_bytes = opened->chunk_bytes;
+    if (!zico::wire::send_message(fd, zico::proto::Request{1, 0, chunks}, {}, &why)) std::_Exit(15);
+    std::vector<uint32_t> ids;
+    std::vector<uint8_t*> maps;
+    while (ids.size() < chunks) {
+      fds.clear();
+      if (!next(&message, &fds)) std::_Exit(16);
+      const auto* grant = std::get_if<zico::proto::Grant>(&message);
+      if (grant == nullptr) continue;
+      for (size_t i = 0; i < grant->ids.size(); ++i) {
+        void* p = ::mmap(nullptr, chunk_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
+        if (p == MAP_FAILED) std::_Exit(17);
+        std::memset(p, fill, chunk_bytes);
+        maps.push_back(static_cast<uint8_t*>(p));
+        ids.push_back(grant->ids[i]);
+        ::close(fds[i]);
+      }
+    }
+    zico::proto::Return give_back;
+    give_back.gpu = 0;
+    give_back.ids = ids;
+    if (!zico::wire::send_message(fd, give_back, {}, &why)) std::_Exit(18);
+    (void)!::write(result_fd, &kKept, 1);
+    char go = 0;
+    if (!read_byte(go_fd, &go, 30s)) std::_Exit(19);
+    // Whatever the chunks' next borrower wrote must not show here...
+    bool changed = false;
+    for (uint8_t* p : maps) {
+      for (uint64_t i = 0; i < chunk_bytes; ++i) changed |= p[i] != fill;
+    }
+    (void)!::write(result_fd, changed ? &kChanged : &kUntouched, 1);
+    // ...nor what is written here show there.
+    for (uint8_t* p : maps) std::memset(p, 0x66, chunk_bytes);
+    // And, its excess seen by now, it gets no more.
+    if (!zico::wire::send_message(fd, zico::proto::Request{2, 0, 1}, {}, &why)) std::_Exit(20);
+    for (;;) {
+      fds.clear();
+      if (!next(&message, &fds)) std::_Exit(21);
+      if (std::holds_alternative<zico::proto::Deny>(message)) {
+        (void)!::write(result_fd, &kDenied, 1);
+        break;
+      }
+      if (std::holds_alternative<zico::proto::Grant>(message)) {
+        (void)!::write(result_fd, &kServed, 1);
+        break;
+      }
+    }
+    (void)read_byte(go_fd, &go, 30s);  // until the test is done with it
+    std::_Exit(0);
+  }
+};
+
+class MultiTenant : public NodeManager {
+ protected:
+  // Forks a Keeper; *go and *result are the test's ends of its pipes.
+  pid_t start_keeper(uid_t uid, uint32_t chunks, uint8_t fill, int* go, int* result) {
+    int go_pipe[2];
+    int result_pipe[2];
+    EXPECT_EQ(::pipe(go_pipe), 0);
+    EXPECT_EQ(::pipe(result_pipe), 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(go_pipe[1]);
+      ::close(result_pipe[0]);
+      Keeper::run(socket_, uid, chunks, fill, go_pipe[0], result_pipe[1]);
+    }
+    ::close(go_pipe[0]);
+    ::close(result_pipe[1]);
+    *go = go_pipe[1];
+    *result = result_pipe[0];
+    keepers_.push_back(pid);
+    return pid;
+  }
+
+  // What the daemon says job `pid` holds (granted plus charged), or -1.
+  int64_t held_by(pid_t pid) {
+    zico::proto::StatusReply status;
+    if (!query_status(socket_, &status)) return -1;
+    for (const auto& job : status.jobs) {
+      if (static_cast<pid_t>(job.pid) == pid) return static_cast<int64_t>(job.granted_bytes);
+    }
+    return -1;
+  }
+
+  void TearDown() override {
+    for (pid_t pid : keepers_) {
+      ::kill(pid, SIGKILL);
+      (void)::waitpid(pid, nullptr, 0);
+    }
+    NodeManager::TearDown();
+  }
+
+  std::vector<pid_t> keepers_;
+};
+
+TEST_F(MultiTenant, MemoryKeptAfterGivingItBackNeverSeesAnotherUsersData) {
+  if (!can_switch_users()) GTEST_SKIP() << "needs root to run a job as another user";
+  start_daemon(16 * kMiB, {"--mode", "0666"});
+  int go = -1;
+  int result = -1;
+  const pid_t keeper = start_keeper(kNobody, 4, 0xEE, &go, &result);
+  char byte = 0;
+  ASSERT_TRUE(read_byte(result, &byte, 10s)) << daemon_.output();
+  ASSERT_EQ(byte, Keeper::kKept);
+  // The daemon sees that the keeper still holds what it gave back, and
+  // counts it: its 8 MiB stay charged to it.
+  bool charged = false;
+  for (auto deadline = Clock::now() + 5s; !charged && Clock::now() < deadline; std::this_thread::sleep_for(20ms)) {
+    charged = held_by(keeper) == static_cast<int64_t>(8 * kMiB);
+  }
+  EXPECT_TRUE(charged) << "held " << held_by(keeper) << "\n" << daemon_.output();
+  // Root's job takes the other 8 MiB and keeps verifying its data while the
+  // keeper reads and scribbles over what it kept.
+  Child& victim = start_job(1, 30, 8 * kMiB, 0, 20, {}, {"--block", "2MiB"});
+  ASSERT_TRUE(wait_for_job(victim.pid, 8 * kMiB, 5000ms)) << victim.output();
+  ASSERT_EQ(::write(go, "g", 1), 1);
+  ASSERT_TRUE(read_byte(result, &byte, 10s));
+  EXPECT_EQ(byte, Keeper::kUntouched) << "another user's bytes showed up in memory the keeper gave back";
+  ASSERT_TRUE(read_byte(result, &byte, 10s));
+  EXPECT_EQ(byte, Keeper::kDenied) << "a job holding more than it was lent got more";
+  EXPECT_TRUE(victim.succeeded()) << victim.output();
+  ASSERT_EQ(::write(go, "g", 1), 1);
+  const std::string log = daemon_.output();
+  EXPECT_NE(log.find("beyond the 0 B it was lent"), std::string::npos) << log;
+  ::close(go);
+  ::close(result);
+}
+
+TEST_F(MultiTenant, AKeeperIsKilledWhenThePolicySaysKill) {
+  start_daemon(16 * kMiB, {"--on-overuse", "kill"});
+  int go = -1;
+  int result = -1;
+  const pid_t keeper = start_keeper(::getuid(), 2, 0xEE, &go, &result);
+  char byte = 0;
+  ASSERT_TRUE(read_byte(result, &byte, 10s)) << daemon_.output();
+  ASSERT_EQ(byte, Keeper::kKept);
+  int status = 0;
+  pid_t waited = 0;
+  for (auto deadline = Clock::now() + 5s; waited == 0 && Clock::now() < deadline; std::this_thread::sleep_for(20ms)) {
+    waited = ::waitpid(keeper, &status, WNOHANG);
+  }
+  keepers_.clear();
+  ASSERT_EQ(waited, keeper) << "the keeper still runs\n" << daemon_.output();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  // Gone, nothing of it stays counted.
+  zico::proto::StatusReply after;
+  for (auto deadline = Clock::now() + 2s; Clock::now() < deadline; std::this_thread::sleep_for(10ms)) {
+    if (query_status(socket_, &after) && after.jobs.empty()) break;
+  }
+  EXPECT_TRUE(after.jobs.empty());
+  EXPECT_EQ(after.gpus.at(0).granted_bytes, 0u);
+  ::close(go);
+  ::close(result);
+}
+
+TEST_F(MultiTenant, HonestJobsOfTwoUsersShareChunksWithoutEverBeingCharged) {
+  if (!can_switch_users()) GTEST_SKIP() << "needs root to run a job as another user";
+  start_daemon(32 * kMiB, {"--mode", "0666"});
+  Sampler sampler(socket_);
+  // Two users' jobs whose peaks (24 MiB each) do not fit together: memory
+  // moves between them every iteration, afresh each time it changes hands.
+  start_job(1, 20, 24 * kMiB, 4 * kMiB, 2);
+  start_job(2, 20, 24 * kMiB, 4 * kMiB, 2, {}, {}, kNobody);
+  for (Child& job : jobs_) EXPECT_TRUE(job.succeeded()) << job.output();
+  sampler.stop();
+  EXPECT_EQ(sampler.violations(), 0u) << sampler.first_violation();
+  const std::string log = daemon_.output();
+  EXPECT_EQ(log.find("beyond the"), std::string::npos) << log;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: multi_tenant_test ZICO_UMD NODE_JOB ZICO_UMCTL\n");
+    return 64;
+  }
+  zico_test::g_umd = argv[1];
+  zico_test::g_job = argv[2];
+  zico_test::g_umctl = argv[3];
+  return RUN_ALL_TESTS();
+}
