@@ -52,8 +52,15 @@ std::string program_name() {
 uint64_t tag(uint64_t generation, uint32_t id) { return generation << 32 | id; }
 uint32_t untag(uint64_t tagged) { return static_cast<uint32_t>(tagged); }
 
-// Handshake replies must come promptly; a daemon that hangs is treated as gone.
+// A reconnection's handshake replies must come promptly; a daemon that hangs
+// is treated as gone, and the link tries again later.
 constexpr int kHandshakeTimeoutMs = 2000;
+
+// The first registration and the opening of a GPU wait as long as an
+// allocation waits for memory: till then the job may not allocate at all.
+int wait_timeout_ms(const NodeClientOptions& options) {
+  return static_cast<int>(std::min<uint64_t>(options.wait_timeout_ns / 1'000'000, INT32_MAX));
+}
 // After a timeout, how long to wait for the daemon to confirm the cancel.
 constexpr auto kCancelGrace = std::chrono::seconds(5);
 
@@ -161,7 +168,8 @@ struct NodeClient::Impl {
   }
 
   // --- connection -------------------------------------------------------------
-  Status handshake(int socket, std::string* why);
+  // Registers on `socket`, each answer awaited at most timeout_ms.
+  Status handshake(int socket, int timeout_ms, std::string* why);
   bool send_locked(const proto::Message& message, std::string* why = nullptr);
   // daemon_alive: we end the connection, not the daemon (see cut_off).
   void disconnect_locked(const std::string& reason, bool daemon_alive);
@@ -276,24 +284,25 @@ bool NodeClient::Impl::send_locked(const proto::Message& message, std::string* w
   return true;
 }
 
-// Waits for one message on a blocking socket, within the handshake timeout.
-static wire::Received receive_within(int socket, proto::Message* out, std::vector<int>* fds, std::string* why) {
+// Waits for one message on a blocking socket, at most timeout_ms.
+static wire::Received receive_within(int socket, int timeout_ms, proto::Message* out, std::vector<int>* fds,
+                                     std::string* why) {
   pollfd p{socket, POLLIN, 0};
-  const int ready = ::poll(&p, 1, kHandshakeTimeoutMs);
+  const int ready = ::poll(&p, 1, timeout_ms);
   if (ready == 0) {
-    *why = "zico-umd did not answer within " + std::to_string(kHandshakeTimeoutMs) + " ms";
+    *why = "zico-umd did not answer within " + std::to_string(timeout_ms) + " ms";
     return wire::Received::kError;
   }
   return wire::receive_message(socket, out, fds, why);
 }
 
-Status NodeClient::Impl::handshake(int socket, std::string* why) {
+Status NodeClient::Impl::handshake(int socket, int timeout_ms, std::string* why) {
   const auto expect = [&](auto* reply) -> Status {
     using Want = std::remove_pointer_t<decltype(reply)>;
     for (;;) {
       proto::Message message;
       std::vector<int> fds;
-      const wire::Received got = receive_within(socket, &message, &fds, why);
+      const wire::Received got = receive_within(socket, timeout_ms, &message, &fds, why);
       for (int f : fds) ::close(f);
       if (got == wire::Received::kClosed) *why = "zico-umd closed the connection";
       if (got != wire::Received::kMessage) return Status(Errc::kOsError);
@@ -368,10 +377,10 @@ void NodeClient::Impl::disconnect_locked(const std::string& reason, bool daemon_
 
 bool NodeClient::Impl::try_reconnect() {
   std::string why;
-  const int socket = wire::connect_unix(options.socket_path, &why);
+  const int socket = wire::connect_unix(options.socket_path, &why, kHandshakeTimeoutMs);
   if (socket < 0) return false;
   std::lock_guard lock(mu);
-  if (Status status = handshake(socket, &why); !status.is_ok()) {
+  if (Status status = handshake(socket, kHandshakeTimeoutMs, &why); !status.is_ok()) {
     ZICO_LOG(kDebug, "reconnecting to zico-umd failed: %s", why.c_str());
     ::close(socket);
     return false;
@@ -818,13 +827,16 @@ Status NodeClient::connect(Driver& driver, const NodeClientOptions& options, std
   try {
     auto impl = std::make_unique<Impl>(driver, options);
     if (impl->options.job_name.empty()) impl->options.job_name = program_name();
-    const int socket = wire::connect_unix(options.socket_path, why);
+    // A daemon that is slow to answer (busy zeroing memory, stopped, or
+    // flooded) is waited for as long as an allocation would wait for memory.
+    const int timeout_ms = wait_timeout_ms(options);
+    const int socket = wire::connect_unix(options.socket_path, why, timeout_ms);
     if (socket < 0) {
       return Status(errno == ENOENT || errno == ECONNREFUSED ? Errc::kNotFound : Errc::kOsError, errno);
     }
     {
       std::lock_guard lock(impl->mu);
-      if (Status status = impl->handshake(socket, why); !status.is_ok()) {
+      if (Status status = impl->handshake(socket, timeout_ms, why); !status.is_ok()) {
         ::close(socket);
         return status;
       }
@@ -875,27 +887,37 @@ Status NodeClient::open_gpu(DeviceId device, size_t* chunk_bytes, ChunkSource** 
     // The trackers' side reads the list of GPUs under pattern_mu alone.
     std::unique_lock patterns(impl_->pattern_mu);
     std::unique_lock lock(impl_->mu);
-    for (auto& gpu : impl_->gpus) {
-      if (gpu->device == device) {
+    Impl::Gpu* raw = nullptr;
+    size_t slot = impl_->gpus.size();
+    for (size_t i = 0; i < impl_->gpus.size(); ++i) {
+      if (impl_->gpus[i]->device != device) continue;
+      // Asked before and not answered in time: the answer may come yet.
+      if (impl_->gpus[i]->answered) {
         *why = "device " + std::to_string(device.value) + " is already open";
         return Status(Errc::kInvalidArgument);
       }
+      raw = impl_->gpus[i].get();
+      slot = i;
     }
     if (impl_->fd.load() < 0) {
       *why = "zico-umd is unreachable";
       return Status(Errc::kNotFound);
     }
-    auto gpu = std::make_unique<Impl::Gpu>();
-    gpu->device = device;
-    gpu->uuid = caps.uuid;
-    const size_t slot = impl_->gpus.size();
-    gpu->source = std::make_unique<LentChunkSource>(*impl_, slot);
-    Impl::Gpu* raw = gpu.get();
-    impl_->gpus.push_back(std::move(gpu));
+    if (raw == nullptr) {
+      auto gpu = std::make_unique<Impl::Gpu>();
+      gpu->device = device;
+      gpu->uuid = caps.uuid;
+      gpu->source = std::make_unique<LentChunkSource>(*impl_, slot);
+      raw = gpu.get();
+      impl_->gpus.push_back(std::move(gpu));
+    }
+    // Ask (again, on a new connection, if the last one ended unanswered).
+    if (std::find(impl_->awaiting_open.begin(), impl_->awaiting_open.end(), slot) == impl_->awaiting_open.end()) {
+      impl_->awaiting_open.push_back(slot);
+      if (!impl_->send_locked(proto::OpenGpu{caps.uuid, 0}, why)) return Status(Errc::kOsError);
+    }
     patterns.unlock();
-    impl_->awaiting_open.push_back(slot);
-    if (!impl_->send_locked(proto::OpenGpu{caps.uuid, 0}, why)) return Status(Errc::kOsError);
-    const bool answered = impl_->cv.wait_for(lock, std::chrono::milliseconds(kHandshakeTimeoutMs),
+    const bool answered = impl_->cv.wait_for(lock, std::chrono::milliseconds(wait_timeout_ms(impl_->options)),
                                              [&] { return raw->answered || impl_->fd.load() < 0; });
     if (answered && raw->answered && !raw->open_now) {
       *why = "zico-umd does not manage device " + std::to_string(device.value);

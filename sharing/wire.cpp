@@ -9,9 +9,12 @@
 #include "wire.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <memory>
+#include <thread>
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -143,23 +146,42 @@ int listen_unix(const std::string& path, mode_t mode, gid_t gid, std::string* wh
   return fd;
 }
 
-int connect_unix(const std::string& path, std::string* why) {
+int connect_unix(const std::string& path, std::string* why, int timeout_ms) {
   sockaddr_un address;
   if (!make_address(path, &address, why)) {
     errno = EINVAL;
     return -1;
   }
-  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  // Non-blocking while connecting: a listener whose backlog is full answers
+  // EAGAIN at once instead of holding us in connect() for as long as it lasts.
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     fail(why, "socket(AF_UNIX, SOCK_SEQPACKET): " + errno_text(errno));
     return -1;
   }
-  if (connect_to(fd, address) != 0) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (connect_to(fd, address) != 0) {
+    int error = errno;
+    if (error == EAGAIN && (timeout_ms < 0 || std::chrono::steady_clock::now() < deadline)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
     // The caller tells "no daemon" (ENOENT, ECONNREFUSED) from real failures by errno.
-    const int error = errno;
-    fail(why, "cannot connect to " + path + ": " + errno_text(error));
+    if (error == EAGAIN) {
+      error = ETIMEDOUT;
+      fail(why, "cannot connect to " + path + ": its queue of connections stayed full for " +
+                    std::to_string(timeout_ms) + " ms");
+    } else {
+      fail(why, "cannot connect to " + path + ": " + errno_text(error));
+    }
     ::close(fd);
     errno = error;
+    return -1;
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    fail(why, "fcntl on the socket to " + path + ": " + errno_text(errno));
+    close_keep_errno(fd);
     return -1;
   }
   return fd;
@@ -181,7 +203,8 @@ bool peer_credentials(int socket, PeerCredentials* out, std::string* why) {
   return true;
 }
 
-bool send_message(int socket, const proto::Message& message, std::span<const int> fds, std::string* why) {
+bool encode_message(const proto::Message& message, std::span<const int> fds, std::vector<uint8_t>* bytes,
+                    std::string* why) {
   const proto::Type type = proto::type_of(message);
   // Refuse here what the peer's decoder would refuse: only a Grant carries
   // descriptors, one per chunk id.
@@ -199,15 +222,20 @@ bool send_message(int socket, const proto::Message& message, std::span<const int
     return fail(why, std::string(proto::to_string(type)) + ": " + std::to_string(fds.size()) +
                          " descriptors attached (only Grant carries descriptors)");
   }
+  return proto::encode(message, bytes, why);
+}
 
-  std::vector<uint8_t> bytes;
-  if (!proto::encode(message, &bytes, why)) return false;
-
-  iovec iov{bytes.data(), bytes.size()};
+bool send_encoded(int socket, std::span<const uint8_t> bytes, std::span<const int> fds, std::string* why) {
+  iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
   msghdr header{};
   header.msg_iov = &iov;
   header.msg_iovlen = 1;
   alignas(cmsghdr) unsigned char control[kControlBytes];
+  if (fds.size() > proto::kMaxChunksPerMessage) {
+    errno = EINVAL;
+    return fail(why, std::to_string(fds.size()) + " descriptors in one message (at most " +
+                         std::to_string(proto::kMaxChunksPerMessage) + ")");
+  }
   if (!fds.empty()) {
     const size_t fd_bytes = sizeof(int) * fds.size();
     std::memset(control, 0, sizeof(control));
@@ -219,20 +247,27 @@ bool send_message(int socket, const proto::Message& message, std::span<const int
     cmsg->cmsg_len = CMSG_LEN(fd_bytes);
     std::memcpy(CMSG_DATA(cmsg), fds.data(), fd_bytes);
   }
-
   ssize_t sent;
   do {
     sent = ::sendmsg(socket, &header, MSG_NOSIGNAL);
   } while (sent < 0 && errno == EINTR);
-  if (sent < 0) {
-    return fail(why, std::string("sending ") + proto::to_string(type) + ": " + errno_text(errno));
-  }
+  if (sent < 0) return fail(why, errno_text(errno));
   // SEQPACKET sends all or nothing; a short count would mean a kernel we do not understand.
   if (static_cast<size_t>(sent) != bytes.size()) {
-    return fail(why, std::string("sending ") + proto::to_string(type) + ": sent " + std::to_string(sent) +
-                         " of " + std::to_string(bytes.size()) + " bytes");
+    errno = EIO;
+    return fail(why, "sent " + std::to_string(sent) + " of " + std::to_string(bytes.size()) + " bytes");
   }
   return true;
+}
+
+bool send_message(int socket, const proto::Message& message, std::span<const int> fds, std::string* why) {
+  std::vector<uint8_t> bytes;
+  if (!encode_message(message, fds, &bytes, why)) return false;
+  if (send_encoded(socket, bytes, fds, why)) return true;
+  const int error = errno;
+  if (why != nullptr) *why = std::string("sending ") + proto::to_string(proto::type_of(message)) + ": " + *why;
+  errno = error;
+  return false;
 }
 
 Received receive_message(int socket, proto::Message* out, std::vector<int>* fds, std::string* why) {

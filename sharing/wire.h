@@ -19,9 +19,11 @@ namespace zico::wire {
 // `mode`, and group `gid` unless gid is (gid_t)-1. Returns the fd or -1.
 [[nodiscard]] int listen_unix(const std::string& path, mode_t mode, gid_t gid, std::string* why);
 
-// Connects (blocking, close-on-exec). Returns the fd or -1 with *why set;
-// errno is kept (ENOENT / ECONNREFUSED: no daemon).
-[[nodiscard]] int connect_unix(const std::string& path, std::string* why);
+// Connects (close-on-exec; the socket is blocking once connected). While the
+// listener's queue is full it tries again for up to timeout_ms (-1: without
+// end), then fails with ETIMEDOUT. Returns the fd or -1 with *why set; errno
+// is kept (ENOENT / ECONNREFUSED: no daemon).
+[[nodiscard]] int connect_unix(const std::string& path, std::string* why, int timeout_ms = -1);
 
 struct PeerCredentials {
   pid_t pid = 0;
@@ -35,6 +37,13 @@ struct PeerCredentials {
 // sending part of it). False with *why on failure.
 [[nodiscard]] bool send_message(int socket, const proto::Message& message, std::span<const int> fds,
                                 std::string* why);
+
+// The two halves of send_message, for a sender that may have to queue a
+// message (zico-umd's Outbox): the checks and the encoding, then one
+// sendmsg() of the bytes with `fds` attached (errno kept on failure).
+[[nodiscard]] bool encode_message(const proto::Message& message, std::span<const int> fds, std::vector<uint8_t>* bytes,
+                                  std::string* why);
+[[nodiscard]] bool send_encoded(int socket, std::span<const uint8_t> bytes, std::span<const int> fds, std::string* why);
 
 enum class Received {
   kMessage,     // *out holds a message, *fds the descriptors that came with it (caller owns them)

@@ -55,38 +55,53 @@ void Runtime::connect_to_node() {
   options.socket_path = config_.socket_path;
   options.wait_timeout_ns = config_.wait_timeout_ns;
   std::string why;
-  Status status = sharing::NodeClient::connect(*driver_, options, &node_, &why);
+  std::unique_ptr<sharing::NodeClient> client;
+  Status status = sharing::NodeClient::connect(*driver_, options, &client, &why);
   // A socket file nobody answers on: the daemon is restarting. Wait for it
   // as an allocation would, rather than run outside the node's budget.
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::nanoseconds(config_.wait_timeout_ns);
   while (status.code() == Errc::kNotFound && status.detail() == ECONNREFUSED &&
          std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    status = sharing::NodeClient::connect(*driver_, options, &node_, &why);
+    status = sharing::NodeClient::connect(*driver_, options, &client, &why);
   }
   if (status.is_ok()) {
     ZICO_LOG(kInfo, "registered with zico-umd at %s as job %llu", config_.socket_path.c_str(),
-             static_cast<unsigned long long>(node_->job_id()));
+             static_cast<unsigned long long>(client->job_id()));
+    node_ = std::move(client);
+    node_link_.store(node_.get(), std::memory_order_release);
+    node_error_.clear();
   } else if (status.code() == Errc::kNotFound && status.detail() == ENOENT) {
     ZICO_LOG(kDebug, "no zico-umd at %s: standalone", config_.socket_path.c_str());
   } else {
-    ZICO_LOG(kWarn, "cannot register with zico-umd at %s (%s); running standalone under ZICO_BUDGET",
-             config_.socket_path.c_str(), why.c_str());
+    // Where a daemon's socket exists the job never runs outside the node's
+    // budget: it may not allocate until the daemon lets it in.
+    node_error_ = "cannot register with zico-umd at " + config_.socket_path + " (" + why +
+                  "); no memory until it answers (each allocation asks again; ZICO_SOCKET=off runs the job outside "
+                  "the node's budget)";
+    ZICO_LOG(kError, "%s", node_error_.c_str());
   }
 }
 
-bool Runtime::borrow_from_node(DeviceId device, AllocatorOptions* options) {
-  if (node_ == nullptr) return false;
+Status Runtime::borrow_from_node(DeviceId device, AllocatorOptions* options, bool* borrowed, std::string* why) {
+  *borrowed = false;
+  if (node_ == nullptr) return Status::ok();
   size_t chunk = 0;
   ChunkSource* source = nullptr;
-  std::string why;
-  if (Status status = node_->open_gpu(device, &chunk, &source, &why); !status.is_ok()) {
-    ZICO_LOG(kWarn, "device %d runs standalone: %s", device.value, why.c_str());
-    return false;
+  if (Status status = node_->open_gpu(device, &chunk, &source, why); !status.is_ok()) {
+    // Only a GPU the daemon does not manage runs standalone.
+    if (status.code() == Errc::kNotFound && node_->connected()) {
+      ZICO_LOG(kInfo, "device %d runs standalone: %s", device.value, why->c_str());
+      return Status::ok();
+    }
+    *why = "device " + std::to_string(device.value) + ": " + *why + "; no memory until zico-umd opens it";
+    return status.code() == Errc::kOutOfMemory ? status : Status(Errc::kOutOfMemory);
   }
+  std::string store_error;
   std::unique_ptr<HostStore> store;
-  if (Status status = HostStore::create(*driver_, device, chunk, HostStoreOptions{}, &store, &why); !status.is_ok()) {
-    ZICO_LOG(kWarn, "device %d: no host store for deadlock yields (%s)", device.value, why.c_str());
+  if (Status status = HostStore::create(*driver_, device, chunk, HostStoreOptions{}, &store, &store_error);
+      !status.is_ok()) {
+    ZICO_LOG(kWarn, "device %d: no host store for deadlock yields (%s)", device.value, store_error.c_str());
   } else {
     std::lock_guard lock(store_mutex_);
     options->yield_store = store.get();
@@ -94,7 +109,8 @@ bool Runtime::borrow_from_node(DeviceId device, AllocatorOptions* options) {
   }
   options->chunk_bytes = chunk;
   options->source = source;
-  return true;
+  *borrowed = true;
+  return Status::ok();
 }
 
 Status Runtime::allocator(DeviceId device, DeviceAllocator** out) noexcept {
@@ -124,7 +140,21 @@ Status Runtime::allocator(DeviceId device, DeviceAllocator** out) noexcept {
   std::unique_ptr<DeviceAllocator> created;
   std::string why;
   try {
-    const bool borrowed = borrow_from_node(device, &options);
+    // Not registered although a daemon listens: ask again (it may have been
+    // busy); no memory before it answers. Not remembered as the device's
+    // failure, so that the next allocation asks again.
+    if (!node_error_.empty()) connect_to_node();
+    if (!node_error_.empty()) {
+      creation_error_[index] = node_error_;
+      return Status(Errc::kOutOfMemory);
+    }
+    bool borrowed = false;
+    if (Status status = borrow_from_node(device, &options, &borrowed, &why); !status.is_ok()) {
+      ZICO_LOG(kError, "%s", why.c_str());
+      creation_error_[index] = why;
+      return status;
+    }
+    creation_error_[index].clear();
     const Status status = DeviceAllocator::create(*driver_, device, options, &created, &why);
     if (!status.is_ok()) {
       ZICO_LOG(kError, "%s", why.c_str());
@@ -204,9 +234,10 @@ Status Runtime::backing_store(DeviceId device, Residency kind, BackingStore** ou
 
 void Runtime::pause_point() noexcept {
   Residency to = Residency::kHost;
-  if (node_ == nullptr || !node_->suspend_requested(&to)) return;
+  sharing::NodeClient* node = this->node();
+  if (node == nullptr || !node->suspend_requested(&to)) return;
   std::lock_guard pause(pause_mutex_);
-  if (!node_->suspend_requested(&to)) return;  // another thread paused and resumed meanwhile
+  if (!node->suspend_requested(&to)) return;  // another thread paused and resumed meanwhile
   std::vector<DeviceAllocator*> paused;
   try {
     paused.reserve(kMaxDevices);
@@ -224,8 +255,8 @@ void Runtime::pause_point() noexcept {
     paused.push_back(allocator);
   }
   ZICO_LOG(kInfo, "suspended by zico-umctl (%zu device(s) evicted to %s)", paused.size(), to_string(to));
-  node_->report_suspended(true);
-  node_->wait_for_resume();
+  node->report_suspended(true);
+  node->wait_for_resume();
   for (DeviceAllocator* allocator : paused) {
     // The data must come back before the job touches it again, however long that takes.
     for (Status status = allocator->resume(); !status.is_ok(); status = allocator->resume()) {
@@ -233,7 +264,7 @@ void Runtime::pause_point() noexcept {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
-  node_->report_suspended(false);
+  node->report_suspended(false);
   ZICO_LOG(kInfo, "resumed");
 }
 

@@ -37,7 +37,7 @@ class Runtime {
   [[nodiscard]] const Config& config() const { return config_; }
   [[nodiscard]] Driver* driver() const { return driver_.get(); }
   // The link to zico-umd, or nullptr when running standalone.
-  [[nodiscard]] sharing::NodeClient* node() const { return node_.get(); }
+  [[nodiscard]] sharing::NodeClient* node() const { return node_link_.load(std::memory_order_acquire); }
 
   // The allocator of `device`, created on first use. *out stays valid forever.
   [[nodiscard]] Status allocator(DeviceId device, DeviceAllocator** out) noexcept;
@@ -61,17 +61,23 @@ class Runtime {
 
  private:
   Runtime() noexcept;
-  // Registers with zico-umd if its socket exists (config_.socket_path).
+  // Registers with zico-umd if its socket exists (config_.socket_path). A
+  // daemon that refuses or does not answer within ZICO_WAIT_TIMEOUT leaves
+  // node_error_ set: no allocator is created until a later call gets in.
+  // In the constructor, or with create_mutex_ held.
   void connect_to_node();
   // Client mode: the daemon's chunk size, its chunk source and a host store
-  // for yields. False (and standalone) if the daemon cannot open the device.
-  bool borrow_from_node(DeviceId device, AllocatorOptions* options);
+  // for yields (*borrowed). Standalone (ok, not borrowed) without a daemon or
+  // for a GPU it does not manage; an error (*why) when it does not open it.
+  Status borrow_from_node(DeviceId device, AllocatorOptions* options, bool* borrowed, std::string* why);
 
   Status init_status_;
   std::string init_error_;
   Config config_;
   std::unique_ptr<Driver> driver_;
-  std::unique_ptr<sharing::NodeClient> node_;
+  std::unique_ptr<sharing::NodeClient> node_;  // set once, in the constructor or under create_mutex_
+  std::atomic<sharing::NodeClient*> node_link_{nullptr};  // node_, for readers that hold no lock
+  std::string node_error_;  // why registering failed although a daemon listens; guarded by create_mutex_
   mutable std::mutex create_mutex_;  // serializes allocator creation; guards the two below
   // A device whose allocator could not be created stays failed: retrying on
   // every cudaMalloc would only repeat the same error line.

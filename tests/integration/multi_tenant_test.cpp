@@ -232,6 +232,37 @@ TEST_F(MultiTenant, HonestJobsOfTwoUsersShareChunksWithoutEverBeingCharged) {
   EXPECT_EQ(log.find("beyond the"), std::string::npos) << log;
 }
 
+// What SimDriver sees the process hold of GPU 0 (its chunks' memfds).
+uint64_t sim_memory_of(pid_t pid) {
+  zico::SimDriver sim;
+  uint64_t bytes = 0;
+  EXPECT_TRUE(sim.process_memory(pid, zico::DeviceId{0}, &bytes).is_ok());
+  return bytes;
+}
+
+TEST_F(MultiTenant, AJobWaitsForASlowDaemonInsteadOfRunningOutsideTheBudget) {
+  start_daemon(16 * kMiB);
+  daemon_.kill(SIGSTOP);  // as busy as a daemon zeroing gigabytes, or one whose metrics port is flooded
+  Child& job = start_job(1, 5, 8 * kMiB, 4 * kMiB, 1, {"ZICO_WAIT_TIMEOUT=20s"});
+  std::this_thread::sleep_for(3s);  // past the 2 s after which a job used to run standalone
+  EXPECT_EQ(sim_memory_of(job.pid), 0u) << "the job took memory the daemon never lent\n" << job.output();
+  daemon_.kill(SIGCONT);
+  EXPECT_TRUE(job.succeeded()) << job.output();
+  EXPECT_EQ(job.output().find("standalone"), std::string::npos) << job.output();
+  EXPECT_NE(daemon_.output().find("registered"), std::string::npos) << daemon_.output();
+}
+
+TEST_F(MultiTenant, AJobTheDaemonDoesNotAnswerGetsNoMemoryAndSaysWhy) {
+  start_daemon(16 * kMiB);
+  daemon_.kill(SIGSTOP);
+  Child& job = start_job(1, 5, 8 * kMiB, 4 * kMiB, 1, {"ZICO_WAIT_TIMEOUT=1s"});
+  EXPECT_TRUE(WIFEXITED(job.wait()) && WEXITSTATUS(job.status) == 2) << job.output();  // node_job: 2 = OOM
+  const std::string output = job.output();
+  EXPECT_NE(output.find("cannot register with zico-umd"), std::string::npos) << output;
+  EXPECT_NE(output.find("did not answer"), std::string::npos) << output;
+  daemon_.kill(SIGCONT);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
