@@ -28,6 +28,8 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "metrics_server.h"
+#include "outbox.h"
 #include "sizes.h"
 #include "state_file.h"
 #include "wire.h"
@@ -45,6 +47,15 @@ constexpr uint32_t kFreshChunk = UINT32_MAX;  // last_uid of a chunk no job has 
 constexpr uint64_t kTickNs = 50'000'000;
 constexpr size_t kStatusJobs = 128;
 constexpr uint64_t kMinCurvePeriodNs = 100'000;  // 100 µs
+constexpr uint64_t kMetricsEveryNs = 1'000'000'000;
+// Limits on connections, so that one local user cannot fill the daemon's
+// descriptor table or keep it busy: a connection that has not said Hello
+// (or asked anything) within kHelloWithinNs, or a zico-umctl connection idle
+// for kAdminIdleNs, is closed; a uid other than root has at most
+// kConnectionsPerUid at once (jobs and zico-umctl together).
+constexpr uint64_t kHelloWithinNs = 5'000'000'000;
+constexpr uint64_t kAdminIdleNs = 60'000'000'000;
+constexpr size_t kConnectionsPerUid = 128;
 
 int open_pidfd(pid_t pid) {
 #ifdef SYS_pidfd_open
@@ -149,6 +160,7 @@ struct Daemon::Impl final : GateGuard {
     wire::PeerCredentials peer;
     Role role = Role::kNew;
     uint64_t job = 0;
+    uint64_t last_message_ns = 0;  // or when it was accepted
   };
 
   Impl(Driver& d, DaemonOptions o, LedgerOptions lo)
@@ -170,8 +182,10 @@ struct Daemon::Impl final : GateGuard {
   int signal_fd = -1;
   int stop_fd = -1;  // eventfd-like pipe end for stop()
   int stop_write = -1;
-  int metrics_fd = -1;
-  uint16_t metrics_port_number = 0;
+  std::unique_ptr<MetricsServer> metrics;
+  uint64_t next_metrics_ns = 0;
+  std::unordered_map<int, Outbox> outboxes;  // by connection fd: what waits to be sent
+  bool accept_paused = false;                // out of descriptors: the listener rests until the next tick
   uint64_t next_job_id = 1;
   uint64_t next_audit_ns = 0;
   bool audit_supported = true;  // false once the driver said it cannot tell
@@ -182,12 +196,17 @@ struct Daemon::Impl final : GateGuard {
   // --- setup ------------------------------------------------------------------
   Status setup(std::string* why);
   Status setup_metrics(std::string* why);
+  // Renders the metrics for the scrapers when one waits, or a second passed.
+  void publish_metrics(const proto::StatusReply& now_status, uint64_t now);
   void watch(int fd) const;
   void unwatch(int fd) const;
 
   // --- connections ------------------------------------------------------------
   void accept_connections();
   void on_readable(int fd);
+  void on_writable(int fd);
+  void expire_idle_connections(uint64_t now);
+  void set_writable_watch(int fd, bool want);
   void close_connection(int fd, const std::string& reason, bool say_goodbye);
   void on_process_exit(int pidfd);
   void remove_job(uint64_t id, const char* why);
@@ -323,33 +342,15 @@ Status Daemon::Impl::setup(std::string* why) {
 
 Status Daemon::Impl::setup_metrics(std::string* why) {
   if (options.metrics_address.empty()) return Status::ok();
-  const std::string& address = options.metrics_address;
-  const size_t colon = address.rfind(':');
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  const std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
-  const std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
-  char* end = nullptr;
-  const unsigned long port_number = std::strtoul(port.c_str(), &end, 10);
-  if (host.empty() || port.empty() || *end != '\0' || port_number > 65535 ||
-      ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    *why = "--metrics '" + address + "' is not valid; expected IPV4:PORT, e.g. 127.0.0.1:9464";
-    return Status(Errc::kInvalidArgument);
-  }
-  addr.sin_port = htons(static_cast<uint16_t>(port_number));
-  metrics_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  (void)::setsockopt(metrics_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (metrics_fd < 0 || ::bind(metrics_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::listen(metrics_fd, 16) != 0) {
-    *why = "metrics on " + address + ": " + std::strerror(errno);
-    return Status(Errc::kOsError, errno);
-  }
-  socklen_t length = sizeof addr;
-  (void)::getsockname(metrics_fd, reinterpret_cast<sockaddr*>(&addr), &length);
-  metrics_port_number = ntohs(addr.sin_port);
-  watch(metrics_fd);
+  ZICO_RETURN_IF_ERROR(MetricsServer::create(options.metrics_address, &metrics, why));
+  metrics->publish(render_metrics(status(), rates));
   return Status::ok();
+}
+
+void Daemon::Impl::publish_metrics(const proto::StatusReply& now_status, uint64_t now) {
+  if (metrics == nullptr || (!metrics->wants_snapshot() && now < next_metrics_ns)) return;
+  metrics->publish(render_metrics(now_status, rates));
+  next_metrics_ns = now + kMetricsEveryNs;
 }
 
 int Daemon::Impl::gpu_of(const proto::GpuUuid& uuid) const {
@@ -367,29 +368,86 @@ bool Daemon::Impl::is_admin(const wire::PeerCredentials& peer) const {
 
 bool Daemon::Impl::send(int fd, const proto::Message& message, std::span<const int> fds) {
   std::string why;
-  if (wire::send_message(fd, message, fds, &why)) return true;
-  // The peer's queue is full: give it a moment to read (jobs read on their
-  // own thread), then give up on it.
-  for (int attempt = 0; attempt < 10 && (errno == EAGAIN || errno == EWOULDBLOCK); ++attempt) {
-    pollfd p{fd, POLLOUT, 0};
-    (void)::poll(&p, 1, 100);
-    if (wire::send_message(fd, message, fds, &why)) return true;
+  Outbox& outbox = outboxes[fd];
+  const bool was_empty = outbox.empty();
+  if (!outbox.send(fd, message, fds, &why)) {
+    ZICO_LOG(kWarn, "sending %s failed: %s", proto::to_string(proto::type_of(message)), why.c_str());
+    return false;
   }
-  ZICO_LOG(kWarn, "sending %s failed: %s", proto::to_string(proto::type_of(message)), why.c_str());
-  return false;
+  if (was_empty && !outbox.empty()) set_writable_watch(fd, true);
+  return true;
+}
+
+void Daemon::Impl::set_writable_watch(int fd, bool want) {
+  epoll_event event{};
+  event.events = EPOLLIN | (want ? EPOLLOUT : 0u);
+  event.data.fd = fd;
+  (void)::epoll_ctl(epoll_fd, EPOLL_CTL_MOD, fd, &event);
+}
+
+void Daemon::Impl::on_writable(int fd) {
+  auto it = outboxes.find(fd);
+  if (it == outboxes.end()) return;
+  std::string why;
+  if (!it->second.flush(fd, &why)) {
+    close_connection(fd, "sending failed: " + why, false);
+    return;
+  }
+  if (it->second.empty()) set_writable_watch(fd, false);
+}
+
+void Daemon::Impl::expire_idle_connections(uint64_t now) {
+  if (accept_paused) {
+    accept_paused = false;
+    watch(listen_fd);
+  }
+  std::vector<std::pair<int, const char*>> idle;
+  for (const auto& [fd, connection] : connections) {
+    if (connection.role == Role::kNew && now - connection.last_message_ns > kHelloWithinNs) {
+      idle.emplace_back(fd, "said nothing within 5 s");
+    } else if (connection.role == Role::kAdmin && now - connection.last_message_ns > kAdminIdleNs) {
+      idle.emplace_back(fd, "idle for 60 s");
+    }
+  }
+  for (const auto& [fd, why] : idle) close_connection(fd, why, false);
 }
 
 void Daemon::Impl::accept_connections() {
   for (;;) {
     const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE) {
+        // The listener stays readable while we cannot accept: rest it until
+        // the next tick instead of spinning on it.
+        ZICO_LOG(kWarn, "out of descriptors (%zu connections): not accepting for a moment", connections.size());
+        unwatch(listen_fd);
+        accept_paused = true;
+      }
+      return;
+    }
     Connection connection;
     connection.fd = fd;
+    connection.last_message_ns = now_ns();
     std::string why;
     if (!wire::peer_credentials(fd, &connection.peer, &why)) {
       ZICO_LOG(kWarn, "refusing a connection: %s", why.c_str());
       ::close(fd);
       continue;
+    }
+    if (connection.peer.uid != 0) {
+      const size_t open = static_cast<size_t>(std::count_if(connections.begin(), connections.end(), [&](const auto& entry) {
+        return entry.second.peer.uid == connection.peer.uid;
+      }));
+      if (open >= kConnectionsPerUid) {
+        static uint64_t last_said_ns = 0;
+        if (connection.last_message_ns - last_said_ns > 1'000'000'000) {
+          ZICO_LOG(kWarn, "uid %u has %zu connections open (at most %zu): refusing more", connection.peer.uid, open,
+                   kConnectionsPerUid);
+          last_said_ns = connection.last_message_ns;
+        }
+        ::close(fd);
+        continue;
+      }
     }
     // Room for large grants: each message is small, but a batch is many.
     const int buffer = 4 << 20;
@@ -429,6 +487,7 @@ void Daemon::Impl::on_readable(int fd) {
       close_connection(fd, "descriptors attached to a " + std::string(proto::to_string(proto::type_of(message))), true);
       return;
     }
+    it->second.last_message_ns = now_ns();
     const std::string problem = on_message(it->second, message);
     if (!problem.empty()) {
       close_connection(fd, problem, true);
@@ -446,6 +505,7 @@ void Daemon::Impl::close_connection(int fd, const std::string& reason, bool say_
   const Connection connection = it->second;
   connections.erase(it);
   if (say_goodbye) (void)send(fd, proto::Goodbye{reason.substr(0, proto::kMaxString)});
+  outboxes.erase(fd);  // what it did not read goes with it
   unwatch(fd);
   ::close(fd);
   if (connection.role != Role::kJob) {
@@ -1394,7 +1454,7 @@ Daemon::~Daemon() {
     (void)d.driver.unreserve(gpu.scratch);
   }
   for (int fd : {d.listen_fd, d.epoll_fd, d.timer_fd, d.gate_timer_fd, d.signal_fd, d.stop_fd, d.stop_write,
-                 d.metrics_fd}) {
+                 }) {
     if (fd >= 0) ::close(fd);
   }
   if (d.listen_fd >= 0) ::unlink(d.options.socket_path.c_str());
@@ -1405,7 +1465,7 @@ void Daemon::stop() {
   (void)!::write(impl_->stop_write, &byte, 1);
 }
 
-uint16_t Daemon::metrics_port() const { return impl_->metrics_port_number; }
+uint16_t Daemon::metrics_port() const { return impl_->metrics == nullptr ? 0 : impl_->metrics->port(); }
 
 Status Daemon::run(bool handle_signals) {
   Impl& d = *impl_;
@@ -1438,7 +1498,11 @@ Status Daemon::run(bool handle_signals) {
       } else if (fd == d.timer_fd) {
         uint64_t expirations = 0;
         (void)!::read(d.timer_fd, &expirations, sizeof expirations);
-        d.rates.sample(now_ns(), d.status());
+        const uint64_t now = now_ns();
+        const proto::StatusReply now_status = d.status();
+        d.rates.sample(now, now_status);
+        d.publish_metrics(now_status, now);
+        d.expire_idle_connections(now);
         d.expire_expected();
         d.audit(now_ns());
         d.pump();
@@ -1447,13 +1511,12 @@ Status Daemon::run(bool handle_signals) {
         uint64_t expirations = 0;
         (void)!::read(d.gate_timer_fd, &expirations, sizeof expirations);
         d.open_gates();
-      } else if (fd == d.metrics_fd) {
-        serve_metrics(d.metrics_fd, d.status(), d.rates);
       } else if (d.pidfd_jobs.contains(fd)) {
         d.on_process_exit(fd);
       } else {
         try {
-          d.on_readable(fd);
+          if ((events[i].events & EPOLLOUT) != 0) d.on_writable(fd);
+          if ((events[i].events & ~static_cast<uint32_t>(EPOLLOUT)) != 0) d.on_readable(fd);
         } catch (const std::bad_alloc&) {
           // One job's message must not take the node down with it.
           d.close_connection(fd, "out of memory serving it", true);

@@ -131,33 +131,4 @@ std::string render_metrics(const proto::StatusReply& status, const RateWindow& r
   return out;
 }
 
-void serve_metrics(int listen_fd, const proto::StatusReply& status, const RateWindow& rates) {
-  for (;;) {
-    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) return;
-    // A scraper that sends nothing must not hold the daemon for long.
-    const timeval timeout{0, 200'000};
-    (void)::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-    (void)::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
-    char request[1024];
-    const ssize_t got = ::recv(fd, request, sizeof request - 1, 0);
-    std::string response;
-    if (got > 0) {
-      request[got] = '\0';
-      const bool metrics = std::strncmp(request, "GET /metrics ", 13) == 0 || std::strncmp(request, "GET / ", 6) == 0;
-      const std::string body = metrics ? render_metrics(status, rates) : "not found; try /metrics\n";
-      response = std::string(metrics ? "HTTP/1.0 200 OK\r\n" : "HTTP/1.0 404 Not Found\r\n") +
-                 "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: " +
-                 std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-    }
-    size_t sent = 0;
-    while (sent < response.size()) {
-      const ssize_t n = ::send(fd, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      sent += static_cast<size_t>(n);
-    }
-    ::close(fd);
-  }
-}
-
 }  // namespace zico::sharing

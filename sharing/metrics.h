@@ -1,5 +1,5 @@
 // Metrics: zico-umd's state in Prometheus text format, served over HTTP on
-// `--metrics HOST:PORT` (GET /metrics; any other path is 404).
+// `--metrics HOST:PORT` by MetricsServer (metrics_server.h).
 //
 // Per GPU: budget, granted, pool and waiting bytes, counters of chunks
 // granted and returned, bytes moved and deadlocks broken, and the grant and
@@ -37,8 +37,5 @@ class RateWindow {
 };
 
 [[nodiscard]] std::string render_metrics(const proto::StatusReply& status, const RateWindow& rates);
-
-// Answers every pending connection on the (non-blocking) listening socket.
-void serve_metrics(int listen_fd, const proto::StatusReply& status, const RateWindow& rates);
 
 }  // namespace zico::sharing
