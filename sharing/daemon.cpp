@@ -370,7 +370,9 @@ bool Daemon::Impl::send(int fd, const proto::Message& message, std::span<const i
   std::string why;
   Outbox& outbox = outboxes[fd];
   const bool was_empty = outbox.empty();
-  if (!outbox.send(fd, message, fds, &why)) {
+  const auto it = connections.find(fd);
+  const bool job = it != connections.end() && it->second.role == Role::kJob;
+  if (!outbox.send(fd, message, fds, job ? Outbox::kJobLimits : Outbox::kAdminLimits, &why)) {
     ZICO_LOG(kWarn, "sending %s failed: %s", proto::to_string(proto::type_of(message)), why.c_str());
     return false;
   }

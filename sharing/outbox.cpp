@@ -36,14 +36,15 @@ void Outbox::clear() {
   queued_bytes_ = 0;
 }
 
-bool Outbox::send(int socket, const proto::Message& message, std::span<const int> fds, std::string* why) {
+bool Outbox::send(int socket, const proto::Message& message, std::span<const int> fds, Limits limits,
+                  std::string* why) {
   Datagram datagram;
   if (!wire::encode_message(message, fds, &datagram.bytes, why)) return false;
   if (queue_.empty()) {
     if (wire::send_encoded(socket, datagram.bytes, fds, why)) return true;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
   }
-  if (queue_.size() >= kMaxMessages || queued_bytes_ + datagram.bytes.size() > kMaxBytes) {
+  if (queue_.size() >= limits.messages || queued_bytes_ + datagram.bytes.size() > limits.bytes) {
     *why = "the peer does not read what it is sent (" + std::to_string(queue_.size()) + " messages wait)";
     return false;
   }

@@ -4,9 +4,9 @@
 // to read. A message that the socket's buffer cannot take now waits here,
 // encoded, with duplicates of its descriptors, and leaves in order when the
 // socket is writable again (the daemon then watches it for EPOLLOUT). A peer
-// that lets more than kMaxMessages or kMaxBytes pile up (a client that never
-// reads its replies) overflows its outbox: the daemon closes that connection,
-// and nobody else waits for it.
+// that lets more than its Limits pile up (a client that never reads its
+// replies) overflows its outbox: the daemon closes that connection, and
+// nobody else waits for it; the limits also bound the daemon's memory.
 #pragma once
 
 #include <cstddef>
@@ -22,10 +22,16 @@ namespace zico::sharing {
 
 class Outbox {
  public:
+  struct Limits {
+    size_t messages;
+    size_t bytes;
+  };
   // A job's largest grant is its budget's chunks at kMaxChunksPerMessage a
   // message: thousands of messages for a whole GPU, each under a kilobyte.
-  static constexpr size_t kMaxMessages = 4096;
-  static constexpr size_t kMaxBytes = size_t{16} << 20;
+  static constexpr Limits kJobLimits{4096, size_t{4} << 20};
+  // zico-umctl reads each answer before it asks again; a status reply is at
+  // most a datagram (proto::kMaxPayload).
+  static constexpr Limits kAdminLimits{16, size_t{1} << 20};
 
   Outbox() = default;
   ~Outbox();
@@ -38,7 +44,8 @@ class Outbox {
   // once if nothing waits before it and the socket takes it, else queues it.
   // False with *why when it cannot be encoded, the socket failed, or the
   // outbox overflowed: the connection is of no more use.
-  [[nodiscard]] bool send(int socket, const proto::Message& message, std::span<const int> fds, std::string* why);
+  [[nodiscard]] bool send(int socket, const proto::Message& message, std::span<const int> fds, Limits limits,
+                          std::string* why);
   // Sends what waits, as far as the socket takes it. False on a socket error.
   [[nodiscard]] bool flush(int socket, std::string* why);
   [[nodiscard]] bool empty() const { return queue_.empty(); }
