@@ -48,6 +48,8 @@ constexpr uint64_t kTickNs = 50'000'000;
 constexpr size_t kStatusJobs = 128;
 constexpr uint64_t kMinCurvePeriodNs = 100'000;  // 100 µs
 constexpr uint64_t kMetricsEveryNs = 1'000'000'000;
+// Job ids stay below this: they never wrap, and 0 keeps meaning "no job".
+constexpr uint64_t kMaxJobId = uint64_t{1} << 63;
 // Limits on connections, so that one local user cannot fill the daemon's
 // descriptor table or keep it busy: a connection that has not said Hello
 // (or asked anything) within kHelloWithinNs, or a zico-umctl connection idle
@@ -130,6 +132,10 @@ struct Daemon::Impl final : GateGuard {
     std::unordered_set<uint32_t> lent;  // pool ids the job holds
     uint64_t unowned = 0;               // chunks it held when it (re)connected
     uint64_t charged = 0;               // chunks its process holds beyond these (audit), in the ledger too
+    // What an admin allows its owner (set_budget): a minimum up to admin_min,
+    // a maximum up to admin_max, in chunks.
+    uint64_t admin_min = 0;
+    uint64_t admin_max = UINT64_MAX;
     proto::Report report;
     // The claim of the iteration it would begin, from its last IterationMark
     // (peak 0: unknown).
@@ -227,7 +233,9 @@ struct Daemon::Impl final : GateGuard {
   proto::Result control(const Connection& connection, const proto::JobControl& request);
 
   // --- restarts (state file) ---------------------------------------------------
-  void load_state();
+  // Opens the state file and reserves what the last daemon's live jobs hold;
+  // an error (*why) if the file cannot be used safely.
+  Status load_state(std::string* why);
   // Writes what the job holds on `gpu` to the state file.
   void record_holding(Job& job, uint32_t gpu);
   void expire_expected();
@@ -259,6 +267,12 @@ struct Daemon::Impl final : GateGuard {
   // Compares each job's process's real holdings with what it was lent (see
   // daemon.h), every audit_interval_ns.
   void audit(uint64_t now);
+  // What a job that comes back without a reservation may count as held of
+  // the `claimed` chunks: what its process is seen to hold, or, where the
+  // driver cannot tell, all of it without a state file (nothing to check
+  // against) and none with one (a job of the last daemon would have had a
+  // reservation).
+  [[nodiscard]] uint64_t provable_holding(const Job& job, uint32_t gpu, uint64_t claimed);
   void audit_job(Job& job);
   void settle_excess(Job& job, uint32_t gpu, uint64_t excess_chunks);
   [[nodiscard]] uint64_t lent_chunks(const Job& job, uint32_t gpu) const;
@@ -336,7 +350,7 @@ Status Daemon::Impl::setup(std::string* why) {
   watch(timer_fd);
   watch(gate_timer_fd);
   watch(stop_fd);
-  load_state();
+  ZICO_RETURN_IF_ERROR(load_state(why));
   return setup_metrics(why);
 }
 
@@ -636,8 +650,13 @@ std::string Daemon::Impl::on_hello(Connection& connection, const proto::Hello& h
     // stays counted under the old record until it exits.
     return "job " + std::to_string(hello.resume_job_id) + " is still registered; it keeps what it holds";
   }
+  if (hello.resume_job_id >= kMaxJobId) {
+    return "job id " + std::to_string(hello.resume_job_id) + " is out of range (ids are below 2^63)";
+  }
   if (hello.resume_job_id != 0) {
-    id = hello.resume_job_id;  // a daemon restart: keep the job's name for it
+    // Not reserved for it (no state file, or it came back too late): what it
+    // says it holds is weighed against what its process holds (OpenGpu).
+    id = hello.resume_job_id;
     next_job_id = std::max(next_job_id, id + 1);
   } else {
     id = next_job_id++;
@@ -687,8 +706,9 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
       return "OpenGpu claims " + std::to_string(open->held_chunks) + " chunks held; the budget is " +
              std::to_string(budget);
     }
-    if (job.gpus[gpu].open && !job.expected_reservation_used[gpu] && job.gpus[gpu].lent.empty() &&
-        job.gpus[gpu].unowned >= open->held_chunks) {
+    const bool reserved = job.gpus[gpu].open && !job.expected_reservation_used[gpu] &&
+                          job.gpus[gpu].lent.empty() && job.gpus[gpu].unowned >= open->held_chunks;
+    if (reserved) {
       job.expected_reservation_used[gpu] = true;
       // Reserved from the state file: keep what it really holds, free the rest.
       const uint64_t surplus = job.gpus[gpu].unowned - open->held_chunks;
@@ -697,11 +717,19 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
       return "OpenGpu for GPU " + std::to_string(gpu) + ", which the job has opened already";
     } else if (open->held_chunks != 0 && !job.resumed) {
       return "a new job claims to hold " + std::to_string(open->held_chunks) + " chunks";
-    } else if (!ledger.open(job.id, gpu, open->held_chunks, &why).is_ok()) {
-      return why;
     }
+    uint64_t held = open->held_chunks;
+    if (held != 0 && !reserved) {
+      held = provable_holding(job, gpu, held);
+      if (held < open->held_chunks) {
+        ZICO_LOG(kWarn, "job %llu (pid %d) says it holds %llu chunks of GPU %u; %llu are all it can be shown to hold",
+                 static_cast<unsigned long long>(job.id), job.peer.pid,
+                 static_cast<unsigned long long>(open->held_chunks), gpu, static_cast<unsigned long long>(held));
+      }
+    }
+    if (!job.gpus[gpu].open && !ledger.open(job.id, gpu, held, &why).is_ok()) return why;
     job.gpus[gpu].open = true;
-    job.gpus[gpu].unowned = open->held_chunks;
+    job.gpus[gpu].unowned = held;
     gates.open(job.id, gpu);
     record_holding(job, gpu);
     Ledger::JobView view;
@@ -936,18 +964,42 @@ proto::Result Daemon::Impl::set_budget(const Connection& connection, const proto
                                               std::to_string(job.peer.uid));
   }
   const uint64_t persistent = job.gpus[request.gpu].report.persistent_bytes;
+  JobGpu& allowed = job.gpus[request.gpu];
+  const bool admin = is_admin(connection.peer);
+  const auto bytes_text = [&](uint64_t limit) {
+    return limit == UINT64_MAX ? std::string("unlimited") : format_size(limit * gpu.chunk_bytes);
+  };
   uint64_t min = view.min;
   uint64_t max = view.max;
   if (request.target == proto::BudgetTarget::kJobMin) {
     min = request.bytes / gpu.chunk_bytes + (request.bytes % gpu.chunk_bytes != 0 ? 1 : 0);
+    // A minimum is memory other users' jobs cannot have: its owner may only
+    // lower it, to what an admin allowed at most.
+    if (!admin && min > allowed.admin_min) {
+      return refuse(Errc::kInvalidArgument, "permission denied: job " + std::to_string(job.id) +
+                                                "'s owner may set its minimum up to " + bytes_text(allowed.admin_min) +
+                                                " (what an admin allows); more needs root or the admin group");
+    }
   } else {
     if (request.bytes < persistent) {
       return refuse(Errc::kInvalidArgument, "maximum " + format_size(request.bytes) + " is below job " +
                                                 std::to_string(job.id) + "'s persistent memory (" + format_size(persistent) + ")");
     }
     max = request.bytes == UINT64_MAX ? UINT64_MAX : chunks;  // UINT64_MAX: unlimited
+    if (!admin && max > allowed.admin_max) {
+      return refuse(Errc::kInvalidArgument, "permission denied: an admin capped job " + std::to_string(job.id) +
+                                                " at " + bytes_text(allowed.admin_max) +
+                                                "; its owner may only set a lower maximum");
+    }
   }
   if (!ledger.set_job_limits(job.id, request.gpu, min, max, &why).is_ok()) return refuse(Errc::kInvalidArgument, why);
+  if (admin) {
+    if (request.target == proto::BudgetTarget::kJobMin) {
+      allowed.admin_min = min;
+    } else {
+      allowed.admin_max = max;
+    }
+  }
   const uint64_t max_bytes = max > UINT64_MAX / gpu.chunk_bytes ? UINT64_MAX : max * gpu.chunk_bytes;
   if (job.fd >= 0) {
     (void)send(job.fd, proto::Limits{request.gpu, min * gpu.chunk_bytes, max_bytes});
@@ -1003,21 +1055,23 @@ void Daemon::Impl::record_holding(Job& job, uint32_t gpu) {
   gates.set_held(job.id, gpu, held * gpus[gpu].chunk_bytes);
 }
 
-void Daemon::Impl::load_state() {
-  if (options.state_path.empty()) return;
+Status Daemon::Impl::load_state(std::string* failure) {
+  if (options.state_path.empty()) return Status::ok();
   std::vector<proto::GpuUuid> uuids;
   for (const Gpu& gpu : gpus) uuids.push_back(gpu.uuid);
   std::vector<StateFile::Entry> previous;
   std::string why;
   if (!state_file.open(options.state_path, uuids, &previous, &why)) {
-    ZICO_LOG(kWarn, "%s; a restart of this daemon will not know what jobs hold", why.c_str());
-    return;
+    // Without it a restart would lend memory that live jobs still hold.
+    *failure = why + " (--state-file names another path)";
+    return Status(Errc::kInvalidArgument);
   }
   size_t reserved = 0;
   for (const StateFile::Entry& entry : previous) {
     const int pidfd = open_pidfd(entry.pid);
     if (pidfd < 0) continue;  // gone: nothing to reserve
-    if (process_exited(pidfd) || jobs.contains(entry.job) || !ledger.add_job(entry.job, entry.uid, ++arrivals)) {
+    if (process_exited(pidfd) || entry.job == 0 || entry.job >= kMaxJobId || jobs.contains(entry.job) ||
+        !ledger.add_job(entry.job, entry.uid, ++arrivals)) {
       ::close(pidfd);
       continue;
     }
@@ -1047,6 +1101,7 @@ void Daemon::Impl::load_state() {
   if (reserved > 0) {
     ZICO_LOG(kInfo, "reserving what %zu job(s) of the previous daemon hold until they reconnect", reserved);
   }
+  return Status::ok();
 }
 
 void Daemon::Impl::expire_expected() {
@@ -1189,6 +1244,14 @@ void Daemon::Impl::audit(uint64_t now) {
   if (options.audit_interval_ns == 0 || !audit_supported || now < next_audit_ns) return;
   next_audit_ns = now + options.audit_interval_ns;
   for (auto& [id, job] : jobs) audit_job(job);
+}
+
+uint64_t Daemon::Impl::provable_holding(const Job& job, uint32_t gpu, uint64_t claimed) {
+  uint64_t bytes = 0;
+  const Status status = driver.process_memory(job.peer.pid, gpus[gpu].device, &bytes);
+  if (status.is_ok()) return std::min(claimed, bytes / gpus[gpu].chunk_bytes);
+  if (status.code() == Errc::kNotSupported && !state_file.is_open()) return claimed;
+  return 0;
 }
 
 void Daemon::Impl::audit_job(Job& job) {

@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace zico::sharing {
@@ -49,10 +51,27 @@ bool StateFile::open(const std::string& path, std::span<const proto::GpuUuid> gp
     *why = "the state file covers at most " + std::to_string(kMaxGpus) + " GPUs";
     return false;
   }
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(kFileBytes)) != 0) {
+  // The daemon writes this file as root, often beside its socket: a link
+  // that another user planted there must not make it write elsewhere.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    *why = "state file " + path + ": " + (errno == ELOOP ? std::string("is a symbolic link") : std::strerror(errno));
+    return false;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || st.st_nlink != 1 ||
+      (st.st_mode & 022) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    *why = "state file " + path + " is not safe to write: it must be a regular file of uid " +
+           std::to_string(::geteuid()) + ", with one link, that no one else may write (it has uid " +
+           std::to_string(st.st_uid) + ", mode " + mode + ", " + std::to_string(st.st_nlink) + " link(s))";
+    ::close(fd);
+    return false;
+  }
+  if (::ftruncate(fd, static_cast<off_t>(kFileBytes)) != 0) {
     *why = "state file " + path + ": " + std::strerror(errno);
-    if (fd >= 0) ::close(fd);
+    ::close(fd);
     return false;
   }
   void* base = ::mmap(nullptr, kFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

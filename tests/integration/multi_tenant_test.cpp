@@ -265,6 +265,76 @@ TEST_F(MultiTenant, AJobTheDaemonDoesNotAnswerGetsNoMemoryAndSaysWhy) {
   daemon_.kill(SIGCONT);
 }
 
+TEST_F(MultiTenant, OwnersMayLowerTheirLimitsButNotRaiseTheirMinimumOrLiftAnAdminsCap) {
+  if (!can_switch_users()) GTEST_SKIP() << "needs root to run a job as another user";
+  start_daemon(32 * kMiB, {"--mode", "0666"});
+  Child& job = start_job(1, 1'000'000, 8 * kMiB, 4 * kMiB, 5, {}, {}, kNobody);
+  ASSERT_TRUE(wait_for_job(job.pid, 4 * kMiB, 5000ms)) << job.output();
+  zico::proto::StatusReply status;
+  ASSERT_TRUE(query_status(socket_, &status));
+  const std::string id = std::to_string(status.jobs.at(0).id);
+  const auto umctl = [&](uid_t uid, std::vector<std::string> args) {
+    args.insert(args.begin(), {g_umctl, "budget", "set", "--job", id});
+    args.insert(args.end(), {"--socket", socket_});
+    Child run = spawn(args, {}, (dir_ / ("umctl" + std::to_string(uid) + ".log")).string(), uid);
+    const bool ok = run.succeeded();
+    return std::pair{ok, run.output()};
+  };
+  const uid_t root = 0;
+  auto [ok, text] = umctl(kNobody, {"--min", "16MiB"});
+  EXPECT_FALSE(ok) << "an owner reserved memory for its job: " << text;
+  EXPECT_NE(text.find("permission denied"), std::string::npos) << text;
+  std::tie(ok, text) = umctl(root, {"--max", "16MiB", "--min", "4MiB"});
+  EXPECT_TRUE(ok) << text;
+  std::tie(ok, text) = umctl(kNobody, {"--max", "unlimited"});
+  EXPECT_FALSE(ok) << "an owner lifted an admin's cap: " << text;
+  EXPECT_NE(text.find("capped"), std::string::npos) << text;
+  std::tie(ok, text) = umctl(kNobody, {"--max", "12MiB"});
+  EXPECT_TRUE(ok) << "an owner could not lower its maximum: " << text;
+  std::tie(ok, text) = umctl(kNobody, {"--min", "2MiB"});
+  EXPECT_TRUE(ok) << "an owner could not lower its minimum: " << text;
+  std::tie(ok, text) = umctl(kNobody, {"--min", "4MiB"});
+  EXPECT_TRUE(ok) << "an owner could not restore what the admin allowed: " << text;
+  std::tie(ok, text) = umctl(kNobody, {"--min", "6MiB"});
+  EXPECT_FALSE(ok) << text;
+}
+
+TEST_F(MultiTenant, AJobThatNoRestartLeftCannotBookMemoryItDoesNotHold) {
+  start_daemon(16 * kMiB);
+  // It says it is job 777 of an earlier daemon and holds 8 chunks; it holds none.
+  RawJob forger(socket_);
+  ASSERT_TRUE(forger.send(zico::proto::Hello{777, "forger"}));
+  ASSERT_TRUE(forger.await<zico::proto::Welcome>(2000ms));
+  ASSERT_TRUE(forger.send(zico::proto::OpenGpu{sim_gpu_uuid(), 8}));
+  ASSERT_TRUE(forger.await<zico::proto::GpuOpened>(2000ms));
+  zico::proto::StatusReply status;
+  ASSERT_TRUE(query_status(socket_, &status));
+  ASSERT_EQ(status.jobs.size(), 1u);
+  EXPECT_EQ(status.jobs[0].id, 777u);
+  EXPECT_EQ(status.gpus.at(0).granted_bytes, 0u) << "the books count chunks nobody holds";
+  // And job ids never reach the end of their range, where they would wrap to 0.
+  const std::string answer = send_raw_and_listen(socket_, {encoded(zico::proto::Hello{UINT64_MAX - 1, "wrapper"})});
+  EXPECT_NE(answer.find("out of range"), std::string::npos) << answer;
+  Child& job = start_job(1, 2, 4 * kMiB, 2 * kMiB, 1);
+  EXPECT_TRUE(job.succeeded()) << job.output();
+}
+
+TEST_F(MultiTenant, TheDaemonRefusesAStateFileSomeoneElsePlanted) {
+  // In a shared folder, another user links the state file's name to a file
+  // of the daemon's user: the daemon would truncate and overwrite it.
+  const std::string precious = (dir_ / "precious").string();
+  std::ofstream(precious) << "keep me";
+  std::filesystem::create_symlink(precious, socket_ + ".state");
+  Child daemon = spawn({g_umd, "--socket", socket_, "--budget", "16MiB"}, {"ZICO_BACKEND=sim"},
+                       (dir_ / "refused.log").string());
+  EXPECT_TRUE(WIFEXITED(daemon.wait()) && WEXITSTATUS(daemon.status) == 1) << daemon.output();
+  EXPECT_NE(daemon.output().find("is a symbolic link"), std::string::npos) << daemon.output();
+  std::ifstream in(precious);
+  std::string text;
+  std::getline(in, text);
+  EXPECT_EQ(text, "keep me");
+}
+
 // Grant latency as a job sees it: ask for one chunk, take it, give it back.
 struct Latency {
   double median_ms = 0;
