@@ -1247,6 +1247,7 @@ void Daemon::Impl::audit(uint64_t now) {
 }
 
 uint64_t Daemon::Impl::provable_holding(const Job& job, uint32_t gpu, uint64_t claimed) {
+  if (job.peer.pid == ::getpid()) return claimed;  // the daemon's own pool would count (audit_job)
   uint64_t bytes = 0;
   const Status status = driver.process_memory(job.peer.pid, gpus[gpu].device, &bytes);
   if (status.is_ok()) return std::min(claimed, bytes / gpus[gpu].chunk_bytes);
@@ -1257,8 +1258,10 @@ uint64_t Daemon::Impl::provable_holding(const Job& job, uint32_t gpu, uint64_t c
 void Daemon::Impl::audit_job(Job& job) {
   // A job known only from the state file holds the old daemon's chunks,
   // which its reservation already counts in full.
+  // A job in the daemon's own process (benchmarks, tests) would be charged
+  // for the pool the daemon keeps.
   if (options.audit_interval_ns == 0 || !audit_supported || job.expected || job.pidfd < 0 ||
-      process_exited(job.pidfd)) {
+      job.peer.pid == ::getpid() || process_exited(job.pidfd)) {
     return;
   }
   for (size_t g = 0; g < job.gpus.size(); ++g) {
