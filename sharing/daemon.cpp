@@ -814,11 +814,22 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
   }
   if (const auto* curve = std::get_if<proto::Curve>(&message)) return on_curve(job, *curve);
   if (const auto* reported = std::get_if<proto::JobState>(&message)) {
-    const bool expected = reported->state == proto::JobRunState::kRunning
-                              ? job.state != proto::JobRunState::kRunning
-                              : reported->state == proto::JobRunState::kSuspended &&
-                                    job.state == proto::JobRunState::kSuspendRequested;
+    using State = proto::JobRunState;
+    // Running may be said again (after a restart a job cannot know what the
+    // new daemon heard); suspended only when asked; failed after either ask.
+    const bool expected = reported->state == State::kRunning ||
+                          (reported->state == State::kSuspended && job.state == State::kSuspendRequested) ||
+                          (reported->state == State::kFailed &&
+                           (job.state == State::kSuspendRequested || job.state == State::kSuspended));
     if (!expected) return "JobState " + std::to_string(static_cast<int>(reported->state)) + " was not asked for";
+    if (reported->state == State::kFailed) {
+      ZICO_LOG(kWarn, "job %llu %s (its log says why)", static_cast<unsigned long long>(job.id),
+               job.state == State::kSuspended ? "could not restore its memory; it runs on without it"
+                                              : "could not suspend; it runs on with its memory");
+      job.state = State::kFailed;
+      return "";
+    }
+    if (reported->state == State::kRunning && job.state == State::kRunning) return "";
     job.state = reported->state;
     if (job.state == proto::JobRunState::kSuspended) {
       // It gave everything back and needs nothing until it resumes (its
@@ -1027,8 +1038,9 @@ proto::Result Daemon::Impl::control(const Connection& connection, const proto::J
   }
   if (job.fd < 0) return answer(Errc::kNotFound, "job " + std::to_string(job.id) + " is not connected");
   const std::string name = "job " + std::to_string(job.id);
+  const bool running = job.state == proto::JobRunState::kRunning || job.state == proto::JobRunState::kFailed;
   if (request.action == proto::JobAction::kSuspend) {
-    if (job.state != proto::JobRunState::kRunning) {
+    if (!running) {
       return answer(Errc::kInvalidArgument, name + " is already suspended (or about to be)");
     }
     if (!send(job.fd, proto::Suspend{request.to})) return answer(Errc::kOsError, "cannot reach " + name);
@@ -1037,7 +1049,7 @@ proto::Result Daemon::Impl::control(const Connection& connection, const proto::J
              request.to == proto::StoreKind::kNvme ? "nvme" : "host", connection.peer.uid);
     return answer(Errc::kOk, name + " suspends at its next allocation or iteration mark");
   }
-  if (job.state == proto::JobRunState::kRunning) return answer(Errc::kInvalidArgument, name + " is not suspended");
+  if (running) return answer(Errc::kInvalidArgument, name + " is not suspended");
   if (!send(job.fd, proto::Resume{})) return answer(Errc::kOsError, "cannot reach " + name);
   ZICO_LOG(kInfo, "%s asked to resume by uid %u", name.c_str(), connection.peer.uid);
   return answer(Errc::kOk, name + " resumes");
@@ -1469,7 +1481,7 @@ void Daemon::Impl::pump() {
           ZICO_LOG(kInfo, "GPU %u: job %llu is in the way of another's iteration; it waits its turn in host memory",
                    action.gpu, static_cast<unsigned long long>(action.job));
           if (fd >= 0 && send(fd, proto::Suspend{proto::StoreKind::kHost})) {
-            if (it->second.state == proto::JobRunState::kRunning) {
+            if (it->second.state == proto::JobRunState::kRunning || it->second.state == proto::JobRunState::kFailed) {
               it->second.state = proto::JobRunState::kSuspendRequested;
             }
           } else if (fd >= 0) {

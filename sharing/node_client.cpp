@@ -297,6 +297,15 @@ static wire::Received receive_within(int socket, int timeout_ms, proto::Message*
 }
 
 Status NodeClient::Impl::handshake(int socket, int timeout_ms, std::string* why) {
+  // Before anything is said: the chunks it would lend are memory it can read.
+  wire::PeerCredentials peer;
+  if (!wire::peer_credentials(socket, &peer, why)) return Status(Errc::kOsError);
+  if (peer.uid != 0 && peer.uid != options.daemon_uid && peer.uid != ::getuid()) {
+    *why = "the process listening on " + options.socket_path + " (pid " + std::to_string(peer.pid) + ") runs as uid " +
+           std::to_string(peer.uid) + ", which is not root, this job's user or ZICO_DAEMON_USER: not trusted with "
+           "this job's memory";
+    return Status(Errc::kInvalidArgument);
+  }
   const auto expect = [&](auto* reply) -> Status {
     using Want = std::remove_pointer_t<decltype(reply)>;
     for (;;) {
@@ -394,7 +403,10 @@ bool NodeClient::Impl::try_reconnect() {
   fd.store(socket);
   said_gone = false;
   cut_off = false;
-  resume_requested = true;  // the new daemon knows of no suspension
+  // The new daemon knows of no suspension: a paused job resumes, and one
+  // that was asked but has not paused yet forgets it.
+  resume_requested = true;
+  if (!paused) suspend_requested.store(false);
   ZICO_LOG(kInfo, "reconnected to zico-umd as job %llu", static_cast<unsigned long long>(job_id));
   cv.notify_all();
   return true;
@@ -1078,6 +1090,14 @@ void NodeClient::report_suspended(bool suspended) {
   impl_->paused = suspended;
   (void)impl_->send_locked(
       proto::JobState{suspended ? proto::JobRunState::kSuspended : proto::JobRunState::kRunning});
+}
+
+void NodeClient::report_failed() {
+  std::lock_guard lock(impl_->mu);
+  impl_->paused = false;
+  impl_->resume_requested = false;
+  impl_->suspend_requested.store(false);
+  (void)impl_->send_locked(proto::JobState{proto::JobRunState::kFailed});
 }
 
 void NodeClient::wait_for_resume() {

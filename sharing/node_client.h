@@ -40,6 +40,9 @@ struct NodeClientOptions {
   std::string job_name;  // "": the program's name
   uint64_t reconnect_interval_ns = 100'000'000;
   uint64_t report_interval_ns = 500'000'000;
+  // Who may run the daemon: a listener owned by another uid than root, this
+  // one or the job's own is not trusted (it could read the job's memory).
+  uint32_t daemon_uid = 0;
 };
 
 // All the waits for memory inside one allocation call share one
@@ -101,6 +104,9 @@ class NodeClient {
   [[nodiscard]] bool suspend_requested(Residency* to) const;
   // The job has paused (all memory evicted) or runs again.
   void report_suspended(bool suspended);
+  // The job could not suspend, or could not restore its memory (the log
+  // says why): it runs on, and the request is forgotten.
+  void report_failed();
   // Blocks until zico-umctl resume (or a daemon restart, which forgets the
   // suspension), then clears the request.
   void wait_for_resume();

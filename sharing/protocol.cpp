@@ -269,7 +269,7 @@ template <class M, class T>
 concept Is = std::same_as<std::remove_const_t<M>, T>;
 
 // Largest value of each enum that travels; the codec refuses anything above.
-constexpr auto kMaxJobRunState = static_cast<uint8_t>(JobRunState::kSuspended);
+constexpr auto kMaxJobRunState = static_cast<uint8_t>(JobRunState::kFailed);
 constexpr auto kMaxStoreKind = static_cast<uint8_t>(StoreKind::kNvme);
 constexpr auto kMaxBudgetTarget = static_cast<uint8_t>(BudgetTarget::kJobMax);
 constexpr auto kMaxJobAction = static_cast<uint8_t>(JobAction::kResume);

@@ -33,7 +33,7 @@ namespace zico::proto {
 inline constexpr uint32_t kMagic = 0x4F43495A;  // "ZICO" little-endian
 // 2: the time-shift messages (IterationMark, Curve, Proceed). 3: claims on Request.
 // 4: claims on IterationMark (the iteration the job would begin).
-inline constexpr uint16_t kVersion = 4;
+inline constexpr uint16_t kVersion = 5;
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxPayload = 60 * 1024;
 inline constexpr size_t kMaxString = 255;
@@ -138,10 +138,15 @@ struct Report {
   uint64_t iterations = 0;        // iteration marks so far
 };
 
-enum class JobRunState : uint8_t { kRunning = 0, kSuspendRequested = 1, kSuspended = 2 };
+// kFailed: the job could not do what it was asked and runs on: after a
+// failed suspension with all its memory (it could not save it: a full or
+// unwritable swap folder), after a failed resumption without the memory it
+// could not restore (a corrupt swap file; allocations on that GPU fail).
+// Its log says why.
+enum class JobRunState : uint8_t { kRunning = 0, kSuspendRequested = 1, kSuspended = 2, kFailed = 3 };
 
 // The job paused itself after a kSuspend (kSuspended: every chunk given
-// back) or runs again after a kResume (kRunning).
+// back), runs again after a kResume (kRunning), or could not (kFailed).
 struct JobState {
   JobRunState state = JobRunState::kRunning;
 };

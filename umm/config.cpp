@@ -1,5 +1,8 @@
 #include "config.h"
 
+#include <pwd.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -33,7 +36,10 @@ constexpr OptionInfo kOptions[] = {
     {"ZICO_SOCKET", "/run/zicoum/zicoum.sock", "a socket path, or off",
      "zico-umd's socket; when it exists the job borrows memory from the node manager, else it runs standalone"},
     {"ZICO_WAIT_TIMEOUT", "60s", kDurationForm,
-     "how long an allocation waits for zico-umd to lend memory before it fails with out-of-memory"},
+     "how long an allocation waits for zico-umd to register the job or lend memory before it fails with out-of-memory"},
+    {"ZICO_DAEMON_USER", "root", "a user name or uid",
+     "who may run the zico-umd the job trusts: a listener on ZICO_SOCKET owned by anyone else (nor by the job's own "
+     "user) gets no memory through it"},
     {"ZICO_ON_DEADLOCK", "yield", "yield | fail",
      "zico-umd: when every job waits, one gives its memory back for a while (yield) or the youngest fails (fail)"},
 };
@@ -164,6 +170,20 @@ Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
       return Status(Errc::kConfigError);
     }
     config.wait_timeout_ns = *ns;
+  }
+  if (const char* v = lookup("ZICO_DAEMON_USER")) {
+    const std::optional<long> number = parse_decimal(v);
+    passwd entry{};
+    passwd* found = nullptr;
+    char buffer[4096];
+    if (number && *number >= 0 && *number < INT32_MAX) {
+      config.daemon_uid = static_cast<uint32_t>(*number);
+    } else if (*v != '\0' && ::getpwnam_r(v, &entry, buffer, sizeof buffer, &found) == 0 && found != nullptr) {
+      config.daemon_uid = found->pw_uid;
+    } else {
+      *error = bad_value("ZICO_DAEMON_USER", v, "a user name of this machine or a uid");
+      return Status(Errc::kConfigError);
+    }
   }
   if (const char* v = lookup("ZICO_ON_DEADLOCK")) {
     if (std::strcmp(v, "yield") != 0 && std::strcmp(v, "fail") != 0) {

@@ -54,6 +54,7 @@ void Runtime::connect_to_node() {
   sharing::NodeClientOptions options;
   options.socket_path = config_.socket_path;
   options.wait_timeout_ns = config_.wait_timeout_ns;
+  options.daemon_uid = config_.daemon_uid;
   std::string why;
   std::unique_ptr<sharing::NodeClient> client;
   Status status = sharing::NodeClient::connect(*driver_, options, &client, &why);
@@ -246,26 +247,61 @@ void Runtime::pause_point() noexcept {
   }
   for (int device = 0; device < kMaxDevices; ++device) {
     DeviceAllocator* allocator = existing_allocator(DeviceId{device});
+    if (allocator == nullptr) continue;
     BackingStore* store = nullptr;
-    if (allocator == nullptr || !backing_store(DeviceId{device}, to, &store).is_ok()) continue;
-    if (Status status = allocator->suspend(*store); !status.is_ok()) {
-      ZICO_LOG(kWarn, "device %d: cannot suspend (%s); it keeps its memory", device, status.message().c_str());
-      continue;
+    Status status = backing_store(DeviceId{device}, to, &store);
+    if (status.is_ok()) status = allocator->suspend(*store);
+    if (!status.is_ok()) {
+      // All or nothing: a job half suspended would hold memory while the
+      // daemon believes it gave everything back.
+      ZICO_LOG(kError, "device %d: cannot suspend to %s (%s); the job runs on with all its memory", device,
+               to_string(to), status.message().c_str());
+      const bool restored = restore(paused);
+      node->report_failed();
+      if (!restored) ZICO_LOG(kError, "suspension failed and rolled back only in part: see the lines above");
+      return;
     }
     paused.push_back(allocator);
   }
-  ZICO_LOG(kInfo, "suspended by zico-umctl (%zu device(s) evicted to %s)", paused.size(), to_string(to));
+  ZICO_LOG(kInfo, "suspended by zico-umd (%zu device(s) evicted to %s)", paused.size(), to_string(to));
   node->report_suspended(true);
   node->wait_for_resume();
+  if (restore(paused)) {
+    node->report_suspended(false);
+    ZICO_LOG(kInfo, "resumed");
+  } else {
+    node->report_failed();
+  }
+}
+
+bool Runtime::restore(const std::vector<DeviceAllocator*>& paused) noexcept {
+  constexpr int kAttempts = 3;  // for failures other than waiting for memory
+  bool all = true;
   for (DeviceAllocator* allocator : paused) {
-    // The data must come back before the job touches it again, however long that takes.
-    for (Status status = allocator->resume(); !status.is_ok(); status = allocator->resume()) {
-      ZICO_LOG(kWarn, "device %d: resume failed (%s); retrying", allocator->device().value, status.message().c_str());
+    Status status = allocator->resume();
+    // Waiting for memory (the node is full) is what a suspended job does
+    // until others finish: its data stays safe in the store meanwhile. Any
+    // other failure (a corrupt or truncated swap file, an I/O error) is
+    // retried a little, then reported: the job gets an error, not a hang.
+    for (int attempt = 1; !status.is_ok() && (status.code() == Errc::kOutOfMemory || attempt < kAttempts);
+         ++attempt) {
+      if (attempt % 50 == 1) {
+        ZICO_LOG(kWarn, "device %d: resume failed (%s); trying again", allocator->device().value,
+                 status.message().c_str());
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      status = allocator->resume();
+    }
+    if (!status.is_ok()) {
+      const std::string why = "device " + std::to_string(allocator->device().value) +
+                              ": its memory could not be restored (" + status.message() +
+                              "); allocations on it fail until zico_resume succeeds";
+      ZICO_LOG(kError, "%s", why.c_str());
+      set_last_error(why);
+      all = false;
     }
   }
-  node->report_suspended(false);
-  ZICO_LOG(kInfo, "resumed");
+  return all;
 }
 
 void Runtime::close_swap_files() noexcept {

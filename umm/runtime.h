@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "config.h"
 #include "backing_store.h"
@@ -52,6 +53,9 @@ class Runtime {
   // Where a job pauses when zico-umctl suspend asked it to: evicts every
   // device's memory, waits for zico-umctl resume, restores. Called at every
   // allocation and iteration mark; one atomic load otherwise.
+  // A suspension that fails on any device is undone and reported (the job
+  // keeps its memory); a resumption that cannot restore a device's memory
+  // reports it and leaves that device suspended, its allocations failing.
   void pause_point() noexcept;
   // At exit: unlinks the swap files (a suspended job's data dies with it anyway).
   void close_swap_files() noexcept;
@@ -61,6 +65,8 @@ class Runtime {
 
  private:
   Runtime() noexcept;
+  // Resumes each allocator (see pause_point); false if one could not be.
+  bool restore(const std::vector<DeviceAllocator*>& paused) noexcept;
   // Registers with zico-umd if its socket exists (config_.socket_path). A
   // daemon that refuses or does not answer within ZICO_WAIT_TIMEOUT leaves
   // node_error_ set: no allocator is created until a later call gets in.

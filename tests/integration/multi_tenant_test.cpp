@@ -116,6 +116,14 @@ class Keeper {
   }
 };
 
+// What SimDriver sees the process hold of GPU 0 (its chunks' memfds).
+uint64_t sim_memory_of(pid_t pid) {
+  zico::SimDriver sim;
+  uint64_t bytes = 0;
+  EXPECT_TRUE(sim.process_memory(pid, zico::DeviceId{0}, &bytes).is_ok());
+  return bytes;
+}
+
 class MultiTenant : public NodeManager {
  protected:
   // Forks a Keeper; *go and *result are the test's ends of its pipes.
@@ -234,14 +242,6 @@ TEST_F(MultiTenant, HonestJobsOfTwoUsersShareChunksWithoutEverBeingCharged) {
   EXPECT_EQ(log.find("beyond the"), std::string::npos) << log;
 }
 
-// What SimDriver sees the process hold of GPU 0 (its chunks' memfds).
-uint64_t sim_memory_of(pid_t pid) {
-  zico::SimDriver sim;
-  uint64_t bytes = 0;
-  EXPECT_TRUE(sim.process_memory(pid, zico::DeviceId{0}, &bytes).is_ok());
-  return bytes;
-}
-
 TEST_F(MultiTenant, AJobWaitsForASlowDaemonInsteadOfRunningOutsideTheBudget) {
   start_daemon(16 * kMiB);
   daemon_.kill(SIGSTOP);  // as busy as a daemon zeroing gigabytes, or one whose metrics port is flooded
@@ -333,6 +333,40 @@ TEST_F(MultiTenant, TheDaemonRefusesAStateFileSomeoneElsePlanted) {
   std::string text;
   std::getline(in, text);
   EXPECT_EQ(text, "keep me");
+}
+
+TEST_F(MultiTenant, AJobDoesNotTrustADaemonAnotherUserRuns) {
+  if (!can_switch_users()) GTEST_SKIP() << "needs root to listen as another user";
+  // A world-writable folder, like /tmp: while the real daemon is down,
+  // another user binds its own listener at the socket's name.
+  const std::filesystem::path shared = dir_ / "shared";
+  std::filesystem::create_directories(shared);
+  std::filesystem::permissions(shared, std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
+  const std::string fake = (shared / "zicoum.sock").string();
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t impostor = ::fork();
+  if (impostor == 0) {
+    if (!become(kNobody)) std::_Exit(10);
+    std::string why;
+    const int listener = zico::wire::listen_unix(fake, 0666, static_cast<gid_t>(-1), &why);
+    if (listener < 0) std::_Exit(11);
+    (void)!::write(ready[1], "r", 1);
+    for (;;) {
+      pollfd readable{listener, POLLIN, 0};
+      if (::poll(&readable, 1, -1) != 1) continue;
+      const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0) (void)zico::wire::send_message(fd, zico::proto::Welcome{1}, {}, &why);  // then silence
+    }
+  }
+  keepers_.push_back(impostor);
+  char byte = 0;
+  ASSERT_TRUE(read_byte(ready[0], &byte, 5s));
+  Child& job = start_job(1, 2, 4 * kMiB, 2 * kMiB, 1, {"ZICO_SOCKET=" + fake, "ZICO_WAIT_TIMEOUT=1s"});
+  EXPECT_TRUE(WIFEXITED(job.wait()) && WEXITSTATUS(job.status) == 2) << job.output();  // node_job: 2 = OOM
+  EXPECT_NE(job.output().find("runs as uid 65534, which is not root"), std::string::npos) << job.output();
+  ::close(ready[0]);
+  ::close(ready[1]);
 }
 
 // Grant latency as a job sees it: ask for one chunk, take it, give it back.

@@ -290,8 +290,8 @@ while True:
     if mode == "goodbye":
         reason = b"JobControl is not a zico-umctl request"
         payload = struct.pack("<H", len(reason)) + reason
-        # version 4: sharing/protocol.h kVersion
-        connection.send(struct.pack("<IHHII", 0x4F43495A, 4, 96, len(payload), 0) + payload)
+        # version 5: sharing/protocol.h kVersion
+        connection.send(struct.pack("<IHHII", 0x4F43495A, 5, 96, len(payload), 0) + payload)
         connection.close()
     else:
         kept.append(connection)

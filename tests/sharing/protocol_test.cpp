@@ -132,6 +132,7 @@ std::vector<Message> samples() {
       Return{1, true, 5, {7, 8, 0xFFFFFFFFu}},
       Report{1, 1ull << 40, 1ull << 39, 12345},
       JobState{JobRunState::kSuspended},
+      JobState{JobRunState::kFailed},
       Welcome{0xDEADBEEFull},
       GpuOpened{4, 2 << 20, 1ull << 30, 60ull << 30},
       Grant{77, 6, false, {10, 11, 12}},
@@ -146,7 +147,7 @@ std::vector<Message> samples() {
       SetBudget{BudgetTarget::kJobMax, 7, 42, 24ull << 30},
       JobControl{JobAction::kResume, 0x0102030405060708ull, StoreKind::kNvme},
       Result{2, "no such job 43"},
-      Goodbye{"protocol version 3 (this side speaks version 4)"},
+      Goodbye{"protocol version 4 (this side speaks version 5)"},
       IterationMark{0x0102030405060708ull, {{2, 0xFFFFFFFFu, 700}, {0, 5, 5}, {7, 0, 0}}},
       curve,
       Proceed{0x0807060504030201ull},
@@ -300,12 +301,12 @@ TEST(ProtocolRejectTest, WrongMagic) {
 
 TEST(ProtocolRejectTest, WrongVersionNamesBoth) {
   std::vector<uint8_t> bytes = encoded(Welcome{1});
+  bytes[4] = 4;
+  EXPECT_EQ(rejection(bytes), "protocol version 4 (this side speaks version 5)");
   bytes[4] = 3;
-  EXPECT_EQ(rejection(bytes), "protocol version 3 (this side speaks version 4)");
-  bytes[4] = 2;
-  EXPECT_EQ(rejection(bytes), "protocol version 2 (this side speaks version 4)");
+  EXPECT_EQ(rejection(bytes), "protocol version 3 (this side speaks version 5)");
   bytes[4] = 1;
-  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 4)");
+  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 5)");
 }
 
 TEST(ProtocolRejectTest, UnknownType) {
@@ -469,22 +470,22 @@ TEST(ProtocolRejectTest, BudgetTargetRange) {
 }
 
 TEST(ProtocolRejectTest, JobRunStateRange) {
-  EXPECT_EQ(refusal(JobState{static_cast<JobRunState>(3)}), "JobState.state is 3 (must be 0..2)");
+  EXPECT_EQ(refusal(JobState{static_cast<JobRunState>(4)}), "JobState.state is 4 (must be 0..3)");
   std::vector<uint8_t> bytes = encoded(JobState{JobRunState::kRunning});
-  bytes[kHeaderBytes] = 3;
-  EXPECT_EQ(rejection(bytes), "JobState.state is 3 (must be 0..2)");
+  bytes[kHeaderBytes] = 4;
+  EXPECT_EQ(rejection(bytes), "JobState.state is 4 (must be 0..3)");
   bytes[kHeaderBytes] = 0xFF;
-  EXPECT_EQ(rejection(bytes), "JobState.state is 255 (must be 0..2)");
+  EXPECT_EQ(rejection(bytes), "JobState.state is 255 (must be 0..3)");
 
   StatusReply status;
   status.jobs.resize(2);
   status.jobs[1].state = static_cast<JobRunState>(7);
-  EXPECT_EQ(refusal(status), "JobStatus.state is 7 (must be 0..2)");
+  EXPECT_EQ(refusal(status), "JobStatus.state is 7 (must be 0..3)");
   status.jobs[1].state = JobRunState::kSuspended;
   bytes = encoded(status);
   ASSERT_EQ(bytes.back(), 2);
-  bytes.back() = 3;
-  EXPECT_EQ(rejection(bytes), "JobStatus.state is 3 (must be 0..2)");
+  bytes.back() = 4;
+  EXPECT_EQ(rejection(bytes), "JobStatus.state is 4 (must be 0..3)");
 }
 
 TEST(ProtocolRejectTest, StoreKindRange) {

@@ -16,6 +16,7 @@ const char* run_state_name(proto::JobRunState state) {
     case proto::JobRunState::kRunning: return "running";
     case proto::JobRunState::kSuspendRequested: return "suspend-requested";
     case proto::JobRunState::kSuspended: return "suspended";
+    case proto::JobRunState::kFailed: return "failed";
   }
   return "unknown";
 }

@@ -76,6 +76,14 @@ int wait_for(NodeConnection& daemon, const char* command, uint64_t job, proto::J
                    static_cast<unsigned long long>(job));
       return kExitFailed;
     }
+    if (state == proto::JobRunState::kFailed) {
+      std::fprintf(stderr, "zico-umctl %s: job %llu %s; its log says why\n", command,
+                   static_cast<unsigned long long>(job),
+                   target == proto::JobRunState::kSuspended
+                       ? "could not save its memory and runs on with all of it"
+                       : "could not restore its memory and runs on without it (its allocations fail)");
+      return kExitFailed;
+    }
     if (there) {
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::printf("job %llu is %s (after %.1f s)\n", static_cast<unsigned long long>(job), run_state_name(target), took);

@@ -1,0 +1,135 @@
+// zico-umd and its jobs when suspension goes wrong, on SimDriver with real
+// processes: a swap folder the job cannot write, a swap file corrupted while
+// the job is suspended, a daemon restart while it is suspended. The job must
+// say what happened (zico-umctl fails with the reason, the job gets an
+// error), never report success, never retry without end, and never lose
+// data it still holds.
+//
+//   node_faults_test ZICO_UMD NODE_JOB ZICO_UMCTL
+#include "node_harness.h"
+
+namespace {
+
+using namespace zico_test;
+
+class NodeFaults : public NodeManager {
+ protected:
+  // zico-umctl ARGS... --socket S; its success and its output.
+  std::pair<bool, std::string> umctl(std::vector<std::string> args) {
+    args.insert(args.begin(), g_umctl);
+    args.insert(args.end(), {"--socket", socket_});
+    Child run = spawn(args, {}, (dir_ / ("umctl" + std::to_string(++calls_) + ".log")).string());
+    const bool ok = run.succeeded();
+    return {ok, run.output()};
+  }
+
+  // The id and state of the one job the daemon lists.
+  std::optional<zico::proto::JobStatus> only_job() {
+    zico::proto::StatusReply status;
+    if (!query_status(socket_, &status) || status.jobs.size() != 1) return std::nullopt;
+    return status.jobs[0];
+  }
+
+  int calls_ = 0;
+};
+
+TEST_F(NodeFaults, ASuspensionThatCannotSaveTheMemorySaysSoAndTheJobKeepsIt) {
+  start_daemon(64 * kMiB);
+  // ZICO_SWAP_DIR under a regular file: no swap file can be made there, root or not.
+  std::ofstream(dir_ / "not-a-folder") << "x";
+  Child& job = start_job(1, 400, 16 * kMiB, 8 * kMiB, 5, {"ZICO_SWAP_DIR=" + (dir_ / "not-a-folder" / "swap").string()});
+  ASSERT_TRUE(wait_for_job(job.pid, 8 * kMiB, 5000ms)) << job.output();
+  const auto before = only_job();
+  ASSERT_TRUE(before.has_value());
+  const std::string id = std::to_string(before->id);
+  auto [ok, text] = umctl({"suspend", id, "--to", "nvme"});
+  EXPECT_FALSE(ok) << "a suspension that saved nothing was reported as done: " << text;
+  EXPECT_NE(text.find("could not save its memory"), std::string::npos) << text;
+  const auto after = only_job();
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->state, zico::proto::JobRunState::kFailed);
+  EXPECT_GT(after->granted_bytes, 0u) << "it kept its memory, so the books must keep it too";
+  // It may be asked again, to a store that works, and comes back intact.
+  std::tie(ok, text) = umctl({"suspend", id, "--to", "host"});
+  EXPECT_TRUE(ok) << text;
+  std::tie(ok, text) = umctl({"resume", id});
+  EXPECT_TRUE(ok) << text;
+  EXPECT_TRUE(job.succeeded()) << job.output();
+}
+
+TEST_F(NodeFaults, ACorruptSwapFileFailsTheResumeOnceAndTheJobGetsTheError) {
+  start_daemon(64 * kMiB);
+  const std::filesystem::path swap = dir_ / "swap";
+  Child& job = start_job(1, 1'000'000, 16 * kMiB, 8 * kMiB, 5, {"ZICO_SWAP_DIR=" + swap.string()});
+  ASSERT_TRUE(wait_for_job(job.pid, 8 * kMiB, 5000ms)) << job.output();
+  const std::string id = std::to_string(only_job()->id);
+  auto [ok, text] = umctl({"suspend", id, "--to", "nvme"});
+  ASSERT_TRUE(ok) << text;
+  // Flip a byte of every 4 KiB of what it wrote.
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(swap)) {
+    std::fstream file(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const auto size = static_cast<std::streamoff>(std::filesystem::file_size(entry.path()));
+    for (std::streamoff at = 0; at < size; at += 4096) {
+      file.seekg(at);
+      const int byte = file.get();
+      file.seekp(at);
+      file.put(static_cast<char>(byte ^ 0x5a));
+    }
+    ++files;
+  }
+  ASSERT_EQ(files, 1u);
+  std::tie(ok, text) = umctl({"resume", id});
+  // zico-umctl says it failed: the job reported it, or it had already ended
+  // (it gets the error at its next allocation, which node_job does not survive).
+  EXPECT_FALSE(ok) << "a resume that restored nothing was reported as done: " << text;
+  EXPECT_TRUE(text.find("could not restore its memory") != std::string::npos ||
+              text.find("is gone") != std::string::npos)
+      << text;
+  // The job gets the error (its allocations fail) and ends, rather than
+  // retrying for ever.
+  int status = 0;
+  pid_t waited = 0;
+  for (auto deadline = Clock::now() + 20s; waited == 0 && Clock::now() < deadline; std::this_thread::sleep_for(20ms)) {
+    waited = ::waitpid(job.pid, &status, WNOHANG);
+  }
+  ASSERT_EQ(waited, job.pid) << "the job still runs:\n" << job.output();
+  job.status = status;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << job.output();  // node_job: 2 = OOM
+  const std::string output = job.output();
+  EXPECT_NE(output.find("could not be restored"), std::string::npos) << output;
+  EXPECT_EQ(output.find("MISMATCH"), std::string::npos) << output;
+  const std::string log = daemon_.output();
+  EXPECT_NE(log.find("could not restore its memory"), std::string::npos) << log;
+}
+
+TEST_F(NodeFaults, AJobSuspendedBeforeADaemonRestartRunsOnUnderTheNewDaemon) {
+  start_daemon(64 * kMiB);
+  Child& job = start_job(1, 300, 16 * kMiB, 8 * kMiB, 5);
+  ASSERT_TRUE(wait_for_job(job.pid, 8 * kMiB, 5000ms)) << job.output();
+  auto [ok, text] = umctl({"suspend", std::to_string(only_job()->id)});
+  ASSERT_TRUE(ok) << text;
+  daemon_.kill(SIGKILL);
+  daemon_.wait();
+  start_daemon(64 * kMiB);
+  // The new daemon knows of no suspension: the job resumes by itself, and
+  // the daemon keeps serving it to its end.
+  EXPECT_TRUE(job.succeeded()) << job.output();
+  const std::string log = daemon_.output();
+  EXPECT_EQ(log.find("was not asked for"), std::string::npos) << log;
+  EXPECT_EQ(job.output().find("says goodbye"), std::string::npos) << job.output();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: node_faults_test ZICO_UMD NODE_JOB ZICO_UMCTL\n");
+    return 64;
+  }
+  zico_test::g_umd = argv[1];
+  zico_test::g_job = argv[2];
+  zico_test::g_umctl = argv[3];
+  return RUN_ALL_TESTS();
+}
