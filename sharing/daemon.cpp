@@ -125,6 +125,7 @@ struct Daemon::Impl final : GateGuard {
     uint64_t bytes_moved = 0;       // granted + returned, in bytes
     uint64_t zeroed = 0;            // chunks zeroed for a new owner
     uint64_t live = 0;              // chunks with a handle: the pool's physical memory
+    uint64_t total_memory = 0;      // the device's: no budget may exceed it
     uint64_t renewed = 0;           // chunks released and created afresh for another uid
   };
   struct JobGpu {
@@ -317,6 +318,12 @@ Status Daemon::Impl::setup(std::string* why) {
       return Status(Errc::kInvalidArgument);
     }
     const uint64_t budget = config.budget_bytes != 0 ? config.budget_bytes : caps.total_memory;
+    gpu.total_memory = caps.total_memory;
+    if (budget > caps.total_memory) {
+      *why = "budget " + format_size(budget) + " of GPU " + std::to_string(config.device.value) + " is more than its " +
+             format_size(caps.total_memory) + " of memory";
+      return Status(Errc::kInvalidArgument);
+    }
     if (budget < gpu.chunk_bytes) {
       *why = "budget " + format_size(budget) + " of GPU " + std::to_string(config.device.value) +
              " is less than one chunk (" + format_size(gpu.chunk_bytes) + ")";
@@ -899,13 +906,15 @@ proto::StatusReply Daemon::Impl::status() const {
   }
   std::vector<const Job*> ordered;
   for (const auto& [id, job] : jobs) ordered.push_back(&job);
+  reply.job_count = ordered.size();
   std::sort(ordered.begin(), ordered.end(), [](const Job* a, const Job* b) { return a->id < b->id; });
   for (const Job* job : ordered) {
     for (size_t g = 0; g < job->gpus.size(); ++g) {
       Ledger::JobView view;
       if (!job->gpus[g].open || !ledger.job(job->id, static_cast<uint32_t>(g), now, &view)) continue;
+      ++reply.job_rows;
       // 128 jobs with the longest names still fit in one message.
-      if (reply.jobs.size() == kStatusJobs) break;
+      if (reply.jobs.size() == kStatusJobs) continue;
       const uint64_t chunk = gpus[g].chunk_bytes;
       proto::JobStatus s;
       s.id = job->id;
@@ -945,6 +954,11 @@ proto::Result Daemon::Impl::set_budget(const Connection& connection, const proto
       return refuse(Errc::kInvalidArgument, "permission denied: changing a node budget needs root or the admin group");
     }
     if (chunks == 0) return refuse(Errc::kInvalidArgument, "a budget must hold at least one chunk (" + format_size(gpu.chunk_bytes) + ")");
+    if (request.bytes > gpu.total_memory) {
+      return refuse(Errc::kInvalidArgument, "budget " + format_size(request.bytes) + " is more than GPU " +
+                                                std::to_string(request.gpu) + "'s " + format_size(gpu.total_memory) +
+                                                " of memory");
+    }
     uint64_t persistent = 0;
     for (const auto& [id, job] : jobs) persistent += job.gpus[request.gpu].report.persistent_bytes;
     if (request.bytes < persistent) {
@@ -1166,6 +1180,10 @@ Status Daemon::Impl::take_chunks(Gpu& gpu, uint32_t uid, uint64_t count, std::ve
       if (Status status = driver.create(gpu.device, gpu.chunk_bytes, &chunk.handle); !status.is_ok()) {
         chunk.handle = PhysHandle{};
         *why = "creating a " + format_size(gpu.chunk_bytes) + " chunk failed: " + status.message();
+        if (status.detail() == EMFILE || status.detail() == ENFILE) {
+          *why += " (zico-umd is out of file descriptors with " + std::to_string(gpu.live) +
+                  " chunks in its pool: raise its open-files limit, LimitNOFILE= in its unit)";
+        }
         return status;
       }
       ++gpu.live;

@@ -483,7 +483,7 @@ bool fields(C& c, M& m) {
   for (auto& job : m.jobs) {
     if (!fields(c, job)) return false;
   }
-  return true;
+  return c.u64("Status.job_count", m.job_count) && c.u64("Status.job_rows", m.job_rows);
 }
 
 template <class C, Is<SetBudget> M>

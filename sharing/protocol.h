@@ -291,6 +291,8 @@ struct StatusReply {
   uint64_t uptime_ns = 0;
   std::vector<GpuStatus> gpus;  // at most kMaxStatusGpus
   std::vector<JobStatus> jobs;  // at most kMaxStatusJobs
+  uint64_t job_count = 0;       // jobs the daemon serves, listed or not
+  uint64_t job_rows = 0;        // (job, GPU) rows it has: more than jobs.size() when the list was cut
 };
 
 enum class BudgetTarget : uint8_t { kNode = 0, kJobMin = 1, kJobMax = 2 };

@@ -1,9 +1,10 @@
-// zico-umd and its jobs when suspension goes wrong, on SimDriver with real
+// zico-umd and its jobs when things go wrong, on SimDriver with real
 // processes: a swap folder the job cannot write, a swap file corrupted while
-// the job is suspended, a daemon restart while it is suspended. The job must
-// say what happened (zico-umctl fails with the reason, the job gets an
-// error), never report success, never retry without end, and never lose
-// data it still holds.
+// the job is suspended, a daemon restart while it is suspended, a daemon out
+// of descriptors, budgets beyond the machine, more jobs than a status lists.
+// Each must say what happened (zico-umctl fails with the reason, the job gets
+// an error), never report success, never retry without end, and never lose
+// data a job still holds.
 //
 //   node_faults_test ZICO_UMD NODE_JOB ZICO_UMCTL
 #include "node_harness.h"
@@ -118,6 +119,66 @@ TEST_F(NodeFaults, AJobSuspendedBeforeADaemonRestartRunsOnUnderTheNewDaemon) {
   const std::string log = daemon_.output();
   EXPECT_EQ(log.find("was not asked for"), std::string::npos) << log;
   EXPECT_EQ(job.output().find("says goodbye"), std::string::npos) << job.output();
+}
+
+TEST_F(NodeFaults, ADaemonOutOfDescriptorsRefusesOneHugeRequestAndServesTheNext) {
+  // SimDriver keeps a descriptor per chunk: 4 GiB is 2048 of them, past a
+  // limit of 1024 that the daemon cannot raise.
+  daemon_ = spawn({"/bin/sh", "-c", "ulimit -n 1024 && exec \"$0\" \"$@\"", g_umd, "--socket", socket_, "--budget",
+                   "8GiB"},
+                  {"ZICO_BACKEND=sim"}, (dir_ / "umd.log").string());
+  for (auto deadline = Clock::now() + 5s; Clock::now() < deadline; std::this_thread::sleep_for(5ms)) {
+    zico::proto::StatusReply status;
+    if (query_status(socket_, &status)) break;
+  }
+  Child& huge = start_job(1, 1, 4096 * kMiB, 0, 0, {"ZICO_WAIT_TIMEOUT=10s"}, {"--block", "4GiB"});
+  EXPECT_TRUE(WIFEXITED(huge.wait()) && WEXITSTATUS(huge.status) == 2) << huge.output();  // node_job: 2 = OOM
+  EXPECT_NE(huge.output().find("out of file descriptors"), std::string::npos) << huge.output();
+  zico::proto::StatusReply status;
+  ASSERT_TRUE(query_status(socket_, &status));
+  EXPECT_LE(status.gpus.at(0).pool_bytes, 64 * kMiB) << "the pool kept what the failed grant created";
+  Child& small = start_job(2, 2, 2 * kMiB, 0, 0, {"ZICO_WAIT_TIMEOUT=10s"}, {"--block", "2MiB"});
+  EXPECT_TRUE(small.succeeded()) << small.output();
+}
+
+TEST_F(NodeFaults, BudgetsAboveTheDevicesMemoryAreRefusedWithTheNumbers) {
+  Child refused = spawn({g_umd, "--socket", socket_, "--budget", "100GiB"}, {"ZICO_BACKEND=sim"},
+                        (dir_ / "refused.log").string());
+  EXPECT_TRUE(WIFEXITED(refused.wait()) && WEXITSTATUS(refused.status) == 1) << refused.output();
+  EXPECT_NE(refused.output().find("is more than its 80 GiB of memory"), std::string::npos) << refused.output();
+  start_daemon(64 * kMiB);
+  auto [ok, text] = umctl({"budget", "set", "18446744073709551615B"});
+  EXPECT_FALSE(ok) << text;
+  EXPECT_NE(text.find("of memory"), std::string::npos) << text;
+}
+
+TEST_F(NodeFaults, ABudgetCutGivesThePoolsIdleMemoryBack) {
+  start_daemon(64 * kMiB);
+  Child& job = start_job(1, 2, 48 * kMiB, 0, 0, {}, {"--block", "2MiB"});
+  ASSERT_TRUE(job.succeeded()) << job.output();
+  zico::proto::StatusReply status;
+  ASSERT_TRUE(query_status(socket_, &status));
+  EXPECT_GE(status.gpus.at(0).pool_bytes, 48 * kMiB);
+  auto [ok, text] = umctl({"budget", "set", "16MiB"});
+  ASSERT_TRUE(ok) << text;
+  ASSERT_TRUE(query_status(socket_, &status));
+  EXPECT_LE(status.gpus.at(0).pool_bytes, 16 * kMiB);
+}
+
+TEST_F(NodeFaults, TheJobListSaysWhenItIsCut) {
+  start_daemon(64 * kMiB);
+  std::deque<RawJob> many;
+  for (int i = 0; i < 130; ++i) ASSERT_EQ(many.emplace_back(socket_).open(sim_gpu_uuid(), "many"), 2 * kMiB);
+  zico::proto::StatusReply status;
+  ASSERT_TRUE(query_status(socket_, &status));
+  EXPECT_EQ(status.job_count, 130u);
+  EXPECT_EQ(status.job_rows, 130u);
+  EXPECT_EQ(status.jobs.size(), 128u);
+  auto [ok, text] = umctl({"jobs"});
+  EXPECT_TRUE(ok) << text;
+  EXPECT_NE(text.find("listing 128 of 130 job rows"), std::string::npos) << text;
+  std::tie(ok, text) = umctl({"status"});
+  EXPECT_NE(text.find("130 jobs"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -136,7 +136,7 @@ grep -Eq "^ *$job_id +$hold_pid +[^ ]+ +hold_memory +0 +8 MiB .* running +0 B +u
 run jobs --json --socket "$socket"
 [[ $status == 0 ]] || fail "jobs --json: exit $status"
 check_json "jobs --json" '
-assert list(d.keys()) == ["jobs"], d.keys()
+assert list(d.keys()) == ["job_rows", "jobs"] and d["job_rows"] == 1, d.keys()
 assert [j["pid"] for j in d["jobs"]] == [int(args[0])], d
 assert d["jobs"][0]["transient_bytes"] == max(0, d["jobs"][0]["allocated_bytes"] - d["jobs"][0]["persistent_bytes"])
 ' "$hold_pid"

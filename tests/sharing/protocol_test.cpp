@@ -53,7 +53,7 @@ auto tie(const JobStatus& m) {
   return std::tie(m.id, m.pid, m.uid, m.gpu, m.name, m.granted_bytes, m.min_bytes, m.max_bytes,
                   m.allocated_bytes, m.persistent_bytes, m.waiting_bytes, m.wait_ns, m.iterations, m.state);
 }
-auto tie(const StatusReply& m) { return std::tie(m.daemon_pid, m.uptime_ns, m.gpus, m.jobs); }
+auto tie(const StatusReply& m) { return std::tie(m.daemon_pid, m.uptime_ns, m.gpus, m.jobs, m.job_count, m.job_rows); }
 auto tie(const SetBudget& m) { return std::tie(m.target, m.gpu, m.job_id, m.bytes); }
 auto tie(const JobControl& m) { return std::tie(m.action, m.job_id, m.to); }
 auto tie(const Result& m) { return std::tie(m.errc, m.message); }
@@ -143,7 +143,7 @@ std::vector<Message> samples() {
       Suspend{StoreKind::kNvme},
       Resume{},
       StatusQuery{},
-      StatusReply{4321, 987654321, {gpu, gpu}, {job}},
+      StatusReply{4321, 987654321, {gpu, gpu}, {job}, 300, 301},
       SetBudget{BudgetTarget::kJobMax, 7, 42, 24ull << 30},
       JobControl{JobAction::kResume, 0x0102030405060708ull, StoreKind::kNvme},
       Result{2, "no such job 43"},
@@ -439,11 +439,12 @@ TEST(ProtocolTest, JobControlLayouts) {
   EXPECT_EQ(payload(Resume{}), (std::vector<uint8_t>{}));
   EXPECT_EQ(payload(JobControl{JobAction::kSuspend, 0x0102030405060708ull, StoreKind::kHost}),
             (std::vector<uint8_t>{0, 8, 7, 6, 5, 4, 3, 2, 1, 0}));
-  // JobStatus.state is the last byte of its entry, hence of a one-job reply.
+  // JobStatus.state is the last byte of its entry, before the two counts.
   StatusReply status;
   status.jobs.push_back(JobStatus{});
   status.jobs.back().state = JobRunState::kSuspended;
-  EXPECT_EQ(payload(status).back(), 2);
+  const std::vector<uint8_t> bytes = payload(status);
+  EXPECT_EQ(bytes[bytes.size() - 17], 2);
 }
 
 TEST(ProtocolRejectTest, IterationGateFields) {
@@ -483,8 +484,9 @@ TEST(ProtocolRejectTest, JobRunStateRange) {
   EXPECT_EQ(refusal(status), "JobStatus.state is 7 (must be 0..3)");
   status.jobs[1].state = JobRunState::kSuspended;
   bytes = encoded(status);
-  ASSERT_EQ(bytes.back(), 2);
-  bytes.back() = 4;
+  const size_t state_at = bytes.size() - 17;  // before job_count and job_rows
+  ASSERT_EQ(bytes[state_at], 2);
+  bytes[state_at] = 4;
   EXPECT_EQ(rejection(bytes), "JobStatus.state is 4 (must be 0..3)");
 }
 

@@ -23,7 +23,7 @@ constexpr const char* kUsage =
     "  STATE       running, suspend-requested or suspended\n"
     "  MIN, MAX    its limits on the GPU (zico-umctl budget set --job)\n"
     "\n"
-    "  --json          on stdout: {\"jobs\":[{\"id\",\"pid\",\"uid\",\"name\",\"gpu\",\"granted_bytes\",\n"
+    "  --json          on stdout: {\"job_rows\":N,\"jobs\":[{\"id\",\"pid\",\"uid\",\"name\",\"gpu\",\"granted_bytes\",\n"
     "                  \"min_bytes\",\"max_bytes\" (null: unlimited),\"allocated_bytes\",\"persistent_bytes\",\n"
     "                  \"transient_bytes\",\"waiting_bytes\",\"wait_s\",\"iterations\",\"state\"}...]}\n"
     "%s"
@@ -57,11 +57,13 @@ void print_text(const proto::StatusReply& status) {
                    format_size(job.min_bytes), format_limit(job.max_bytes)});
   }
   std::fputs(table.render().c_str(), stdout);
+  std::fputs(cut_note(status).c_str(), stdout);
 }
 
 void print_json(const proto::StatusReply& status) {
   JsonWriter json;
   json.begin_object();
+  json.field("job_rows", status.job_rows);
   json.key("jobs");
   json.begin_array();
   for (const proto::JobStatus& job : status.jobs) write_job_json(json, job);

@@ -20,7 +20,8 @@ constexpr const char* kUsage =
     "pool of chunks it created, what jobs wait for, and chunks granted, returned and deadlocks\n"
     "broken since it started; and how many jobs it serves.\n"
     "\n"
-    "  --json          on stdout: {\"daemon_pid\":N,\"uptime_s\":F,\"gpus\":[GPU...],\"jobs\":[JOB...]}\n"
+    "  --json          on stdout: {\"daemon_pid\":N,\"uptime_s\":F,\"gpus\":[GPU...],\"job_count\":N,\n"
+    "                  \"job_rows\":N,\"jobs\":[JOB...]} (job_rows > the JOBs listed: the daemon sends 128)\n"
     "                  GPU: {\"index\",\"uuid\",\"chunk_bytes\",\"budget_bytes\",\"granted_bytes\",\n"
     "                  \"pool_bytes\",\"waiting_bytes\",\"grants\",\"returns\",\"deadlocks\"}\n"
     "                  JOB: as in 'zico-umctl jobs --json'\n"
@@ -29,9 +30,10 @@ constexpr const char* kUsage =
     "Exit status: 0, 1 if zico-umd failed to answer, 2 for bad usage, 3 if no zico-umd runs.\n";
 
 void print_text(const proto::StatusReply& status) {
-  const size_t jobs = job_count(status);
-  std::printf("zico-umd pid %llu, up %s, %zu job%s\n", static_cast<unsigned long long>(status.daemon_pid),
-              format_duration(static_cast<double>(status.uptime_ns) / 1e9).c_str(), jobs, jobs == 1 ? "" : "s");
+  const uint64_t jobs = status.job_count;
+  std::printf("zico-umd pid %llu, up %s, %llu job%s\n", static_cast<unsigned long long>(status.daemon_pid),
+              format_duration(static_cast<double>(status.uptime_ns) / 1e9).c_str(),
+              static_cast<unsigned long long>(jobs), jobs == 1 ? "" : "s");
   using Align = TextTable::Align;
   TextTable table({{"GPU", Align::kRight},
                    {"BUDGET", Align::kRight},
@@ -59,6 +61,8 @@ void print_json(const proto::StatusReply& status) {
   json.begin_array();
   for (const proto::GpuStatus& gpu : status.gpus) write_gpu_json(json, gpu);
   json.end_array();
+  json.field("job_count", status.job_count);
+  json.field("job_rows", status.job_rows);
   json.key("jobs");
   json.begin_array();
   for (const proto::JobStatus& job : status.jobs) write_job_json(json, job);

@@ -59,10 +59,10 @@ std::string format_duration(double seconds) {
   return text;
 }
 
-size_t job_count(const proto::StatusReply& status) {
-  std::set<uint64_t> ids;
-  for (const proto::JobStatus& job : status.jobs) ids.insert(job.id);
-  return ids.size();
+std::string cut_note(const proto::StatusReply& status) {
+  if (status.job_rows <= status.jobs.size()) return "";
+  return "(listing " + std::to_string(status.jobs.size()) + " of " + std::to_string(status.job_rows) +
+         " job rows: zico-umd sends at most " + std::to_string(status.jobs.size()) + ")\n";
 }
 
 void write_gpu_json(JsonWriter& json, const proto::GpuStatus& gpu) {

@@ -31,8 +31,9 @@ namespace zico::umctl {
 // "0.4s", "59.9s", "5m 07s", "3h 02m", "2d 04h".
 [[nodiscard]] std::string format_duration(double seconds);
 
-// Jobs, not (job, GPU) entries: a job on two GPUs counts once.
-[[nodiscard]] size_t job_count(const proto::StatusReply& status);
+// "" or, when the daemon listed only some of its (job, GPU) rows (it sends
+// at most 128), a line that says how many.
+[[nodiscard]] std::string cut_note(const proto::StatusReply& status);
 
 // {"index":0,"uuid":"..","chunk_bytes":N,"budget_bytes":N,"granted_bytes":N,"pool_bytes":N,
 //  "waiting_bytes":N,"grants":N,"returns":N,"deadlocks":N}

@@ -106,11 +106,11 @@ std::string clock_text() {
 }
 
 std::string frame(const proto::StatusReply& status, const History& history, const Options& options, bool tty) {
-  const size_t jobs = job_count(status);
+  const uint64_t jobs = status.job_count;
   char line[256];
-  std::snprintf(line, sizeof line, "zico-umd pid %llu, up %s, %zu job%s  %s", static_cast<unsigned long long>(status.daemon_pid),
-                format_duration(static_cast<double>(status.uptime_ns) / 1e9).c_str(), jobs, jobs == 1 ? "" : "s",
-                clock_text().c_str());
+  std::snprintf(line, sizeof line, "zico-umd pid %llu, up %s, %llu job%s  %s", static_cast<unsigned long long>(status.daemon_pid),
+                format_duration(static_cast<double>(status.uptime_ns) / 1e9).c_str(),
+                static_cast<unsigned long long>(jobs), jobs == 1 ? "" : "s", clock_text().c_str());
   std::string out = line;
   if (tty) {
     std::snprintf(line, sizeof line, "  (every %gs; Ctrl-C or q+Enter quits)", options.interval);
