@@ -182,6 +182,16 @@ struct Daemon::Impl final : GateGuard {
   std::unordered_map<uint64_t, Job> jobs;
   std::unordered_map<int, Connection> connections;  // by fd
   std::unordered_map<int, uint64_t> pidfd_jobs;     // pidfd -> job whose connection ended
+  // Reservations from the state file whose job did not come back in time:
+  // kept (not counted) while its process lives, so that the job, if it does
+  // come back, can be believed about what it holds where the driver cannot
+  // tell (provable_holding).
+  struct Lapsed {
+    wire::PeerCredentials peer;
+    int pidfd = -1;
+    std::vector<uint64_t> held;  // per GPU, chunks
+  };
+  std::unordered_map<uint64_t, Lapsed> lapsed;
   int listen_fd = -1;
   int epoll_fd = -1;
   int timer_fd = -1;
@@ -270,9 +280,9 @@ struct Daemon::Impl final : GateGuard {
   void audit(uint64_t now);
   // What a job that comes back without a reservation may count as held of
   // the `claimed` chunks: what its process is seen to hold, or, where the
-  // driver cannot tell, all of it without a state file (nothing to check
-  // against) and none with one (a job of the last daemon would have had a
-  // reservation).
+  // driver cannot tell, what its lapsed reservation said, all of it without
+  // a state file (nothing to check against), and none otherwise (a job of
+  // the last daemon would have had a reservation).
   [[nodiscard]] uint64_t provable_holding(const Job& job, uint32_t gpu, uint64_t claimed);
   void audit_job(Job& job);
   void settle_excess(Job& job, uint32_t gpu, uint64_t excess_chunks);
@@ -526,8 +536,10 @@ void Daemon::Impl::close_connection(int fd, const std::string& reason, bool say_
   auto it = connections.find(fd);
   if (it == connections.end()) return;
   const Connection connection = it->second;
+  // Said while the connection is still known, so under its own limits; to a
+  // peer with messages still queued, none: it would go with them.
+  if (say_goodbye && outboxes[fd].empty()) (void)send(fd, proto::Goodbye{reason.substr(0, proto::kMaxString)});
   connections.erase(it);
-  if (say_goodbye) (void)send(fd, proto::Goodbye{reason.substr(0, proto::kMaxString)});
   outboxes.erase(fd);  // what it did not read goes with it
   unwatch(fd);
   ::close(fd);
@@ -662,10 +674,12 @@ std::string Daemon::Impl::on_hello(Connection& connection, const proto::Hello& h
   }
   if (hello.resume_job_id != 0) {
     // Not reserved for it (no state file, or it came back too late): what it
-    // says it holds is weighed against what its process holds (OpenGpu).
+    // says it holds is weighed against what its process holds (OpenGpu). Its
+    // id is only a name it chose: it does not move the ids of new jobs.
     id = hello.resume_job_id;
-    next_job_id = std::max(next_job_id, id + 1);
   } else {
+    while (jobs.contains(next_job_id) || ledger.has_job(next_job_id)) ++next_job_id;
+    if (next_job_id >= kMaxJobId) return "no job ids left; restart zico-umd";
     id = next_job_id++;
   }
   Job job;
@@ -822,18 +836,17 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
   if (const auto* curve = std::get_if<proto::Curve>(&message)) return on_curve(job, *curve);
   if (const auto* reported = std::get_if<proto::JobState>(&message)) {
     using State = proto::JobRunState;
-    // Running may be said again (after a restart a job cannot know what the
-    // new daemon heard); suspended only when asked; failed after either ask.
-    const bool expected = reported->state == State::kRunning ||
-                          (reported->state == State::kSuspended && job.state == State::kSuspendRequested) ||
-                          (reported->state == State::kFailed &&
-                           (job.state == State::kSuspendRequested || job.state == State::kSuspended));
+    // Running may be said again and failed at any time (after a restart a
+    // job cannot know what the new daemon heard); suspended only when asked.
+    const bool expected = reported->state != State::kSuspended || job.state == State::kSuspendRequested;
     if (!expected) return "JobState " + std::to_string(static_cast<int>(reported->state)) + " was not asked for";
     if (reported->state == State::kFailed) {
       ZICO_LOG(kWarn, "job %llu %s (its log says why)", static_cast<unsigned long long>(job.id),
                job.state == State::kSuspended ? "could not restore its memory; it runs on without it"
-                                              : "could not suspend; it runs on with its memory");
+                                              : "could not suspend; it runs on with what it holds");
       job.state = State::kFailed;
+      // A turn's park that could not happen must not hold the others up.
+      ledger.release_victim(job.id);
       return "";
     }
     if (reported->state == State::kRunning && job.state == State::kRunning) return "";
@@ -922,7 +935,7 @@ proto::StatusReply Daemon::Impl::status() const {
       s.uid = job->peer.uid;
       s.gpu = static_cast<uint32_t>(g);
       s.name = job->name;
-      s.granted_bytes = view.held * chunk;
+      s.granted_bytes = (view.held + view.charged) * chunk;
       s.min_bytes = view.min * chunk;
       s.max_bytes = view.max > UINT64_MAX / chunk ? UINT64_MAX : view.max * chunk;
       s.allocated_bytes = job->gpus[g].report.allocated_bytes;
@@ -1136,7 +1149,18 @@ void Daemon::Impl::expire_expected() {
   for (const auto& [id, job] : jobs) {
     if (job.expected && now > job.expected_until_ns) expired.push_back(id);
   }
-  for (uint64_t id : expired) remove_job(id, "it did not reconnect after the restart");
+  for (uint64_t id : expired) {
+    Job& job = jobs.at(id);
+    Lapsed entry{job.peer, ::fcntl(job.pidfd, F_DUPFD_CLOEXEC, 0), {}};
+    for (const JobGpu& gpu : job.gpus) entry.held.push_back(gpu.unowned);
+    if (entry.pidfd >= 0) lapsed[id] = std::move(entry);
+    remove_job(id, "it did not reconnect after the restart");
+  }
+  std::erase_if(lapsed, [](const auto& item) {
+    if (!process_exited(item.second.pidfd)) return false;
+    ::close(item.second.pidfd);
+    return true;
+  });
 }
 
 // --- lending ---------------------------------------------------------------------------
@@ -1281,8 +1305,13 @@ uint64_t Daemon::Impl::provable_holding(const Job& job, uint32_t gpu, uint64_t c
   uint64_t bytes = 0;
   const Status status = driver.process_memory(job.peer.pid, gpus[gpu].device, &bytes);
   if (status.is_ok()) return std::min(claimed, bytes / gpus[gpu].chunk_bytes);
-  if (status.code() == Errc::kNotSupported && !state_file.is_open()) return claimed;
-  return 0;
+  if (status.code() != Errc::kNotSupported) return 0;
+  // The same process as a reservation that lapsed: what it held then.
+  if (auto it = lapsed.find(job.id); it != lapsed.end() && it->second.peer.pid == job.peer.pid &&
+                                     it->second.peer.uid == job.peer.uid && !process_exited(it->second.pidfd)) {
+    return std::min(claimed, gpu < it->second.held.size() ? it->second.held[gpu] : 0);
+  }
+  return state_file.is_open() ? 0 : claimed;
 }
 
 void Daemon::Impl::audit_job(Job& job) {
@@ -1312,9 +1341,16 @@ void Daemon::Impl::audit_job(Job& job) {
       }
       return;
     }
+    const auto gpu = static_cast<uint32_t>(g);
     const uint64_t chunk = gpus[g].chunk_bytes;
-    const uint64_t lent = lent_chunks(job, static_cast<uint32_t>(g)) * chunk;
-    settle_excess(job, static_cast<uint32_t>(g), bytes > lent ? (bytes - lent + chunk - 1) / chunk : 0);
+    const uint64_t lent = lent_chunks(job, gpu);
+    const uint64_t excess = bytes / chunk > lent ? bytes / chunk - lent + (bytes % chunk != 0 ? 1 : 0) : 0;
+    // Never charged beyond what it could have asked for: a process that
+    // makes look-alike memory of its own gains nothing it could not have had.
+    Ledger::JobView view;
+    (void)ledger.job(job.id, gpu, now_ns(), &view);
+    const uint64_t most = std::min(view.max, ledger.gpu(gpu).budget);
+    settle_excess(job, gpu, std::min(excess, most > lent ? most - lent : 0));
   }
 }
 
@@ -1543,6 +1579,7 @@ Daemon::~Daemon() {
   for (auto& [id, job] : d.jobs) {
     if (job.pidfd >= 0) ::close(job.pidfd);
   }
+  for (auto& [id, entry] : d.lapsed) ::close(entry.pidfd);
   // Chunks lent to live jobs stay alive in their mappings; our handles go.
   for (Impl::Gpu& gpu : d.gpus) {
     for (const Impl::PoolChunk& chunk : gpu.chunks) {

@@ -24,6 +24,9 @@ struct Request {
 // One job on one GPU.
 struct Use {
   uint64_t held = 0;
+  // Held beyond its grants (charge()): in the GPU's granted, never asked
+  // back, not what a yield or a park waits for the job to give.
+  uint64_t charged = 0;
   uint64_t min = 0;
   uint64_t max = UINT64_MAX;
   // Mirrors of this job's entries in the GPU queue, so "is it waiting" is O(1).
@@ -538,7 +541,7 @@ void Ledger::remove_job(JobId job) {
   for (Gpu& gpu : impl_->gpus) {
     auto it = gpu.users.find(job);
     if (it == gpu.users.end()) continue;
-    gpu.granted -= it->second.held;
+    gpu.granted -= it->second.held + it->second.charged;
     gpu.returns += it->second.held;
     gpu.between_users -= it->second.between ? 1 : 0;
     gpu.parked_users -= it->second.parked ? 1 : 0;
@@ -554,7 +557,10 @@ void Ledger::set_frozen(JobId job, bool frozen) {
   auto it = impl_->jobs.find(job);
   if (it == impl_->jobs.end()) return;
   it->second.frozen = frozen;
-  if (!frozen) return;
+  if (frozen) release_victim(job);
+}
+
+void Ledger::release_victim(JobId job) {
   // A victim that can no longer give back must not hold up the next yield,
   // nor wait for a kResume when it is back.
   for (auto& gpu : impl_->gpus) {
@@ -622,7 +628,7 @@ Status Ledger::charge(JobId job, uint32_t gpu, uint64_t chunks, std::string* why
   if (use == nullptr) {
     return invalid(why, "job " + std::to_string(job) + " has not opened GPU " + std::to_string(gpu));
   }
-  use->held += chunks;
+  use->charged += chunks;
   impl_->gpus[gpu].granted += chunks;
   return Status::ok();
 }
@@ -632,11 +638,12 @@ Status Ledger::uncharge(JobId job, uint32_t gpu, uint64_t chunks, std::string* w
   if (use == nullptr) {
     return invalid(why, "job " + std::to_string(job) + " has not opened GPU " + std::to_string(gpu));
   }
-  if (chunks > use->held) {
+  if (chunks > use->charged) {
     return invalid(why, "job " + std::to_string(job) + " is uncharged " + std::to_string(chunks) +
-                            " chunks of GPU " + std::to_string(gpu) + " but holds " + std::to_string(use->held));
+                            " chunks of GPU " + std::to_string(gpu) + " but was charged " +
+                            std::to_string(use->charged));
   }
-  use->held -= chunks;
+  use->charged -= chunks;
   impl_->gpus[gpu].granted -= chunks;
   return Status::ok();
 }
@@ -831,6 +838,7 @@ bool Ledger::job(JobId job, uint32_t gpu, uint64_t now_ns, JobView* out) const {
   out->uid = job_it->second.uid;
   out->order = job_it->second.order;
   out->held = use.held;
+  out->charged = use.charged;
   out->min = use.min;
   out->max = use.max;
   out->waiting = use.waiting_chunks;
@@ -873,7 +881,7 @@ std::string Ledger::check() const {
                " requests, but its counters say " + std::to_string(use.waiting_chunks) + " in " +
                std::to_string(use.waiting_requests);
       }
-      held += use.held;
+      held += use.held + use.charged;
       mins += use.min;
     }
     uint64_t between = 0;

@@ -150,6 +150,9 @@ class Ledger {
   // asked to reclaim, and it does not count when deadlocks are looked for
   // (its chunks come back only when it goes).
   void set_frozen(JobId job, bool frozen);
+  // The job cannot give back what a yield or a park asked of it (its
+  // suspension failed): the next yield may go ahead, and it is not parked.
+  void release_victim(JobId job);
 
   // The job starts using `gpu` (min 0, max unlimited), already holding `held`
   // chunks (a job that reconnects after a daemon restart; 0 otherwise).
@@ -169,10 +172,11 @@ class Ledger {
                                 std::string* why);
 
   // Memory the job holds beyond what it was lent (a process that kept chunks
-  // it gave back, as the daemon measured): counted as held, so the books
-  // stay true of the GPU, like a reconnecting job's holdings, until
-  // uncharge(). Errors: the job has not opened the GPU, or (uncharge) holds
-  // fewer than `chunks`.
+  // it gave back, as the daemon measured): part of the GPU's granted, so the
+  // books stay true of the GPU, until uncharge(); never asked back (it is
+  // not the job's to give), and not what a yield or a park waits for.
+  // Errors: the job has not opened the GPU, or (uncharge) was charged fewer
+  // than `chunks`.
   [[nodiscard]] Status charge(JobId job, uint32_t gpu, uint64_t chunks, std::string* why);
   [[nodiscard]] Status uncharge(JobId job, uint32_t gpu, uint64_t chunks, std::string* why);
   // Error (kInvalidArgument) if below the sum of the jobs' minimums.
@@ -257,7 +261,8 @@ class Ledger {
   struct JobView {
     uint32_t uid = 0;
     uint64_t order = 0;
-    uint64_t held = 0;
+    uint64_t held = 0;     // lent (or held since it reconnected)
+    uint64_t charged = 0;  // held beyond that (charge())
     uint64_t min = 0;
     uint64_t max = UINT64_MAX;
     uint64_t waiting = 0;  // chunks in its waiting requests

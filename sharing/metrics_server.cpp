@@ -99,8 +99,8 @@ void MetricsServer::publish(std::string body) {
     std::lock_guard lock(mutex_);
     body_ = std::move(body);
     ++version_;
+    wanted_.store(false, std::memory_order_relaxed);  // under the lock: a request flagged after this waits for the next
   }
-  wanted_.store(false, std::memory_order_relaxed);
   const char byte = 1;
   (void)!::write(wake_write_, &byte, 1);
 }
@@ -175,8 +175,9 @@ void MetricsServer::run() {
       if (scrape.request.find('\n') != std::string::npos || scrape.request.size() >= 4096) {
         scrape.has_request = true;
         scrape.metrics = scrape.request.starts_with("GET /metrics ") || scrape.request.starts_with("GET / ");
-        scrape.asked_version = version;
         scrape.asked_ms = now_ms();
+        std::lock_guard lock(mutex_);
+        scrape.asked_version = version_;  // a rendering published from now on is newer than the request
         if (scrape.metrics) wanted_.store(true, std::memory_order_relaxed);
       }
     }

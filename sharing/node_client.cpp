@@ -901,13 +901,10 @@ Status NodeClient::open_gpu(DeviceId device, size_t* chunk_bytes, ChunkSource** 
     std::unique_lock lock(impl_->mu);
     Impl::Gpu* raw = nullptr;
     size_t slot = impl_->gpus.size();
+    // Asked before, and not answered in time: the answer may have come
+    // since, or come yet.
     for (size_t i = 0; i < impl_->gpus.size(); ++i) {
       if (impl_->gpus[i]->device != device) continue;
-      // Asked before and not answered in time: the answer may come yet.
-      if (impl_->gpus[i]->answered) {
-        *why = "device " + std::to_string(device.value) + " is already open";
-        return Status(Errc::kInvalidArgument);
-      }
       raw = impl_->gpus[i].get();
       slot = i;
     }
@@ -924,7 +921,8 @@ Status NodeClient::open_gpu(DeviceId device, size_t* chunk_bytes, ChunkSource** 
       impl_->gpus.push_back(std::move(gpu));
     }
     // Ask (again, on a new connection, if the last one ended unanswered).
-    if (std::find(impl_->awaiting_open.begin(), impl_->awaiting_open.end(), slot) == impl_->awaiting_open.end()) {
+    if (!raw->answered &&
+        std::find(impl_->awaiting_open.begin(), impl_->awaiting_open.end(), slot) == impl_->awaiting_open.end()) {
       impl_->awaiting_open.push_back(slot);
       if (!impl_->send_locked(proto::OpenGpu{caps.uuid, 0}, why)) return Status(Errc::kOsError);
     }

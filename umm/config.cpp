@@ -26,6 +26,8 @@ constexpr OptionInfo kOptions[] = {
     {"ZICO_SIM_CAPACITY", "80GiB", "size > 0", "sim backend: memory of each simulated device"},
     {"ZICO_SIM_GRANULARITY", "2MiB", "power of two, 4KiB..1GiB", "sim backend: allocation granularity"},
     {"ZICO_SIM_DEVICES", "1", "integer 1..64", "sim backend: number of simulated devices"},
+    {"ZICO_SIM_PROCESS_MEMORY", "on", "on | off",
+     "sim backend: whether the driver can tell what a process holds (off: as the CUDA backend, which cannot yet)"},
     {"ZICO_SWAP_DIR", "/var/tmp/zicoum", "a directory on a file system with O_DIRECT",
      "where zico_suspend(..., ZICO_STORE_NVME) writes the job's swap file"},
     {"ZICO_NVME_QUEUE_DEPTH", "32", "integer 1..4096", "io_uring requests in flight for the swap file"},
@@ -127,6 +129,13 @@ Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
       return Status(Errc::kConfigError);
     }
     config.sim_devices = static_cast<int>(*n);
+  }
+  if (const char* v = lookup("ZICO_SIM_PROCESS_MEMORY")) {
+    if (std::strcmp(v, "on") != 0 && std::strcmp(v, "off") != 0) {
+      *error = bad_value("ZICO_SIM_PROCESS_MEMORY", v, "on or off");
+      return Status(Errc::kConfigError);
+    }
+    config.sim_process_memory = std::strcmp(v, "on") == 0;
   }
   if (const char* v = lookup("ZICO_SWAP_DIR")) {
     if (*v == '\0') {

@@ -11,6 +11,7 @@ Status open_driver(const Config& config, std::unique_ptr<Driver>* out, std::stri
     options.device_count = config.sim_devices;
     options.capacity = config.sim_capacity / config.sim_granularity * config.sim_granularity;
     options.granularity = config.sim_granularity;
+    options.process_memory = config.sim_process_memory;
     try {
       *out = std::make_unique<SimDriver>(options);
     } catch (const std::bad_alloc&) {

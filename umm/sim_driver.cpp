@@ -601,6 +601,7 @@ Status SimDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream) 
 
 Status SimDriver::process_memory(int pid, DeviceId device, uint64_t* bytes) noexcept {
   ZICO_SIM_CHECK_DEVICE(device);
+  if (!options_.process_memory) return Status(Errc::kNotSupported);
   try {
     // Both places name the memfd "/memfd:NAME (deleted)".
     const std::string name = "/memfd:" + chunk_name(device) + " ";
@@ -620,7 +621,13 @@ Status SimDriver::process_memory(int pid, DeviceId device, uint64_t* bytes) noex
     std::fclose(maps);
     DIR* fds = ::opendir((proc + "/fd").c_str());
     if (fds == nullptr) return Status(Errc::kOsError, errno);
+    // Mappings are bounded by vm.max_map_count; descriptors only by the
+    // process's limit: look at this many, so that a process with a million
+    // cannot make every look slow (what it keeps beyond goes uncounted).
+    constexpr int kMostDescriptors = 1 << 16;
+    int looked = 0;
     while (const dirent* entry = ::readdir(fds)) {
+      if (++looked > kMostDescriptors) break;
       const std::string path = proc + "/fd/" + entry->d_name;
       char target[256];
       const ssize_t length = ::readlink(path.c_str(), target, sizeof target - 1);
@@ -633,7 +640,7 @@ Status SimDriver::process_memory(int pid, DeviceId device, uint64_t* bytes) noex
     }
     ::closedir(fds);
     uint64_t total = 0;
-    for (const auto& [inode, size] : sizes) total += size;
+    for (const auto& [inode, size] : sizes) total = size > UINT64_MAX - total ? UINT64_MAX : total + size;
     *bytes = total;
     return Status::ok();
   } catch (const std::bad_alloc&) {

@@ -40,6 +40,8 @@ struct SimOptions {
   double copy_latency_s = 0;
   bool posix_fd_export = true;
   bool discard = true;
+  // Whether process_memory() can tell (false: kNotSupported, as on CUDA).
+  bool process_memory = true;
   // Off only for tests of code that deliberately unmaps racing work.
   bool require_fence_before_unmap = true;
 };
@@ -115,7 +117,8 @@ class SimDriver final : public Driver {
                           StreamHandle stream) noexcept override;
   Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept override;
   // Chunks are memfds named after their device: the process's mappings and
-  // descriptors of such memfds, each counted once (/proc/PID/maps, /proc/PID/fd).
+  // descriptors of such memfds, each counted once (/proc/PID/maps, and the
+  // first 65536 entries of /proc/PID/fd).
   Status process_memory(int pid, DeviceId device, uint64_t* bytes) noexcept override;
 
  private:

@@ -369,6 +369,52 @@ TEST_F(MultiTenant, AJobDoesNotTrustADaemonAnotherUserRuns) {
   ::close(ready[1]);
 }
 
+TEST_F(MultiTenant, WhereTheDriverCannotTellALateJobIsBelievedAsFarAsItsLapsedReservation) {
+  // As on CUDA today: the daemon cannot see what a process holds.
+  const auto start_blind_daemon = [&] {
+    daemon_ = spawn({g_umd, "--socket", socket_, "--budget", std::to_string(64 * kMiB)}, {"ZICO_BACKEND=sim",
+                    "ZICO_SIM_PROCESS_MEMORY=off"}, (dir_ / "umd.log").string());
+    for (auto deadline = Clock::now() + 5s; Clock::now() < deadline; std::this_thread::sleep_for(5ms)) {
+      zico::proto::StatusReply status;
+      if (query_status(socket_, &status)) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(start_blind_daemon());
+  Child& job = start_job(1, 1'000'000, 8 * kMiB, 8 * kMiB, 5);
+  ASSERT_TRUE(wait_for_job(job.pid, 8 * kMiB, 5000ms)) << job.output();
+  job.kill(SIGSTOP);  // away longer than the new daemon keeps its reservation (5 s)
+  daemon_.kill(SIGKILL);
+  daemon_.wait();
+  ASSERT_TRUE(start_blind_daemon());
+  std::this_thread::sleep_for(5500ms);
+  zico::proto::StatusReply status;
+  ASSERT_TRUE(query_status(socket_, &status));
+  ASSERT_TRUE(status.jobs.empty()) << "the reservation did not lapse";
+  // A stranger claiming an id and chunks is believed in nothing.
+  RawJob forger(socket_);
+  ASSERT_TRUE(forger.send(zico::proto::Hello{4242, "forger"}));
+  ASSERT_TRUE(forger.await<zico::proto::Welcome>(2000ms));
+  ASSERT_TRUE(forger.send(zico::proto::OpenGpu{sim_gpu_uuid(), 16}));
+  ASSERT_TRUE(forger.await<zico::proto::GpuOpened>(2000ms));
+  // The job itself comes back late: what its lapsed reservation said counts.
+  job.kill(SIGCONT);
+  uint64_t held = 0;
+  for (auto deadline = Clock::now() + 5s; held < 8 * kMiB && Clock::now() < deadline; std::this_thread::sleep_for(10ms)) {
+    if (!query_status(socket_, &status)) continue;
+    for (const auto& entry : status.jobs) {
+      if (static_cast<pid_t>(entry.pid) == job.pid) held = entry.granted_bytes;
+    }
+  }
+  EXPECT_GE(held, 8 * kMiB) << daemon_.output();
+  ASSERT_TRUE(query_status(socket_, &status));
+  for (const auto& entry : status.jobs) {
+    if (entry.id == 4242) {
+      EXPECT_EQ(entry.granted_bytes, 0u) << "the forger's claim was believed";
+    }
+  }
+}
+
 // Grant latency as a job sees it: ask for one chunk, take it, give it back.
 struct Latency {
   double median_ms = 0;
