@@ -841,7 +841,9 @@ Status NodeClient::connect(Driver& driver, const NodeClientOptions& options, std
     if (impl->options.job_name.empty()) impl->options.job_name = program_name();
     // A daemon that is slow to answer (busy zeroing memory, stopped, or
     // flooded) is waited for as long as an allocation would wait for memory.
-    const int timeout_ms = wait_timeout_ms(options);
+    NodeClientOptions registration = options;
+    if (options.register_timeout_ns != 0) registration.wait_timeout_ns = options.register_timeout_ns;
+    const int timeout_ms = wait_timeout_ms(registration);
     const int socket = wire::connect_unix(options.socket_path, why, timeout_ms);
     if (socket < 0) {
       return Status(errno == ENOENT || errno == ECONNREFUSED ? Errc::kNotFound : Errc::kOsError, errno);

@@ -57,13 +57,20 @@ void Runtime::connect_to_node() {
   options.daemon_uid = config_.daemon_uid;
   std::string why;
   std::unique_ptr<sharing::NodeClient> client;
-  Status status = sharing::NodeClient::connect(*driver_, options, &client, &why);
-  // A socket file nobody answers on: the daemon is restarting. Wait for it
-  // as an allocation would, rather than run outside the node's budget.
+  // One deadline for all of it: a socket file nobody answers on (the daemon
+  // is restarting) is tried again until then, as an allocation would wait,
+  // rather than run outside the node's budget.
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::nanoseconds(config_.wait_timeout_ns);
+  const auto left_ns = [&] {
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(give_up - std::chrono::steady_clock::now());
+    return static_cast<uint64_t>(std::max<int64_t>(left.count(), 1'000'000));  // at least 1 ms
+  };
+  options.register_timeout_ns = left_ns();
+  Status status = sharing::NodeClient::connect(*driver_, options, &client, &why);
   while (status.code() == Errc::kNotFound && status.detail() == ECONNREFUSED &&
          std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    options.register_timeout_ns = left_ns();
     status = sharing::NodeClient::connect(*driver_, options, &client, &why);
   }
   if (status.is_ok()) {

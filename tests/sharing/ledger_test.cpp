@@ -311,6 +311,37 @@ TEST(LedgerReclaim, ReconnectingJobAboveBudgetIsAskedForTheExcess) {
   EXPECT_TRUE(same(actions[0], Kind::kReclaim, 2, 0, 3)) << describe(actions);
 }
 
+// Memory a job kept after giving it back is charged to it: it fills the
+// budget like any holding, but it is not the job's to give, so a yield
+// ends once the job gave back all it was lent.
+TEST(LedgerCharge, ChargesFillTheBudgetButAYieldDoesNotWaitForThem) {
+  Books b(10);
+  b.join(1);
+  b.join(2);
+  b.hold(1, 1, 4);
+  std::string why;
+  ASSERT_TRUE(b.ledger.charge(1, 0, 2, &why).is_ok()) << why;
+  EXPECT_EQ(b.ledger.gpu(0).granted, 6u);
+  EXPECT_EQ(b.view(1).held, 4u);
+  EXPECT_EQ(b.view(1).charged, 2u);
+  EXPECT_EQ(b.ledger.check(), "");
+  b.hold(2, 1, 3);
+  b.ask(1, 2, 2, 100);  // 1 free: both wait, each for the other
+  b.ask(2, 2, 2, 100);
+  std::vector<LedgerAction> actions = b.ledger.pump(100);
+  ASSERT_EQ(count(actions, Kind::kYield), 1u) << describe(actions);
+  EXPECT_TRUE(same(actions[0], Kind::kYield, 1, 2, 4)) << "asked for what it was lent: " << describe(actions);
+  b.give(1, 4, false, 200);
+  actions = b.ledger.pump(200);
+  EXPECT_EQ(count(actions, Kind::kGrant), 1u) << "the yield ended with the charge still held: " << describe(actions);
+  EXPECT_FALSE(b.ledger.uncharge(1, 0, 3, &why).is_ok()) << "uncharged more than charged";
+  ASSERT_TRUE(b.ledger.uncharge(1, 0, 2, &why).is_ok()) << why;
+  EXPECT_EQ(b.ledger.check(), "");
+  b.ledger.remove_job(2);
+  b.ledger.remove_job(1);
+  EXPECT_EQ(b.ledger.gpu(0).granted, 0u);
+}
+
 TEST(LedgerDeadlock, YieldPicksBiggestHolderOneAtATime) {
   Books b(10);
   b.join(1);
