@@ -126,7 +126,6 @@ struct Daemon::Impl final : GateGuard {
     uint64_t zeroed = 0;            // chunks zeroed for a new owner
     uint64_t live = 0;              // chunks with a handle: the pool's physical memory
     uint64_t total_memory = 0;      // the device's: no budget may exceed it
-    uint64_t renewed = 0;           // chunks released and created afresh for another uid
   };
   struct JobGpu {
     bool open = false;
@@ -1198,7 +1197,6 @@ Status Daemon::Impl::take_chunks(Gpu& gpu, uint32_t uid, uint64_t count, std::ve
       (void)driver.release(chunk.handle);
       chunk.handle = PhysHandle{};
       --gpu.live;
-      ++gpu.renewed;
     }
     if (!chunk.handle.valid()) {
       if (Status status = driver.create(gpu.device, gpu.chunk_bytes, &chunk.handle); !status.is_ok()) {
