@@ -436,8 +436,9 @@ struct Ledger::Impl {
     if (gpu.parked_users == 0) return;
     for (auto& [id, use] : gpu.users) {
       if (!use.parked || use.resume_ns == UINT64_MAX) continue;
-      const bool others_hold = std::any_of(gpu.users.begin(), gpu.users.end(), [&](const auto& other) {
-        return other.first != id && (other.second.held > other.second.min || other.second.waiting_requests > 0);
+      // A copy of the binding: clang before 16 does not capture structured bindings.
+      const bool others_hold = std::any_of(gpu.users.begin(), gpu.users.end(), [&, self = id](const auto& other) {
+        return other.first != self && (other.second.held > other.second.min || other.second.waiting_requests > 0);
       });
       if (others_hold && now_ns < use.resume_ns) continue;
       use.parked = false;
