@@ -12,6 +12,8 @@ namespace zico {
 
 Status api_allocate(size_t bytes, DeviceId device, StreamHandle stream, void** out) noexcept {
   Runtime& runtime = Runtime::instance();
+  // Both name the legacy default stream: one cache for both, as for frees.
+  if (stream == kLegacyStream) stream = StreamHandle{};
   runtime.pause_point();
   const sharing::AllocationWaitScope one_timeout;
   DeviceAllocator* allocator = nullptr;
@@ -68,12 +70,13 @@ void describe_free_failure(const void* ptr, Status status) {
 }  // namespace
 
 Status api_free(void* ptr, StreamHandle stream) noexcept {
-  Runtime& runtime = Runtime::instance();
-  DeviceAllocator* allocator = runtime.owner_of(ptr);
+  Runtime* created = Runtime::if_created();
+  DeviceAllocator* allocator = created != nullptr ? created->owner_of(ptr) : nullptr;
   if (allocator == nullptr) {
     describe_free_failure(ptr, Status(Errc::kNotFound));
     return Status(Errc::kNotFound);
   }
+  Runtime& runtime = *created;
   if (stream == kLegacyStream) stream = StreamHandle{};  // both name the legacy default stream
   if (stream == kPerThreadStream) {
     // This handle names a different stream in every thread, so no fence could
@@ -92,9 +95,10 @@ Status api_free(void* ptr, StreamHandle stream) noexcept {
 }
 
 Status api_free_synchronous(void* ptr) noexcept {
-  Runtime& runtime = Runtime::instance();
-  DeviceAllocator* allocator = runtime.owner_of(ptr);
+  Runtime* created = Runtime::if_created();
+  DeviceAllocator* allocator = created != nullptr ? created->owner_of(ptr) : nullptr;
   if (allocator == nullptr) return api_free(ptr, StreamHandle{});  // reports kNotFound
+  Runtime& runtime = *created;
   const bool idle = runtime.driver()->device_synchronize(allocator->device()).is_ok();
   // Without a completed synchronize, fall back to the legacy stream's fence.
   if (sharing::NodeClient* node = runtime.node()) node->on_freed(allocator->device(), ptr);
@@ -104,9 +108,10 @@ Status api_free_synchronous(void* ptr) noexcept {
 }
 
 void api_stream_destroyed(StreamHandle stream) noexcept {
-  Runtime& runtime = Runtime::instance();
+  Runtime* runtime = Runtime::if_created();
+  if (runtime == nullptr) return;  // nothing of ours can be on it
   for (int device = 0; device < Runtime::kMaxDevices; ++device) {
-    if (DeviceAllocator* allocator = runtime.existing_allocator(DeviceId{device})) allocator->fence_stream(stream);
+    if (DeviceAllocator* allocator = runtime->existing_allocator(DeviceId{device})) allocator->fence_stream(stream);
   }
 }
 

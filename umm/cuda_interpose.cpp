@@ -5,8 +5,8 @@
 // cuStreamDestroy_v2, which fence the dying stream's cached blocks and then
 // call the real function. Every other CUDA call goes to the real libraries
 // untouched. A pointer zicoum did not allocate is handed to the real function
-// (found with dlsym(RTLD_NEXT)), so memory from before the preload or from
-// other allocators keeps working. Programs that link libcudart statically
+// (RealFunction below), so memory from before the preload or from other
+// allocators keeps working. Programs that link libcudart statically
 // (nvcc's default) never reach these symbols: link with -cudart shared.
 //
 // cudaFree and cuMemFree synchronize the device first, as the real ones do,
@@ -14,6 +14,10 @@
 // what programs built with --default-stream per-thread call; their stream 0
 // is the calling thread's default stream.
 #include <dlfcn.h>
+#include <link.h>
+
+#include <atomic>
+#include <cstring>
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -24,10 +28,59 @@
 namespace zico {
 namespace {
 
-template <typename Fn>
-Fn next_symbol(const char* name) {
-  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+// The library that defines `name` for real: cudart for cuda*, the driver for cu*.
+const char* library_prefix(const char* name) {
+  return std::strncmp(name, "cuda", 4) == 0 ? "libcudart.so" : "libcuda.so";
 }
+
+struct LibrarySearch {
+  const char* prefix;
+  const char* name;
+  void* found = nullptr;
+};
+
+// Each loaded object whose file name starts with the prefix: open it again
+// (RTLD_NOLOAD: only if it is loaded; the reference keeps it loaded while
+// we hold its function) and look the name up in it alone.
+int search_library(dl_phdr_info* info, size_t, void* data) {
+  auto* search = static_cast<LibrarySearch*>(data);
+  if (info->dlpi_name == nullptr || info->dlpi_name[0] == '\0') return 0;
+  const char* slash = std::strrchr(info->dlpi_name, '/');
+  const char* file = slash != nullptr ? slash + 1 : info->dlpi_name;
+  if (std::strncmp(file, search->prefix, std::strlen(search->prefix)) != 0) return 0;
+  void* handle = dlopen(info->dlpi_name, RTLD_NOLOAD | RTLD_LAZY);
+  if (handle == nullptr) return 0;
+  search->found = dlsym(handle, search->name);
+  if (search->found == nullptr) dlclose(handle);
+  return search->found != nullptr ? 1 : 0;
+}
+
+// The real CUDA function behind one we interpose. dlsym(RTLD_NEXT) sees only
+// the global scope, and cudart or libcuda loaded by a library opened with
+// RTLD_LOCAL (Python extension modules: CuPy, JAX plugins; JNI) is not in
+// it: then the loaded libraries are searched by name. A lookup that finds
+// nothing is not remembered (the library may be loaded later).
+template <typename Fn>
+class RealFunction {
+ public:
+  explicit constexpr RealFunction(const char* name) : name_(name) {}
+  Fn get() {
+    if (Fn known = cached_.load(std::memory_order_acquire)) return known;
+    void* found = dlsym(RTLD_NEXT, name_);
+    if (found == nullptr) {
+      LibrarySearch search{library_prefix(name_), name_};
+      dl_iterate_phdr(search_library, &search);
+      found = search.found;
+    }
+    const auto function = reinterpret_cast<Fn>(found);
+    if (function != nullptr) cached_.store(function, std::memory_order_release);
+    return function;
+  }
+
+ private:
+  const char* name_;
+  std::atomic<Fn> cached_{nullptr};
+};
 
 cudaError_t to_runtime_error(Status status) {
   switch (status.code()) {
@@ -68,10 +121,11 @@ DeviceId current_device() {
   Runtime& runtime = Runtime::instance();
   if (runtime.driver() == nullptr) return DeviceId{0};
   if (runtime.config().backend == Backend::kCuda) {
-    using GetDevice = cudaError_t (*)(int*);
-    static const auto runtime_get_device = next_symbol<GetDevice>("cudaGetDevice");
+    static RealFunction<cudaError_t (*)(int*)> runtime_get_device("cudaGetDevice");
     int device = 0;
-    if (runtime_get_device != nullptr && runtime_get_device(&device) == cudaSuccess) return DeviceId{device};
+    if (const auto get = runtime_get_device.get(); get != nullptr && get(&device) == cudaSuccess) {
+      return DeviceId{device};
+    }
   }
   DeviceId device{0};
   return runtime.driver()->current_device(&device).is_ok() ? device : DeviceId{0};
@@ -111,9 +165,8 @@ cudaError_t CUDARTAPI cudaFree(void* devPtr) {
     if (status.code() != zico::Errc::kNotFound) return zico::to_runtime_error(status);
   }
   // Not ours, or cudaFree(NULL) (the idiom that initializes the CUDA context).
-  using Free = cudaError_t (*)(void*);
-  static const auto real_free = zico::next_symbol<Free>("cudaFree");
-  if (real_free != nullptr) return real_free(devPtr);
+  static zico::RealFunction<cudaError_t (*)(void*)> real_free("cudaFree");
+  if (const auto real = real_free.get()) return real(devPtr);
   return devPtr == nullptr ? cudaSuccess : cudaErrorInvalidValue;
 }
 
@@ -121,12 +174,19 @@ cudaError_t CUDARTAPI cudaFreeAsync(void* devPtr, cudaStream_t hStream) {
   if (devPtr == nullptr) return cudaSuccess;
   const zico::Status status = zico::api_free(devPtr, zico::stream_of(hStream));
   if (status.code() != zico::Errc::kNotFound) return zico::to_runtime_error(status);
-  using FreeAsync = cudaError_t (*)(void*, cudaStream_t);
-  static const auto real_free_async = zico::next_symbol<FreeAsync>("cudaFreeAsync");
-  return real_free_async != nullptr ? real_free_async(devPtr, hStream) : cudaErrorInvalidValue;
+  static zico::RealFunction<cudaError_t (*)(void*, cudaStream_t)> real_free_async("cudaFreeAsync");
+  const auto real = real_free_async.get();
+  return real != nullptr ? real(devPtr, hStream) : cudaErrorInvalidValue;
 }
 
+// When zicoum could not start (a bad ZICO_* value, no driver), the device's
+// own numbers rather than an error: frameworks ask at start-up, before their
+// first allocation would report the failure with its reason.
 cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free, size_t* total) {
+  if (!zico::Runtime::instance().init_status().is_ok()) {
+    static zico::RealFunction<cudaError_t (*)(size_t*, size_t*)> real_info("cudaMemGetInfo");
+    if (const auto real = real_info.get()) return real(free, total);
+  }
   return zico::to_runtime_error(zico::memory_info(free, total));
 }
 
@@ -146,12 +206,16 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
     const zico::Status status = zico::api_free_synchronous(ptr);
     if (status.code() != zico::Errc::kNotFound) return zico::to_driver_error(status);
   }
-  using Free = CUresult (*)(CUdeviceptr);
-  static const auto real_free = zico::next_symbol<Free>("cuMemFree_v2");
-  return real_free != nullptr ? real_free(dptr) : CUDA_ERROR_INVALID_VALUE;
+  static zico::RealFunction<CUresult (*)(CUdeviceptr)> real_free("cuMemFree_v2");
+  const auto real = real_free.get();
+  return real != nullptr ? real(dptr) : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
+  if (!zico::Runtime::instance().init_status().is_ok()) {
+    static zico::RealFunction<CUresult (*)(size_t*, size_t*)> real_info("cuMemGetInfo_v2");
+    if (const auto real = real_info.get()) return real(free, total);
+  }
   return zico::to_driver_error(zico::memory_info(free, total));
 }
 
@@ -166,25 +230,25 @@ cudaError_t CUDARTAPI cudaFreeAsync_ptsz(void* devPtr, cudaStream_t hStream) {
   const zico::StreamHandle stream = hStream == nullptr ? zico::kPerThreadStream : zico::stream_of(hStream);
   const zico::Status status = zico::api_free(devPtr, stream);
   if (status.code() != zico::Errc::kNotFound) return zico::to_runtime_error(status);
-  using FreeAsync = cudaError_t (*)(void*, cudaStream_t);
-  static const auto real_free_async = zico::next_symbol<FreeAsync>("cudaFreeAsync_ptsz");
-  return real_free_async != nullptr ? real_free_async(devPtr, hStream) : cudaErrorInvalidValue;
+  static zico::RealFunction<cudaError_t (*)(void*, cudaStream_t)> real_free_async("cudaFreeAsync_ptsz");
+  const auto real = real_free_async.get();
+  return real != nullptr ? real(devPtr, hStream) : cudaErrorInvalidValue;
 }
 
 // A destroyed stream's handle can be handed to the next new stream while the
 // old one's work still runs: fence its cached blocks before it goes.
 cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t stream) {
   zico::api_stream_destroyed(zico::stream_of(stream));
-  using Destroy = cudaError_t (*)(cudaStream_t);
-  static const auto real_destroy = zico::next_symbol<Destroy>("cudaStreamDestroy");
-  return real_destroy != nullptr ? real_destroy(stream) : cudaErrorInvalidResourceHandle;
+  static zico::RealFunction<cudaError_t (*)(cudaStream_t)> real_destroy("cudaStreamDestroy");
+  const auto real = real_destroy.get();
+  return real != nullptr ? real(stream) : cudaErrorInvalidResourceHandle;
 }
 
 CUresult CUDAAPI cuStreamDestroy_v2(CUstream stream) {
   zico::api_stream_destroyed(zico::stream_of(stream));
-  using Destroy = CUresult (*)(CUstream);
-  static const auto real_destroy = zico::next_symbol<Destroy>("cuStreamDestroy_v2");
-  return real_destroy != nullptr ? real_destroy(stream) : CUDA_ERROR_INVALID_HANDLE;
+  static zico::RealFunction<CUresult (*)(CUstream)> real_destroy("cuStreamDestroy_v2");
+  const auto real = real_destroy.get();
+  return real != nullptr ? real(stream) : CUDA_ERROR_INVALID_HANDLE;
 }
 
 }  // extern "C"

@@ -1,6 +1,7 @@
 #include "runtime.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <thread>
@@ -19,10 +20,20 @@ extern char** environ;
 
 namespace zico {
 
+namespace {
+std::atomic<Runtime*> g_created{nullptr};
+}  // namespace
+
 Runtime& Runtime::instance() noexcept {
-  static Runtime* runtime = new Runtime();  // intentionally leaked; see runtime.h
+  static Runtime* runtime = [] {
+    auto* created = new Runtime();  // intentionally leaked; see runtime.h
+    g_created.store(created, std::memory_order_release);
+    return created;
+  }();
   return *runtime;
 }
+
+Runtime* Runtime::if_created() noexcept { return g_created.load(std::memory_order_acquire); }
 
 Runtime::Runtime() noexcept {
   try {

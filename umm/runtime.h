@@ -32,6 +32,11 @@ class Runtime {
   static constexpr int kMaxDevices = 64;
 
   [[nodiscard]] static Runtime& instance() noexcept;
+  // The runtime if something already created it, else nullptr: for calls
+  // that concern only memory zicoum allocated (frees, stream destruction),
+  // so that a process that never allocated through zicoum does not start it
+  // (cuInit, registering with zico-umd) to hear that a pointer is not ours.
+  [[nodiscard]] static Runtime* if_created() noexcept;
 
   [[nodiscard]] Status init_status() const { return init_status_; }
   [[nodiscard]] const std::string& init_error() const { return init_error_; }
