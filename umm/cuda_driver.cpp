@@ -170,6 +170,18 @@ CUmemLocation device_location(DeviceId device) noexcept {
   return location;
 }
 
+// What every chunk is created with; the granularity is asked with the same,
+// since the handle type and flags can change it.
+CUmemAllocationProp chunk_properties(DeviceId device, const Capabilities& caps) noexcept {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = device_location(device);
+  prop.requestedHandleTypes = caps.posix_fd_export ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+  // Registrable by NICs (NCCL without cuMem, UCX, CUDA-aware MPI) and GPUDirect Storage.
+  prop.allocFlags.gpuDirectRDMACapable = caps.gpu_direct_rdma ? 1 : 0;
+  return prop;
+}
+
 }  // namespace
 
 Status from_cu(int result) noexcept {
@@ -278,16 +290,21 @@ Status CudaDriver::open(std::unique_ptr<Driver>* out, std::string* why) noexcept
   }
   ZICO_CU_REQUIRED(ZICO_CU_RESOLVE)
 #undef ZICO_CU_RESOLVE
-#define ZICO_CU_RESOLVE_OPTIONAL(name, version) \
-  api->name = reinterpret_cast<PFN_##name##_v##version>(resolver.find(#name, version));
+  int driver_version = 0;
+  if (api->cuDriverGetVersion == nullptr || api->cuDriverGetVersion(&driver_version) != CUDA_SUCCESS) {
+    driver_version = 0;
+  }
+  // Only from a driver at least that new: an older one may answer with its
+  // newest variant below the version asked for, whose arguments differ
+  // (cuMemAdvise before 12.2 takes a device, not a location).
+#define ZICO_CU_RESOLVE_OPTIONAL(name, version)                                                      \
+  api->name = driver_version >= (version)                                                            \
+                  ? reinterpret_cast<PFN_##name##_v##version>(resolver.find(#name, version))         \
+                  : nullptr;
   ZICO_CU_OPTIONAL(ZICO_CU_RESOLVE_OPTIONAL)
 #undef ZICO_CU_RESOLVE_OPTIONAL
 
   if (missing != nullptr) {
-    int driver_version = 0;
-    if (api->cuDriverGetVersion == nullptr || api->cuDriverGetVersion(&driver_version) != CUDA_SUCCESS) {
-      driver_version = 0;
-    }
     explain(why, "%s lacks %s (CUDA %d.%d ABI) while the driver reports CUDA %d.%d; update the NVIDIA driver",
             loaded_path(library), missing, missing_version / 1000, missing_version % 1000 / 10,
             driver_version / 1000, driver_version % 1000 / 10);
@@ -387,22 +404,36 @@ Status CudaDriver::device_caps(DeviceId device, Capabilities* caps) noexcept {
     Capabilities found;
     int fd_export = 0;
     int managed = 0;
+    int rdma = 0;
     ZICO_RETURN_IF_ERROR(from_cu(api_->cuDeviceGetAttribute(
         &fd_export, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, slot.handle)));
     ZICO_RETURN_IF_ERROR(from_cu(api_->cuDeviceGetAttribute(&managed, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, slot.handle)));
+    // Unknown to old drivers: then not supported.
+    if (api_->cuDeviceGetAttribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, slot.handle) !=
+        CUDA_SUCCESS) {
+      rdma = 0;
+    }
     ZICO_RETURN_IF_ERROR(from_cu(api_->cuDeviceTotalMem(&found.total_memory, slot.handle)));
     found.posix_fd_export = fd_export != 0;
     found.managed_memory = managed != 0;
-    found.discard = found.managed_memory && api_->cuMemDiscardBatchAsync != nullptr;
+    found.gpu_direct_rdma = rdma != 0;
+    // cuMemDiscardBatchAsync needs concurrent managed access on every device.
+    bool concurrent_everywhere = true;
+    for (int i = 0; i < device_count_; ++i) {
+      int concurrent = 0;
+      if (api_->cuDeviceGetAttribute(&concurrent, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, devices_[i].handle) !=
+              CUDA_SUCCESS ||
+          concurrent == 0) {
+        concurrent_everywhere = false;
+      }
+    }
+    found.discard = found.managed_memory && concurrent_everywhere && api_->cuMemDiscardBatchAsync != nullptr;
     found.numa_node = numa_node_of(slot.handle);
     CUuuid uuid{};
     ZICO_RETURN_IF_ERROR(from_cu(api_->cuDeviceGetUuid(&uuid, slot.handle)));
     std::memcpy(found.uuid.data(), uuid.bytes, found.uuid.size());
     // Same properties create() uses: the handle type can change the granularity.
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location = device_location(device);
-    prop.requestedHandleTypes = found.posix_fd_export ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+    CUmemAllocationProp prop = chunk_properties(device, found);
     ZICO_RETURN_IF_ERROR(from_cu(
         api_->cuMemGetAllocationGranularity(&found.granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM)));
     slot.caps = found;
@@ -471,10 +502,7 @@ Status CudaDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexce
   ZICO_RETURN_IF_ERROR(device_caps(device, &caps));
   ContextScope scope;
   ZICO_RETURN_IF_ERROR(enter(device, &scope));
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location = device_location(device);
-  prop.requestedHandleTypes = caps.posix_fd_export ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+  const CUmemAllocationProp prop = chunk_properties(device, caps);
   CUmemGenericAllocationHandle handle = 0;
   ZICO_RETURN_IF_ERROR(from_cu(api_->cuMemCreate(&handle, bytes, &prop, 0)));
   *out = PhysHandle{handle};
@@ -602,8 +630,20 @@ Status CudaDriver::event_synchronize(EventHandle event) noexcept {
 }
 
 Status CudaDriver::device_synchronize(DeviceId device) noexcept {
-  ContextScope scope;
-  ZICO_RETURN_IF_ERROR(enter(device, &scope));
+  CUcontext caller = nullptr;
+  ZICO_RETURN_IF_ERROR(from_cu(api_->cuCtxGetCurrent(&caller)));
+  {
+    ContextScope scope;
+    ZICO_RETURN_IF_ERROR(enter(device, &scope));
+    ZICO_RETURN_IF_ERROR(from_cu(api_->cuCtxSynchronize()));
+  }
+  // A context the caller made itself on this device (cuCtxCreate, then an
+  // interposed cuMemAlloc/cuMemFree) runs work on our memory too.
+  if (caller == nullptr || caller == devices_[device.value].context.load(std::memory_order_acquire)) {
+    return Status::ok();
+  }
+  CUdevice on = 0;
+  if (api_->cuCtxGetDevice(&on) != CUDA_SUCCESS || on != devices_[device.value].handle) return Status::ok();
   return from_cu(api_->cuCtxSynchronize());
 }
 
@@ -697,6 +737,8 @@ Status CudaDriver::managed_prefetch(void* ptr, size_t bytes, PrefetchTarget targ
 
 Status CudaDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept {
   if (api_->cuMemDiscardBatchAsync == nullptr) return Errc::kNotSupported;
+  // "Must not be legacy NULL stream" (cuda.h).
+  if (stream.value == 0 || stream.value == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY)) return Errc::kInvalidArgument;
   ContextScope scope;
   ZICO_RETURN_IF_ERROR(enter_any(&scope));
   CUdeviceptr base = device_ptr(ptr);

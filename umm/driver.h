@@ -31,6 +31,9 @@ struct Capabilities {
   bool posix_fd_export = false; // chunks can be exported/imported as POSIX fds
   bool managed_memory = false;  // managed (unified) allocations are available
   bool discard = false;         // managed ranges can be discarded (cuMemDiscardBatchAsync)
+  // Chunks are created registrable for GPUDirect RDMA (NICs, GPUDirect
+  // Storage): the device supports the flag with virtual memory management.
+  bool gpu_direct_rdma = false;
   int numa_node = -1;           // host NUMA node nearest the device; -1: unknown (use the local node)
   // Names the device across processes whatever CUDA_VISIBLE_DEVICES says
   // (cuDeviceGetUuid; SimDriver: "zicoum-sim-gpu" and the ordinal).

@@ -174,7 +174,11 @@ TYPED_TEST_P(DriverContractTest, RejectsBadMappings) {
   EXPECT_FALSE(this->driver_->map(mapped, other).is_ok()) << "mapping over a mapping must fail";
   EXPECT_FALSE(this->driver_->unmap(VaRange{reservation.base + this->gran_, this->gran_}).is_ok())
       << "unmapping an unmapped range must fail";
-  EXPECT_FALSE(this->driver_->release(PhysHandle{0xdead0000}).is_ok());
+  // A made-up handle is refused by SimDriver; CUDA's handles are opaque and
+  // the driver may dereference one (a crash, not an error), so not there.
+  if (std::string_view(this->driver_->name()) != "cuda") {
+    EXPECT_FALSE(this->driver_->release(PhysHandle{0xdead0000}).is_ok());
+  }
   ZICO_ASSERT_OK(this->driver_->release(other));
   ZICO_ASSERT_OK(this->driver_->unmap(mapped));
   ZICO_ASSERT_OK(this->driver_->release(handle));
