@@ -107,6 +107,12 @@ Status api_free_synchronous(void* ptr) noexcept {
   return status;
 }
 
+bool api_stream_capturing(StreamHandle stream) noexcept {
+  Runtime& runtime = Runtime::instance();
+  bool capturing = false;
+  return runtime.driver() != nullptr && runtime.driver()->stream_capturing(stream, &capturing).is_ok() && capturing;
+}
+
 void api_stream_destroyed(StreamHandle stream) noexcept {
   Runtime* runtime = Runtime::if_created();
   if (runtime == nullptr) return;  // nothing of ours can be on it

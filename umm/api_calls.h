@@ -18,6 +18,11 @@ namespace zico {
 [[nodiscard]] Status api_free_synchronous(void* ptr) noexcept;
 // The application is destroying `stream`: fence its cached blocks.
 void api_stream_destroyed(StreamHandle stream) noexcept;
+// Whether `stream` is capturing a CUDA graph. zicoum has no private pool for
+// graph memory: a block it handed out or cached during a capture could reach
+// eager tensors while replays still write it, so the entry points refuse
+// there (or hand the call to CUDA) rather than corrupt. False when unsure.
+[[nodiscard]] bool api_stream_capturing(StreamHandle stream) noexcept;
 
 // CUDA's special stream handles.
 inline constexpr StreamHandle kLegacyStream{0x1};

@@ -2,6 +2,7 @@
 
 #include <pwd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +27,8 @@ constexpr OptionInfo kOptions[] = {
     {"ZICO_SIM_CAPACITY", "80GiB", "size > 0", "sim backend: memory of each simulated device"},
     {"ZICO_SIM_GRANULARITY", "2MiB", "power of two, 4KiB..1GiB", "sim backend: allocation granularity"},
     {"ZICO_SIM_DEVICES", "1", "integer 1..64", "sim backend: number of simulated devices"},
+    {"ZICO_SIM_CAPTURING_STREAM", "none", "a stream handle in hex, e.g. 0x5000",
+     "sim backend: a stream the driver reports as capturing a CUDA graph (tests of what zicoum refuses there)"},
     {"ZICO_SIM_PROCESS_MEMORY", "on", "on | off",
      "sim backend: whether the driver can tell what a process holds (off: as the CUDA backend, which cannot yet)"},
     {"ZICO_SWAP_DIR", "/var/tmp/zicoum", "a directory on a file system with O_DIRECT",
@@ -129,6 +132,16 @@ Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
       return Status(Errc::kConfigError);
     }
     config.sim_devices = static_cast<int>(*n);
+  }
+  if (const char* v = lookup("ZICO_SIM_CAPTURING_STREAM")) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long handle = std::strtoull(v, &end, 16);
+    if (std::strncmp(v, "0x", 2) != 0 || v[2] == '\0' || *end != '\0' || errno != 0 || handle == 0) {
+      *error = bad_value("ZICO_SIM_CAPTURING_STREAM", v, "a non-zero stream handle in hex, e.g. 0x5000");
+      return Status(Errc::kConfigError);
+    }
+    config.sim_capturing_stream = static_cast<uintptr_t>(handle);
   }
   if (const char* v = lookup("ZICO_SIM_PROCESS_MEMORY")) {
     if (std::strcmp(v, "on") != 0 && std::strcmp(v, "off") != 0) {

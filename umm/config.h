@@ -30,6 +30,7 @@ struct Config {
   uint64_t sim_granularity = uint64_t{2} << 20;
   int sim_devices = 1;
   bool sim_process_memory = true;
+  uintptr_t sim_capturing_stream = 0;
   std::string swap_dir;             // "": the NVMe store's default directory
   uint32_t nvme_queue_depth = 32;
   uint32_t nvme_staging_buffers = 4;

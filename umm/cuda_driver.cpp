@@ -52,6 +52,7 @@ namespace zico {
   X(cuStreamCreate, 2000)                         \
   X(cuStreamDestroy, 4000)                        \
   X(cuStreamSynchronize, 2000)                    \
+  X(cuStreamIsCapturing, 10000)                   \
   X(cuEventCreate, 2000)                          \
   X(cuEventDestroy, 4000)                         \
   X(cuEventRecord, 2000)                          \
@@ -733,6 +734,22 @@ Status CudaDriver::managed_prefetch(void* ptr, size_t bytes, PrefetchTarget targ
   ContextScope scope;
   ZICO_RETURN_IF_ERROR(enter_any(&scope));
   return from_cu(api_->cuMemPrefetchAsync(device_ptr(ptr), bytes, location, 0, cu_stream(stream)));
+}
+
+Status CudaDriver::stream_capturing(StreamHandle stream, bool* capturing) noexcept {
+  ContextScope scope;
+  ZICO_RETURN_IF_ERROR(enter_any(&scope));
+  CUstreamCaptureStatus state = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult result = api_->cuStreamIsCapturing(cu_stream(stream), &state);
+  // The legacy stream while another stream captures in global mode: using it
+  // would invalidate that capture, so it counts as capturing.
+  if (result == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) {
+    *capturing = true;
+    return Status::ok();
+  }
+  ZICO_RETURN_IF_ERROR(from_cu(result));
+  *capturing = state != CU_STREAM_CAPTURE_STATUS_NONE;
+  return Status::ok();
 }
 
 Status CudaDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept {

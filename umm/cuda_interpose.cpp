@@ -145,6 +145,12 @@ Status memory_info(size_t* free_bytes, size_t* total_bytes) {
 
 StreamHandle stream_of(const void* stream) { return StreamHandle{reinterpret_cast<uintptr_t>(stream)}; }
 
+// Whether zicoum allocated `ptr` (without starting zicoum to find out).
+bool owns(const void* ptr) {
+  const Runtime* runtime = Runtime::if_created();
+  return runtime != nullptr && runtime->owner_of(ptr) != nullptr;
+}
+
 }  // namespace
 }  // namespace zico
 
@@ -155,7 +161,14 @@ cudaError_t CUDARTAPI cudaMalloc(void** devPtr, size_t size) {
   return zico::to_runtime_error(zico::allocate(devPtr, size, zico::StreamHandle{}));
 }
 
+// In a capturing stream cudaMallocAsync makes a graph memory node, whose
+// memory lives with the graph: CUDA's own, outside the budget, but right.
 cudaError_t CUDARTAPI cudaMallocAsync(void** devPtr, size_t size, cudaStream_t hStream) {
+  if (zico::api_stream_capturing(zico::stream_of(hStream))) {
+    static zico::RealFunction<cudaError_t (*)(void**, size_t, cudaStream_t)> real_malloc_async("cudaMallocAsync");
+    const auto real = real_malloc_async.get();
+    return real != nullptr ? real(devPtr, size, hStream) : cudaErrorStreamCaptureUnsupported;
+  }
   return zico::to_runtime_error(zico::allocate(devPtr, size, zico::stream_of(hStream)));
 }
 
@@ -172,6 +185,10 @@ cudaError_t CUDARTAPI cudaFree(void* devPtr) {
 
 cudaError_t CUDARTAPI cudaFreeAsync(void* devPtr, cudaStream_t hStream) {
   if (devPtr == nullptr) return cudaSuccess;
+  // A free captured into a graph happens at each replay, which zicoum cannot follow.
+  if (zico::owns(devPtr) && zico::api_stream_capturing(zico::stream_of(hStream))) {
+    return cudaErrorStreamCaptureUnsupported;
+  }
   const zico::Status status = zico::api_free(devPtr, zico::stream_of(hStream));
   if (status.code() != zico::Errc::kNotFound) return zico::to_runtime_error(status);
   static zico::RealFunction<cudaError_t (*)(void*, cudaStream_t)> real_free_async("cudaFreeAsync");
@@ -222,12 +239,18 @@ CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
 // Per-thread default stream builds (nvcc --default-stream per-thread).
 cudaError_t CUDARTAPI cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStream_t hStream) {
   const zico::StreamHandle stream = hStream == nullptr ? zico::kPerThreadStream : zico::stream_of(hStream);
+  if (zico::api_stream_capturing(stream)) {
+    static zico::RealFunction<cudaError_t (*)(void**, size_t, cudaStream_t)> real_malloc_async("cudaMallocAsync_ptsz");
+    const auto real = real_malloc_async.get();
+    return real != nullptr ? real(devPtr, size, hStream) : cudaErrorStreamCaptureUnsupported;
+  }
   return zico::to_runtime_error(zico::allocate(devPtr, size, stream));
 }
 
 cudaError_t CUDARTAPI cudaFreeAsync_ptsz(void* devPtr, cudaStream_t hStream) {
   if (devPtr == nullptr) return cudaSuccess;
   const zico::StreamHandle stream = hStream == nullptr ? zico::kPerThreadStream : zico::stream_of(hStream);
+  if (zico::owns(devPtr) && zico::api_stream_capturing(stream)) return cudaErrorStreamCaptureUnsupported;
   const zico::Status status = zico::api_free(devPtr, stream);
   if (status.code() != zico::Errc::kNotFound) return zico::to_runtime_error(status);
   static zico::RealFunction<cudaError_t (*)(void*, cudaStream_t)> real_free_async("cudaFreeAsync_ptsz");

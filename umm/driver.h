@@ -97,6 +97,11 @@ class Driver {
   [[nodiscard]] virtual Status stream_create(DeviceId device, StreamHandle* out) noexcept = 0;
   [[nodiscard]] virtual Status stream_destroy(StreamHandle stream) noexcept = 0;
   [[nodiscard]] virtual Status stream_synchronize(StreamHandle stream) noexcept = 0;
+  // Whether work enqueued on `stream` now would be captured into a CUDA graph
+  // rather than run (also when another stream's capture in global mode makes
+  // the legacy stream unusable): allocation paths that map, record events or
+  // synchronize must not run then, and memory freed there belongs to the graph.
+  [[nodiscard]] virtual Status stream_capturing(StreamHandle stream, bool* capturing) noexcept = 0;
   [[nodiscard]] virtual Status event_create(DeviceId device, EventHandle* out) noexcept = 0;
   [[nodiscard]] virtual Status event_destroy(EventHandle event) noexcept = 0;
   // Captures all work enqueued on `stream` so far.

@@ -12,6 +12,7 @@ Status open_driver(const Config& config, std::unique_ptr<Driver>* out, std::stri
     options.capacity = config.sim_capacity / config.sim_granularity * config.sim_granularity;
     options.granularity = config.sim_granularity;
     options.process_memory = config.sim_process_memory;
+    options.capturing_stream = config.sim_capturing_stream;
     try {
       *out = std::make_unique<SimDriver>(options);
     } catch (const std::bad_alloc&) {

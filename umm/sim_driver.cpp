@@ -599,6 +599,11 @@ Status SimDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream) 
   return Status::ok();
 }
 
+Status SimDriver::stream_capturing(StreamHandle stream, bool* capturing) noexcept {
+  *capturing = options_.capturing_stream != 0 && stream.value == options_.capturing_stream;
+  return Status::ok();
+}
+
 Status SimDriver::process_memory(int pid, DeviceId device, uint64_t* bytes) noexcept {
   ZICO_SIM_CHECK_DEVICE(device);
   if (!options_.process_memory) return Status(Errc::kNotSupported);

@@ -42,6 +42,9 @@ struct SimOptions {
   bool discard = true;
   // Whether process_memory() can tell (false: kNotSupported, as on CUDA).
   bool process_memory = true;
+  // A stream handle that stream_capturing() reports as capturing a CUDA
+  // graph, for tests of what must not happen during a capture (0: none).
+  uintptr_t capturing_stream = 0;
   // Off only for tests of code that deliberately unmaps racing work.
   bool require_fence_before_unmap = true;
 };
@@ -116,6 +119,8 @@ class SimDriver final : public Driver {
   Status managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target,
                           StreamHandle stream) noexcept override;
   Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept override;
+  // Only SimOptions::capturing_stream is ever capturing.
+  Status stream_capturing(StreamHandle stream, bool* capturing) noexcept override;
   // Chunks are memfds named after their device: the process's mappings and
   // descriptors of such memfds, each counted once (/proc/PID/maps, and the
   // first 65536 entries of /proc/PID/fd).
