@@ -130,6 +130,12 @@ zico_status_t zico_mark_iteration(void) {
   return ZICO_OK;
 }
 
+zico_status_t zico_mem_get_info(int device, size_t* free_bytes, size_t* total_bytes) {
+  if (free_bytes == nullptr || total_bytes == nullptr) return ZICO_ERROR_INVALID_VALUE;
+  const zico::Status status = Runtime::instance().memory_info(zico::DeviceId{device}, free_bytes, total_bytes);
+  return zico::report(status, "zico_mem_get_info", device);
+}
+
 zico_status_t zico_empty_cache(int device) {
   zico::DeviceAllocator* allocator = nullptr;
   zico::Status status = Runtime::instance().allocator(zico::DeviceId{device}, &allocator);

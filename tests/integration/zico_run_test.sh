@@ -74,6 +74,12 @@ preloaded=$(sed -n 's/^LD_PRELOAD=//p' "$out")
 LD_PRELOAD=/nonexistent/kept.so run --backend sim -- printenv LD_PRELOAD
 [[ $(cat "$out") == /*libzicoum.so:/nonexistent/kept.so ]] || fail "inherited LD_PRELOAD not kept"
 
+# PyTorch's expandable segments would allocate outside the budget: turned off, with a word.
+PYTORCH_CUDA_ALLOC_CONF='max_split_size_mb:128,expandable_segments:True' run --backend sim -- printenv PYTORCH_CUDA_ALLOC_CONF
+[[ $status == 0 ]] || fail "expandable_segments: exit $status"
+[[ $(cat "$out") == 'max_split_size_mb:128,expandable_segments:False' ]] || fail "expandable_segments not turned off: $(cat "$out")"
+grep -q 'outside zicoum' "$err" || fail "expandable_segments: no word on stderr"
+
 ZICO_BACKEND=bogus run -- true
 [[ $status == 2 ]] || fail "inherited ZICO_BACKEND=bogus: exit $status, want 2"
 grep -q 'ZICO_BACKEND' "$err" || fail "inherited bad value: message does not name the variable"

@@ -194,6 +194,35 @@ void set_env(const char* name, const std::string& value) {
   }
 }
 
+// PyTorch's expandable segments map memory with the driver's own calls
+// (cuMemCreate through cuGetProcAddress), which no preload sees: its
+// tensors would live outside the budget. zico-run turns them off, saying so.
+void turn_off_expandable_segments() {
+  for (const char* name : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr) continue;
+    std::string text = value;
+    bool changed = false;
+    for (size_t at = text.find("expandable_segments:"); at != std::string::npos;
+         at = text.find("expandable_segments:", at + 1)) {
+      const size_t start = at + std::strlen("expandable_segments:");
+      const size_t end = text.find(',', start);
+      const std::string setting = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      if (setting == "True" || setting == "true" || setting == "1") {
+        text.replace(start, setting.size(), "False");
+        changed = true;
+      }
+    }
+    if (changed) {
+      std::fprintf(stderr,
+                   "zico-run: %s asks for expandable_segments, whose memory PyTorch maps itself, outside zicoum's "
+                   "budget; the command runs with %s=%s\n",
+                   name, name, text.c_str());
+      set_env(name, text);
+    }
+  }
+}
+
 // Sets the child's environment; returns an exit code on failure.
 std::optional<int> prepare_environment(const Options& options, const fs::path& library) {
   const std::string path = library.string();
@@ -209,6 +238,7 @@ std::optional<int> prepare_environment(const Options& options, const fs::path& l
   if (options.budget) set_env("ZICO_BUDGET", *options.budget);
   if (options.backend) set_env("ZICO_BACKEND", *options.backend);
   if (options.log) set_env("ZICO_LOG", *options.log);
+  turn_off_expandable_segments();
 
   // Our own options were checked already, so a failure here is inherited.
   zico::Config config;

@@ -18,7 +18,7 @@ import os
 import threading
 
 __all__ = [
-    "SIZE_FORM", "Status", "ZicoError", "empty_cache", "library_path", "mark_iteration",
+    "SIZE_FORM", "Status", "ZicoError", "empty_cache", "library_path", "mark_iteration", "mem_get_info",
     "parse_size", "stats", "status_string",
 ]
 
@@ -137,6 +137,7 @@ def _library():
                 ("zico_get_stats", c_int, [c_int, ctypes.POINTER(_Stats)]),
                 ("zico_mark_iteration", c_int, []),
                 ("zico_empty_cache", c_int, [c_int]),
+                ("zico_mem_get_info", c_int, [c_int, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
                 ("zico_suspend", c_int, [c_int, c_int]),
                 ("zico_resume", c_int, [c_int]),
                 ("zico_parse_size", c_int, [c_char_p, ctypes.POINTER(ctypes.c_uint64)]),
@@ -174,6 +175,15 @@ def stats(device=0):
     result = _Stats(struct_size=ctypes.sizeof(_Stats))
     _initializing_call("zico_get_stats", int(device), ctypes.byref(result))
     return {name: getattr(result, name) for name, _ in _Stats._fields_[1:]}
+
+
+def mem_get_info(device=0):
+    """(free, total) bytes on `device` as zicoum offers them to this job: total is the
+    budget, free the budget less the job's allocations (also capped by what the device
+    has free). Raises ZicoError."""
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    _initializing_call("zico_mem_get_info", int(device), ctypes.byref(free), ctypes.byref(total))
+    return free.value, total.value
 
 
 def mark_iteration():

@@ -4,8 +4,11 @@
     zicoum.torch.enable(budget="6GiB")  # before the first CUDA tensor
 
 PyTorch then calls libzicoum's zico_torch_malloc / zico_torch_free for every
-CUDA tensor instead of using its own caching allocator. To run a script
-unmodified instead, use `zico-run --budget 6GiB -- python train.py`.
+CUDA tensor instead of using its own caching allocator, and its memory queries
+(torch.cuda.mem_get_info, memory_allocated, max_memory_allocated,
+memory_reserved, max_memory_reserved, memory_stats, empty_cache) answer from
+zicoum: the budget, not the card. To run a script unmodified instead, use
+`zico-run --budget 6GiB -- python train.py`.
 """
 
 import os
@@ -138,5 +141,72 @@ def enable(budget=None, backend=None, log=None):
             f"the script under zico-run instead ({error})") from error
     if zicoum._settings_read is None:
         zicoum._settings_read = requested
+    _answer_memory_queries(torch)
     _enabled = (_effective(requested), allocator)
     return allocator
+
+
+def _device_index(torch, device):
+    """The CUDA ordinal that torch.cuda's memory functions mean by `device`."""
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    index = torch.device(device).index
+    return torch.cuda.current_device() if index is None else index
+
+
+def _answer_memory_queries(torch):
+    """Replaces PyTorch's memory queries, which the pluggable allocator leaves
+    unanswered (they raise) or answers for the whole card, with zicoum's numbers."""
+
+    def stats(device):
+        return zicoum.stats(_device_index(torch, device))
+
+    def mem_get_info(device=None):
+        return zicoum.mem_get_info(_device_index(torch, device))
+
+    def memory_allocated(device=None):
+        return stats(device)["allocated_bytes"]
+
+    def max_memory_allocated(device=None):
+        return stats(device)["peak_allocated_bytes"]
+
+    def memory_reserved(device=None):
+        return stats(device)["mapped_bytes"]
+
+    def max_memory_reserved(device=None):
+        return stats(device)["peak_mapped_bytes"]
+
+    def memory_stats(device=None):
+        s = stats(device)
+        # The keys of PyTorch's own memory_stats() that a zicoum counter answers.
+        return {
+            "allocated_bytes.all.current": s["allocated_bytes"],
+            "allocated_bytes.all.peak": s["peak_allocated_bytes"],
+            "active_bytes.all.current": s["allocated_bytes"],
+            "active_bytes.all.peak": s["peak_allocated_bytes"],
+            "reserved_bytes.all.current": s["mapped_bytes"],
+            "reserved_bytes.all.peak": s["peak_mapped_bytes"],
+            "allocation.all.allocated": s["allocations"],
+            "allocation.all.freed": s["frees"],
+            "allocation.all.current": s["allocations"] - s["frees"],
+            "num_ooms": s["failed_allocations"],
+            "num_alloc_retries": 0,
+        }
+
+    def empty_cache():
+        zicoum.empty_cache(torch.cuda.current_device())
+
+    answers = {
+        "mem_get_info": mem_get_info, "memory_allocated": memory_allocated,
+        "max_memory_allocated": max_memory_allocated, "memory_reserved": memory_reserved,
+        "max_memory_reserved": max_memory_reserved, "memory_stats": memory_stats, "empty_cache": empty_cache,
+    }
+    for name, function in answers.items():
+        function.__name__ = name
+        function.__doc__ = f"torch.cuda.{name}, answered by zicoum (zicoum.torch.enable)."
+        # Both: torch.cuda re-exports them, and code calls either.
+        setattr(torch.cuda, name, function)
+        if hasattr(torch.cuda, "memory"):
+            setattr(torch.cuda.memory, name, function)

@@ -88,6 +88,11 @@ typedef struct zico_stats {
 
 ZICO_API zico_status_t zico_get_stats(int device, zico_stats_t* stats);
 
+/* What `device` offers this job, as cudaMemGetInfo answers under zicoum:
+ * *total_bytes is the budget, *free_bytes the budget less its allocations,
+ * also capped by what the device really has free. */
+ZICO_API zico_status_t zico_mem_get_info(int device, size_t* free_bytes, size_t* total_bytes);
+
 /* Marks an iteration boundary of the training loop (call at the start of
  * each iteration). Lets zicoum learn the job's memory cycle. */
 ZICO_API zico_status_t zico_mark_iteration(void);
