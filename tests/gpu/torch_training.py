@@ -1,0 +1,76 @@
+"""A deterministic PyTorch training loop for the GPU suite (tests/gpu/run.sh).
+
+    torch_training.py native|enable [--budget SIZE] [--iterations N]
+
+native: PyTorch's own allocator (also what runs under zico-run, which
+preloads libzicoum). enable: zicoum.torch.enable(budget=SIZE) first. Prints
+one JSON line: the losses (as float.hex, so equal means bitwise equal), the
+median iteration time, the peak memory reserved, and in enable mode what a
+CUDA graph capture does (zicoum refuses it rather than corrupt).
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=("native", "enable"))
+    parser.add_argument("--budget", default="8GiB")
+    parser.add_argument("--iterations", type=int, default=36)
+    args = parser.parse_args()
+    if args.mode == "enable":
+        import zicoum.torch
+        zicoum.torch.enable(budget=args.budget)
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True)
+    device = torch.device("cuda")
+    model = nn.Sequential(
+        nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Conv2d(128, 128, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(128, 10)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    generator = torch.Generator(device="cpu").manual_seed(1)
+    inputs = torch.randn(64, 3, 64, 64, generator=generator).to(device)
+    labels = torch.randint(0, 10, (64,), generator=generator).to(device)
+    losses, times = [], []
+    for _ in range(args.iterations):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(inputs), labels)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        times.append(time.perf_counter() - start)
+    result = {
+        "mode": args.mode,
+        "losses": [float(x).hex() for x in losses],
+        "iteration_ms": statistics.median(times[len(times) // 3:]) * 1e3,
+        "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+    }
+    if args.mode == "enable":
+        graph = torch.cuda.CUDAGraph()
+        static = torch.zeros(1024, device=device)
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side), torch.cuda.graph(graph):
+                static = static * 2 + 1
+            result["graph_capture"] = "served (zicoum should have refused)"
+        except RuntimeError as error:
+            result["graph_capture"] = "refused" if "CUDA graph" in str(error) else f"other error: {error}"
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
