@@ -312,6 +312,11 @@ Status Daemon::Impl::setup(std::string* why) {
       *why = "GPU " + std::to_string(config.device.value) + ": " + status.message();
       return status;
     }
+    if (!caps.virtual_memory) {
+      *why = "GPU " + std::to_string(config.device.value) +
+             " does not support CUDA virtual memory management (some vGPU and MIG setups), which lending chunks needs";
+      return Status(Errc::kNotSupported);
+    }
     if (!caps.posix_fd_export) {
       *why = "GPU " + std::to_string(config.device.value) +
              " cannot export memory as POSIX file descriptors, which lending chunks to processes needs";

@@ -406,6 +406,10 @@ Status CudaDriver::device_caps(DeviceId device, Capabilities* caps) noexcept {
     int fd_export = 0;
     int managed = 0;
     int rdma = 0;
+    int vmm = 0;
+    ZICO_RETURN_IF_ERROR(from_cu(
+        api_->cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, slot.handle)));
+    found.virtual_memory = vmm != 0;
     ZICO_RETURN_IF_ERROR(from_cu(api_->cuDeviceGetAttribute(
         &fd_export, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, slot.handle)));
     ZICO_RETURN_IF_ERROR(from_cu(api_->cuDeviceGetAttribute(&managed, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, slot.handle)));
@@ -435,8 +439,10 @@ Status CudaDriver::device_caps(DeviceId device, Capabilities* caps) noexcept {
     std::memcpy(found.uuid.data(), uuid.bytes, found.uuid.size());
     // Same properties create() uses: the handle type can change the granularity.
     CUmemAllocationProp prop = chunk_properties(device, found);
-    ZICO_RETURN_IF_ERROR(from_cu(
-        api_->cuMemGetAllocationGranularity(&found.granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM)));
+    if (found.virtual_memory) {
+      ZICO_RETURN_IF_ERROR(from_cu(
+          api_->cuMemGetAllocationGranularity(&found.granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM)));
+    }
     slot.caps = found;
     slot.caps_known = true;
   }

@@ -34,6 +34,12 @@ Status DeviceAllocator::create(Driver& driver, DeviceId device, const AllocatorO
     *why = "cannot query device " + std::to_string(device.value) + ": " + status.message();
     return status;
   }
+  if (!caps.virtual_memory) {
+    *why = "device " + std::to_string(device.value) +
+           " does not support CUDA virtual memory management (some vGPU and MIG setups), which zicoum allocates "
+           "with: run the program without zicoum (no zico-run, no zicoum.torch.enable)";
+    return Status(Errc::kNotSupported);
+  }
   const size_t chunk = options.chunk_bytes != 0 ? options.chunk_bytes : caps.granularity;
   // Power-of-two chunks, and an arena aligned to them, let every alignment in
   // the arena be an absolute address alignment (SpanHeap relies on it).

@@ -26,6 +26,9 @@ namespace zico {
 
 // What a device can do, reported by the driver rather than #ifdef'd in policy.
 struct Capabilities {
+  // Virtual memory management (reserve, create, map): what zicoum allocates
+  // with. False on some vGPU and MIG setups; then granularity is 0.
+  bool virtual_memory = false;
   size_t granularity = 0;       // minimum chunk size and alignment (2 MiB on H100)
   size_t total_memory = 0;      // device memory in bytes
   bool posix_fd_export = false; // chunks can be exported/imported as POSIX fds

@@ -60,7 +60,7 @@ Status HostStore::grow() {
   if (memory == nullptr) return Status(Errc::kOutOfMemory);
   Block block{memory, driver_.host_register(memory, bytes).is_ok()};
   if (!block.pinned && !warned_unpinned_) {
-    ZICO_LOG(kWarn, "host store: pinning %s failed; evictions will be slower (check RLIMIT_MEMLOCK)",
+    ZICO_LOG(kWarn, "host store: pinning %s of host memory failed; evictions will be slower (host memory short?)",
              format_size(bytes).c_str());
     warned_unpinned_ = true;
   }

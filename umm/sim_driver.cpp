@@ -235,6 +235,7 @@ Status SimDriver::current_device(DeviceId* out) noexcept {
 
 Status SimDriver::capabilities(DeviceId device, Capabilities* caps) noexcept {
   ZICO_SIM_CHECK_DEVICE(device);
+  caps->virtual_memory = true;
   caps->granularity = options_.granularity;
   caps->total_memory = options_.capacity;
   caps->posix_fd_export = options_.posix_fd_export;

@@ -61,6 +61,7 @@ class DriverContractTest : public ::testing::Test {
 TYPED_TEST_SUITE_P(DriverContractTest);
 
 TYPED_TEST_P(DriverContractTest, ReportsSaneCapabilities) {
+  EXPECT_TRUE(this->caps_.virtual_memory) << "zicoum allocates with virtual memory management";
   EXPECT_GT(this->gran_, 0u);
   EXPECT_EQ(this->gran_ & (this->gran_ - 1), 0u) << "granularity must be a power of two";
   EXPECT_GE(this->caps_.total_memory, this->gran_);
