@@ -603,11 +603,22 @@ Status CudaDriver::event_create(DeviceId device, EventHandle* out) noexcept {
   CUevent event = nullptr;
   ZICO_RETURN_IF_ERROR(from_cu(api_->cuEventCreate(&event, CU_EVENT_DISABLE_TIMING)));
   *out = EventHandle{reinterpret_cast<uintptr_t>(event)};
+  try {
+    std::lock_guard lock(events_mu_);
+    event_devices_[out->value] = device.value;
+  } catch (const std::bad_alloc&) {
+    (void)api_->cuEventDestroy(event);
+    return Errc::kOutOfMemory;
+  }
   return Status::ok();
 }
 
 Status CudaDriver::event_destroy(EventHandle event) noexcept {
   if (!event.valid()) return Errc::kInvalidArgument;
+  {
+    std::lock_guard lock(events_mu_);
+    event_devices_.erase(event.value);
+  }
   ContextScope scope;
   ZICO_RETURN_IF_ERROR(enter_any(&scope));
   return from_cu(api_->cuEventDestroy(cu_event(event)));
@@ -616,7 +627,19 @@ Status CudaDriver::event_destroy(EventHandle event) noexcept {
 Status CudaDriver::event_record(EventHandle event, StreamHandle stream) noexcept {
   if (!event.valid()) return Errc::kInvalidArgument;
   ContextScope scope;
-  ZICO_RETURN_IF_ERROR(enter_any(&scope));
+  // 0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: that stream of the current
+  // context, which must be the event's device's (cuEventRecord: "hEvent and
+  // hStream must be from the same context").
+  if (stream.value <= reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD)) {
+    int device = -1;
+    {
+      std::lock_guard lock(events_mu_);
+      if (auto it = event_devices_.find(event.value); it != event_devices_.end()) device = it->second;
+    }
+    ZICO_RETURN_IF_ERROR(device >= 0 ? enter(DeviceId{device}, &scope) : enter_any(&scope));
+  } else {
+    ZICO_RETURN_IF_ERROR(enter_any(&scope));
+  }
   return from_cu(api_->cuEventRecord(cu_event(event), cu_stream(stream)));
 }
 

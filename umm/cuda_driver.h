@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "driver.h"
 
@@ -113,6 +114,11 @@ class CudaDriver final : public Driver {
   std::unique_ptr<Device[]> devices_;
   int device_count_ = 0;
   std::mutex mu_;  // guards lazy retains and the capability cache in devices_
+  // The device each event was created for: stream 0 (and the legacy and
+  // per-thread handles) means that stream of the *current* context, so a
+  // fence on it must be recorded in the event's own device's context.
+  std::mutex events_mu_;
+  std::unordered_map<uintptr_t, int> event_devices_;  // guarded by events_mu_
 };
 
 }  // namespace zico
