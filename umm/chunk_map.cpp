@@ -48,11 +48,11 @@ size_t ChunkMap::unmapped_bytes_in(uintptr_t addr, size_t bytes) const {
   return count * chunk_bytes_;
 }
 
-Status ChunkMap::map_one(size_t index) {
+Status ChunkMap::map_one(size_t index, bool with_access) {
   const VaRange range{address_of(index), chunk_bytes_};
   const SourcedChunk chunk = spares_.back();
   Status status = driver_.map(range, chunk.handle);
-  if (status.is_ok()) {
+  if (status.is_ok() && with_access) {
     status = driver_.set_access(device_, range);
     if (!status.is_ok()) (void)driver_.unmap(range);
   }
@@ -82,16 +82,33 @@ Status ChunkMap::map_range(uintptr_t addr, size_t bytes, Patience patience) {
   if (bytes == 0) return Status::ok();
   ZICO_RETURN_IF_ERROR(obtain_spares(unmapped_bytes_in(addr, bytes) / chunk_bytes_, patience));
   std::vector<size_t> mapped_here;
-  for (size_t i = index_of(addr), last = last_index(addr, bytes); i <= last; ++i) {
-    if (entries_[i].mapped()) continue;
-    const Status status = map_one(i);
-    if (!status.is_ok()) {
-      // All or nothing: nothing can use the chunks this call mapped yet.
-      for (size_t j : mapped_here) (void)unmap_one(j);
-      flush_returns();
-      return status;
+  // Access is granted once per run of chunks mapped here side by side:
+  // cuMemSetAccess takes any fully mapped range and synchronizes, so one
+  // call for a 1 GiB block instead of 512.
+  size_t run_start = SIZE_MAX;
+  const auto grant_run = [&](size_t run_end) {
+    const Status granted = driver_.set_access(device_, VaRange{address_of(run_start), (run_end - run_start) * chunk_bytes_});
+    run_start = SIZE_MAX;
+    return granted;
+  };
+  Status status = Status::ok();
+  for (size_t i = index_of(addr), last = last_index(addr, bytes); i <= last && status.is_ok(); ++i) {
+    if (entries_[i].mapped()) {
+      if (run_start != SIZE_MAX) status = grant_run(i);
+      continue;
     }
-    mapped_here.push_back(i);
+    status = map_one(i, false);
+    if (status.is_ok()) {
+      mapped_here.push_back(i);
+      if (run_start == SIZE_MAX) run_start = i;
+    }
+  }
+  if (status.is_ok() && run_start != SIZE_MAX) status = grant_run(last_index(addr, bytes) + 1);
+  if (!status.is_ok()) {
+    // All or nothing: nothing can use the chunks this call mapped yet.
+    for (size_t j : mapped_here) (void)unmap_one(j);
+    flush_returns();
+    return status;
   }
   return Status::ok();
 }

@@ -101,8 +101,10 @@ class ChunkMap {
   template <typename Fn>
   void for_each_overlap(uintptr_t addr, size_t bytes, Fn fn);
 
-  // Maps a spare at `index`.
-  [[nodiscard]] Status map_one(size_t index);
+  // Maps a spare at `index`, and makes it accessible unless the caller does
+  // that itself for a whole run of chunks (map_range: one cuMemSetAccess per
+  // run, not one per chunk).
+  [[nodiscard]] Status map_one(size_t index, bool with_access = true);
   // Unmaps; the chunk's id waits in returns_ until flush_returns().
   [[nodiscard]] Status unmap_one(size_t index);
   void flush_returns();

@@ -364,6 +364,7 @@ Status SimDriver::set_access(DeviceId device, VaRange range) noexcept {
   for (it = s.mappings.find(range.base); it != s.mappings.end() && it->first < range.end(); ++it) {
     it->second.accessible = true;
   }
+  ++s.counters.set_accesses;
   return Status::ok();
 }
 

@@ -57,6 +57,7 @@ struct SimCounters {
   uint64_t creates = 0;
   uint64_t releases = 0;
   uint64_t maps = 0;
+  uint64_t set_accesses = 0;
   uint64_t unmaps = 0;
   uint64_t imports = 0;
   uint64_t device_syncs = 0;

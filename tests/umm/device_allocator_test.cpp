@@ -194,6 +194,20 @@ TEST_F(DeviceAllocatorTest, DestroyedStreamHandleReuseWaitsForTheOldWork) {
   ZICO_ASSERT_OK(driver_->release_stream(s));
 }
 
+// cuMemSetAccess synchronizes: one call per run of chunks mapped together,
+// not one per chunk (a 20 MiB block is 10 chunks of 2 MiB, one run).
+TEST_F(DeviceAllocatorTest, ABlockOfManyChunksGetsAccessInOneCall) {
+  make(64 * kMiB);
+  const SimCounters before = driver_->counters();
+  auto* p = static_cast<uint8_t*>(alloc(20 * kMiB));
+  ASSERT_NE(p, nullptr);
+  const SimCounters after = driver_->counters();
+  EXPECT_EQ(after.maps - before.maps, 10u);
+  EXPECT_EQ(after.set_accesses - before.set_accesses, 1u);
+  std::memset(p, 0x5a, 20 * kMiB);  // all of it accessible
+  EXPECT_EQ(p[20 * kMiB - 1], 0x5a);
+}
+
 TEST_F(DeviceAllocatorTest, HopelessRequestFailsWithoutFlushingTheCache) {
   make(64 * kMiB);
   std::vector<void*> blocks;
