@@ -347,6 +347,7 @@ Status DeviceAllocator::deallocate(void* ptr, StreamHandle stream) noexcept {
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
   if (!owns(ptr)) return Status(Errc::kNotFound);
   std::lock_guard lock(mutex_);
+  freed_since_sync_ = true;
   const bool finished = stream == kNoPendingWork;
   try {
     if (in_small_chunk(addr)) {
@@ -547,8 +548,12 @@ void DeviceAllocator::release_empty_pages() {
 Status DeviceAllocator::unmap_idle(size_t want, VaRange keep) {
   if (chunks_.idle_bytes() == 0) return Status::ok();
   // Idle chunks hold only fenced blocks, but unmap never waits for the GPU
-  // and drivers have faulted on VA edits under running kernels: be certain.
-  ZICO_RETURN_IF_ERROR(driver_.device_synchronize(device_));
+  // and drivers have faulted on VA edits under running kernels: be certain,
+  // unless nothing was freed since the last time (freed_since_sync_).
+  if (freed_since_sync_) {
+    ZICO_RETURN_IF_ERROR(driver_.device_synchronize(device_));
+    freed_since_sync_ = false;
+  }
   size_t freed = 0;
   return chunks_.trim(want, keep, &freed);
 }

@@ -243,6 +243,11 @@ class DeviceAllocator {
   ChunkMap chunks_;
   SpanHeap heap_;
   size_t budget_;
+  // A block was freed since the device was last synchronized here: until
+  // then, idle chunks may hold blocks whose last kernels still run, so an
+  // unmap waits for the device first. After a synchronize with no free since,
+  // every idle chunk's last use is over: unmapping needs no wait.
+  bool freed_since_sync_ = true;
   std::vector<std::unique_ptr<SmallChunk>> small_chunk_of_;  // indexed by chunk index
   std::vector<size_t> chunks_with_free_pages_;              // small chunk indices
   std::unordered_map<uintptr_t, size_t> large_live_;  // address -> rounded size

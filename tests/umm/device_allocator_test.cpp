@@ -208,6 +208,26 @@ TEST_F(DeviceAllocatorTest, ABlockOfManyChunksGetsAccessInOneCall) {
   EXPECT_EQ(p[20 * kMiB - 1], 0x5a);
 }
 
+// Unmapping waits for the device only if a block was freed since it last
+// did: two budget cuts in a row, with no free between, synchronize once.
+TEST_F(DeviceAllocatorTest, UnmappingWaitsForTheDeviceOnlyAfterAFree) {
+  make(16 * kMiB);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 8; ++i) blocks.push_back(alloc(2 * kMiB));
+  for (void* p : blocks) ZICO_ASSERT_OK(allocator_->deallocate(p, {}));
+  const uint64_t before = driver_->counters().device_syncs;
+  ZICO_ASSERT_OK(allocator_->set_budget(12 * kMiB));
+  EXPECT_EQ(driver_->counters().device_syncs - before, 1u);
+  EXPECT_LE(allocator_->stats().mapped_bytes, 12 * kMiB);
+  ZICO_ASSERT_OK(allocator_->set_budget(8 * kMiB));
+  EXPECT_EQ(driver_->counters().device_syncs - before, 1u) << "nothing was freed since the last wait";
+  EXPECT_LE(allocator_->stats().mapped_bytes, 8 * kMiB);
+  void* p = alloc(2 * kMiB);
+  ZICO_ASSERT_OK(allocator_->deallocate(p, {}));
+  ZICO_ASSERT_OK(allocator_->set_budget(2 * kMiB));
+  EXPECT_EQ(driver_->counters().device_syncs - before, 2u) << "a free since: the next unmap waits";
+}
+
 TEST_F(DeviceAllocatorTest, HopelessRequestFailsWithoutFlushingTheCache) {
   make(64 * kMiB);
   std::vector<void*> blocks;
