@@ -107,10 +107,13 @@ Status api_free_synchronous(void* ptr) noexcept {
   return status;
 }
 
-bool api_stream_capturing(StreamHandle stream) noexcept {
+CaptureState api_capture_state(StreamHandle stream) noexcept {
   Runtime& runtime = Runtime::instance();
-  bool capturing = false;
-  return runtime.driver() != nullptr && runtime.driver()->stream_capturing(stream, &capturing).is_ok() && capturing;
+  CaptureState state = CaptureState::kNone;
+  if (runtime.driver() == nullptr || !runtime.driver()->stream_capture_state(stream, &state).is_ok()) {
+    return CaptureState::kNone;
+  }
+  return state;
 }
 
 void api_stream_destroyed(StreamHandle stream) noexcept {

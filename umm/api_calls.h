@@ -4,6 +4,7 @@
 
 #include <cstddef>
 
+#include "driver.h"
 #include "status.h"
 #include "types.h"
 
@@ -18,11 +19,12 @@ namespace zico {
 [[nodiscard]] Status api_free_synchronous(void* ptr) noexcept;
 // The application is destroying `stream`: fence its cached blocks.
 void api_stream_destroyed(StreamHandle stream) noexcept;
-// Whether `stream` is capturing a CUDA graph. zicoum has no private pool for
-// graph memory: a block it handed out or cached during a capture could reach
-// eager tensors while replays still write it, so the entry points refuse
-// there (or hand the call to CUDA) rather than corrupt. False when unsure.
-[[nodiscard]] bool api_stream_capturing(StreamHandle stream) noexcept;
+// Whether work on `stream` now would be captured into a CUDA graph, or break
+// another stream's capture. zicoum has no private pool for graph memory: a
+// block it handed out or cached during a capture could reach eager tensors
+// while replays still write it, so the entry points refuse there (or hand the
+// call to CUDA) rather than corrupt. kNone when the driver cannot tell.
+[[nodiscard]] CaptureState api_capture_state(StreamHandle stream) noexcept;
 
 // CUDA's special stream handles.
 inline constexpr StreamHandle kLegacyStream{0x1};

@@ -130,6 +130,13 @@ zico_status_t zico_mark_iteration(void) {
   return ZICO_OK;
 }
 
+zico_status_t zico_reset_peak_stats(int device) {
+  zico::DeviceAllocator* allocator = nullptr;
+  const zico::Status status = Runtime::instance().allocator(zico::DeviceId{device}, &allocator);
+  if (status.is_ok()) allocator->reset_peaks();
+  return zico::report(status, "zico_reset_peak_stats", device);
+}
+
 zico_status_t zico_mem_get_info(int device, size_t* free_bytes, size_t* total_bytes) {
   if (free_bytes == nullptr || total_bytes == nullptr) return ZICO_ERROR_INVALID_VALUE;
   const zico::Status status = Runtime::instance().memory_info(zico::DeviceId{device}, free_bytes, total_bytes);

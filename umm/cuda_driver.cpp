@@ -765,19 +765,19 @@ Status CudaDriver::managed_prefetch(void* ptr, size_t bytes, PrefetchTarget targ
   return from_cu(api_->cuMemPrefetchAsync(device_ptr(ptr), bytes, location, 0, cu_stream(stream)));
 }
 
-Status CudaDriver::stream_capturing(StreamHandle stream, bool* capturing) noexcept {
+Status CudaDriver::stream_capture_state(StreamHandle stream, CaptureState* state) noexcept {
   ContextScope scope;
   ZICO_RETURN_IF_ERROR(enter_any(&scope));
-  CUstreamCaptureStatus state = CU_STREAM_CAPTURE_STATUS_NONE;
-  const CUresult result = api_->cuStreamIsCapturing(cu_stream(stream), &state);
-  // The legacy stream while another stream captures in global mode: using it
-  // would invalidate that capture, so it counts as capturing.
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult result = api_->cuStreamIsCapturing(cu_stream(stream), &status);
+  // The legacy stream while a blocking stream captures: work there would
+  // invalidate that capture.
   if (result == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) {
-    *capturing = true;
+    *state = CaptureState::kBlocked;
     return Status::ok();
   }
   ZICO_RETURN_IF_ERROR(from_cu(result));
-  *capturing = state != CU_STREAM_CAPTURE_STATUS_NONE;
+  *state = status == CU_STREAM_CAPTURE_STATUS_NONE ? CaptureState::kNone : CaptureState::kCapturing;
   return Status::ok();
 }
 

@@ -89,7 +89,7 @@ class CudaDriver final : public Driver {
   [[nodiscard]] Status managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target,
                                         StreamHandle stream) noexcept override;
   [[nodiscard]] Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept override;
-  [[nodiscard]] Status stream_capturing(StreamHandle stream, bool* capturing) noexcept override;
+  [[nodiscard]] Status stream_capture_state(StreamHandle stream, CaptureState* state) noexcept override;
   // kNotSupported: per-process usage needs NVML, which is not loaded yet.
   [[nodiscard]] Status process_memory(int pid, DeviceId device, uint64_t* bytes) noexcept override;
 

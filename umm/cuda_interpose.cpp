@@ -18,6 +18,9 @@
 
 #include <atomic>
 #include <cstring>
+#include <new>
+#include <string>
+#include <vector>
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -28,58 +31,79 @@
 namespace zico {
 namespace {
 
-// The library that defines `name` for real: cudart for cuda*, the driver for cu*.
-const char* library_prefix(const char* name) {
-  return std::strncmp(name, "cuda", 4) == 0 ? "libcudart.so" : "libcuda.so";
-}
+// The library that defines `name` for real: cudart for cuda*, the driver for
+// cu*. Wheels vendor renamed copies (libcudart-d0da41ae.so.11.0), so the stem
+// is followed by '.' or '-'; "libcuda" then never matches libcudart.
+const char* library_stem(const char* name) { return std::strncmp(name, "cuda", 4) == 0 ? "libcudart" : "libcuda"; }
 
-struct LibrarySearch {
-  const char* prefix;
-  const char* name;
-  void* found = nullptr;
+struct LoadedLibraries {
+  const char* stem;
+  std::vector<std::string> paths;  // loaded objects named stem.* or stem-*
+  unsigned long long adds = 0;     // objects ever loaded, to tell when to look again
 };
 
-// Each loaded object whose file name starts with the prefix: open it again
-// (RTLD_NOLOAD: only if it is loaded; the reference keeps it loaded while
-// we hold its function) and look the name up in it alone.
-int search_library(dl_phdr_info* info, size_t, void* data) {
-  auto* search = static_cast<LibrarySearch*>(data);
-  if (info->dlpi_name == nullptr || info->dlpi_name[0] == '\0') return 0;
+// Only collects: the loader's lock is held here, and dlopen inside would take
+// another in the opposite order from a thread that is loading a library.
+int collect_library(dl_phdr_info* info, size_t, void* data) {
+  auto* found = static_cast<LoadedLibraries*>(data);
+  found->adds = info->dlpi_adds;
+  if (found->stem == nullptr || info->dlpi_name == nullptr || info->dlpi_name[0] == '\0') return found->stem == nullptr;
   const char* slash = std::strrchr(info->dlpi_name, '/');
   const char* file = slash != nullptr ? slash + 1 : info->dlpi_name;
-  if (std::strncmp(file, search->prefix, std::strlen(search->prefix)) != 0) return 0;
-  void* handle = dlopen(info->dlpi_name, RTLD_NOLOAD | RTLD_LAZY);
-  if (handle == nullptr) return 0;
-  search->found = dlsym(handle, search->name);
-  if (search->found == nullptr) dlclose(handle);
-  return search->found != nullptr ? 1 : 0;
+  const size_t length = std::strlen(found->stem);
+  if (std::strncmp(file, found->stem, length) == 0 && (file[length] == '.' || file[length] == '-')) {
+    try {
+      found->paths.emplace_back(info->dlpi_name);
+    } catch (const std::bad_alloc&) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+unsigned long long libraries_loaded() {
+  LoadedLibraries count{nullptr, {}};
+  dl_iterate_phdr(collect_library, &count);
+  return count.adds;
 }
 
 // The real CUDA function behind one we interpose. dlsym(RTLD_NEXT) sees only
 // the global scope, and cudart or libcuda loaded by a library opened with
 // RTLD_LOCAL (Python extension modules: CuPy, JAX plugins; JNI) is not in
-// it: then the loaded libraries are searched by name. A lookup that finds
-// nothing is not remembered (the library may be loaded later).
+// it: then each loaded cudart (or libcuda) is opened again (RTLD_NOLOAD: the
+// reference keeps it loaded while we hold its function) and asked alone. A
+// lookup that finds nothing is tried again once another library was loaded.
 template <typename Fn>
 class RealFunction {
  public:
   explicit constexpr RealFunction(const char* name) : name_(name) {}
   Fn get() {
     if (Fn known = cached_.load(std::memory_order_acquire)) return known;
+    const unsigned long long missed = missed_at_.load(std::memory_order_acquire);
+    if (missed != kNever && libraries_loaded() == missed) return nullptr;
     void* found = dlsym(RTLD_NEXT, name_);
-    if (found == nullptr) {
-      LibrarySearch search{library_prefix(name_), name_};
-      dl_iterate_phdr(search_library, &search);
-      found = search.found;
+    LoadedLibraries loaded{library_stem(name_), {}};
+    if (found == nullptr) dl_iterate_phdr(collect_library, &loaded);
+    for (size_t i = 0; found == nullptr && i < loaded.paths.size(); ++i) {
+      void* handle = dlopen(loaded.paths[i].c_str(), RTLD_NOLOAD | RTLD_LAZY);
+      if (handle == nullptr) continue;
+      found = dlsym(handle, name_);
+      if (found == nullptr) dlclose(handle);
     }
     const auto function = reinterpret_cast<Fn>(found);
-    if (function != nullptr) cached_.store(function, std::memory_order_release);
+    if (function != nullptr) {
+      cached_.store(function, std::memory_order_release);
+    } else {
+      missed_at_.store(loaded.adds, std::memory_order_release);
+    }
     return function;
   }
 
  private:
+  static constexpr unsigned long long kNever = ~0ull;
   const char* name_;
   std::atomic<Fn> cached_{nullptr};
+  std::atomic<unsigned long long> missed_at_{kNever};
 };
 
 cudaError_t to_runtime_error(Status status) {
@@ -164,7 +188,7 @@ cudaError_t CUDARTAPI cudaMalloc(void** devPtr, size_t size) {
 // In a capturing stream cudaMallocAsync makes a graph memory node, whose
 // memory lives with the graph: CUDA's own, outside the budget, but right.
 cudaError_t CUDARTAPI cudaMallocAsync(void** devPtr, size_t size, cudaStream_t hStream) {
-  if (zico::api_stream_capturing(zico::stream_of(hStream))) {
+  if (zico::api_capture_state(zico::stream_of(hStream)) != zico::CaptureState::kNone) {
     static zico::RealFunction<cudaError_t (*)(void**, size_t, cudaStream_t)> real_malloc_async("cudaMallocAsync");
     const auto real = real_malloc_async.get();
     return real != nullptr ? real(devPtr, size, hStream) : cudaErrorStreamCaptureUnsupported;
@@ -186,7 +210,7 @@ cudaError_t CUDARTAPI cudaFree(void* devPtr) {
 cudaError_t CUDARTAPI cudaFreeAsync(void* devPtr, cudaStream_t hStream) {
   if (devPtr == nullptr) return cudaSuccess;
   // A free captured into a graph happens at each replay, which zicoum cannot follow.
-  if (zico::owns(devPtr) && zico::api_stream_capturing(zico::stream_of(hStream))) {
+  if (zico::owns(devPtr) && zico::api_capture_state(zico::stream_of(hStream)) == zico::CaptureState::kCapturing) {
     return cudaErrorStreamCaptureUnsupported;
   }
   const zico::Status status = zico::api_free(devPtr, zico::stream_of(hStream));
@@ -239,7 +263,7 @@ CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
 // Per-thread default stream builds (nvcc --default-stream per-thread).
 cudaError_t CUDARTAPI cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStream_t hStream) {
   const zico::StreamHandle stream = hStream == nullptr ? zico::kPerThreadStream : zico::stream_of(hStream);
-  if (zico::api_stream_capturing(stream)) {
+  if (zico::api_capture_state(stream) != zico::CaptureState::kNone) {
     static zico::RealFunction<cudaError_t (*)(void**, size_t, cudaStream_t)> real_malloc_async("cudaMallocAsync_ptsz");
     const auto real = real_malloc_async.get();
     return real != nullptr ? real(devPtr, size, hStream) : cudaErrorStreamCaptureUnsupported;
@@ -250,7 +274,9 @@ cudaError_t CUDARTAPI cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStrea
 cudaError_t CUDARTAPI cudaFreeAsync_ptsz(void* devPtr, cudaStream_t hStream) {
   if (devPtr == nullptr) return cudaSuccess;
   const zico::StreamHandle stream = hStream == nullptr ? zico::kPerThreadStream : zico::stream_of(hStream);
-  if (zico::owns(devPtr) && zico::api_stream_capturing(stream)) return cudaErrorStreamCaptureUnsupported;
+  if (zico::owns(devPtr) && zico::api_capture_state(stream) == zico::CaptureState::kCapturing) {
+    return cudaErrorStreamCaptureUnsupported;
+  }
   const zico::Status status = zico::api_free(devPtr, stream);
   if (status.code() != zico::Errc::kNotFound) return zico::to_runtime_error(status);
   static zico::RealFunction<cudaError_t (*)(void*, cudaStream_t)> real_free_async("cudaFreeAsync_ptsz");

@@ -452,7 +452,14 @@ void DeviceAllocator::fence_cache(StreamCache& cache) {
 
 void DeviceAllocator::fence_caches(const StreamHandle* except) {
   for (auto& cache : caches_) {
-    if (except == nullptr || !(cache->stream == *except)) fence_cache(*cache);
+    if (except != nullptr && cache->stream == *except) continue;
+    // A fence recorded on a capturing stream would become a node of the
+    // graph (never complete as a fence), and one on the legacy stream while
+    // another stream captures would break that capture: such a cache keeps
+    // its blocks until the capture is over.
+    CaptureState state = CaptureState::kNone;
+    if (driver_.stream_capture_state(cache->stream, &state).is_ok() && state != CaptureState::kNone) continue;
+    fence_cache(*cache);
   }
 }
 
@@ -545,15 +552,18 @@ void DeviceAllocator::release_empty_pages() {
   }
 }
 
+Status DeviceAllocator::synchronize_device() {
+  ZICO_RETURN_IF_ERROR(driver_.device_synchronize(device_));
+  freed_since_sync_ = false;
+  return Status::ok();
+}
+
 Status DeviceAllocator::unmap_idle(size_t want, VaRange keep) {
   if (chunks_.idle_bytes() == 0) return Status::ok();
   // Idle chunks hold only fenced blocks, but unmap never waits for the GPU
   // and drivers have faulted on VA edits under running kernels: be certain,
   // unless nothing was freed since the last time (freed_since_sync_).
-  if (freed_since_sync_) {
-    ZICO_RETURN_IF_ERROR(driver_.device_synchronize(device_));
-    freed_since_sync_ = false;
-  }
+  if (freed_since_sync_) ZICO_RETURN_IF_ERROR(synchronize_device());
   size_t freed = 0;
   return chunks_.trim(want, keep, &freed);
 }
@@ -587,6 +597,12 @@ void DeviceAllocator::mark_iteration() noexcept {
   stats_.last_iteration_low_bytes = iteration_low_;
   iteration_peak_ = stats_.allocated_bytes;
   iteration_low_ = stats_.allocated_bytes;
+}
+
+void DeviceAllocator::reset_peaks() noexcept {
+  std::lock_guard lock(mutex_);
+  stats_.peak_allocated_bytes = stats_.allocated_bytes;
+  stats_.peak_mapped_bytes = chunks_.mapped_bytes();
 }
 
 AllocatorStats DeviceAllocator::stats() const noexcept {
@@ -694,7 +710,7 @@ Status DeviceAllocator::suspend(BackingStore& store) noexcept {
     ZICO_RETURN_IF_ERROR(ensure_copy_stream());
     reclaim();
     // Kernels may still be writing the memory we are about to copy and unmap.
-    ZICO_RETURN_IF_ERROR(driver_.device_synchronize(device_));
+    ZICO_RETURN_IF_ERROR(synchronize_device());
     ZICO_RETURN_IF_ERROR(unmap_idle(SIZE_MAX, VaRange{}));  // free memory needs no saving
     return evict_in_use(store);
   } catch (const std::bad_alloc&) {
@@ -727,7 +743,7 @@ Status DeviceAllocator::yield_and_map(VaRange range) {
   ZICO_RETURN_IF_ERROR(ensure_copy_stream());
   // This thread is inside the allocator, so it launches nothing; wait for
   // what it launched before. The blocks of `range` are not handed out yet.
-  ZICO_RETURN_IF_ERROR(driver_.device_synchronize(device_));
+  ZICO_RETURN_IF_ERROR(synchronize_device());
   ZICO_RETURN_IF_ERROR(unmap_idle(SIZE_MAX, range));
   ZICO_RETURN_IF_ERROR(evict_in_use(*yield_store_));
   // Chunks of `range` that hold no block yet and are still mapped would keep

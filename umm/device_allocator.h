@@ -140,6 +140,8 @@ class DeviceAllocator {
   [[nodiscard]] Status resume() noexcept;
   [[nodiscard]] bool suspended() const noexcept;
   [[nodiscard]] AllocatorStats stats() const noexcept;
+  // The peaks start again from now (PyTorch's reset_peak_memory_stats).
+  void reset_peaks() noexcept;
 
   [[nodiscard]] DeviceId device() const { return device_; }
   [[nodiscard]] VaRange arena() const { return arena_; }
@@ -248,6 +250,8 @@ class DeviceAllocator {
   // unmap waits for the device first. After a synchronize with no free since,
   // every idle chunk's last use is over: unmapping needs no wait.
   bool freed_since_sync_ = true;
+  // Waits for the device and notes it (freed_since_sync_).
+  [[nodiscard]] Status synchronize_device();
   std::vector<std::unique_ptr<SmallChunk>> small_chunk_of_;  // indexed by chunk index
   std::vector<size_t> chunks_with_free_pages_;              // small chunk indices
   std::unordered_map<uintptr_t, size_t> large_live_;  // address -> rounded size

@@ -55,6 +55,12 @@ enum class ManagedAdvice : uint8_t {
   kUnsetReadMostly,
 };
 
+enum class CaptureState : uint8_t {
+  kNone,       // work on the stream runs
+  kCapturing,  // work on the stream is captured into a graph
+  kBlocked,    // a blocking (legacy) stream while another stream captures: work there would break that capture
+};
+
 // Where a managed prefetch moves pages to.
 struct PrefetchTarget {
   bool to_host = false;
@@ -100,11 +106,11 @@ class Driver {
   [[nodiscard]] virtual Status stream_create(DeviceId device, StreamHandle* out) noexcept = 0;
   [[nodiscard]] virtual Status stream_destroy(StreamHandle stream) noexcept = 0;
   [[nodiscard]] virtual Status stream_synchronize(StreamHandle stream) noexcept = 0;
-  // Whether work enqueued on `stream` now would be captured into a CUDA graph
-  // rather than run (also when another stream's capture in global mode makes
-  // the legacy stream unusable): allocation paths that map, record events or
-  // synchronize must not run then, and memory freed there belongs to the graph.
-  [[nodiscard]] virtual Status stream_capturing(StreamHandle stream, bool* capturing) noexcept = 0;
+  // Whether work enqueued on `stream` now would run, be captured into a CUDA
+  // graph, or break another stream's capture (CaptureState). Allocation paths
+  // that map, record events or synchronize must run only in kNone, and memory
+  // freed in kCapturing belongs to the graph.
+  [[nodiscard]] virtual Status stream_capture_state(StreamHandle stream, CaptureState* state) noexcept = 0;
   [[nodiscard]] virtual Status event_create(DeviceId device, EventHandle* out) noexcept = 0;
   [[nodiscard]] virtual Status event_destroy(EventHandle event) noexcept = 0;
   // Captures all work enqueued on `stream` so far.

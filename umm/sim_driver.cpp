@@ -68,6 +68,13 @@ struct SimEvent {
 
 Status os_error() { return Status(Errc::kOsError, errno); }
 
+// What SimOptions::capturing_stream makes of `stream` (stream_capture_state).
+CaptureState sim_capture_state(uintptr_t capturing_stream, uintptr_t stream) {
+  if (capturing_stream == 0) return CaptureState::kNone;
+  if (stream == capturing_stream) return CaptureState::kCapturing;
+  return stream <= 1 ? CaptureState::kBlocked : CaptureState::kNone;
+}
+
 // A chunk's memfd is named after its device, so that what a process holds
 // of one device can be told from /proc (process_memory).
 std::string chunk_name(DeviceId device) { return "zicoum-sim-chunk-" + std::to_string(device.value); }
@@ -466,6 +473,9 @@ Status SimDriver::event_record(EventHandle event, StreamHandle stream) noexcept 
   auto ev = state_->events.find(event.value);
   if (ev == state_->events.end()) return Status(Errc::kInvalidArgument);
   auto st = state_->streams.find(stream.value);
+  if (sim_capture_state(options_.capturing_stream, stream.value) != CaptureState::kNone) {
+    ++state_->counters.captured_records;
+  }
   ev->second.stream = stream.value;
   ev->second.sequence = st == state_->streams.end() ? 0 : st->second.enqueued;
   return Status::ok();
@@ -601,8 +611,8 @@ Status SimDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream) 
   return Status::ok();
 }
 
-Status SimDriver::stream_capturing(StreamHandle stream, bool* capturing) noexcept {
-  *capturing = options_.capturing_stream != 0 && stream.value == options_.capturing_stream;
+Status SimDriver::stream_capture_state(StreamHandle stream, CaptureState* state) noexcept {
+  *state = sim_capture_state(options_.capturing_stream, stream.value);
   return Status::ok();
 }
 

@@ -58,6 +58,7 @@ struct SimCounters {
   uint64_t releases = 0;
   uint64_t maps = 0;
   uint64_t set_accesses = 0;
+  uint64_t captured_records = 0;  // events recorded on a stream that was not kNone: a fence a graph swallowed
   uint64_t unmaps = 0;
   uint64_t imports = 0;
   uint64_t device_syncs = 0;
@@ -120,8 +121,9 @@ class SimDriver final : public Driver {
   Status managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target,
                           StreamHandle stream) noexcept override;
   Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept override;
-  // Only SimOptions::capturing_stream is ever capturing.
-  Status stream_capturing(StreamHandle stream, bool* capturing) noexcept override;
+  // Only SimOptions::capturing_stream is ever capturing; while it is, the
+  // legacy stream (0, 0x1) is blocked.
+  Status stream_capture_state(StreamHandle stream, CaptureState* state) noexcept override;
   // Chunks are memfds named after their device: the process's mappings and
   // descriptors of such memfds, each counted once (/proc/PID/maps, and the
   // first 65536 entries of /proc/PID/fd).

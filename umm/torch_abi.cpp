@@ -40,7 +40,7 @@ extern "C" {
 void* zico_torch_malloc(ssize_t size, int device, void* stream) {
   if (size == 0) return nullptr;  // PyTorch asks for zero-size tensors and accepts NULL for them
   if (size < 0) throw std::invalid_argument("zicoum: zico_torch_malloc called with negative size " + std::to_string(size));
-  if (zico::api_stream_capturing(zico::StreamHandle{reinterpret_cast<uintptr_t>(stream)})) {
+  if (zico::api_capture_state(zico::StreamHandle{reinterpret_cast<uintptr_t>(stream)}) != zico::CaptureState::kNone) {
     throw std::runtime_error(
         "zicoum: a CUDA graph is being captured (torch.cuda.graph, torch.compile(mode=\"reduce-overhead\")); "
         "zicoum has no private memory pool for graphs yet and refuses rather than let eager tensors reuse graph "
@@ -58,7 +58,8 @@ void* zico_torch_malloc(ssize_t size, int device, void* stream) {
 
 void zico_torch_free(void* ptr, ssize_t /*size*/, int /*device*/, void* stream) {
   if (ptr == nullptr) return;
-  if (zico::api_stream_capturing(zico::StreamHandle{reinterpret_cast<uintptr_t>(stream)})) {
+  if (zico::api_capture_state(zico::StreamHandle{reinterpret_cast<uintptr_t>(stream)}) ==
+      zico::CaptureState::kCapturing) {
     // The graph's kernels may still use it at every replay: never reuse it.
     ZICO_LOG(kWarn, "zico_torch_free(%p) during a CUDA graph capture: the block is kept, never reused", ptr);
     return;

@@ -44,7 +44,7 @@ FAKE_TORCH = {
         def _unanswered(*args, **kwargs):
             raise RuntimeError("CUDAPluggableAllocator does not yet support getDeviceStats")
         mem_get_info = memory_allocated = max_memory_allocated = memory_reserved = _unanswered
-        max_memory_reserved = memory_stats = empty_cache = _unanswered
+        max_memory_reserved = memory_stats = empty_cache = reset_peak_memory_stats = _unanswered
         """,
 }
 
@@ -86,6 +86,10 @@ def main():
     torch.cuda.empty_cache()
     assert torch.cuda.memory_reserved() == 0, "empty_cache left memory mapped"
     assert torch.cuda.max_memory_reserved() >= 3 * MiB
+    assert torch.cuda.memory_stats()["inactive_split.all.current"] == 0  # keys zicoum has no counter for
+    torch.cuda.memory.reset_peak_memory_stats()
+    assert torch.cuda.max_memory_allocated() == 0, "the peak did not start again"
+    assert torch.cuda.max_memory_reserved() == torch.cuda.memory_reserved()
     print("OK")
 
 

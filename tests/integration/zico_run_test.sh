@@ -79,6 +79,10 @@ PYTORCH_CUDA_ALLOC_CONF='max_split_size_mb:128,expandable_segments:True' run --b
 [[ $status == 0 ]] || fail "expandable_segments: exit $status"
 [[ $(cat "$out") == 'max_split_size_mb:128,expandable_segments:False' ]] || fail "expandable_segments not turned off: $(cat "$out")"
 grep -q 'outside zicoum' "$err" || fail "expandable_segments: no word on stderr"
+PYTORCH_CUDA_ALLOC_CONF='expandable_segments: True' run --backend sim -- printenv PYTORCH_CUDA_ALLOC_CONF
+[[ $(cat "$out") == 'expandable_segments:False' ]] || fail "expandable_segments with a space not turned off: $(cat "$out")"
+PYTORCH_CUDA_ALLOC_CONF='max_split_size_mb:64' run --backend sim -- printenv PYTORCH_CUDA_ALLOC_CONF
+[[ $(cat "$out") == 'max_split_size_mb:64' ]] || fail "a setting without expandable_segments changed: $(cat "$out")"
 
 ZICO_BACKEND=bogus run -- true
 [[ $status == 2 ]] || fail "inherited ZICO_BACKEND=bogus: exit $status, want 2"

@@ -228,6 +228,21 @@ TEST_F(DeviceAllocatorTest, UnmappingWaitsForTheDeviceOnlyAfterAFree) {
   EXPECT_EQ(driver_->counters().device_syncs - before, 2u) << "a free since: the next unmap waits";
 }
 
+// A stream capturing a CUDA graph keeps its cached blocks: a fence recorded
+// there would become a node of the graph, never a fence.
+TEST_F(DeviceAllocatorTest, NoFenceIsRecordedOnACapturingStream) {
+  SimOptions sim;
+  sim.capturing_stream = 0x5000;
+  make(64 * kMiB, sim);
+  const StreamHandle capturing{0x5000};
+  const StreamHandle other = new_stream();
+  void* p = alloc(4 * kMiB, capturing);
+  ZICO_ASSERT_OK(allocator_->deallocate(p, capturing));  // cached for the capturing stream
+  void* q = alloc(4 * kMiB, other);                       // another stream misses its cache
+  EXPECT_NE(q, p) << "a block cached by a capturing stream went to another stream";
+  EXPECT_EQ(driver_->counters().captured_records, 0u);
+}
+
 TEST_F(DeviceAllocatorTest, HopelessRequestFailsWithoutFlushingTheCache) {
   make(64 * kMiB);
   std::vector<void*> blocks;

@@ -198,27 +198,38 @@ void set_env(const char* name, const std::string& value) {
 // (cuMemCreate through cuGetProcAddress), which no preload sees: its
 // tensors would live outside the budget. zico-run turns them off, saying so.
 void turn_off_expandable_segments() {
+  const auto trim = [](std::string text) {
+    const size_t first = text.find_first_not_of(" \t");
+    const size_t last = text.find_last_not_of(" \t");
+    return first == std::string::npos ? std::string() : text.substr(first, last - first + 1);
+  };
   for (const char* name : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}) {
     const char* value = std::getenv(name);
     if (value == nullptr) continue;
-    std::string text = value;
+    // PyTorch reads "key:value" items split by commas, spaces allowed.
+    std::string rebuilt;
     bool changed = false;
-    for (size_t at = text.find("expandable_segments:"); at != std::string::npos;
-         at = text.find("expandable_segments:", at + 1)) {
-      const size_t start = at + std::strlen("expandable_segments:");
-      const size_t end = text.find(',', start);
-      const std::string setting = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
-      if (setting == "True" || setting == "true" || setting == "1") {
-        text.replace(start, setting.size(), "False");
-        changed = true;
+    std::string text = value;
+    for (size_t start = 0; start <= text.size();) {
+      const size_t comma = std::min(text.find(',', start), text.size());
+      std::string item = text.substr(start, comma - start);
+      if (const size_t colon = item.find(':'); colon != std::string::npos &&
+                                                trim(item.substr(0, colon)) == "expandable_segments") {
+        const std::string setting = trim(item.substr(colon + 1));
+        if (setting == "True" || setting == "true" || setting == "1") {
+          item = "expandable_segments:False";
+          changed = true;
+        }
       }
+      rebuilt += (start == 0 ? "" : ",") + item;
+      start = comma + 1;
     }
     if (changed) {
       std::fprintf(stderr,
                    "zico-run: %s asks for expandable_segments, whose memory PyTorch maps itself, outside zicoum's "
                    "budget; the command runs with %s=%s\n",
-                   name, name, text.c_str());
-      set_env(name, text);
+                   name, name, rebuilt.c_str());
+      set_env(name, rebuilt);
     }
   }
 }

@@ -19,6 +19,7 @@ import threading
 
 __all__ = [
     "SIZE_FORM", "Status", "ZicoError", "empty_cache", "library_path", "mark_iteration", "mem_get_info",
+    "reset_peak_stats",
     "parse_size", "stats", "status_string",
 ]
 
@@ -137,6 +138,7 @@ def _library():
                 ("zico_get_stats", c_int, [c_int, ctypes.POINTER(_Stats)]),
                 ("zico_mark_iteration", c_int, []),
                 ("zico_empty_cache", c_int, [c_int]),
+                ("zico_reset_peak_stats", c_int, [c_int]),
                 ("zico_mem_get_info", c_int, [c_int, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
                 ("zico_suspend", c_int, [c_int, c_int]),
                 ("zico_resume", c_int, [c_int]),
@@ -175,6 +177,11 @@ def stats(device=0):
     result = _Stats(struct_size=ctypes.sizeof(_Stats))
     _initializing_call("zico_get_stats", int(device), ctypes.byref(result))
     return {name: getattr(result, name) for name, _ in _Stats._fields_[1:]}
+
+
+def reset_peak_stats(device=0):
+    """The peaks in stats(device) start again from the current values. Raises ZicoError."""
+    _initializing_call("zico_reset_peak_stats", int(device))
 
 
 def mem_get_info(device=0):

@@ -11,6 +11,7 @@ zicoum: the budget, not the card. To run a script unmodified instead, use
 `zico-run --budget 6GiB -- python train.py`.
 """
 
+import collections
 import os
 
 import zicoum
@@ -180,8 +181,9 @@ def _answer_memory_queries(torch):
 
     def memory_stats(device=None):
         s = stats(device)
-        # The keys of PyTorch's own memory_stats() that a zicoum counter answers.
-        return {
+        # The keys of PyTorch's own memory_stats() that a zicoum counter
+        # answers; any other reads 0 (memory_summary() asks for many).
+        return collections.defaultdict(int, {
             "allocated_bytes.all.current": s["allocated_bytes"],
             "allocated_bytes.all.peak": s["peak_allocated_bytes"],
             "active_bytes.all.current": s["allocated_bytes"],
@@ -193,7 +195,10 @@ def _answer_memory_queries(torch):
             "allocation.all.current": s["allocations"] - s["frees"],
             "num_ooms": s["failed_allocations"],
             "num_alloc_retries": 0,
-        }
+        })
+
+    def reset_peak_memory_stats(device=None):
+        zicoum.reset_peak_stats(_device_index(torch, device))
 
     def empty_cache():
         zicoum.empty_cache(torch.cuda.current_device())
@@ -202,6 +207,8 @@ def _answer_memory_queries(torch):
         "mem_get_info": mem_get_info, "memory_allocated": memory_allocated,
         "max_memory_allocated": max_memory_allocated, "memory_reserved": memory_reserved,
         "max_memory_reserved": max_memory_reserved, "memory_stats": memory_stats, "empty_cache": empty_cache,
+        "reset_peak_memory_stats": reset_peak_memory_stats, "reset_max_memory_allocated": reset_peak_memory_stats,
+        "reset_max_memory_cached": reset_peak_memory_stats,
     }
     for name, function in answers.items():
         function.__name__ = name

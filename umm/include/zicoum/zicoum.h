@@ -88,6 +88,9 @@ typedef struct zico_stats {
 
 ZICO_API zico_status_t zico_get_stats(int device, zico_stats_t* stats);
 
+/* The peaks of zico_get_stats start again from the current values. */
+ZICO_API zico_status_t zico_reset_peak_stats(int device);
+
 /* What `device` offers this job, as cudaMemGetInfo answers under zicoum:
  * *total_bytes is the budget, *free_bytes the budget less its allocations,
  * also capped by what the device really has free. */
