@@ -11,4 +11,5 @@ with open(sys.argv[1], errors="replace") as log:
         if found:
             verdict = {"Passed": "passed", "Skipped": "skipped"}.get(found.group(2), "failed")
             result[verdict].append(found.group(1))
+result.update({f"{verdict}_count": len(names) for verdict, names in list(result.items())})
 print(json.dumps(result))
