@@ -371,22 +371,16 @@ TEST_F(MultiTenant, AJobDoesNotTrustADaemonAnotherUserRuns) {
 
 TEST_F(MultiTenant, WhereTheDriverCannotTellALateJobIsBelievedAsFarAsItsLapsedReservation) {
   // As on CUDA today: the daemon cannot see what a process holds.
-  const auto start_blind_daemon = [&] {
-    daemon_ = spawn({g_umd, "--socket", socket_, "--budget", std::to_string(64 * kMiB)}, {"ZICO_BACKEND=sim",
-                    "ZICO_SIM_PROCESS_MEMORY=off"}, (dir_ / "umd.log").string());
-    for (auto deadline = Clock::now() + 5s; Clock::now() < deadline; std::this_thread::sleep_for(5ms)) {
-      zico::proto::StatusReply status;
-      if (query_status(socket_, &status)) return true;
-    }
-    return false;
-  };
-  ASSERT_TRUE(start_blind_daemon());
+  const auto start_blind_daemon = [&] { start_daemon(64 * kMiB, {}, {"ZICO_SIM_PROCESS_MEMORY=off"}); };
+  start_blind_daemon();
+  if (HasFatalFailure()) return;
   Child& job = start_job(1, 1'000'000, 8 * kMiB, 8 * kMiB, 5);
   ASSERT_TRUE(wait_for_job(job.pid, 8 * kMiB, 5000ms)) << job.output();
   job.kill(SIGSTOP);  // away longer than the new daemon keeps its reservation (5 s)
   daemon_.kill(SIGKILL);
   daemon_.wait();
-  ASSERT_TRUE(start_blind_daemon());
+  start_blind_daemon();
+  if (HasFatalFailure()) return;
   std::this_thread::sleep_for(5500ms);
   zico::proto::StatusReply status;
   ASSERT_TRUE(query_status(socket_, &status));
@@ -543,14 +537,4 @@ TEST_F(MultiTenant, NoLocalUserDelaysAnotherUsersGrants) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: multi_tenant_test ZICO_UMD NODE_JOB ZICO_UMCTL\n");
-    return 64;
-  }
-  zico_test::g_umd = argv[1];
-  zico_test::g_job = argv[2];
-  zico_test::g_umctl = argv[3];
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return zico_test::run_node_tests(argc, argv); }

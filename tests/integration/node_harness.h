@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
@@ -189,10 +190,13 @@ class NodeManager : public ::testing::Test {
     if (!HasFailure()) std::filesystem::remove_all(dir_);
   }
 
-  void start_daemon(uint64_t budget, const std::vector<std::string>& extra = {}) {
+  void start_daemon(uint64_t budget, const std::vector<std::string>& extra = {},
+                    const std::vector<std::string>& env = {}) {
     std::vector<std::string> args = {g_umd, "--socket", socket_, "--budget", std::to_string(budget)};
     args.insert(args.end(), extra.begin(), extra.end());
-    daemon_ = spawn(args, {"ZICO_BACKEND=sim"}, (dir_ / "umd.log").string());
+    std::vector<std::string> environment = {"ZICO_BACKEND=sim"};
+    environment.insert(environment.end(), env.begin(), env.end());
+    daemon_ = spawn(args, environment, (dir_ / "umd.log").string());
     for (auto deadline = Clock::now() + 5s; Clock::now() < deadline; std::this_thread::sleep_for(5ms)) {
       zico::proto::StatusReply status;
       if (query_status(socket_, &status)) return;
@@ -320,6 +324,19 @@ inline zico::proto::GpuUuid sim_gpu_uuid() {
   zico::Capabilities caps;
   EXPECT_TRUE(sim.capabilities(zico::DeviceId{0}, &caps).is_ok());
   return caps.uuid;
+}
+
+// main() of a node-manager test program: PROGRAM ZICO_UMD NODE_JOB ZICO_UMCTL.
+inline int run_node_tests(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: %s ZICO_UMD NODE_JOB ZICO_UMCTL\n", argv[0]);
+    return 64;
+  }
+  g_umd = argv[1];
+  g_job = argv[2];
+  g_umctl = argv[3];
+  return RUN_ALL_TESTS();
 }
 
 }  // namespace zico_test

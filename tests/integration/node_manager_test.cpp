@@ -398,14 +398,4 @@ TEST_F(NodeManager, AnotherProcessCannotTakeOverAJobAfterARestart) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: node_manager_test ZICO_UMD NODE_JOB ZICO_UMCTL\n");
-    return 64;
-  }
-  zico_test::g_umd = argv[1];
-  zico_test::g_job = argv[2];
-  zico_test::g_umctl = argv[3];
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return zico_test::run_node_tests(argc, argv); }
