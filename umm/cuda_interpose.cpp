@@ -47,7 +47,8 @@ struct LoadedLibraries {
 int collect_library(dl_phdr_info* info, size_t, void* data) {
   auto* found = static_cast<LoadedLibraries*>(data);
   found->adds = info->dlpi_adds;
-  if (found->stem == nullptr || info->dlpi_name == nullptr || info->dlpi_name[0] == '\0') return found->stem == nullptr;
+  if (found->stem == nullptr) return 1;  // only the count was wanted
+  if (info->dlpi_name == nullptr || info->dlpi_name[0] == '\0') return 0;
   const char* slash = std::strrchr(info->dlpi_name, '/');
   const char* file = slash != nullptr ? slash + 1 : info->dlpi_name;
   const size_t length = std::strlen(found->stem);
