@@ -48,6 +48,7 @@ constexpr uint64_t kTickNs = 50'000'000;
 constexpr size_t kStatusJobs = 128;
 constexpr uint64_t kMinCurvePeriodNs = 100'000;  // 100 µs
 constexpr uint64_t kMetricsEveryNs = 1'000'000'000;
+constexpr uint64_t kAuditEveryNs = 1'000'000'000;  // how often jobs' real holdings are checked
 // Job ids stay below this: they never wrap, and 0 keeps meaning "no job".
 constexpr uint64_t kMaxJobId = uint64_t{1} << 63;
 // Limits on connections, so that one local user cannot fill the daemon's
@@ -78,6 +79,12 @@ int send_signal(int pidfd, int signal) {
   errno = ENOSYS;
   return -1;
 #endif
+}
+
+// Not suspended and not asked to be: a suspension may be asked of it (a
+// failed one left it running with its memory).
+bool runs(proto::JobRunState state) {
+  return state == proto::JobRunState::kRunning || state == proto::JobRunState::kFailed;
 }
 
 bool process_exited(int pidfd) {
@@ -275,7 +282,7 @@ struct Daemon::Impl final : GateGuard {
 
   // --- audit ------------------------------------------------------------------
   // Compares each job's process's real holdings with what it was lent (see
-  // daemon.h), every audit_interval_ns.
+  // daemon.h), every kAuditEveryNs.
   void audit(uint64_t now);
   // What a job that comes back without a reservation may count as held of
   // the `claimed` chunks: what its process is seen to hold, or, where the
@@ -1069,7 +1076,7 @@ proto::Result Daemon::Impl::control(const Connection& connection, const proto::J
   }
   if (job.fd < 0) return answer(Errc::kNotFound, "job " + std::to_string(job.id) + " is not connected");
   const std::string name = "job " + std::to_string(job.id);
-  const bool running = job.state == proto::JobRunState::kRunning || job.state == proto::JobRunState::kFailed;
+  const bool running = runs(job.state);
   if (request.action == proto::JobAction::kSuspend) {
     if (!running) {
       return answer(Errc::kInvalidArgument, name + " is already suspended (or about to be)");
@@ -1298,8 +1305,8 @@ uint64_t Daemon::Impl::lent_chunks(const Job& job, uint32_t gpu) const {
 }
 
 void Daemon::Impl::audit(uint64_t now) {
-  if (options.audit_interval_ns == 0 || !audit_supported || now < next_audit_ns) return;
-  next_audit_ns = now + options.audit_interval_ns;
+  if (!audit_supported || now < next_audit_ns) return;
+  next_audit_ns = now + kAuditEveryNs;
   for (auto& [id, job] : jobs) audit_job(job);
 }
 
@@ -1322,7 +1329,7 @@ void Daemon::Impl::audit_job(Job& job) {
   // which its reservation already counts in full.
   // A job in the daemon's own process (benchmarks, tests) would be charged
   // for the pool the daemon keeps.
-  if (options.audit_interval_ns == 0 || !audit_supported || job.expected || job.pidfd < 0 ||
+  if (!audit_supported || job.expected || job.pidfd < 0 ||
       job.peer.pid == ::getpid() || process_exited(job.pidfd)) {
     return;
   }
@@ -1347,7 +1354,8 @@ void Daemon::Impl::audit_job(Job& job) {
     const auto gpu = static_cast<uint32_t>(g);
     const uint64_t chunk = gpus[g].chunk_bytes;
     const uint64_t lent = lent_chunks(job, gpu);
-    const uint64_t excess = bytes / chunk > lent ? bytes / chunk - lent + (bytes % chunk != 0 ? 1 : 0) : 0;
+    const uint64_t holds = bytes / chunk + (bytes % chunk != 0 ? 1 : 0);
+    const uint64_t excess = holds > lent ? holds - lent : 0;
     // Never charged beyond what it could have asked for: a process that
     // makes look-alike memory of its own gains nothing it could not have had.
     Ledger::JobView view;
@@ -1538,7 +1546,7 @@ void Daemon::Impl::pump() {
           ZICO_LOG(kInfo, "GPU %u: job %llu is in the way of another's iteration; it waits its turn in host memory",
                    action.gpu, static_cast<unsigned long long>(action.job));
           if (fd >= 0 && send(fd, proto::Suspend{proto::StoreKind::kHost})) {
-            if (it->second.state == proto::JobRunState::kRunning || it->second.state == proto::JobRunState::kFailed) {
+            if (runs(it->second.state)) {
               it->second.state = proto::JobRunState::kSuspendRequested;
             }
           } else if (fd >= 0) {

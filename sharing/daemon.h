@@ -95,7 +95,6 @@ struct DaemonOptions {
   bool turns = false;
   bool zero_new_chunks = true;                  // false where fresh chunks are known to be zero (SimDriver)
   OveruseAction overuse = OveruseAction::kDeny;
-  uint64_t audit_interval_ns = 1'000'000'000;   // how often jobs' real holdings are checked; 0: never
   std::string metrics_address;                  // "HOST:PORT" or ""
   // Where the daemon keeps, for its successor, an upper bound of what each
   // live job holds (see "Restarts" above); "" keeps nothing.
