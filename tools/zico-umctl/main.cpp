@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "node_commands.h"
+#include "page_command.h"
 #include "replay_command.h"
 #include "simulate_command.h"
 
@@ -24,6 +25,7 @@ constexpr const char* kUsage =
     "Offline:\n"
     "  replay   replay memory traces against zicoum and baseline allocators\n"
     "  simulate jobs from traces sharing one virtual GPU under a memory policy\n"
+    "  page     one job beyond its GPU's memory, under paging policies\n"
     "\n"
     "'zico-umctl COMMAND --help' describes a command.\n";
 
@@ -48,6 +50,7 @@ int main(int argc, char** argv) {
       {"replay", zico::umctl::run_replay}, {"status", zico::umctl::run_status},   {"jobs", zico::umctl::run_jobs},
       {"top", zico::umctl::run_top},       {"budget", zico::umctl::run_budget},   {"suspend", zico::umctl::run_suspend},
       {"resume", zico::umctl::run_resume}, {"simulate", zico::umctl::run_simulate},
+      {"page", zico::umctl::run_page},
   };
   for (const auto& [name, run] : kCommands) {
     if (command == name) return run(argc - 2, argv + 2);

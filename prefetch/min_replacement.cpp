@@ -1,0 +1,81 @@
+#include "min_replacement.h"
+
+#include <set>
+#include <utility>
+
+namespace zico::prefetch {
+
+void MinReplacement::add_op(std::span<const uint32_t> items) {
+  refs_.insert(refs_.end(), items.begin(), items.end());
+  op_first_.push_back(static_cast<uint32_t>(refs_.size()));
+}
+
+void MinReplacement::add_release(uint32_t item) {
+  releases_.emplace_back(static_cast<uint32_t>(op_first_.size() - 1), item);
+}
+
+void MinReplacement::run(uint32_t item_count, uint32_t slots,
+                         const std::function<void(const Miss&)>& on_miss) const {
+  constexpr uint64_t kNever = UINT64_MAX;
+  const size_t ops = op_first_.size() - 1;
+  // Next use of each reference, by op index.
+  std::vector<uint64_t> next(refs_.size(), kNever);
+  std::vector<uint64_t> seen(item_count, kNever);
+  for (size_t op = ops; op-- > 0;) {
+    for (uint32_t r = op_first_[op]; r < op_first_[op + 1]; ++r) {
+      next[r] = seen[refs_[r]];
+      seen[refs_[r]] = op;
+    }
+  }
+
+  std::set<std::pair<uint64_t, uint32_t>> cache;  // (next use, item)
+  std::vector<uint64_t> key(item_count, kNever);
+  std::vector<bool> cached(item_count, false);
+  std::vector<bool> touched(item_count, false);
+  std::vector<uint32_t> last_op(item_count, kNoOp);
+  size_t release = 0;
+  for (uint32_t op = 0; op < ops; ++op) {
+    for (; release < releases_.size() && releases_[release].first <= op; ++release) {
+      const uint32_t item = releases_[release].second;
+      if (!cached[item]) continue;
+      cache.erase({key[item], item});
+      cached[item] = false;
+    }
+    const uint32_t first = op_first_[op];
+    const uint32_t end = op_first_[op + 1];
+    // The op's items that are resident now are pinned: re-key them first so
+    // that they sort by a use after this op, then skip them as victims.
+    // Pinned items are marked by last_op == op; a victim's last_op is then
+    // its last use before this op.
+    for (uint32_t r = first; r < end; ++r) {
+      const uint32_t item = refs_[r];
+      last_op[item] = op;
+      if (!cached[item]) continue;
+      cache.erase({key[item], item});
+      key[item] = next[r];
+      cache.emplace(key[item], item);
+    }
+    for (uint32_t r = first; r < end; ++r) {
+      const uint32_t item = refs_[r];
+      if (!cached[item]) {
+        Miss miss{op, item, !touched[item], kNoItem, kNoOp};
+        if (cache.size() >= slots && !cache.empty()) {
+          auto victim = std::prev(cache.end());
+          // Skip the op's own items (their last use is this op).
+          while (last_op[victim->second] == op && victim != cache.begin()) --victim;
+          miss.victim = victim->second;
+          miss.victim_last_op = last_op[victim->second];
+          cached[victim->second] = false;
+          cache.erase(victim);
+        }
+        on_miss(miss);
+        cached[item] = true;
+        touched[item] = true;
+        key[item] = next[r];
+        cache.emplace(key[item], item);
+      }
+    }
+  }
+}
+
+}  // namespace zico::prefetch

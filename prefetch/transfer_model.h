@@ -1,0 +1,70 @@
+// TransferModel: what moving a page between host and GPU costs, in one place.
+//
+// The paging simulator charges every transfer and every fault batch from these
+// numbers, and the planners read them to time their work; calibrating them on
+// a GPU means changing this struct only. Defaults model an H100 on PCIe Gen5
+// x16 with an x86 host. Each default names its source (the numbered rows of
+// the team's paging-numbers note, which cites the primary sources); none was
+// measured here, so all of them await calibration on the device.
+//
+// The model:
+// - Two copy engines, one per direction, each running its transfers one after
+//   another (FIFO) while compute runs. A transfer costs a fixed setup plus
+//   bytes / bandwidth; while the other direction is busy at the same moment,
+//   bandwidth is scaled by `duplex_factor`.
+// - A fault stalls the GPU. Faults are served in batches of up to
+//   `fault_batch_pages` pages: each batch costs `fault_batch_ns` (fetching the
+//   fault buffer, page-table walks, mapping; the GPU waits), then, serially as
+//   the UVM driver does it, evicts what it must to make room (D2H at link
+//   rate) and migrates the faulted pages at the lower fault-driven bandwidth.
+// - A page that holds no data (never written, or discarded) is populated on
+//   the GPU without a transfer; a fault on it still pays the batch cost.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace zico::prefetch {
+
+struct TransferModel {
+  // Explicit copies and prefetches, host to device: H100 SXM copy-engine
+  // H2D 55.36 GB/s with nvbandwidth (row 3.1).
+  double h2d_bytes_per_s = 55e9;
+  // Pre-evictions, device to host: 55.20 GB/s (row 3.1).
+  double d2h_bytes_per_s = 55e9;
+  // Each direction's share of its bandwidth while the other one runs too:
+  // 0.86-0.93 on a Gen5 host path (row 3.3, B300; no H100 figure exists).
+  double duplex_factor = 0.9;
+  // Setup per explicit transfer (one cuMemPrefetchAsync of one page): the
+  // SINGA swap-cost fit's fixed terms are 10 us H2D and 47 us D2H on Gen3
+  // (row 3.6); a batched prefetch call spreads them over its pages, so the
+  // per-page default is a tenth of those.
+  uint64_t h2d_setup_ns = 1000;
+  uint64_t d2h_setup_ns = 4700;
+  // Fault-driven migration: about 0.4 x the link on streaming access (row
+  // 1.25: 22.1 GB/s effective on a Gen5 RTX 5090 at 1.2x oversubscription).
+  double fault_bytes_per_s = 20e9;
+  // Pages served per fault batch: 256 fault entries per batch (row 1.1),
+  // counted here as one entry per page of the model.
+  uint32_t fault_batch_pages = 256;
+  // Fixed cost of one fault batch, GPU stalled: 45 us, the far-fault cost
+  // GPGPU-Sim's UVMSmart model and the G10 simulator both use (rows 1.13,
+  // 1.14; 30-45 us in row 1.15).
+  uint64_t fault_batch_ns = 45000;
+
+  // Time for one transfer of `bytes` in one direction; `duplex`: the other
+  // direction is busy at the same time.
+  [[nodiscard]] uint64_t h2d_ns(uint64_t bytes, bool duplex) const;
+  [[nodiscard]] uint64_t d2h_ns(uint64_t bytes, bool duplex) const;
+  // Migration time of `bytes` on the fault path (no setup: the batch cost
+  // covers it).
+  [[nodiscard]] uint64_t fault_transfer_ns(uint64_t bytes) const;
+  // Write-back of `bytes` evicted on the fault path (link rate, no setup).
+  [[nodiscard]] uint64_t fault_evict_ns(uint64_t bytes) const;
+
+  // Empty when every field is usable; otherwise names the first bad one and
+  // its value.
+  [[nodiscard]] std::string invalid_field() const;
+};
+
+}  // namespace zico::prefetch

@@ -1,0 +1,212 @@
+#include "zico_policy.h"
+
+#include <algorithm>
+
+namespace zico::prefetch {
+
+ZicoPolicy::ZicoPolicy(const Residency& residency, const TransferModel& /*model*/)
+    : residency_(residency),
+      key_(residency.page_count(), kNoUse),
+      set_of_(residency.page_count(), kNone),
+      pinned_(residency.page_count(), 0),
+      prefetched_(residency.page_count(), 0),
+      evicted_(residency.page_count(), 0) {}
+
+int64_t ZicoPolicy::available_slots() const {
+  // Free slots, plus those evictions in flight will free that no queued
+  // prefetch has claimed.
+  return int64_t{residency_.free_pages()} + residency_.leaving_pages() - residency_.queued_pages();
+}
+
+void ZicoPolicy::set_key(PageId page, uint64_t key, bool has_data) {
+  drop_key(page);
+  key_[page] = key;
+  set_of_[page] = has_data ? kWithData : kEmpty;
+  by_next_use_[set_of_[page]].emplace(key, page);
+}
+
+void ZicoPolicy::drop_key(PageId page) {
+  if (set_of_[page] == kNone) return;
+  by_next_use_[set_of_[page]].erase({key_[page], page});
+  set_of_[page] = kNone;
+}
+
+void ZicoPolicy::rekey_present_pages(uint64_t after) {
+  for (auto& set : by_next_use_) set.clear();
+  std::fill(set_of_.begin(), set_of_.end(), kNone);
+  for (PageId page = 0; page < residency_.page_count(); ++page) {
+    if (residency_.present_or_coming(page)) {
+      set_key(page, learned_.next_use(page, after), residency_.has_data(page));
+    }
+  }
+}
+
+void ZicoPolicy::evict(PageId page, Decisions* out) {
+  out->push_back({Decision::Kind::kEvict, page});
+  evicted_[page] = stamp_;
+  drop_key(page);
+  ++slots_;
+}
+
+void ZicoPolicy::on_free(uint32_t /*block*/, const BlockExtent& /*extent*/, std::span<const PageId> dead,
+                         Decisions* out) {
+  ++stamp_;
+  for (const PageId page : dead) {
+    recording_.add_death(page);
+    // Nothing to keep: drop the contents, and the page with them (free).
+    out->push_back({Decision::Kind::kDiscard, page});
+    if (residency_.state(page) == PageState::kResident) evict(page, out);
+  }
+}
+
+void ZicoPolicy::on_iteration(uint32_t /*n*/, Decisions* /*out*/) {
+  const bool relearn = !recording_.empty() && (learned_.empty() || !recording_.same_as(learned_));
+  if (relearn) {
+    std::swap(learned_, recording_);
+    learned_.finish(residency_.page_count());
+    plan_.build(learned_, residency_.budget_pages(), residency_.page_count());
+    // Positions restart at iteration 1 of the new prediction, so that "just
+    // before this iteration" is a position too.
+    iteration_base_ = learned_.ops();
+    rekey_present_pages(iteration_base_ - 1);
+    due_ = 0;  // including those the plan would have issued in the iteration before
+    ahead_iteration_ = 0;
+    ahead_ = 0;
+  } else if (!learned_.empty()) {
+    iteration_base_ += learned_.ops();
+    due_ = next_due_;
+    if (ahead_iteration_ > 0) {
+      --ahead_iteration_;
+    } else {
+      ahead_ = 0;
+    }
+  }
+  next_due_ = 0;
+  recording_.clear();
+  position_ = 0;
+  following_ = !learned_.empty();
+}
+
+void ZicoPolicy::on_op_start(const OpView& op, Decisions* out) {
+  recording_.add_op(op.exec_id, op.duration_ns, op.pages);
+  max_op_pages_ = std::max(max_op_pages_, static_cast<uint32_t>(op.pages.size()));
+  ++stamp_;
+  slots_ = available_slots();
+  for (const PageId page : op.pages) pinned_[page] = stamp_;
+  if (following_ && !learned_.matches(position_, op.exec_id, op.pages)) following_ = false;
+
+  if (following_) {
+    const uint64_t now = iteration_base_ + position_;
+    for (const PageId page : op.pages) set_key(page, learned_.next_use(page, now), true);
+    issue_due(now, out);
+    fetch_missing(op, now, out);
+    fill_free_slots(now, out);
+  } else {
+    pre_evict(out);
+  }
+  ++position_;
+}
+
+void ZicoPolicy::issue_due(uint64_t now, Decisions* out) {
+  const std::vector<PlannedFetch>& plan = plan_.fetches();
+  const auto base = static_cast<int64_t>(iteration_base_);
+  const auto length = static_cast<int64_t>(learned_.ops());
+  const auto at = static_cast<int64_t>(now);
+  for (; due_ < plan.size() && base + plan[due_].issue <= at; ++due_) {
+    issue(plan[due_], iteration_base_ + plan[due_].need, out);
+  }
+  // The next iteration's fetches whose victims are done with already.
+  for (; next_due_ < plan.size() && plan[next_due_].issue < 0 && base + length + plan[next_due_].issue <= at;
+       ++next_due_) {
+    issue(plan[next_due_], iteration_base_ + learned_.ops() + plan[next_due_].need, out);
+  }
+}
+
+void ZicoPolicy::issue(const PlannedFetch& fetch, uint64_t need, Decisions* out) {
+  if (fetch.victim != kNoPage && residency_.state(fetch.victim) == PageState::kResident &&
+      pinned_[fetch.victim] != stamp_ && evicted_[fetch.victim] != stamp_ && prefetched_[fetch.victim] != stamp_ &&
+      key_[fetch.victim] > need) {
+    evict(fetch.victim, out);
+  }
+  const PageId page = fetch.page;
+  if (residency_.present_or_coming(page) || prefetched_[page] == stamp_) return;
+  if (slots_ <= 0 && !make_room(need, out)) return;  // its op will fetch it
+  out->push_back({Decision::Kind::kPrefetch, page});
+  prefetched_[page] = stamp_;
+  --slots_;
+  set_key(page, need, residency_.has_data(page));
+}
+
+void ZicoPolicy::fill_free_slots(uint64_t now, Decisions* out) {
+  // Free slots cost nothing to fill: bring in the planned pages in the order
+  // they are needed, up to an iteration ahead, without waiting for their
+  // victims (their planned evictions still happen when due).
+  const std::vector<uint32_t>& order = plan_.by_need();
+  const uint64_t length = learned_.ops();
+  while (slots_ > 0) {
+    if (ahead_ == order.size()) {
+      if (ahead_iteration_ == 1) return;
+      ahead_iteration_ = 1;
+      ahead_ = 0;
+      continue;
+    }
+    const PlannedFetch& fetch = plan_.fetches()[order[ahead_]];
+    const uint64_t need = iteration_base_ + ahead_iteration_ * length + fetch.need;
+    if (need > now + length) return;
+    ++ahead_;
+    const PageId page = fetch.page;
+    if (need < now || residency_.present_or_coming(page) || prefetched_[page] == stamp_) continue;
+    if (residency_.state(page) == PageState::kLeaving) continue;
+    out->push_back({Decision::Kind::kPrefetch, page});
+    prefetched_[page] = stamp_;
+    --slots_;
+    set_key(page, need, residency_.has_data(page));
+  }
+}
+
+void ZicoPolicy::fetch_missing(const OpView& op, uint64_t now, Decisions* out) {
+  for (const PageId page : op.pages) {
+    if (residency_.present_or_coming(page) || prefetched_[page] == stamp_) continue;
+    if (slots_ <= 0 && !make_room(now, out)) return;  // the fault path takes over
+    out->push_back({Decision::Kind::kPrefetch, page});
+    prefetched_[page] = stamp_;
+    --slots_;
+  }
+}
+
+bool ZicoPolicy::make_room(uint64_t need, Decisions* out) {
+  // An empty page (never written, or dead and discarded) leaves and comes
+  // back for free; one with data costs a copy each way.
+  return evict_farthest(kEmpty, need, out) || evict_farthest(kWithData, need, out);
+}
+
+bool ZicoPolicy::evict_farthest(uint8_t which, uint64_t need, Decisions* out) {
+  auto& set = by_next_use_[which];
+  auto it = set.end();
+  while (it != set.begin()) {
+    --it;
+    const auto [key, page] = *it;
+    if (key <= need) return false;  // everything here is needed sooner
+    const PageState state = residency_.state(page);
+    if (state == PageState::kAbsent || state == PageState::kLeaving) {
+      // The fault path took it, or it is leaving already.
+      set_of_[page] = kNone;
+      it = set.erase(it);
+      continue;
+    }
+    if (state != PageState::kResident || pinned_[page] == stamp_ || prefetched_[page] == stamp_) continue;
+    evict(page, out);
+    return true;
+  }
+  return false;
+}
+
+void ZicoPolicy::pre_evict(Decisions* out) {
+  for (const auto& [migrated, page] : residency_.by_migration()) {
+    if (slots_ >= int64_t{max_op_pages_}) return;
+    if (pinned_[page] == stamp_) continue;
+    evict(page, out);
+  }
+}
+
+}  // namespace zico::prefetch

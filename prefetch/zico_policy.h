@@ -1,0 +1,100 @@
+// ZicoPolicy: zicoum's own paging planner.
+//
+// Training repeats itself: one iteration's launches, with the same arguments
+// at the same addresses, come again in the next. The planner records each
+// iteration's access stream (launch identities, the pages each uses, and the
+// pages whose blocks all die) and, once a recorded iteration is there, plans
+// the next as if it repeats (iteration_plan.h): Belady's replacements, the
+// fewest bytes any policy can move, each fetch issued together with its
+// victim's eviction right after the victim's last use. So pages come in as
+// early as the budget allows, and the two copy engines run while compute does.
+// Dead pages are discarded and dropped as their last block is freed: no
+// write-back, no fetch, and their slots serve the next pages at once.
+//
+// At run time the plan meets the residency as it is: a planned victim that
+// is gone or needed sooner than planned is spared, and a page still missing
+// when its op starts is fetched then, making room by next use (the resident
+// page used farthest ahead leaves), never by evicting a page the op uses.
+//
+// Each launch is checked against the prediction (same identity, same pages);
+// the first mismatch switches the rest of the iteration to the cold path, and
+// the iteration just seen becomes the next prediction. The cold path (also the
+// first iteration) is demand paging with pre-eviction: least recently
+// migrated pages leave early enough that a slot is free for the largest op
+// seen so far, so faults do not wait on the driver's own evictions.
+//
+// Its input is one job's stream; several jobs on one GPU (TENSILE) would be
+// planned by merging their streams, which this class does not do yet.
+//
+// Cost: building a plan runs MIN over three copies of the iteration, once per
+// new prediction. Per op: O(its pages x log pages present) to re-key its
+// pages, plus the planned fetches that fall due.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "iteration_plan.h"
+#include "learned_iteration.h"
+#include "paging_policy.h"
+
+namespace zico::prefetch {
+
+class ZicoPolicy final : public PagingPolicy {
+ public:
+  ZicoPolicy(const Residency& residency, const TransferModel& model);
+  [[nodiscard]] const char* name() const override { return "zico"; }
+
+  void on_free(uint32_t block, const BlockExtent& extent, std::span<const PageId> dead, Decisions* out) override;
+  void on_op_start(const OpView& op, Decisions* out) override;
+  void on_iteration(uint32_t n, Decisions* out) override;
+
+  // The iteration in progress follows the prediction so far.
+  [[nodiscard]] bool following() const { return following_; }
+
+ private:
+  [[nodiscard]] int64_t available_slots() const;
+  void set_key(PageId page, uint64_t key, bool has_data);
+  void drop_key(PageId page);
+  void rekey_present_pages(uint64_t after);
+  void issue_due(uint64_t now, Decisions* out);
+  void issue(const PlannedFetch& fetch, uint64_t need, Decisions* out);
+  void fetch_missing(const OpView& op, uint64_t now, Decisions* out);
+  void fill_free_slots(uint64_t now, Decisions* out);
+  [[nodiscard]] bool make_room(uint64_t need, Decisions* out);
+  [[nodiscard]] bool evict_farthest(uint8_t which, uint64_t need, Decisions* out);
+  void evict(PageId page, Decisions* out);
+  void pre_evict(Decisions* out);
+
+  const Residency& residency_;
+  LearnedIteration recording_;
+  LearnedIteration learned_;
+  IterationPlan plan_;
+  bool following_ = false;
+  uint64_t iteration_base_ = 0;  // absolute position of this iteration's first op
+  uint32_t position_ = 0;        // op position in this iteration
+  size_t due_ = 0;       // next planned fetch of this iteration not yet issued
+  size_t next_due_ = 0;  // and of the next one (those issued before it begins)
+  // Filling free slots: the next planned fetch by need, in this iteration
+  // (ahead_iteration_ 0) or the next (1).
+  size_t ahead_ = 0;
+  uint64_t ahead_iteration_ = 0;
+  uint32_t max_op_pages_ = 0;
+  int64_t slots_ = 0;  // during a call: slots free or freeing, after this call's decisions
+  // Present pages by next use, farthest last, apart by whether they hold
+  // data (kWithData) or not (kEmpty); key_ and set_of_ mirror them.
+  static constexpr uint8_t kWithData = 0, kEmpty = 1, kNone = 2;
+  std::set<std::pair<uint64_t, PageId>> by_next_use_[2];
+  std::vector<uint64_t> key_;
+  std::vector<uint8_t> set_of_;
+  // Stamps per page: pinned by the running op; prefetched or evicted in
+  // this call.
+  std::vector<uint64_t> pinned_;
+  std::vector<uint64_t> prefetched_;
+  std::vector<uint64_t> evicted_;
+  uint64_t stamp_ = 0;
+};
+
+}  // namespace zico::prefetch

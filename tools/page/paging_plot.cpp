@@ -1,0 +1,97 @@
+#include "paging_plot.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "svg_plot.h"
+
+namespace zico::page {
+namespace {
+
+constexpr double kWidth = 1100;
+constexpr double kPanelHeight = 190;
+constexpr double kStripHeight = 9;
+constexpr double kLeft = 70;
+constexpr double kRight = 20;
+constexpr double kTop = 50;
+constexpr double kGap = 70;  // below each panel: the strips and the x axis
+
+void draw_strip(std::string* svg, const plot::Frame& frame, double y, const PagingResult& run, bool to_device,
+                const char* colour) {
+  plot::line(svg, frame.x0, y + kStripHeight / 2, frame.x1, y + kStripHeight / 2,
+             "stroke=\"#e3e3e3\" stroke-width=\"1\"");
+  for (const PagingResult::Transfer& t : run.last_iteration_transfers) {
+    if (t.to_device != to_device) continue;
+    const double x0 = frame.x(t.start_ns);
+    const double x1 = std::max(frame.x(t.end_ns), x0 + 0.3);
+    *svg += "<rect x=\"" + plot::fixed(x0, 1) + "\" y=\"" + plot::fixed(y, 1) + "\" width=\"" +
+            plot::fixed(x1 - x0, 1) + "\" height=\"" + plot::fixed(kStripHeight, 1) + "\" fill=\"" + colour + "\"/>\n";
+  }
+}
+
+}  // namespace
+
+std::string render_paging_plot(const PagingStudy& study) {
+  uint64_t span = 1;
+  for (const PolicySummary& p : study.policies) span = std::max(span, p.iteration_ns);
+  const double height = kTop + static_cast<double>(study.policies.size()) * (kPanelHeight + kGap);
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + plot::fixed(kWidth, 0) + "\" height=\"" +
+                    plot::fixed(height, 0) + "\" font-family=\"sans-serif\">\n";
+  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  plot::text(&svg, kLeft, 22, "font-size=\"15\" font-weight=\"bold\"",
+             plot::escape_xml(study.name) + ": steady iteration under each paging policy");
+  plot::text(&svg, kLeft, 40, "font-size=\"12\"",
+             "budget " + plot::fixed(static_cast<double>(study.budget_bytes) / plot::kBytesPerGiB, 2) +
+                 " GiB, peak live " + plot::fixed(static_cast<double>(study.peak_live_bytes) / plot::kBytesPerGiB, 2) +
+                 " GiB; in memory " + plot::fixed(static_cast<double>(study.in_memory_iteration_ns) / 1e6, 1) +
+                 " ms; strips: host to device (orange), device to host (green)");
+  const double top_gib = static_cast<double>(study.budget_bytes) / plot::kBytesPerGiB * 1.1;
+  for (size_t i = 0; i < study.policies.size(); ++i) {
+    const PolicySummary& p = study.policies[i];
+    const PagingResult& run = p.run;
+    const IterationStats& steady = run.iterations.back();
+    plot::Frame frame;
+    frame.x0 = kLeft;
+    frame.x1 = kWidth - kRight;
+    frame.y0 = kTop + static_cast<double>(i) * (kPanelHeight + kGap) + 20;
+    frame.y1 = frame.y0 + kPanelHeight - 20;
+    frame.t0 = steady.start_ns;
+    frame.span = span;
+    frame.y_top_gib = top_gib;
+    plot::draw_axes(&svg, frame, steady.start_ns, 1e6, "ms into the steady iteration", "GiB resident");
+    plot::text(&svg, frame.x0, frame.y0 - 6, "font-size=\"13\" font-weight=\"bold\"",
+               plot::escape_xml(p.policy) + ": " + plot::fixed(static_cast<double>(p.iteration_ns) / 1e6, 1) +
+                   " ms (" +
+                   plot::fixed(static_cast<double>(p.iteration_ns) /
+                                   static_cast<double>(std::max<uint64_t>(study.in_memory_iteration_ns, 1)),
+                               2) +
+                   "x in memory), " + std::to_string(p.faults) + " faults");
+    std::vector<uint64_t> times;
+    plot::Layer resident{"resident-" + p.policy, plot::kOkabeIto[0], "0.85", {}};
+    for (const Probe& probe : run.last_iteration_residency) {
+      times.push_back(probe.time_ns);
+      resident.bytes.push_back(uint64_t{probe.resident_pages} * study.page_bytes);
+    }
+    if (!times.empty()) plot::draw_stacked_steps(&svg, frame, times, {resident});
+    const double budget_y = frame.y(static_cast<double>(study.budget_bytes));
+    plot::line(&svg, frame.x0, budget_y, frame.x1, budget_y, "stroke=\"black\" stroke-width=\"1.5\" stroke-dasharray=\"6 3\"");
+    draw_strip(&svg, frame, frame.y1 + 28, run, true, plot::kOkabeIto[1]);
+    draw_strip(&svg, frame, frame.y1 + 28 + kStripHeight + 3, run, false, plot::kOkabeIto[2]);
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+bool write_paging_plot(const PagingStudy& study, const std::string& path, std::string* error) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (out) out << render_paging_plot(study);
+  if (!out) {
+    *error = "cannot write the plot to '" + path + "': " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace zico::page
