@@ -1,0 +1,125 @@
+// The paging policies run in the simulator: the invariants every policy must
+// keep on any stream and budget, and what each is for.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <string>
+
+#include "belady_bound.h"
+#include "paging_simulator.h"
+#include "paging_streams.h"
+
+namespace zico::prefetch {
+namespace {
+
+using page::PagingOptions;
+using page::PagingResult;
+using testing::random_training_stream;
+using testing::StreamBuilder;
+
+uint64_t total_h2d(const PagingResult& r) {
+  return std::accumulate(r.iterations.begin(), r.iterations.end(), uint64_t{0},
+                         [](uint64_t sum, const page::IterationStats& s) { return sum + s.h2d_bytes; });
+}
+
+// Runs `policy` and checks, at every event, that the budget holds and that a
+// running op finds all its pages resident.
+PagingResult run_checked(const AccessStream& stream, const std::string& policy, uint64_t budget) {
+  PagingOptions options;
+  options.budget_bytes = budget;
+  const uint32_t slots = static_cast<uint32_t>(budget / stream.page_bytes);
+  uint64_t violations = 0;
+  options.check = [&](const Residency& r, std::span<const PageId> running) {
+    if (r.occupied_pages() > slots) ++violations;
+    for (const PageId page : running) {
+      if (r.state(page) != PageState::kResident) ++violations;
+    }
+  };
+  PagingResult result;
+  std::string error;
+  EXPECT_TRUE(page::run_paging(stream, policy, options, &result, &error)) << error;
+  EXPECT_EQ(violations, 0u) << policy;
+  EXPECT_EQ(result.live_discards, 0u) << policy;
+  EXPECT_LE(result.peak_resident_bytes, budget);
+  return result;
+}
+
+TEST(PagingPolicies, KeepTheBudgetAndTheRunningOpsPagesOnRandomStreams) {
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    const uint64_t page = seed % 2 == 0 ? uint64_t{2} << 20 : uint64_t{64} << 10;
+    const AccessStream stream = random_training_stream(seed, 4, page);
+    ASSERT_EQ(stream_error(stream), "") << seed;
+    const StreamFacts facts = stream_facts(stream);
+    // From the largest op's working set up to everything.
+    const uint32_t lo = facts.max_op_pages;
+    const uint32_t hi = std::max(lo, stream.page_count);
+    for (const uint32_t slots : {lo, (lo + hi) / 2, hi}) {
+      const uint64_t budget = uint64_t{slots} * page;
+      const auto bound = belady_fetch_bytes(stream, slots);
+      const uint64_t least = std::accumulate(bound.begin(), bound.end(), uint64_t{0});
+      for (const std::string_view policy : kPolicyNames) {
+        SCOPED_TRACE("seed " + std::to_string(seed) + ", " + std::to_string(slots) + " slots, " + std::string(policy));
+        const PagingResult r = run_checked(stream, std::string(policy), budget);
+        EXPECT_GE(total_h2d(r), least);  // nobody moves less than Belady
+        for (const auto& it : r.iterations) EXPECT_GE(it.elapsed_ns(), it.compute_ns);
+      }
+    }
+  }
+}
+
+TEST(PagingPolicies, ZicoRunsASteadyIterationWithoutFaultsAndMovesLessThanUm) {
+  for (uint32_t seed = 1; seed <= 10; ++seed) {
+    const AccessStream stream = random_training_stream(seed, 5, uint64_t{2} << 20);
+    const StreamFacts facts = stream_facts(stream);
+    const uint64_t budget = std::max<uint64_t>(facts.peak_live_bytes / 2, uint64_t{facts.max_op_pages} << 21);
+    const PagingResult zico = run_checked(stream, "zico", budget);
+    const PagingResult um = run_checked(stream, "um", budget);
+    EXPECT_EQ(zico.iterations.back().faults, 0u) << seed;
+    EXPECT_LE(total_h2d(zico), total_h2d(um)) << seed;
+    EXPECT_LE(zico.iterations.back().elapsed_ns(), um.iterations.back().elapsed_ns()) << seed;
+  }
+}
+
+TEST(PagingPolicies, UmWritesDeadDataBackAndTheOthersDoNot) {
+  // One page of weights, two pages for activations that die every iteration;
+  // a budget of two pages forces evictions.
+  StreamBuilder b(4096);
+  const uint32_t w = b.allocate(4096);
+  for (int it = 0; it < 4; ++it) {
+    b.mark();
+    const uint32_t a = b.allocate_at(4096, 4096);
+    b.op({w, a}, 1000, 1);
+    const uint32_t c = b.allocate_at(8192, 4096);
+    b.op({a, c}, 1000, 2);
+    b.free(a);
+    b.op({w, c}, 1000, 3);
+    b.free(c);
+  }
+  const AccessStream stream = b.finish();
+  const PagingResult um = run_checked(stream, "um", 2 * 4096);
+  for (const char* policy : {"deepum", "autoswap", "zico"}) {
+    const PagingResult r = run_checked(stream, policy, 2 * 4096);
+    EXPECT_LT(r.iterations.back().d2h_bytes, um.iterations.back().d2h_bytes) << policy;
+  }
+}
+
+TEST(PagingPolicies, TheSimulatorRefusesWhatCannotRun) {
+  const AccessStream stream = random_training_stream(3, 2, 4096);
+  PagingOptions options;
+  options.budget_bytes = uint64_t{stream_facts(stream).max_op_pages - 1} * 4096;
+  PagingResult result;
+  std::string error;
+  EXPECT_FALSE(page::run_paging(stream, "zico", options, &result, &error));
+  EXPECT_NE(error.find("largest op"), std::string::npos) << error;
+  options.budget_bytes = uint64_t{1} << 40;
+  EXPECT_FALSE(page::run_paging(stream, "lru", options, &result, &error));
+  EXPECT_NE(error.find("unknown policy 'lru'"), std::string::npos) << error;
+  AccessStream broken = stream;
+  broken.events.push_back({StreamEvent::Kind::kFree, 0});
+  broken.events.push_back({StreamEvent::Kind::kFree, 0});
+  EXPECT_FALSE(page::run_paging(broken, "um", options, &result, &error));
+  EXPECT_NE(error.find("freed while not live"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace zico::prefetch
