@@ -27,9 +27,21 @@ training loop runs (forward, autograd's backward, the optimizer) and turns it in
 
 Where CUDA would pick a different kernel than the meta device does, the capture makes CUDA's choice so
 the memory matches a GPU run: dropout is ATen's fused native_dropout (a bool mask), and
-scaled_dot_product_attention is the memory-efficient kernel (what PyTorch picks on an H100 for fp32;
---attention math keeps the math path instead, which materialises the S x S attention scores).
-Adam/AdamW run with foreach=True, PyTorch's default on CUDA. All floating tensors are float32.
+scaled_dot_product_attention is the memory-efficient kernel (what PyTorch picks on an H100 for fp32,
+an attention mask included, which is converted, padded and expanded as CUDA does: T5 passes its
+position bias as one; --attention math keeps the math path instead, which materialises the S x S
+attention scores). Grouped-query attention (enable_gqa) keeps PyTorch's own path. Adam/AdamW run with
+foreach=True, PyTorch's default on CUDA. All floating tensors are float32.
+
+Your own model: --model MODULE:CALLABLE imports MODULE (the current directory first on sys.path) and
+calls CALLABLE with those of the keyword options batch, seq_len, image_size (None unless given) and
+device (the torch.device captured on) that its signature names, inside `with torch.device(device)`. It
+returns (model, batch) or (model, batch, loss_fn): an nn.Module, a dict or tuple of tensors, and
+loss_fn(model, batch) -> scalar loss. Each iteration trains on a fresh copy of the batch (made
+unrecorded, category `input`) with AdamW(foreach=True); the loss is loss_fn(model, batch), or without
+one model(**batch).loss for a dict batch and cross_entropy(model(*inputs), target) for a tuple
+(inputs..., target). Anything unusable is a usage error naming the value (exit 2). See load_user_model
+and tools/traces/README.md (tools/traces/example_model.py has examples).
 
 GPU mode (--device cuda): the same model, built with random weights directly on the current CUDA
 device (torch.manual_seed(0)), trains on real random batches through the same loop and the same
@@ -497,18 +509,43 @@ def install_cuda_kernel_choices(device, attention: str) -> None:
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                      is_causal=False, scale=None, enable_gqa=False):
-        # With a mask CUDA may pad or convert it first; none of our models passes one.
-        if query.device != device or enable_gqa or query.dim() != 4 or attn_mask is not None:
+        # Grouped-query attention, and a mask together with is_causal (an error) or of another dtype
+        # than the query (an error), keep PyTorch's own path.
+        if (query.device != device or enable_gqa or query.dim() != 4
+                or (attn_mask is not None and (is_causal or attn_mask.dtype not in (torch.bool,
+                                                                                  query.dtype)))):
             return original_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                                  is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
         need_lse = torch.is_grad_enabled() and any(
             t.requires_grad for t in (query, key, value))
+        if attn_mask is not None:
+            attn_mask = efficient_attention_bias(attn_mask, query, key)
         return torch.ops.aten._scaled_dot_product_efficient_attention(
-            query, key, value, None, need_lse, dropout_p, is_causal, scale=scale)[0]
+            query, key, value, attn_mask, need_lse, dropout_p, is_causal, scale=scale)[0]
 
     F.dropout = dropout
     if attention == "efficient":
         F.scaled_dot_product_attention = scaled_dot_product_attention
+
+
+def efficient_attention_bias(attn_mask, query, key):
+    """The mask as CUDA's scaled_dot_product_attention hands it to the memory-efficient kernel
+    (ATen's attention.cu and attention.cpp: convert_boolean_attn_mask, then preprocess_mask): a bool
+    mask becomes an additive float one (0 where True, -inf where False), a mask whose strides are not
+    multiples of 8 elements (or whose last stride is not 1) is copied into a padded buffer and sliced
+    back, and the result is expanded, a view, to (batch, heads, L, S). Its gradient, if it needs one
+    (T5's learned position bias), is the kernel's grad_bias, allocated at that full expanded size."""
+    import torch
+    import torch.nn.functional as F
+    if attn_mask.dtype == torch.bool:
+        attn_mask = torch.where(attn_mask, 0.0, torch.scalar_tensor(
+            float("-inf"), dtype=query.dtype, device=attn_mask.device))
+    alignment = 8
+    if (any(attn_mask.stride(i) % alignment for i in range(attn_mask.dim() - 1))
+            or attn_mask.stride(-1) != 1):
+        last = attn_mask.size(-1)
+        attn_mask = F.pad(attn_mask, (0, alignment - last % alignment))[..., :last]
+    return attn_mask.expand(query.size(0), query.size(1), query.size(2), key.size(2))
 
 
 def install_known_batch_facts() -> None:
@@ -580,13 +617,19 @@ def cifar_resnet(depth: int, num_classes: int = 10):
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-    kind: str            # "image" (classification) or "mlm" / "clm" (token models)
+    # "image" (classification), "mlm" / "clm" / "s2s" (token models: masked LM, causal LM,
+    # encoder-decoder), or "user" (--model MODULE:CALLABLE, see load_user_model)
+    kind: str
     source: str          # where the architecture comes from, for --list and meta
-    build: Callable      # image: build(image_size) -> module; token: build() -> module
+    build: Callable      # image: build(image_size) -> module; token: build() -> module; user: USER_CONTRACT
     default_image: int = 0
     max_seq: int = 0
     classes: int = 0
     transformer: bool = False
+    # user models only, once built (build_training): the example batch and the optional loss function
+    user_model: str = ""             # the --model value, MODULE:CALLABLE
+    example_batch: object = None
+    loss_fn: Callable | None = None
 
 
 def _torchvision(name: str):
@@ -627,6 +670,30 @@ def _gpt2(n_embd: int, n_layer: int, n_head: int):
     return build
 
 
+def _t5_small():
+    from transformers import T5Config, T5ForConditionalGeneration
+    _quiet_transformers()
+    # T5Config()'s defaults are t5-small's: 6 + 6 layers x 512, 8 heads, d_ff 2048, vocab 32128,
+    # tied embeddings. use_cache=False, as for training. decoder_start_token_id=0 as in t5-small's
+    # config.json: T5Config() of transformers 5 no longer sets it, and training with labels needs it.
+    return T5ForConditionalGeneration(T5Config(use_cache=False, decoder_start_token_id=0,
+                                               attn_implementation="sdpa"))
+
+
+LLAMA_SMALL = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                   num_attention_heads=12, num_key_value_heads=12, max_position_embeddings=2048)
+
+
+def _llama_small():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    _quiet_transformers()
+    # LLaMA's architecture (RMSNorm, rotary positions, SwiGLU MLP, untied LM head, LLaMA's 32000-token
+    # vocabulary) at GPT-2-small scale. Multi-head attention, as in LLaMA and LLaMA-2 7B: with
+    # grouped-query heads transformers would ask for enable_gqa, which fp32 on CUDA runs on the
+    # math kernel. use_cache=False, as for training.
+    return LlamaForCausalLM(LlamaConfig(**LLAMA_SMALL, use_cache=False, attn_implementation="sdpa"))
+
+
 MODELS: dict[str, ModelSpec] = {
     "resnet50": ModelSpec("image", "torchvision resnet50", _torchvision("resnet50"), 224, classes=1000),
     "resnet110": ModelSpec("image", "CIFAR ResNet-110 (He et al. 2016), built here",
@@ -642,7 +709,208 @@ MODELS: dict[str, ModelSpec] = {
                       _gpt2(768, 12, 12), max_seq=1024, transformer=True),
     "gpt2_medium": ModelSpec("clm", "transformers GPT2LMHeadModel, 24 layers x 1024 (GPT-2 medium, 355M)",
                              _gpt2(1024, 24, 16), max_seq=1024, transformer=True),
+    "t5_small": ModelSpec("s2s", "transformers T5ForConditionalGeneration, T5Config() (t5-small, 60M); "
+                                 "decoder labels as long as the input", _t5_small, max_seq=512,
+                          transformer=True),
+    "llama_small": ModelSpec("clm", "transformers LlamaForCausalLM, 12 layers x 768, 12 heads, MLP 2048, "
+                                    "vocab 32000 (LLaMA architecture, 134M)", _llama_small, max_seq=2048,
+                             transformer=True),
 }
+
+
+# --- Your own model: --model MODULE:CALLABLE ----------------------------------------------------------
+
+USER_FORM = "MODULE:CALLABLE (e.g. mypkg.models:build)"
+# The options a user's callable may take, by keyword; it is given those its signature names.
+USER_OPTIONS = ("batch", "seq_len", "image_size", "device")
+USER_CONTRACT = ("CALLABLE(batch=, seq_len=, image_size=, device=) must return (model, batch) or "
+                 "(model, batch, loss_fn): an nn.Module, a dict or tuple of tensors, and "
+                 "loss_fn(model, batch) -> scalar tensor")
+
+
+class UserModelError(Exception):
+    """A --model MODULE:CALLABLE that cannot be used. A usage error: exit 2, one line, no traceback."""
+
+
+def is_user_model(name: str) -> bool:
+    return ":" in name
+
+
+def _a(value) -> str:
+    """'a list', 'an int': the article and the type name of value."""
+    name = type(value).__name__
+    return ("an " if name[:1].lower() in "aeiou" else "a ") + name
+
+
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}".replace("\n", " ")
+
+
+def load_user_model(name: str) -> ModelSpec:
+    """The ModelSpec of --model MODULE:CALLABLE: imports MODULE (the current directory first on
+    sys.path, as for `python3 -m`) and checks that CALLABLE is a callable whose required parameters are
+    among USER_OPTIONS. Raises UserModelError, naming the value, for anything wrong."""
+    import importlib
+    import inspect
+
+    module_name, _, attr = name.partition(":")
+    bad_form = f"--model {name!r}: expected {USER_FORM}"
+    if not module_name:
+        raise UserModelError(f"{bad_form}: the MODULE before ':' is missing")
+    if not attr:
+        raise UserModelError(f"{bad_form}: the CALLABLE after ':' is missing")
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        raise UserModelError(f"{bad_form}: {module_name!r} is not a module name (dotted identifiers)")
+    if not all(part.isidentifier() for part in attr.split(".")):
+        raise UserModelError(f"{bad_form}: {attr!r} is not a callable's name (dotted identifiers)")
+
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (module_name == e.name or module_name.startswith(e.name + ".")):
+            hint = " (a module's name, not its file's: without .py)" if module_name.endswith(".py") else ""
+            raise UserModelError(f"--model {name!r}: no module named {e.name!r}{hint} (looked in the "
+                                 f"current directory {here} and on sys.path); expected {USER_FORM}") from None
+        raise UserModelError(f"--model {name!r}: importing module {module_name!r} failed: "
+                             f"{_one_line(e)}") from None
+    except Exception as e:  # noqa: BLE001 - any failure of the user's module is reported in one line
+        raise UserModelError(f"--model {name!r}: importing module {module_name!r} failed: "
+                             f"{_one_line(e)}") from None
+
+    build = module
+    for i, part in enumerate(attr.split(".")):
+        if not hasattr(build, part):
+            where = module_name if i == 0 else f"{module_name}:{'.'.join(attr.split('.')[:i])}"
+            path = getattr(module, "__file__", None)
+            raise UserModelError(f"--model {name!r}: {where} has no attribute {part!r}"
+                                 + (f" (module file {path})" if path and i == 0 else "")
+                                 + f"; expected {USER_FORM}")
+        build = getattr(build, part)
+    if not callable(build):
+        raise UserModelError(f"--model {name!r}: {module_name}:{attr} is {_a(build)}, not "
+                             f"a callable; {USER_CONTRACT}")
+    try:
+        params = inspect.signature(build).parameters.values()
+    except (TypeError, ValueError):
+        params = None  # no signature to read (some builtins): it is given every option
+    if params is not None:
+        P = inspect.Parameter
+        for p in params:
+            if p.kind in (P.VAR_POSITIONAL, P.VAR_KEYWORD) or p.default is not P.empty:
+                continue
+            if p.kind == P.POSITIONAL_ONLY or p.name not in USER_OPTIONS:
+                raise UserModelError(
+                    f"--model {name!r}: {module_name}:{attr} requires parameter {p.name!r}, which "
+                    f"capture.py does not give; it passes {', '.join(USER_OPTIONS)} by keyword, each "
+                    f"only if the signature names it (or has **kwargs)")
+    path = getattr(module, "__file__", None)
+    if path:
+        rel = os.path.relpath(path)
+        path = rel if not rel.startswith("..") else path
+    source = f"user callable {name}" + (f" ({path})" if path else "")
+    return ModelSpec("user", source, build, user_model=name)
+
+
+def resolve_model(name: str) -> ModelSpec:
+    """A built-in model's spec, or a user model's (MODULE:CALLABLE). Raises UserModelError."""
+    if is_user_model(name):
+        return load_user_model(name)
+    spec = MODELS.get(name)
+    if spec is None:
+        raise UserModelError(f"unknown model {name!r}; known: {', '.join(MODELS)}, or {USER_FORM}")
+    return spec
+
+
+@dataclasses.dataclass(eq=False)
+class BatchTensor:
+    """A tensor of a user's example batch, kept off the device so that nothing outside the trace
+    holds device memory: on the meta device its layout (its values do not exist), elsewhere a copy in
+    host memory, copied to the device for each iteration as a data loader's batch is."""
+    size: tuple
+    stride: tuple
+    dtype: object
+    requires_grad: bool
+    host: object = None   # real devices: the values, on the CPU
+
+    @classmethod
+    def of(cls, t, device) -> "BatchTensor":
+        import torch
+        like = torch.empty_like(t)   # the layout clone() would give: dense, in t's dimension order
+        host = None if device.type == "meta" else t.detach().to("cpu", copy=True)
+        return cls(tuple(like.size()), tuple(like.stride()), t.dtype, t.requires_grad, host)
+
+    def make(self, device):
+        import torch
+        if self.host is None:
+            t = torch.empty_strided(self.size, self.stride, dtype=self.dtype, device=device)
+        else:
+            t = self.host.to(device, copy=True)
+        return t.requires_grad_(self.requires_grad)
+
+
+def build_user_model(spec: ModelSpec, args, device):
+    """Calls a user model's callable (inside `with torch.device(device)`) and checks what it returns.
+    Returns (model, the spec with the example batch and loss function). Raises UserModelError."""
+    import inspect
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    name = args.model
+    given = {"batch": args.batch, "seq_len": getattr(args, "seq_len", None),
+             "image_size": getattr(args, "image_size", None), "device": device}
+    try:
+        params = inspect.signature(spec.build).parameters
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            given = {k: v for k, v in given.items() if k in params}
+    except (TypeError, ValueError):
+        pass
+    with torch.device(device):
+        result = spec.build(**given)
+
+    def bad(what: str) -> UserModelError:
+        return UserModelError(f"--model {name!r}: {what}; {USER_CONTRACT}")
+
+    if not isinstance(result, (tuple, list)) or len(result) not in (2, 3):
+        got = (f"{_a(result)} of {len(result)}" if isinstance(result, (tuple, list)) else _a(result))
+        raise bad(f"the callable returned {got}, not (model, batch) or (model, batch, loss_fn)")
+    model, batch = result[0], result[1]
+    loss_fn = result[2] if len(result) == 3 else None
+    if not isinstance(model, torch.nn.Module):
+        raise bad(f"the model it returned is {_a(model)}, not a torch.nn.Module")
+    if not isinstance(batch, (dict, tuple, list)):
+        raise bad(f"the batch it returned is {_a(batch)}, not a dict or tuple of tensors")
+    if isinstance(batch, dict) and not all(isinstance(k, str) for k in batch):
+        raise bad("the batch it returned is a dict whose keys are not all strings (keyword arguments)")
+    tensors = [t for t in tree_leaves(batch) if isinstance(t, torch.Tensor)]
+    if not tensors:
+        raise bad("the batch it returned holds no tensor")
+    if loss_fn is not None and not callable(loss_fn):
+        raise bad(f"the loss_fn it returned is {_a(loss_fn)}, not callable")
+    if loss_fn is None and not isinstance(batch, dict) and len(batch) < 2:
+        raise bad("without loss_fn a tuple batch is (inputs..., target), at least two items")
+    for what, ts in (("batch", tensors), ("model", list(model.parameters()) + list(model.buffers()))):
+        elsewhere = sorted({str(t.device) for t in ts if t.device != device})
+        if elsewhere:
+            raise bad(f"the {what} has tensors on {', '.join(elsewhere)}, not on {device}: make them "
+                      f"without device= (capture.py sets the default device) or with device=device")
+    n_params = sum(p.numel() for p in model.parameters())
+    source = (f"{spec.source}: {type(model).__module__}.{type(model).__qualname__}, "
+              f"{n_params:,} parameters")
+    # The example itself is dropped here: each iteration gets a new batch made from these.
+    from torch.utils._pytree import tree_map
+    kept: dict[int, BatchTensor] = {}
+
+    def keep(v):
+        if not isinstance(v, torch.Tensor):
+            return v
+        if id(v) not in kept:
+            kept[id(v)] = BatchTensor.of(v, device)
+        return kept[id(v)]
+    template = tree_map(keep, batch)
+    return model, dataclasses.replace(spec, source=source, example_batch=template, loss_fn=loss_fn)
 
 
 # --- The training loop -----------------------------------------------------------------------------
@@ -653,10 +921,15 @@ def parse_args(argv):
                     "on the meta device with roofline-estimated H100 times, or on a CUDA GPU with "
                     "times measured by CUDA events.")
     parser.add_argument("--list", action="store_true", help="list the models and exit")
-    parser.add_argument("--model", help="model name (see --list)")
+    parser.add_argument("--model", help="model name (see --list), or your own model as MODULE:CALLABLE "
+                                        "(e.g. mypkg.models:build; the current directory is on the "
+                                        "import path; see tools/traces/README.md)")
     parser.add_argument("--batch", type=int, help="batch size")
-    parser.add_argument("--seq-len", type=int, help="sequence length (token models)")
-    parser.add_argument("--image-size", type=int, help="image side in pixels (image models)")
+    parser.add_argument("--seq-len", type=int,
+                        help="sequence length (token models; passed to a MODULE:CALLABLE as seq_len)")
+    parser.add_argument("--image-size", type=int,
+                        help="image side in pixels (image models; passed to a MODULE:CALLABLE as "
+                             "image_size)")
     parser.add_argument("--iterations", type=int, default=3,
                         help="training iterations: forward, backward, optimizer step (default 3)")
     parser.add_argument("--attention", choices=("efficient", "math"),
@@ -672,17 +945,24 @@ def parse_args(argv):
         return args
     if args.model is None or args.batch is None or args.out is None:
         parser.error("--model, --batch and --out are required (or --list)")
-    spec = MODELS.get(args.model)
-    if spec is None:
-        parser.error(f"unknown model {args.model!r}; known: {', '.join(MODELS)}")
+    try:
+        spec = resolve_model(args.model)
+    except UserModelError as e:
+        parser.error(str(e))
     if args.batch < 1:
         parser.error("--batch must be at least 1")
     if args.iterations < 1:
         parser.error("--iterations must be at least 1")
-    if args.attention is not None and not spec.transformer:
+    if args.attention is not None and not spec.transformer and spec.kind != "user":
         parser.error(f"--attention does not apply to {args.model}, which has no attention")
     args.attention = args.attention or "efficient"
-    if spec.kind == "image":
+    if spec.kind == "user":
+        # Passed through to the callable; it may ignore them.
+        if args.seq_len is not None and args.seq_len < 1:
+            parser.error("--seq-len must be at least 1")
+        if args.image_size is not None and args.image_size < 1:
+            parser.error("--image-size must be at least 1")
+    elif spec.kind == "image":
         if args.seq_len is not None:
             parser.error(f"--seq-len does not apply to image model {args.model}")
         if args.image_size is None:
@@ -710,13 +990,28 @@ def parse_args(argv):
 
 def make_batch(spec: ModelSpec, args, device, vocab_size: int):
     import torch
+    if spec.kind == "user":
+        # A new batch like the callable's, as a data loader hands one over each iteration; a tensor
+        # that appears twice (labels=tokens) is made once.
+        from torch.utils._pytree import tree_map
+        made: dict[int, object] = {}
+
+        def make(v):
+            if not isinstance(v, BatchTensor):
+                return v
+            if id(v) not in made:
+                made[id(v)] = v.make(device)
+            return made[id(v)]
+        return tree_map(make, spec.example_batch)
     if spec.kind == "image":
         images = torch.randn(args.batch, 3, args.image_size, args.image_size, device=device)
         labels = torch.randint(0, spec.classes, (args.batch,), device=device)
         return (images, labels)
     tokens = torch.randint(0, vocab_size, (args.batch, args.seq_len), device=device)
-    if spec.kind == "mlm":
+    if spec.kind in ("mlm", "s2s"):
         # Masked-LM labels: the token at masked positions, -100 elsewhere; the shape is what counts.
+        # Encoder-decoder: the target sequence, as long as the input; the model shifts it right into
+        # the decoder's input.
         labels = torch.randint(0, vocab_size, (args.batch, args.seq_len), device=device)
         return (tokens, labels)
     return (tokens,)  # causal LM: labels are the tokens, shifted inside the model
@@ -724,14 +1019,48 @@ def make_batch(spec: ModelSpec, args, device, vocab_size: int):
 
 def loss_of(model, spec: ModelSpec, batch):
     import torch.nn.functional as F
+    if spec.kind == "user":
+        return user_loss(model, spec, batch)
     if spec.kind == "image":
         images, labels = batch
         return F.cross_entropy(model(images), labels)
-    if spec.kind == "mlm":
+    if spec.kind in ("mlm", "s2s"):
         tokens, labels = batch
         return model(input_ids=tokens, labels=labels).loss
     (tokens,) = batch
     return model(input_ids=tokens, labels=tokens).loss
+
+
+def user_loss(model, spec: ModelSpec, batch):
+    """A user model's loss: loss_fn(model, batch) if the callable returned one; otherwise
+    model(**batch).loss (or ["loss"]) for a dict batch, cross_entropy(model(*inputs), target) for a
+    tuple (inputs..., target). Raises UserModelError unless it is a tensor of one element."""
+    import collections.abc
+    import torch
+    import torch.nn.functional as F
+    if spec.loss_fn is not None:
+        loss, how = spec.loss_fn(model, batch), "loss_fn(model, batch)"
+    elif isinstance(batch, dict):
+        out, how = model(**batch), "model(**batch)"
+        loss = (out.get("loss") if isinstance(out, collections.abc.Mapping)
+                else getattr(out, "loss", None))
+        if loss is None:
+            raise UserModelError(f"--model {spec.user_model!r}: {how} returned "
+                                 f"{_a(out)} without a loss (put the labels in the batch, or "
+                                 f"return a loss_fn); {USER_CONTRACT}")
+        how += ".loss"
+    else:
+        *inputs, target = batch
+        loss, how = F.cross_entropy(model(*inputs), target), "cross_entropy(model(*inputs), target)"
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        got = (f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
+               else _a(loss))
+        raise UserModelError(f"--model {spec.user_model!r}: {how} gave {got}, not a scalar "
+                             f"tensor; {USER_CONTRACT}")
+    if not loss.requires_grad:
+        raise UserModelError(f"--model {spec.user_model!r}: {how} gave a loss that does not require "
+                             f"grad, so backward cannot run (is it computed from the model's output?)")
+    return loss
 
 
 @dataclasses.dataclass
@@ -752,7 +1081,7 @@ def build_training(args) -> Training:
     where PyTorch picks its own kernels.
     """
     import torch
-    spec = MODELS[args.model]
+    spec = resolve_model(args.model)
     kind = getattr(args, "device", "meta")
     if kind == "meta":
         device = torch.device("meta")
@@ -762,14 +1091,19 @@ def build_training(args) -> Training:
         device = (torch.device("cuda", torch.cuda.current_device()) if kind == "cuda"
                   else torch.device(kind))
         torch.manual_seed(CUDA_SEED)
-    if spec.kind != "image":
+    if spec.kind not in ("image", "user"):
         install_known_batch_facts()
-    with torch.device(device):
-        model = spec.build(args.image_size) if spec.kind == "image" else spec.build()
+    if spec.kind == "user":
+        model, spec = build_user_model(spec, args, device)
+        if "transformers" in sys.modules:  # the user's model may be one of transformers'
+            install_known_batch_facts()
+    else:
+        with torch.device(device):
+            model = spec.build(args.image_size) if spec.kind == "image" else spec.build()
     model.train()
     vocab_size = getattr(getattr(model, "config", None), "vocab_size", 0)
     params = list(model.parameters())
-    opt_cls = torch.optim.AdamW if spec.transformer else torch.optim.Adam
+    opt_cls = torch.optim.AdamW if spec.transformer or spec.kind == "user" else torch.optim.Adam
     return Training(spec, device, model, params, opt_cls(params, lr=1e-4, foreach=True), vocab_size)
 
 
@@ -777,6 +1111,7 @@ def record_training(training: Training, args, recorder: Recorder, kernel_context
     """Runs args.iterations training iterations (forward, backward, optimizer step) under recording."""
     import contextlib
     import torch
+    from torch.utils._pytree import tree_leaves
     spec, device, model, params, optimizer = (training.spec, training.device, training.model,
                                               training.params, training.optimizer)
     recorder.register(params, "param", persistent=True)
@@ -793,7 +1128,8 @@ def record_training(training: Training, args, recorder: Recorder, kernel_context
                 recorder.paused = True
                 batch = make_batch(spec, args, device, training.vocab_size)
                 recorder.paused = False
-                recorder.register(batch, "input")
+                recorder.register([t for t in tree_leaves(batch) if isinstance(t, torch.Tensor)],
+                                  "input")
                 loss = loss_of(model, spec, batch)
                 loss.backward()
                 recorder.mark([p.grad for p in params], "grad")
@@ -857,7 +1193,11 @@ def capture(args) -> None:
         "iterations": str(args.iterations),
         "timing": TIMING_CUDA_META if cuda else TIMING_META,
     }
-    if spec.kind == "image":
+    if spec.kind == "user":
+        for key in ("image_size", "seq_len"):  # those given, which the callable may have used
+            if getattr(args, key) is not None:
+                meta[key] = str(getattr(args, key))
+    elif spec.kind == "image":
         meta["image_size"] = str(args.image_size)
     else:
         meta["seq_len"] = str(args.seq_len)
@@ -938,20 +1278,28 @@ def estimate_peak_bytes(args) -> int:
     """The peak of live tensor bytes of the same capture on the meta device, in a child process that
     sees no GPU (so it cannot touch one, and installs nothing in this process): min(iterations, 2)
     iterations, since the peak falls in the second, the first with optimizer state."""
-    spec = MODELS[args.model]
+    spec = resolve_model(args.model)
     with tempfile.TemporaryDirectory(prefix="zicoum-footprint-") as tmp:
         out = os.path.join(tmp, "estimate.ztrace.gz")
         command = [sys.executable, os.path.abspath(__file__), "--device", "meta",
                    "--model", args.model, "--batch", str(args.batch),
                    "--iterations", str(min(args.iterations, 2)), "--out", out]
-        if spec.kind == "image":
+        if spec.kind == "user":
+            for option, value in (("--image-size", args.image_size), ("--seq-len", args.seq_len)):
+                if value is not None:
+                    command += [option, str(value)]
+        elif spec.kind == "image":
             command += ["--image-size", str(args.image_size)]
         else:
             command += ["--seq-len", str(args.seq_len)]
-        if spec.transformer:
+        if spec.transformer or spec.kind == "user":
             command += ["--attention", args.attention]
         done = subprocess.run(command, capture_output=True, text=True,
                               env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+        if done.returncode == 2 and spec.kind == "user":
+            # The user's callable returned something unusable: the child said what, in one line.
+            last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+            raise UserModelError(last.removeprefix("capture.py: error: "))
         if done.returncode != 0 or not os.path.exists(out):
             raise FootprintUnknown(
                 f"cannot estimate the footprint, so the GPU is not used: {shlex.join(command)} exited "
@@ -1066,12 +1414,22 @@ def main(argv=None) -> int:
             default = (f"image {spec.default_image}" if spec.kind == "image"
                        else f"seq-len up to {spec.max_seq}")
             print(f"{name:14} {spec.source} ({default})")
+        print(f"{'MODULE:CALLABLE':14} your own model, e.g. mypkg.models:build "
+              f"(tools/traces/README.md)")
         return 0
     try:
         import torch
     except ImportError:
         print("capture.py needs PyTorch: pip install -r tools/traces/requirements.txt", file=sys.stderr)
         return 2
+    try:
+        return run(args, torch)
+    except UserModelError as e:
+        print(f"capture.py: error: {e}", file=sys.stderr)
+        return 2
+
+
+def run(args, torch) -> int:
     if args.device != "cuda":
         capture(args)
         return 0
