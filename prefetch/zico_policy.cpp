@@ -98,8 +98,8 @@ void ZicoPolicy::on_op_start(const OpView& op, Decisions* out) {
   if (following_) {
     const uint64_t now = iteration_base_ + position_;
     for (const PageId page : op.pages) set_key(page, learned_.next_use(page, now), true);
+    fetch_missing(op, now, out);  // first: the op that runs now must have its pages
     issue_due(now, out);
-    fetch_missing(op, now, out);
     fill_free_slots(now, out);
   } else {
     pre_evict(out);
