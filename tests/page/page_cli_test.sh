@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# zico-umctl page from the outside: every bad argument or trace is refused
+# with exit 2 and a message that names the value; a run over a committed
+# trace keeps the budget, has the JSON keys scripts rely on, and writes its
+# plot.
+# Usage: page_cli_test.sh ZICO_UMCTL TRACES_DIR
+set -u
+
+umctl=$1
+traces=$2
+resnet=$traces/resnet110.ztrace.gz
+failures=0
+tmp=$(mktemp -d)
+out=$tmp/out
+err=$tmp/err
+trap 'rm -rf "$tmp"' EXIT
+
+fail() {
+  echo "FAIL: $*"
+  echo "--- stdout"; head -c 2000 "$out"
+  echo "--- stderr"; cat "$err"
+  failures=$((failures + 1))
+}
+
+run() {
+  "$umctl" page "$@" >"$out" 2>"$err"
+  status=$?
+}
+
+# Usage error: exit 2, the last argument appears in stderr.
+refuses() {
+  local args=("${@:1:$#-1}") expect=${*: -1}
+  run "${args[@]}"
+  if [ "$status" -ne 2 ]; then fail "page ${args[*]}: exit $status, expected 2"; return; fi
+  grep -qF -- "$expect" "$err" || fail "page ${args[*]}: stderr lacks '$expect'"
+  [ "$(wc -l <"$err")" -le 2 ] || fail "page ${args[*]}: more than a line or two of error"
+}
+
+run --help
+[ "$status" -eq 0 ] && grep -q "Usage: zico-umctl page" "$out" || fail "--help"
+"$umctl" --help | grep -q "page" || fail "zico-umctl --help lists page"
+
+refuses "$resnet" "give exactly one of --budget SIZE and --oversubscription R"
+refuses --budget 1GiB --oversubscription 2 "$resnet" "give exactly one of"
+refuses --oversubscription 1 "$resnet" "'1' is not a ratio above 1"
+refuses --oversubscription 0.5 "$resnet" "'0.5' is not a ratio above 1"
+refuses --oversubscription two "$resnet" "'two'"
+refuses --budget 12XB "$resnet" "'12XB' is not a size above 0"
+refuses --budget 0 "$resnet" "'0' is not a size above 0"
+refuses --oversubscription 2 --policy lru "$resnet" "'lru' is not a policy; expected um, deepum, autoswap, zico or all"
+refuses --oversubscription 2 --page-size 3MiB "$resnet" "'3MiB' is not a power of two from 4KiB to 1GiB"
+refuses --oversubscription 2 --page-size 2KiB "$resnet" "'2KiB'"
+refuses --oversubscription 2 --iterations 1 "$resnet" "'1' is not a whole number from 2"
+refuses --oversubscription 2 --iterations 9 "$resnet" "--iterations 9 is more than the 5 iterations"
+refuses --oversubscription 2 --plot out.png "$resnet" "'out.png' must name an .svg file"
+refuses --oversubscription 2 --frobnicate "$resnet" "unknown option '--frobnicate'"
+refuses --oversubscription 2 "$resnet" "$resnet" "one trace at a time"
+refuses --oversubscription 2 "no trace given"
+refuses --oversubscription 2 "$tmp/missing.ztrace.gz" "missing.ztrace.gz"
+# A budget below the largest op's pages: the values in the message.
+refuses --budget 8MiB "$resnet" "below the 17 pages the largest op uses at once"
+# A trace without op records (a version 1 trace written without accesses).
+python3 - "$tmp/noops.ztrace.gz" <<'PY'
+import gzip, sys
+lines = ["zicoum-trace 1", "meta model noops", "meta command test", "meta source meta", "meta batch 1",
+         "meta iterations 2", "meta timing none", "a 0 4096 0 param -1", "i 0 0", "i 1 10", "end 3"]
+with gzip.open(sys.argv[1], "wt") as f:
+    f.write("\n".join(lines) + "\n")
+PY
+refuses --oversubscription 2 "$tmp/noops.ztrace.gz" "has no op records"
+
+# A run of every policy: JSON keyed by policy, with the keys scripts use;
+# never above the budget; zico faster than plain UM.
+run --json --policy all --oversubscription 2 "$resnet"
+[ "$status" -eq 0 ] || fail "page --json: exit $status"
+python3 - "$out" <<'PY' || fail "page --json content"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert sorted(d) == ["autoswap", "deepum", "um", "zico"], sorted(d)
+keys = ["iteration_s", "in_memory_iteration_s", "lower_bound_iteration_s", "budget_bytes", "peak_resident_bytes",
+        "faults", "h2d_bytes", "d2h_bytes", "stall_s"]
+for policy, r in d.items():
+    for k in keys:
+        assert k in r, (policy, k)
+    assert r["peak_resident_bytes"] <= r["budget_bytes"], policy
+    assert r["iteration_s"] >= r["in_memory_iteration_s"] > 0, policy
+    assert r["lower_bound_iteration_s"] >= r["in_memory_iteration_s"], policy
+assert d["zico"]["iteration_s"] < d["um"]["iteration_s"]
+PY
+
+run --policy zico --page-size 64KiB --iterations 3 --budget 600MiB --plot "$tmp/page.svg" "$resnet"
+[ "$status" -eq 0 ] || fail "page --plot: exit $status"
+grep -q "zico" "$out" && grep -q "plot: $tmp/page.svg" "$out" || fail "page text output"
+grep -q "<svg" "$tmp/page.svg" && grep -q "zico" "$tmp/page.svg" || fail "page plot"
+run --oversubscription 2 --plot /nonexistent/dir/p.svg "$resnet"
+[ "$status" -eq 1 ] && grep -q "cannot write the plot to '/nonexistent/dir/p.svg'" "$err" || fail "unwritable plot: exit $status"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "page CLI: all checks passed"
