@@ -19,6 +19,7 @@ void LearnedIteration::clear() {
   deaths_.clear();
   use_start_.clear();
   uses_.clear();
+  next_of_ref_.clear();
   start_ns_.clear();
 }
 
@@ -32,6 +33,12 @@ void LearnedIteration::finish(uint32_t page_count) {
   std::vector<uint32_t> fill(use_start_.begin(), use_start_.end() - 1);
   for (uint32_t position = 0; position < ops(); ++position) {
     for (const PageId page : pages(position)) uses_[fill[page]++] = position;
+  }
+  next_of_ref_.resize(refs_.size());
+  for (uint32_t position = 0; position < ops(); ++position) {
+    for (size_t i = 0; i < first_ref_[position + 1] - first_ref_[position]; ++i) {
+      next_of_ref_[first_ref_[position] + i] = static_cast<uint32_t>(next_use(refs_[first_ref_[position] + i], position));
+    }
   }
 }
 

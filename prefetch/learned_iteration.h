@@ -48,6 +48,11 @@ class LearnedIteration {
   // The first absolute position after `after` at which `page` is used, or
   // kNoUse if no op of the iteration uses it.
   [[nodiscard]] uint64_t next_use(PageId page, uint64_t after) const;
+  // The same for the i-th page of op `position`, in O(1): positions after
+  // the start of that op's iteration, from position + 1 to position + L.
+  [[nodiscard]] uint32_t next_use_of(uint32_t position, size_t i) const {
+    return next_of_ref_[first_ref_[position] + i];
+  }
 
  private:
   std::vector<uint64_t> exec_ids_;
@@ -59,6 +64,7 @@ class LearnedIteration {
   // Per page, the positions that use it: uses_[use_start_[p] .. use_start_[p + 1]).
   std::vector<uint32_t> use_start_;
   std::vector<uint32_t> uses_;
+  std::vector<uint32_t> next_of_ref_;  // per page reference: its page's next use
 };
 
 }  // namespace zico::prefetch

@@ -43,26 +43,23 @@ void MinReplacement::run(uint32_t item_count, uint32_t slots,
     }
     const uint32_t first = op_first_[op];
     const uint32_t end = op_first_[op + 1];
-    // The op's items that are resident now are pinned: re-key them first so
-    // that they sort by a use after this op, then skip them as victims.
-    // Pinned items are marked by last_op == op; a victim's last_op is then
-    // its last use before this op.
+    // The op's items are pinned: out of the candidates while it is served,
+    // then back with their next uses. A victim's last_op is then its last
+    // use before this op.
+    uint32_t held = 0;  // the op's items resident, kept out of `cache`
     for (uint32_t r = first; r < end; ++r) {
       const uint32_t item = refs_[r];
       last_op[item] = op;
       if (!cached[item]) continue;
       cache.erase({key[item], item});
-      key[item] = next[r];
-      cache.emplace(key[item], item);
+      ++held;
     }
     for (uint32_t r = first; r < end; ++r) {
       const uint32_t item = refs_[r];
       if (!cached[item]) {
         Miss miss{op, item, !touched[item], kNoItem, kNoOp};
-        if (cache.size() >= slots && !cache.empty()) {
-          auto victim = std::prev(cache.end());
-          // Skip the op's own items (their last use is this op).
-          while (last_op[victim->second] == op && victim != cache.begin()) --victim;
+        if (cache.size() + held >= slots && !cache.empty()) {
+          const auto victim = std::prev(cache.end());
           miss.victim = victim->second;
           miss.victim_last_op = last_op[victim->second];
           cached[victim->second] = false;
@@ -71,9 +68,13 @@ void MinReplacement::run(uint32_t item_count, uint32_t slots,
         on_miss(miss);
         cached[item] = true;
         touched[item] = true;
-        key[item] = next[r];
-        cache.emplace(key[item], item);
+        ++held;
       }
+    }
+    for (uint32_t r = first; r < end; ++r) {
+      const uint32_t item = refs_[r];
+      key[item] = next[r];
+      cache.emplace(key[item], item);
     }
   }
 }

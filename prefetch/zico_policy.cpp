@@ -6,11 +6,11 @@ namespace zico::prefetch {
 
 ZicoPolicy::ZicoPolicy(const Residency& residency, const TransferModel& /*model*/)
     : residency_(residency),
-      key_(residency.page_count(), kNoUse),
-      set_of_(residency.page_count(), kNone),
       pinned_(residency.page_count(), 0),
       prefetched_(residency.page_count(), 0),
-      evicted_(residency.page_count(), 0) {}
+      evicted_(residency.page_count(), 0) {
+  index_.reset(residency.page_count(), 1);
+}
 
 int64_t ZicoPolicy::available_slots() const {
   // Free slots, plus those evictions in flight will free that no queued
@@ -18,33 +18,19 @@ int64_t ZicoPolicy::available_slots() const {
   return int64_t{residency_.free_pages()} + residency_.leaving_pages() - residency_.queued_pages();
 }
 
-void ZicoPolicy::set_key(PageId page, uint64_t key, bool has_data) {
-  drop_key(page);
-  key_[page] = key;
-  set_of_[page] = has_data ? kWithData : kEmpty;
-  by_next_use_[set_of_[page]].emplace(key, page);
-}
-
-void ZicoPolicy::drop_key(PageId page) {
-  if (set_of_[page] == kNone) return;
-  by_next_use_[set_of_[page]].erase({key_[page], page});
-  set_of_[page] = kNone;
-}
-
 void ZicoPolicy::rekey_present_pages(uint64_t after) {
-  for (auto& set : by_next_use_) set.clear();
-  std::fill(set_of_.begin(), set_of_.end(), kNone);
+  // Keys reach two iterations ahead: planned fetches of the next iteration
+  // are issued during this one.
+  index_.reset(residency_.page_count(), 2 * uint64_t{learned_.ops()} + 2);
   for (PageId page = 0; page < residency_.page_count(); ++page) {
-    if (residency_.present_or_coming(page)) {
-      set_key(page, learned_.next_use(page, after), residency_.has_data(page));
-    }
+    if (residency_.present_or_coming(page)) index_.set(page, learned_.next_use(page, after));
   }
 }
 
 void ZicoPolicy::evict(PageId page, Decisions* out) {
   out->push_back({Decision::Kind::kEvict, page});
   evicted_[page] = stamp_;
-  drop_key(page);
+  index_.remove(page);
   ++slots_;
 }
 
@@ -97,7 +83,7 @@ void ZicoPolicy::on_op_start(const OpView& op, Decisions* out) {
 
   if (following_) {
     const uint64_t now = iteration_base_ + position_;
-    for (const PageId page : op.pages) set_key(page, learned_.next_use(page, now), true);
+    for (size_t i = 0; i < op.pages.size(); ++i) index_.set(op.pages[i], iteration_base_ + learned_.next_use_of(position_, i));
     fetch_missing(op, now, out);  // first: the op that runs now must have its pages
     issue_due(now, out);
     fill_free_slots(now, out);
@@ -125,7 +111,7 @@ void ZicoPolicy::issue_due(uint64_t now, Decisions* out) {
 void ZicoPolicy::issue(const PlannedFetch& fetch, uint64_t need, Decisions* out) {
   if (fetch.victim != kNoPage && residency_.state(fetch.victim) == PageState::kResident &&
       pinned_[fetch.victim] != stamp_ && evicted_[fetch.victim] != stamp_ && prefetched_[fetch.victim] != stamp_ &&
-      key_[fetch.victim] > need) {
+      index_.key(fetch.victim) > need) {
     evict(fetch.victim, out);
   }
   const PageId page = fetch.page;
@@ -134,7 +120,7 @@ void ZicoPolicy::issue(const PlannedFetch& fetch, uint64_t need, Decisions* out)
   out->push_back({Decision::Kind::kPrefetch, page});
   prefetched_[page] = stamp_;
   --slots_;
-  set_key(page, need, residency_.has_data(page));
+  index_.set(page, need);
 }
 
 void ZicoPolicy::fill_free_slots(uint64_t now, Decisions* out) {
@@ -160,7 +146,7 @@ void ZicoPolicy::fill_free_slots(uint64_t now, Decisions* out) {
     out->push_back({Decision::Kind::kPrefetch, page});
     prefetched_[page] = stamp_;
     --slots_;
-    set_key(page, need, residency_.has_data(page));
+    index_.set(page, need);
   }
 }
 
@@ -175,30 +161,20 @@ void ZicoPolicy::fetch_missing(const OpView& op, uint64_t now, Decisions* out) {
 }
 
 bool ZicoPolicy::make_room(uint64_t need, Decisions* out) {
-  // An empty page (never written, or dead and discarded) leaves and comes
-  // back for free; one with data costs a copy each way.
-  return evict_farthest(kEmpty, need, out) || evict_farthest(kWithData, need, out);
-}
-
-bool ZicoPolicy::evict_farthest(uint8_t which, uint64_t need, Decisions* out) {
-  auto& set = by_next_use_[which];
-  auto it = set.end();
-  while (it != set.begin()) {
-    --it;
-    const auto [key, page] = *it;
-    if (key <= need) return false;  // everything here is needed sooner
+  gone_.clear();
+  const PageId victim = index_.farthest_above(need, [&](PageId page) {
     const PageState state = residency_.state(page);
     if (state == PageState::kAbsent || state == PageState::kLeaving) {
-      // The fault path took it, or it is leaving already.
-      set_of_[page] = kNone;
-      it = set.erase(it);
-      continue;
+      gone_.push_back(page);  // the fault path took it, or it is leaving already
+      return false;
     }
-    if (state != PageState::kResident || pinned_[page] == stamp_ || prefetched_[page] == stamp_) continue;
-    evict(page, out);
-    return true;
-  }
-  return false;
+    return state == PageState::kResident && pinned_[page] != stamp_ && prefetched_[page] != stamp_ &&
+           evicted_[page] != stamp_;
+  });
+  for (const PageId page : gone_) index_.remove(page);
+  if (victim == NextUseIndex::kNoPageFound) return false;  // everything present is needed sooner
+  evict(victim, out);
+  return true;
 }
 
 void ZicoPolicy::pre_evict(Decisions* out) {

@@ -32,12 +32,11 @@
 #pragma once
 
 #include <cstdint>
-#include <set>
-#include <utility>
 #include <vector>
 
 #include "iteration_plan.h"
 #include "learned_iteration.h"
+#include "next_use_index.h"
 #include "paging_policy.h"
 
 namespace zico::prefetch {
@@ -56,15 +55,13 @@ class ZicoPolicy final : public PagingPolicy {
 
  private:
   [[nodiscard]] int64_t available_slots() const;
-  void set_key(PageId page, uint64_t key, bool has_data);
-  void drop_key(PageId page);
   void rekey_present_pages(uint64_t after);
   void issue_due(uint64_t now, Decisions* out);
   void issue(const PlannedFetch& fetch, uint64_t need, Decisions* out);
   void fetch_missing(const OpView& op, uint64_t now, Decisions* out);
   void fill_free_slots(uint64_t now, Decisions* out);
+  // Evicts the present page used farthest ahead, if that is after `need`.
   [[nodiscard]] bool make_room(uint64_t need, Decisions* out);
-  [[nodiscard]] bool evict_farthest(uint8_t which, uint64_t need, Decisions* out);
   void evict(PageId page, Decisions* out);
   void pre_evict(Decisions* out);
 
@@ -83,12 +80,8 @@ class ZicoPolicy final : public PagingPolicy {
   uint64_t ahead_iteration_ = 0;
   uint32_t max_op_pages_ = 0;
   int64_t slots_ = 0;  // during a call: slots free or freeing, after this call's decisions
-  // Present pages by next use, farthest last, apart by whether they hold
-  // data (kWithData) or not (kEmpty); key_ and set_of_ mirror them.
-  static constexpr uint8_t kWithData = 0, kEmpty = 1, kNone = 2;
-  std::set<std::pair<uint64_t, PageId>> by_next_use_[2];
-  std::vector<uint64_t> key_;
-  std::vector<uint8_t> set_of_;
+  NextUseIndex index_;        // present pages by next use (while following)
+  std::vector<PageId> gone_;  // make_room's scratch
   // Stamps per page: pinned by the running op; prefetched or evicted in
   // this call.
   std::vector<uint64_t> pinned_;

@@ -376,11 +376,12 @@ bool run_paging(const prefetch::AccessStream& stream, const std::string& policy_
              std::to_string(residency.budget_pages());
     return false;
   }
-  const auto policy = prefetch::make_policy(policy_name, residency, options.model);
+  auto policy = prefetch::make_policy(policy_name, residency, options.model);
   if (!policy) {
     *error = "unknown policy '" + policy_name + "'";
     return false;
   }
+  if (options.wrap) policy = options.wrap(std::move(policy));
   Executor executor(stream, options, &residency, out);
   return executor.run(*policy, error);
 }

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,8 @@ struct PagingOptions {
   // Called when an op starts running (every page it uses should then be
   // resident) and after every event, for tests; may be empty.
   std::function<void(const prefetch::Residency&, std::span<const prefetch::PageId> running_op)> check;
+  // Wraps the policy before the run (a benchmark times its calls); may be empty.
+  std::function<std::unique_ptr<prefetch::PagingPolicy>(std::unique_ptr<prefetch::PagingPolicy>)> wrap;
 };
 
 // Runs `stream` under the policy named `policy`. The stream must be valid
