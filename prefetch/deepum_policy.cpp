@@ -18,6 +18,7 @@ void DeepUmPolicy::on_op_start(const OpView& op, Decisions* out) {
   if (has_previous_) table_.record_successor(previous_, op.exec_id);
   previous_ = op.exec_id;
   has_previous_ = true;
+  ++launches_;
   ++stamp_;
 
   // The kernels predicted to run next, the current one first: their pages
@@ -54,7 +55,7 @@ void DeepUmPolicy::on_op_start(const OpView& op, Decisions* out) {
         ++slots;
       }
       decided_[page] = stamp_;
-      out->push_back({Decision::Kind::kPrefetch, page});
+      out->push_back({Decision::Kind::kPrefetch, page, launches_ + k});  // kernel order
       --slots;
     }
   }

@@ -43,6 +43,7 @@ class DeepUmPolicy final : public PagingPolicy {
   CorrelationTable table_;
   uint64_t previous_ = 0;
   bool has_previous_ = false;
+  uint64_t launches_ = 0;  // prefetches are prioritised by the launch they are predicted for
   // Per page: the stamp of the walk that predicted it, of the walk that
   // prefetched or evicted it (so one walk decides each page once).
   std::vector<uint32_t> predicted_;

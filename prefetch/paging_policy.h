@@ -37,6 +37,9 @@ struct Decision {
   enum class Kind : uint8_t { kPrefetch, kEvict, kDiscard };
   Kind kind = Kind::kPrefetch;
   PageId page = 0;
+  // Prefetches: the smaller, the sooner the page is needed. The executor
+  // copies queued pages in this order, then in the order issued.
+  uint64_t priority = 0;
 };
 using Decisions = std::vector<Decision>;
 

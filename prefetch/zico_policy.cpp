@@ -117,7 +117,7 @@ void ZicoPolicy::issue(const PlannedFetch& fetch, uint64_t need, Decisions* out)
   const PageId page = fetch.page;
   if (residency_.present_or_coming(page) || prefetched_[page] == stamp_) return;
   if (slots_ <= 0 && !make_room(need, out)) return;  // its op will fetch it
-  out->push_back({Decision::Kind::kPrefetch, page});
+  out->push_back({Decision::Kind::kPrefetch, page, need});
   prefetched_[page] = stamp_;
   --slots_;
   index_.set(page, need);
@@ -143,7 +143,7 @@ void ZicoPolicy::fill_free_slots(uint64_t now, Decisions* out) {
     const PageId page = fetch.page;
     if (need < now || residency_.present_or_coming(page) || prefetched_[page] == stamp_) continue;
     if (residency_.state(page) == PageState::kLeaving) continue;
-    out->push_back({Decision::Kind::kPrefetch, page});
+    out->push_back({Decision::Kind::kPrefetch, page, need});
     prefetched_[page] = stamp_;
     --slots_;
     index_.set(page, need);
@@ -154,7 +154,7 @@ void ZicoPolicy::fetch_missing(const OpView& op, uint64_t now, Decisions* out) {
   for (const PageId page : op.pages) {
     if (residency_.present_or_coming(page) || prefetched_[page] == stamp_) continue;
     if (slots_ <= 0 && !make_room(now, out)) return;  // the fault path takes over
-    out->push_back({Decision::Kind::kPrefetch, page});
+    out->push_back({Decision::Kind::kPrefetch, page, now});
     prefetched_[page] = stamp_;
     --slots_;
   }

@@ -45,7 +45,7 @@ PagingResult run_checked(const AccessStream& stream, const std::string& policy, 
 }
 
 TEST(PagingPolicies, KeepTheBudgetAndTheRunningOpsPagesOnRandomStreams) {
-  for (uint32_t seed = 1; seed <= 40; ++seed) {
+  for (uint32_t seed = 1; seed <= 200; ++seed) {
     const uint64_t page = seed % 2 == 0 ? uint64_t{2} << 20 : uint64_t{64} << 10;
     const AccessStream stream = random_training_stream(seed, 4, page);
     ASSERT_EQ(stream_error(stream), "") << seed;

@@ -95,12 +95,20 @@ inline AccessStream random_training_stream(uint32_t seed, uint32_t iterations, u
     at += (act_bytes[l] + page_bytes - 1) / page_bytes * page_bytes;
   }
   const uint64_t temp_offset = at;
+  b.allocate_at(temp_offset + 2 * page_bytes, 1);  // the stream's page count covers the extra block
   for (uint32_t it = 0; it < iterations; ++it) {
     b.mark();
     std::vector<uint32_t> acts;
     uint32_t input = b.allocate_at(act_offset[0], act_bytes[0]);
     b.op({input}, 1000, 1);
     acts.push_back(input);
+    // Now and then an iteration that departs from the others (an evaluation
+    // step, a new sequence length): one more op, and a block of its own.
+    if (seed % 3 == 0 && it == 2) {
+      const uint32_t extra = b.allocate_at(temp_offset, page_bytes + 1);
+      b.op({input, weights[0], extra}, 3000, 999);
+      b.free(extra);
+    }
     for (uint32_t l = 1; l < layers; ++l) {
       const uint32_t out = b.allocate_at(act_offset[l], act_bytes[l]);
       b.op({acts.back(), weights[l - 1], out}, durations[l], 100 + l);

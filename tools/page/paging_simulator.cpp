@@ -45,9 +45,11 @@ class Executor {
   }
   void advance_to(uint64_t time);
   void grant_queued(uint64_t time);
-  void fetch(PageId page, uint64_t at);
+  void fetch(PageId page, uint64_t at, uint64_t priority);
+  void start_next_fetch(uint64_t at);
+  [[nodiscard]] bool kick_fetches();
   void apply(const Decisions& decisions);
-  void prefetch(PageId page);
+  void prefetch(PageId page, uint64_t priority);
   void evict(PageId page);
   void discard(PageId page);
   [[nodiscard]] bool run_op(const prefetch::StreamOp& op, prefetch::PagingPolicy& policy, std::string* error);
@@ -63,11 +65,26 @@ class Executor {
   Residency& residency_;
   PagingResult& out_;
   uint64_t now_ = 0;        // the compute stream's clock
-  uint64_t h2d_free_ = 0;   // when each copy engine finishes what it has queued
+  // Host to device: transfers wait in `h2d_queue_`, most urgent first (the
+  // policy's priority, then issue order), and the engine takes the next one
+  // when it is done with the one it runs (until h2d_busy_until_), as a
+  // runtime that keeps its own prefetch queue and feeds the copy engine one
+  // page at a time would. Device to host: FIFO, done at d2h_free_.
+  struct QueuedFetch {
+    uint64_t priority, seq;
+    PageId page;
+    bool operator>(const QueuedFetch& o) const { return priority != o.priority ? priority > o.priority : seq > o.seq; }
+  };
+  std::priority_queue<QueuedFetch, std::vector<QueuedFetch>, std::greater<>> h2d_queue_;
+  uint64_t h2d_busy_until_ = 0;
   uint64_t d2h_free_ = 0;
   uint64_t seq_ = 0;
   std::priority_queue<Completion, std::vector<Completion>, std::greater<>> completions_;
-  std::deque<PageId> queued_;  // prefetches waiting for a slot, oldest first
+  struct WaitingPrefetch {
+    PageId page;
+    uint64_t priority;
+  };
+  std::deque<WaitingPrefetch> queued_;  // prefetches waiting for a slot, oldest first
   bool faulting_ = false;      // the fault path takes freed slots before queued prefetches
   std::vector<uint64_t> pinned_;
   std::vector<bool> come_back_;  // prefetched while leaving: fetch it again when it has left
@@ -88,7 +105,7 @@ void Executor::note_transfer(uint64_t start, uint64_t end, uint64_t bytes, bool 
 void Executor::sample() {
   out_.peak_resident_bytes =
       std::max(out_.peak_resident_bytes, uint64_t{residency_.occupied_pages()} * stream_.page_bytes);
-  if (recording()) out_.last_iteration_residency.push_back({now_, residency_.occupied_pages(), h2d_free_, d2h_free_});
+  if (recording()) out_.last_iteration_residency.push_back({now_, residency_.occupied_pages(), h2d_busy_until_, d2h_free_});
 }
 
 void Executor::advance_to(uint64_t time) {
@@ -97,12 +114,13 @@ void Executor::advance_to(uint64_t time) {
     completions_.pop();
     if (c.arrival) {
       residency_.arrive(c.page, c.time);
+      start_next_fetch(c.time);
     } else {
       residency_.leave(c.page);
       if (come_back_[c.page]) {
         come_back_[c.page] = false;
         residency_.start_arrival(c.page);
-        fetch(c.page, c.time);
+        fetch(c.page, c.time, 0);
       } else if (!faulting_) {
         grant_queued(c.time);
       }
@@ -112,35 +130,51 @@ void Executor::advance_to(uint64_t time) {
 
 void Executor::grant_queued(uint64_t time) {
   while (!queued_.empty() && residency_.free_pages() > 0) {
-    const PageId page = queued_.front();
+    const auto [page, priority] = queued_.front();
     queued_.pop_front();
     if (residency_.state(page) != PageState::kQueued) continue;
     residency_.start_arrival(page);
-    fetch(page, time);
+    fetch(page, time, priority);
   }
 }
 
-void Executor::fetch(PageId page, uint64_t at) {
+void Executor::fetch(PageId page, uint64_t at, uint64_t priority) {
   if (!residency_.has_data(page)) {
     complete(at, page, true);  // populated on the GPU, nothing to copy
     return;
   }
-  const uint64_t start = std::max(at, h2d_free_);
-  const uint64_t end = start + model_.h2d_ns(stream_.page_bytes, d2h_free_ > start);
-  h2d_free_ = end;
-  note_transfer(start, end, stream_.page_bytes, true);
+  h2d_queue_.push({priority, seq_++, page});
+  start_next_fetch(at);
+}
+
+// Queued copies wait for a completion to start them; after a fault-path
+// copy there is none. Starts the next one when the engine is free; false if
+// nothing is queued.
+bool Executor::kick_fetches() {
+  if (h2d_queue_.empty()) return false;
+  start_next_fetch(h2d_busy_until_);
+  return true;
+}
+
+void Executor::start_next_fetch(uint64_t at) {
+  if (h2d_queue_.empty() || h2d_busy_until_ > at) return;  // a completion will call again
+  const PageId page = h2d_queue_.top().page;
+  h2d_queue_.pop();
+  const uint64_t end = at + model_.h2d_ns(stream_.page_bytes, d2h_free_ > at);
+  h2d_busy_until_ = end;
+  note_transfer(at, end, stream_.page_bytes, true);
   complete(end, page, true);
 }
 
-void Executor::prefetch(PageId page) {
+void Executor::prefetch(PageId page, uint64_t priority) {
   switch (residency_.state(page)) {
     case PageState::kAbsent:
       if (residency_.free_pages() > 0) {
         residency_.start_arrival(page);
-        fetch(page, now_);
+        fetch(page, now_, priority);
       } else if (residency_.leaving_pages() > residency_.queued_pages()) {
         residency_.queue(page);
-        queued_.push_back(page);
+        queued_.push_back({page, priority});
       } else {
         ++out_.refused_prefetches;
       }
@@ -162,7 +196,7 @@ void Executor::evict(PageId page) {
   }
   residency_.start_leaving(page);
   const uint64_t start = std::max(now_, d2h_free_);
-  const uint64_t end = start + model_.d2h_ns(stream_.page_bytes, h2d_free_ > start);
+  const uint64_t end = start + model_.d2h_ns(stream_.page_bytes, h2d_busy_until_ > start);
   d2h_free_ = end;
   note_transfer(start, end, stream_.page_bytes, false);
   complete(end, page, false);
@@ -182,7 +216,7 @@ void Executor::discard(PageId page) {
 void Executor::apply(const Decisions& decisions) {
   for (const Decision& d : decisions) {
     switch (d.kind) {
-      case Decision::Kind::kPrefetch: prefetch(d.page); break;
+      case Decision::Kind::kPrefetch: prefetch(d.page, d.priority); break;
       case Decision::Kind::kEvict: evict(d.page); break;
       case Decision::Kind::kDiscard: discard(d.page); break;
     }
@@ -196,6 +230,7 @@ bool Executor::wait_for(PageId page, uint64_t* ready) {
     const PageState state = residency_.state(page);
     if (state == PageState::kResident || state == PageState::kAbsent) return true;
     if (completions_.empty()) {
+      if (kick_fetches()) continue;
       residency_.unqueue(page);  // only a queued page has no completion coming
       return false;
     }
@@ -216,7 +251,7 @@ bool Executor::free_one_slot(uint64_t* ready, uint64_t* evicted_bytes) {
       residency_.drop(victim);
       return true;
     }
-    if (completions_.empty()) return false;
+    if (completions_.empty() && !kick_fetches()) return false;
     const uint64_t next = completions_.top().time;
     *ready = std::max(*ready, next);
     advance_to(next);
@@ -250,9 +285,10 @@ bool Executor::fault_in(std::span<const PageId> faulted, uint64_t* ready, std::s
       note_transfer(start, time, evicted, false);
     }
     if (fetched > 0) {
-      const uint64_t start = std::max(time, h2d_free_);
+      // The fault path waits for the copy in progress, not for the queue.
+      const uint64_t start = std::max(time, h2d_busy_until_);
       time = start + model_.fault_transfer_ns(fetched);
-      h2d_free_ = time;
+      h2d_busy_until_ = time;
       note_transfer(start, time, fetched, true);
     }
     for (const PageId page : pages) residency_.arrive(page, time);
@@ -263,6 +299,7 @@ bool Executor::fault_in(std::span<const PageId> faulted, uint64_t* ready, std::s
   }
   faulting_ = false;
   grant_queued(*ready);
+  start_next_fetch(*ready);
   return true;
 }
 
