@@ -127,7 +127,9 @@ void AutoSwapPolicy::plan(const Recording& r) {
   }
 
   std::vector<Candidate> candidates;
-  for (const auto& [block, life] : lives) {
+  for (const auto& entry : lives) {
+    const uint32_t block = entry.first;
+    const Life& life = entry.second;
     const uint64_t bytes = r.extents.at(block).bytes;
     if (bytes < kMinBlockBytes || life.uses.empty()) continue;
     const uint64_t swap_ns = model_.d2h_ns(bytes, false) + model_.h2d_ns(bytes, false);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the trace parser with clang's libFuzzer, ASan and UBSan and fuzzes it
-# for SECONDS (default 60), starting from a valid trace. Needs clang and
+# Builds the trace parser, the access-stream builder and the paging policies
+# and simulator with clang's libFuzzer, ASan and UBSan and fuzzes them for
+# SECONDS (default 60), starting from a valid trace. Needs clang and
 # libclang-rt-*-dev (Debian).
 set -euo pipefail
 seconds=${1:-60}
@@ -8,8 +9,10 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${FUZZ_DIR:-/tmp/zicoum-fuzz}
 mkdir -p "$out/corpus"
 clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -I"$root/umm" -I"$root/tools/trace" \
+  -I"$root/umm" -I"$root/tools/trace" -I"$root/prefetch" -I"$root/tools/page" -I"$root/tools/replay" \
   "$root/tests/fuzz/trace_reader_fuzz.cpp" "$root/tools/trace/trace_reader.cpp" "$root/umm/status.cpp" \
+  "$root"/prefetch/*.cpp "$root/tools/page/trace_stream.cpp" "$root/tools/page/paging_simulator.cpp" \
+  "$root/tools/replay/caching_model.cpp" \
   -lz -o "$out/trace_reader_fuzz"
 # Seed: a small valid trace, so the fuzzer starts deep inside the grammar.
 cat > "$out/corpus/seed" <<'SEED'
