@@ -1,6 +1,7 @@
 #include "transfer_model.h"
 
 #include <cmath>
+#include <numbers>
 
 namespace zico::prefetch {
 namespace {
@@ -11,14 +12,19 @@ uint64_t seconds_to_ns(double bytes, double bytes_per_s) {
 
 }  // namespace
 
+double TransferModel::efficiency(uint64_t bytes) const {
+  if (size_knee_bytes <= 0) return 1.0;
+  return 2 / std::numbers::pi * std::atan(static_cast<double>(bytes) / size_knee_bytes);
+}
+
 uint64_t TransferModel::h2d_ns(uint64_t bytes, bool duplex) const {
-  const double bandwidth = h2d_bytes_per_s * (duplex ? duplex_factor : 1.0);
-  return h2d_setup_ns + seconds_to_ns(static_cast<double>(bytes), bandwidth);
+  const double bandwidth = h2d_bytes_per_s * (duplex ? duplex_factor : 1.0) * efficiency(bytes);
+  return seconds_to_ns(static_cast<double>(bytes), bandwidth);
 }
 
 uint64_t TransferModel::d2h_ns(uint64_t bytes, bool duplex) const {
-  const double bandwidth = d2h_bytes_per_s * (duplex ? duplex_factor : 1.0);
-  return d2h_setup_ns + seconds_to_ns(static_cast<double>(bytes), bandwidth);
+  const double bandwidth = d2h_bytes_per_s * (duplex ? duplex_factor : 1.0) * efficiency(bytes);
+  return seconds_to_ns(static_cast<double>(bytes), bandwidth);
 }
 
 uint64_t TransferModel::fault_transfer_ns(uint64_t bytes) const {
@@ -40,6 +46,9 @@ std::string TransferModel::invalid_field() const {
     return "duplex_factor " + std::to_string(duplex_factor) + " (must be in (0, 1])";
   }
   if (fault_batch_pages == 0) return "fault_batch_pages 0 (must be >= 1)";
+  if (!(size_knee_bytes >= 0) || !std::isfinite(size_knee_bytes)) {
+    return "size_knee_bytes " + std::to_string(size_knee_bytes) + " (must be >= 0)";
+  }
   return {};
 }
 

@@ -9,8 +9,8 @@
 //
 // The model:
 // - Two copy engines, one per direction, each running its transfers one after
-//   another (FIFO) while compute runs. A transfer costs a fixed setup plus
-//   bytes / bandwidth; while the other direction is busy at the same moment,
+//   another while compute runs. A transfer of s bytes takes s / (bandwidth x
+//   efficiency(s)); while the other direction is busy at the same moment,
 //   bandwidth is scaled by `duplex_factor`.
 // - A fault stalls the GPU. Faults are served in batches of up to
 //   `fault_batch_pages` pages: each batch costs `fault_batch_ns` (fetching the
@@ -35,12 +35,11 @@ struct TransferModel {
   // Each direction's share of its bandwidth while the other one runs too:
   // 0.86-0.93 on a Gen5 host path (row 3.3, B300; no H100 figure exists).
   double duplex_factor = 0.9;
-  // Setup per explicit transfer (one cuMemPrefetchAsync of one page): the
-  // SINGA swap-cost fit's fixed terms are 10 us H2D and 47 us D2H on Gen3
-  // (row 3.6); a batched prefetch call spreads them over its pages, so the
-  // per-page default is a tenth of those.
-  uint64_t h2d_setup_ns = 1000;
-  uint64_t d2h_setup_ns = 4700;
+  // Small copies run below the link's rate: efficiency(s) = (2 / pi) x
+  // atan(s / knee), the shape GPGPU-Sim's UVMSmart fits to measured transfer
+  // latency against size (row 1.19: half the rate at 13.7 KB; 0.87 at
+  // 64 KiB, 0.996 at 2 MiB). 0 turns it off.
+  double size_knee_bytes = 13.7e3;
   // Fault-driven migration: about 0.4 x the link on streaming access (row
   // 1.25: 22.1 GB/s effective on a Gen5 RTX 5090 at 1.2x oversubscription).
   double fault_bytes_per_s = 20e9;
@@ -52,14 +51,16 @@ struct TransferModel {
   // 1.14; 30-45 us in row 1.15).
   uint64_t fault_batch_ns = 45000;
 
+  // The share of the link's rate a copy of `bytes` gets.
+  [[nodiscard]] double efficiency(uint64_t bytes) const;
   // Time for one transfer of `bytes` in one direction; `duplex`: the other
   // direction is busy at the same time.
   [[nodiscard]] uint64_t h2d_ns(uint64_t bytes, bool duplex) const;
   [[nodiscard]] uint64_t d2h_ns(uint64_t bytes, bool duplex) const;
-  // Migration time of `bytes` on the fault path (no setup: the batch cost
-  // covers it).
+  // Migration time of `bytes` on the fault path (its rate is measured on
+  // streaming faults, size effects included).
   [[nodiscard]] uint64_t fault_transfer_ns(uint64_t bytes) const;
-  // Write-back of `bytes` evicted on the fault path (link rate, no setup).
+  // Write-back of `bytes` evicted on the fault path (link rate).
   [[nodiscard]] uint64_t fault_evict_ns(uint64_t bytes) const;
 
   // Empty when every field is usable; otherwise names the first bad one and
