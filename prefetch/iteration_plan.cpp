@@ -59,14 +59,13 @@ void IterationPlan::build(const LearnedIteration& learned, uint32_t slots, uint3
     fetch.need = static_cast<uint32_t>(need);
     fetch.page = item_page[miss.item];
     // No earlier than one iteration ahead of the need, than the death of the
-    // page's previous life, or (with a victim) than the op after its last use.
+    // page's previous life, or than its slot is free (after the victim's last
+    // use, or whenever MIN's free slot was freed).
     fetch.issue = std::max(need - l + 1, item_born[miss.item] - l);
-    if (miss.victim != MinReplacement::kNoItem) {
-      fetch.victim = item_page[miss.victim];
-      if (miss.victim_last_op != MinReplacement::kNoOp) {
-        fetch.issue = std::max(fetch.issue, int64_t{miss.victim_last_op} + 1 - l);
-      }
+    if (miss.slot_free_after != MinReplacement::kNoOp) {
+      fetch.issue = std::max(fetch.issue, int64_t{miss.slot_free_after} + 1 - l);
     }
+    if (miss.victim != MinReplacement::kNoItem) fetch.victim = item_page[miss.victim];
     fetches_.push_back(fetch);
   });
   std::stable_sort(fetches_.begin(), fetches_.end(),

@@ -1,5 +1,6 @@
 #include "min_replacement.h"
 
+#include <deque>
 #include <set>
 #include <utility>
 
@@ -34,12 +35,16 @@ void MinReplacement::run(uint32_t item_count, uint32_t slots,
   std::vector<bool> touched(item_count, false);
   std::vector<uint32_t> last_op(item_count, kNoOp);
   size_t release = 0;
+  // Free slots, by the op after which each became free, oldest first (those
+  // free from the start: kNoOp, taken before any other).
+  std::deque<uint32_t> free_since(slots, kNoOp);
   for (uint32_t op = 0; op < ops; ++op) {
     for (; release < releases_.size() && releases_[release].first <= op; ++release) {
       const uint32_t item = releases_[release].second;
       if (!cached[item]) continue;
       cache.erase({key[item], item});
       cached[item] = false;
+      free_since.push_back(last_op[item]);  // free once its last use is done
     }
     const uint32_t first = op_first_[op];
     const uint32_t end = op_first_[op + 1];
@@ -61,9 +66,12 @@ void MinReplacement::run(uint32_t item_count, uint32_t slots,
         if (cache.size() + held >= slots && !cache.empty()) {
           const auto victim = std::prev(cache.end());
           miss.victim = victim->second;
-          miss.victim_last_op = last_op[victim->second];
+          miss.slot_free_after = last_op[victim->second];
           cached[victim->second] = false;
           cache.erase(victim);
+        } else if (!free_since.empty()) {
+          miss.slot_free_after = free_since.front();
+          free_since.pop_front();
         }
         on_miss(miss);
         cached[item] = true;

@@ -41,7 +41,10 @@ class MinReplacement {
     uint32_t item = 0;
     bool first_touch = false;       // the item's first reference: nothing to copy
     uint32_t victim = kNoItem;      // kNoItem: a slot was free
-    uint32_t victim_last_op = kNoOp;  // the victim's last use before `op` (kNoOp: never used)
+    // The op after which the slot the item takes was free: the victim's last
+    // use before `op`, or when the free slot was freed (kNoOp: free from the
+    // start).
+    uint32_t slot_free_after = kNoOp;
   };
   // Runs MIN with `slots` resident items; `on_miss` is called in order.
   void run(uint32_t item_count, uint32_t slots, const std::function<void(const Miss&)>& on_miss) const;

@@ -57,7 +57,7 @@ TEST(MinReplacement, EvictsTheItemUsedFarthestAhead) {
   ASSERT_EQ(misses.size(), 4u);
   EXPECT_EQ(misses[2].item, 2u);
   EXPECT_EQ(misses[2].victim, 1u);
-  EXPECT_EQ(misses[2].victim_last_op, 1u);
+  EXPECT_EQ(misses[2].slot_free_after, 1u);
   EXPECT_EQ(misses[3].op, 4u);
   EXPECT_FALSE(misses[3].first_touch);
 }
