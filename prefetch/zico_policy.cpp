@@ -56,16 +56,9 @@ void ZicoPolicy::on_iteration(uint32_t /*n*/, Decisions* /*out*/) {
     iteration_base_ = learned_.ops();
     rekey_present_pages(iteration_base_ - 1);
     due_ = 0;  // including those the plan would have issued in the iteration before
-    ahead_iteration_ = 0;
-    ahead_ = 0;
   } else if (!learned_.empty()) {
     iteration_base_ += learned_.ops();
     due_ = next_due_;
-    if (ahead_iteration_ > 0) {
-      --ahead_iteration_;
-    } else {
-      ahead_ = 0;
-    }
   }
   next_due_ = 0;
   recording_.clear();
@@ -86,7 +79,6 @@ void ZicoPolicy::on_op_start(const OpView& op, Decisions* out) {
     for (size_t i = 0; i < op.pages.size(); ++i) index_.set(op.pages[i], iteration_base_ + learned_.next_use_of(position_, i));
     fetch_missing(op, now, out);  // first: the op that runs now must have its pages
     issue_due(now, out);
-    fill_free_slots(now, out);
   } else {
     pre_evict(out);
   }
@@ -121,33 +113,6 @@ void ZicoPolicy::issue(const PlannedFetch& fetch, uint64_t need, Decisions* out)
   prefetched_[page] = stamp_;
   --slots_;
   index_.set(page, need);
-}
-
-void ZicoPolicy::fill_free_slots(uint64_t now, Decisions* out) {
-  // Free slots cost nothing to fill: bring in the planned pages in the order
-  // they are needed, up to an iteration ahead, without waiting for their
-  // victims (their planned evictions still happen when due).
-  const std::vector<uint32_t>& order = plan_.by_need();
-  const uint64_t length = learned_.ops();
-  while (slots_ > 0) {
-    if (ahead_ == order.size()) {
-      if (ahead_iteration_ == 1) return;
-      ahead_iteration_ = 1;
-      ahead_ = 0;
-      continue;
-    }
-    const PlannedFetch& fetch = plan_.fetches()[order[ahead_]];
-    const uint64_t need = iteration_base_ + ahead_iteration_ * length + fetch.need;
-    if (need > now + length) return;
-    ++ahead_;
-    const PageId page = fetch.page;
-    if (need < now || residency_.present_or_coming(page) || prefetched_[page] == stamp_) continue;
-    if (residency_.state(page) == PageState::kLeaving) continue;
-    out->push_back({Decision::Kind::kPrefetch, page, need});
-    prefetched_[page] = stamp_;
-    --slots_;
-    index_.set(page, need);
-  }
 }
 
 void ZicoPolicy::fetch_missing(const OpView& op, uint64_t now, Decisions* out) {
