@@ -70,6 +70,10 @@ void IterationPlan::build(const LearnedIteration& learned, uint32_t slots, uint3
   });
   std::stable_sort(fetches_.begin(), fetches_.end(),
                    [](const PlannedFetch& a, const PlannedFetch& b) { return a.issue < b.issue; });
+  by_need_.resize(fetches_.size());
+  for (uint32_t i = 0; i < by_need_.size(); ++i) by_need_[i] = i;
+  std::stable_sort(by_need_.begin(), by_need_.end(),
+                   [&](uint32_t a, uint32_t b) { return fetches_[a].need < fetches_[b].need; });
 }
 
 }  // namespace zico::prefetch

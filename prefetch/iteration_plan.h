@@ -33,13 +33,19 @@ class IterationPlan {
  public:
   // `slots`: pages the budget holds. Replaces the previous plan.
   void build(const LearnedIteration& learned, uint32_t slots, uint32_t page_count);
-  void clear() { fetches_.clear(); }
+  void clear() {
+    fetches_.clear();
+    by_need_.clear();
+  }
 
   // By issue position, then need.
   [[nodiscard]] const std::vector<PlannedFetch>& fetches() const { return fetches_; }
+  // Indices into fetches(), by need.
+  [[nodiscard]] const std::vector<uint32_t>& by_need() const { return by_need_; }
 
  private:
   std::vector<PlannedFetch> fetches_;
+  std::vector<uint32_t> by_need_;
 };
 
 }  // namespace zico::prefetch

@@ -8,7 +8,11 @@ ZicoPolicy::ZicoPolicy(const Residency& residency, const TransferModel& /*model*
     : residency_(residency),
       pinned_(residency.page_count(), 0),
       prefetched_(residency.page_count(), 0),
-      evicted_(residency.page_count(), 0) {
+      evicted_(residency.page_count(), 0),
+      // About 64 MiB (a millisecond of copying) of spare slots, at most an
+      // eighth of the budget.
+      spare_pages_(static_cast<uint32_t>(std::min<uint64_t>(
+          residency.budget_pages() / 8, std::max<uint64_t>(4, (uint64_t{64} << 20) / residency.page_bytes())))) {
   index_.reset(residency.page_count(), 1);
 }
 
@@ -50,15 +54,22 @@ void ZicoPolicy::on_iteration(uint32_t /*n*/, Decisions* /*out*/) {
   if (relearn) {
     std::swap(learned_, recording_);
     learned_.finish(residency_.page_count());
-    plan_.build(learned_, residency_.budget_pages(), residency_.page_count());
+    plan_.build(learned_, residency_.budget_pages() - spare_pages_, residency_.page_count());
     // Positions restart at iteration 1 of the new prediction, so that "just
     // before this iteration" is a position too.
     iteration_base_ = learned_.ops();
     rekey_present_pages(iteration_base_ - 1);
     due_ = 0;  // including those the plan would have issued in the iteration before
+    ahead_ = 0;
+    ahead_iteration_ = 0;
   } else if (!learned_.empty()) {
     iteration_base_ += learned_.ops();
     due_ = next_due_;
+    if (ahead_iteration_ > 0) {
+      --ahead_iteration_;
+    } else {
+      ahead_ = 0;
+    }
   }
   next_due_ = 0;
   recording_.clear();
@@ -79,6 +90,7 @@ void ZicoPolicy::on_op_start(const OpView& op, Decisions* out) {
     for (size_t i = 0; i < op.pages.size(); ++i) index_.set(op.pages[i], iteration_base_ + learned_.next_use_of(position_, i));
     fetch_missing(op, now, out);  // first: the op that runs now must have its pages
     issue_due(now, out);
+    fill_spare_slots(now, out);
   } else {
     pre_evict(out);
   }
@@ -113,6 +125,37 @@ void ZicoPolicy::issue(const PlannedFetch& fetch, uint64_t need, Decisions* out)
   prefetched_[page] = stamp_;
   --slots_;
   index_.set(page, need);
+}
+
+void ZicoPolicy::fill_spare_slots(uint64_t now, Decisions* out) {
+  // The plan leaves spare_pages_ slots unused, so that a fetch need not wait
+  // for its victim's copy to the host: the pages the plan brings in next,
+  // in the order they are needed, go into free slots before their victims
+  // are done with (those still leave when due, handing the slot back).
+  // Empty pages are left to their turn: they cost no copy to bring in late.
+  const std::vector<uint32_t>& order = plan_.by_need();
+  const uint64_t length = learned_.ops();
+  while (slots_ > 0) {
+    if (ahead_ == order.size()) {
+      if (ahead_iteration_ == 1) return;
+      ahead_iteration_ = 1;
+      ahead_ = 0;
+      continue;
+    }
+    const PlannedFetch& fetch = plan_.fetches()[order[ahead_]];
+    const uint64_t need = iteration_base_ + ahead_iteration_ * length + fetch.need;
+    if (need > now + length) return;
+    ++ahead_;
+    const PageId page = fetch.page;
+    if (need < now || !residency_.has_data(page) || residency_.state(page) != PageState::kAbsent ||
+        prefetched_[page] == stamp_) {
+      continue;
+    }
+    out->push_back({Decision::Kind::kPrefetch, page, need});
+    prefetched_[page] = stamp_;
+    --slots_;
+    index_.set(page, need);
+  }
 }
 
 void ZicoPolicy::fetch_missing(const OpView& op, uint64_t now, Decisions* out) {

@@ -59,6 +59,7 @@ class ZicoPolicy final : public PagingPolicy {
   void issue_due(uint64_t now, Decisions* out);
   void issue(const PlannedFetch& fetch, uint64_t need, Decisions* out);
   void fetch_missing(const OpView& op, uint64_t now, Decisions* out);
+  void fill_spare_slots(uint64_t now, Decisions* out);
   // Evicts the present page used farthest ahead, if that is after `need`.
   [[nodiscard]] bool make_room(uint64_t need, Decisions* out);
   void evict(PageId page, Decisions* out);
@@ -73,6 +74,10 @@ class ZicoPolicy final : public PagingPolicy {
   uint32_t position_ = 0;        // op position in this iteration
   size_t due_ = 0;       // next planned fetch of this iteration not yet issued
   size_t next_due_ = 0;  // and of the next one (those issued before it begins)
+  // Filling spare slots: the next planned fetch by need, in this iteration
+  // (ahead_iteration_ 0) or the next (1).
+  size_t ahead_ = 0;
+  uint64_t ahead_iteration_ = 0;
   uint32_t max_op_pages_ = 0;
   int64_t slots_ = 0;  // during a call: slots free or freeing, after this call's decisions
   NextUseIndex index_;        // present pages by next use (while following)
@@ -83,6 +88,7 @@ class ZicoPolicy final : public PagingPolicy {
   std::vector<uint64_t> prefetched_;
   std::vector<uint64_t> evicted_;
   uint64_t stamp_ = 0;
+  const uint32_t spare_pages_;  // slots the plan leaves to fetches ahead of their victims
 };
 
 }  // namespace zico::prefetch
