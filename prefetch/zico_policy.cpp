@@ -9,10 +9,10 @@ ZicoPolicy::ZicoPolicy(const Residency& residency, const TransferModel& /*model*
       pinned_(residency.page_count(), 0),
       prefetched_(residency.page_count(), 0),
       evicted_(residency.page_count(), 0),
-      // About 64 MiB (a millisecond of copying) of spare slots, at most an
-      // eighth of the budget.
+      // About 64 MiB (a millisecond of copying) of spare slots, at most a
+      // 64th of the budget.
       spare_pages_(static_cast<uint32_t>(std::min<uint64_t>(
-          residency.budget_pages() / 8, std::max<uint64_t>(4, (uint64_t{64} << 20) / residency.page_bytes())))) {
+          residency.budget_pages() / 64, std::max<uint64_t>(4, (uint64_t{64} << 20) / residency.page_bytes())))) {
   index_.reset(residency.page_count(), 1);
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "belady_bound.h"
+#include "peak_bound.h"
 #include "paging_simulator.h"
 #include "paging_streams.h"
 
@@ -56,12 +57,14 @@ TEST(PagingPolicies, KeepTheBudgetAndTheRunningOpsPagesOnRandomStreams) {
     for (const uint32_t slots : {lo, (lo + hi) / 2, hi}) {
       const uint64_t budget = uint64_t{slots} * page;
       const auto bound = belady_fetch_bytes(stream, slots);
+      const PeakBound peak = peak_bound(stream, budget, TransferModel{});
       const uint64_t least = std::accumulate(bound.begin(), bound.end(), uint64_t{0});
       for (const std::string_view policy : kPolicyNames) {
         SCOPED_TRACE("seed " + std::to_string(seed) + ", " + std::to_string(slots) + " slots, " + std::string(policy));
         const PagingResult r = run_checked(stream, std::string(policy), budget);
         EXPECT_GE(total_h2d(r), least);  // nobody moves less than Belady
         for (const auto& it : r.iterations) EXPECT_GE(it.elapsed_ns(), it.compute_ns);
+        EXPECT_GE(r.iterations.back().elapsed_ns(), peak.iteration_ns());  // nobody beats the peak bound
       }
     }
   }

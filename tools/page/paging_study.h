@@ -1,7 +1,8 @@
 // A paging study: one access stream under one budget, run under several
 // policies, each summarised by its steady iteration against the two
 // references measured in the same run: the in-memory time (every page
-// resident, no budget) and the lower bound (prefetch/belady_bound.h).
+// resident, no budget) and the lower bound (the larger of
+// prefetch/belady_bound.h's and prefetch/peak_bound.h's).
 //
 // The steady iteration is the stream's last: by then every policy that
 // learns has seen at least one whole iteration (streams need two or more).
@@ -13,6 +14,7 @@
 
 #include "access_stream.h"
 #include "paging_simulator.h"
+#include "peak_bound.h"
 
 namespace zico::page {
 
@@ -36,8 +38,11 @@ struct PagingStudy {
   uint64_t peak_live_bytes = 0;
   uint64_t largest_op_bytes = 0;
   uint64_t in_memory_iteration_ns = 0;
+  // The larger of compute, Belady's bytes over the H2D bandwidth, and the
+  // peak bound (prefetch/peak_bound.h).
   uint64_t lower_bound_iteration_ns = 0;
   uint64_t lower_bound_fetch_bytes = 0;  // Belady's, in the steady iteration
+  prefetch::PeakBound peak;
   std::vector<PolicySummary> policies;
 };
 

@@ -46,9 +46,11 @@ constexpr const char* kUsage =
     "  --json                  machine-readable output on stdout, an object keyed by policy\n"
     "\n"
     "Per policy, of the steady (last) iteration: its time, that time / the in-memory time\n"
-    "(no budget) and / the lower bound (max of compute and the bytes Belady's optimal\n"
-    "replacement must fetch / H2D bandwidth), bytes moved each way, faults, time stalled,\n"
-    "and the most bytes resident over the run (never above the budget).\n"
+    "(no budget) and / the lower bound (the largest of: compute; the bytes Belady's optimal\n"
+    "replacement must fetch / H2D bandwidth; the bytes that must leave before the peak of\n"
+    "live memory / D2H bandwidth plus those that must come back after it / H2D bandwidth),\n"
+    "bytes moved each way, faults, time stalled, and the most bytes resident over the run\n"
+    "(never above the budget).\n"
     "\n"
     "SIZE is %s.\n"
     "Exit status: 0, 1 if the plot could not be written, 2 for a usage error or an invalid trace.\n";
@@ -154,9 +156,11 @@ void print_text(const page::PagingStudy& s) {
               format_size(s.peak_live_bytes).c_str(), format_size(s.budget_bytes).c_str(),
               static_cast<double>(s.peak_live_bytes) / static_cast<double>(s.budget_bytes),
               format_size(s.page_bytes).c_str(), format_size(s.largest_op_bytes).c_str());
-  std::printf("  steady iteration in memory %s; lower bound %s (Belady fetches %s)\n",
+  std::printf("  steady iteration in memory %s; lower bound %s (Belady fetches %s; around the peak %s must\n"
+              "  leave before it and %s come back after it)\n",
               seconds_text(s.in_memory_iteration_ns).c_str(), seconds_text(s.lower_bound_iteration_ns).c_str(),
-              format_size(s.lower_bound_fetch_bytes).c_str());
+              format_size(s.lower_bound_fetch_bytes).c_str(), format_size(s.peak.out_bytes).c_str(),
+              format_size(s.peak.in_bytes).c_str());
   using Align = TextTable::Align;
   TextTable table({{"POLICY", Align::kLeft},
                    {"ITERATION", Align::kRight},

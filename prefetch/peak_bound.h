@@ -1,0 +1,37 @@
+// The peak bound: a lower bound on the steady iteration that sees why
+// training pages out in two waves.
+//
+// Take the op at which the most bytes are live in the last iteration (the
+// end of the forward pass). Live data there that does not fit the budget is
+// on the host. So:
+// - of the blocks made during this iteration and holding data at the peak,
+//   all but a budget's worth were copied to the host between the iteration's
+//   start and the peak: the time up to the peak is at least that many bytes
+//   over the device-to-host bandwidth, and at least the compute before it;
+// - of the blocks holding data at the peak and used after it, all but a
+//   budget's worth must come back after it: the time from the peak on is at
+//   least those bytes over the host-to-device bandwidth, and its compute.
+// Bytes, not pages, and the whole budget counted as room for them, so the
+// bound holds for any policy; Belady's bound (belady_bound.h) holds too, and
+// an iteration is at least the larger of the two.
+#pragma once
+
+#include <cstdint>
+
+#include "access_stream.h"
+#include "transfer_model.h"
+
+namespace zico::prefetch {
+
+struct PeakBound {
+  uint64_t before_ns = 0;   // from the iteration's start to the peak op
+  uint64_t after_ns = 0;    // from the peak op to the iteration's end
+  uint64_t out_bytes = 0;   // bytes that must have left before the peak
+  uint64_t in_bytes = 0;    // bytes that must come back after it
+  [[nodiscard]] uint64_t iteration_ns() const { return before_ns + after_ns; }
+};
+
+// Over the stream's last iteration, with `budget_bytes` of GPU memory.
+[[nodiscard]] PeakBound peak_bound(const AccessStream& stream, uint64_t budget_bytes, const TransferModel& model);
+
+}  // namespace zico::prefetch
