@@ -77,7 +77,6 @@ constexpr const char* kUsage =
 constexpr uint32_t kMaxIterations = 100000;
 // --find-budget stops bisecting at this fraction of unlimited's peak.
 constexpr double kFindBudgetResolution = 0.005;
-constexpr uint64_t kNsPerSecond = 1'000'000'000;
 
 struct Options {
   bool json = false;
