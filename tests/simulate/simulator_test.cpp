@@ -203,9 +203,9 @@ TEST(Simulator, BelowOnePeakPlusTheOthersRestZicoRunsTheJobsInTurn) {
   // Before either, each of its iterations waited out the gate's full second
   // and the run crawled.
   const std::vector<JobModel> jobs = two_climbers();
-  const SimulationResult sequential = run(jobs, Policy::kSequential, budget(6.5 * kGiB), 40, 0.5);
-  const SimulationResult fcfs = run(jobs, Policy::kFcfs, budget(6.5 * kGiB), 40, 0.5);
-  const SimulationResult zico = run(jobs, Policy::kZico, budget(6.5 * kGiB), 40, 0.5);
+  const SimulationResult sequential = run(jobs, Policy::kSequential, budget(13 * kGiB / 2), 40, 0.5);
+  const SimulationResult fcfs = run(jobs, Policy::kFcfs, budget(13 * kGiB / 2), 40, 0.5);
+  const SimulationResult zico = run(jobs, Policy::kZico, budget(13 * kGiB / 2), 40, 0.5);
   for (const JobResult& j : zico.jobs) {
     EXPECT_EQ(j.iterations, 40u) << j.name;
     EXPECT_FALSE(j.failed) << j.failure;
