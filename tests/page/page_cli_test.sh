@@ -9,56 +9,38 @@ set -u
 umctl=$1
 traces=$2
 resnet=$traces/resnet110.ztrace.gz
-failures=0
-tmp=$(mktemp -d)
-out=$tmp/out
-err=$tmp/err
-trap 'rm -rf "$tmp"' EXIT
+command=page
+source "$(dirname "$0")/../lib/umctl_cli_checks.sh"
 
-fail() {
-  echo "FAIL: $*"
-  echo "--- stdout"; head -c 2000 "$out"
-  echo "--- stderr"; cat "$err"
-  failures=$((failures + 1))
-}
-
-run() {
-  "$umctl" page "$@" >"$out" 2>"$err"
-  status=$?
-}
-
-# Usage error: exit 2, the last argument appears in stderr.
-refuses() {
-  local args=("${@:1:$#-1}") expect=${*: -1}
-  run "${args[@]}"
-  if [ "$status" -ne 2 ]; then fail "page ${args[*]}: exit $status, expected 2"; return; fi
-  grep -qF -- "$expect" "$err" || fail "page ${args[*]}: stderr lacks '$expect'"
-  [ "$(wc -l <"$err")" -le 2 ] || fail "page ${args[*]}: more than a line or two of error"
+# One line of error (two where the argument reader adds its hint).
+refuses_briefly() {
+  refuses "$@"
+  [ "$(wc -l <"$err")" -le 2 ] || fail "page ${*:1:$#-1}: more than a line or two of error"
 }
 
 run --help
 [ "$status" -eq 0 ] && grep -q "Usage: zico-umctl page" "$out" || fail "--help"
 "$umctl" --help | grep -q "page" || fail "zico-umctl --help lists page"
 
-refuses "$resnet" "give exactly one of --budget SIZE and --oversubscription R"
-refuses --budget 1GiB --oversubscription 2 "$resnet" "give exactly one of"
-refuses --oversubscription 1 "$resnet" "'1' is not a ratio above 1"
-refuses --oversubscription 0.5 "$resnet" "'0.5' is not a ratio above 1"
-refuses --oversubscription two "$resnet" "'two'"
-refuses --budget 12XB "$resnet" "'12XB' is not a size above 0"
-refuses --budget 0 "$resnet" "'0' is not a size above 0"
-refuses --oversubscription 2 --policy lru "$resnet" "'lru' is not a policy; expected um, deepum, autoswap, zico or all"
-refuses --oversubscription 2 --page-size 3MiB "$resnet" "'3MiB' is not a power of two from 4KiB to 1GiB"
-refuses --oversubscription 2 --page-size 2KiB "$resnet" "'2KiB'"
-refuses --oversubscription 2 --iterations 1 "$resnet" "'1' is not a whole number from 2"
-refuses --oversubscription 2 --iterations 9 "$resnet" "--iterations 9 is more than the 5 iterations"
-refuses --oversubscription 2 --plot out.png "$resnet" "'out.png' must name an .svg file"
-refuses --oversubscription 2 --frobnicate "$resnet" "unknown option '--frobnicate'"
-refuses --oversubscription 2 "$resnet" "$resnet" "one trace at a time"
-refuses --oversubscription 2 "no trace given"
-refuses --oversubscription 2 "$tmp/missing.ztrace.gz" "missing.ztrace.gz"
+refuses_briefly "$resnet" "give exactly one of --budget SIZE and --oversubscription R"
+refuses_briefly --budget 1GiB --oversubscription 2 "$resnet" "give exactly one of"
+refuses_briefly --oversubscription 1 "$resnet" "'1' is not a ratio above 1"
+refuses_briefly --oversubscription 0.5 "$resnet" "'0.5' is not a ratio above 1"
+refuses_briefly --oversubscription two "$resnet" "'two'"
+refuses_briefly --budget 12XB "$resnet" "'12XB' is not a size above 0"
+refuses_briefly --budget 0 "$resnet" "'0' is not a size above 0"
+refuses_briefly --oversubscription 2 --policy lru "$resnet" "'lru' is not a policy; expected um, deepum, autoswap, zico or all"
+refuses_briefly --oversubscription 2 --page-size 3MiB "$resnet" "'3MiB' is not a power of two from 4KiB to 1GiB"
+refuses_briefly --oversubscription 2 --page-size 2KiB "$resnet" "'2KiB'"
+refuses_briefly --oversubscription 2 --iterations 1 "$resnet" "'1' is not a whole number from 2"
+refuses_briefly --oversubscription 2 --iterations 9 "$resnet" "--iterations 9 is more than the 5 iterations"
+refuses_briefly --oversubscription 2 --plot out.png "$resnet" "'out.png' must name an .svg file"
+refuses_briefly --oversubscription 2 --frobnicate "$resnet" "unknown option '--frobnicate'"
+refuses_briefly --oversubscription 2 "$resnet" "$resnet" "one trace at a time"
+refuses_briefly --oversubscription 2 "no trace given"
+refuses_briefly --oversubscription 2 "$tmp/missing.ztrace.gz" "missing.ztrace.gz"
 # A budget below the largest op's pages: the values in the message.
-refuses --budget 8MiB "$resnet" "below the 17 pages the largest op uses at once"
+refuses_briefly --budget 8MiB "$resnet" "below the 17 pages the largest op uses at once"
 # A trace without op records (a version 1 trace written without accesses).
 python3 - "$tmp/noops.ztrace.gz" <<'PY'
 import gzip, sys
@@ -67,7 +49,7 @@ lines = ["zicoum-trace 1", "meta model noops", "meta command test", "meta source
 with gzip.open(sys.argv[1], "wt") as f:
     f.write("\n".join(lines) + "\n")
 PY
-refuses --oversubscription 2 "$tmp/noops.ztrace.gz" "has no op records"
+refuses_briefly --oversubscription 2 "$tmp/noops.ztrace.gz" "has no op records"
 
 # A run of every policy: JSON keyed by policy, with the keys scripts use;
 # never above the budget; zico faster than plain UM.
@@ -95,8 +77,4 @@ grep -q "<svg" "$tmp/page.svg" && grep -q "zico" "$tmp/page.svg" || fail "page p
 run --oversubscription 2 --plot /nonexistent/dir/p.svg "$resnet"
 [ "$status" -eq 1 ] && grep -q "cannot write the plot to '/nonexistent/dir/p.svg'" "$err" || fail "unwritable plot: exit $status"
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "page CLI: all checks passed"
+finish

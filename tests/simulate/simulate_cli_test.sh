@@ -9,31 +9,8 @@ umctl=$1
 traces=$2
 bert=$traces/bert_base.ztrace.gz
 vit=$traces/vit_b_16.ztrace.gz
-failures=0
-tmp=$(mktemp -d)
-out=$tmp/out
-err=$tmp/err
-trap 'rm -rf "$tmp"' EXIT
-
-fail() {
-  echo "FAIL: $*"
-  echo "--- stdout"; head -c 2000 "$out"
-  echo "--- stderr"; cat "$err"
-  failures=$((failures + 1))
-}
-
-run() {
-  "$umctl" simulate "$@" >"$out" 2>"$err"
-  status=$?
-}
-
-# Usage error: exit 2, each further argument appears in stderr.
-refuses() {
-  local args=("${@:1:$#-1}") expect=${*: -1}
-  run "${args[@]}"
-  if [ "$status" -ne 2 ]; then fail "simulate ${args[*]}: exit $status, expected 2"; return; fi
-  grep -qF -- "$expect" "$err" || fail "simulate ${args[*]}: stderr lacks '$expect'"
-}
+command=simulate
+source "$(dirname "$0")/../lib/umctl_cli_checks.sh"
 
 check_json() {
   local what=$1 code=$2
@@ -163,4 +140,4 @@ grep -qE "^least budget for zico at >= 0.9x unlimited: [0-9.]+ GiB \(2 jobs x 40
   fail "find-budget headline"
 grep -q "exhaustive fixed-offset bound" "$out" && grep -q "budgets tried, in order" "$out" || fail "find-budget detail"
 
-[ "$failures" -eq 0 ] && echo "OK" || { echo "$failures failure(s)"; exit 1; }
+finish

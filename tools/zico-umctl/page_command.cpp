@@ -190,6 +190,7 @@ void print_json(const page::PagingStudy& s) {
     w.field("iteration_s", static_cast<double>(p.iteration_ns) / 1e9);
     w.field("in_memory_iteration_s", static_cast<double>(s.in_memory_iteration_ns) / 1e9);
     w.field("lower_bound_iteration_s", static_cast<double>(s.lower_bound_iteration_ns) / 1e9);
+    w.field("belady_fetch_bytes", s.lower_bound_fetch_bytes);
     w.field("budget_bytes", s.budget_bytes);
     w.field("peak_live_bytes", s.peak_live_bytes);
     w.field("page_bytes", s.page_bytes);
