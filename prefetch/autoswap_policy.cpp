@@ -138,7 +138,8 @@ void AutoSwapPolicy::plan(const Recording& r) {
       const uint64_t gap_end = unrolled_start(next_use);
       if (gap_end <= gap_start || gap_end - gap_start <= swap_ns) return;
       const double duration = static_cast<double>(gap_end - gap_start);
-      candidates.push_back({block, last_use, next_use, gap_start, gap_end, bytes, duration * static_cast<double>(bytes)});
+      const double score = duration * static_cast<double>(bytes);
+      candidates.push_back({block, last_use, next_use, gap_start, gap_end, bytes, score});
     };
     for (size_t j = 0; j + 1 < life.uses.size(); ++j) add(life.uses[j], life.uses[j + 1]);
     // Across the iteration's end, for blocks that outlive it.

@@ -37,7 +37,8 @@ void LearnedIteration::finish(uint32_t page_count) {
   next_of_ref_.resize(refs_.size());
   for (uint32_t position = 0; position < ops(); ++position) {
     for (size_t i = 0; i < first_ref_[position + 1] - first_ref_[position]; ++i) {
-      next_of_ref_[first_ref_[position] + i] = static_cast<uint32_t>(next_use(refs_[first_ref_[position] + i], position));
+      const size_t ref = first_ref_[position] + i;
+      next_of_ref_[ref] = static_cast<uint32_t>(next_use(refs_[ref], position));
     }
   }
 }

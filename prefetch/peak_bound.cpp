@@ -60,7 +60,9 @@ PeakBound peak_bound(const AccessStream& stream, uint64_t budget_bytes, const Tr
     if (born_here[b]) made_here += stream.blocks[b].bytes;
     if (last_use[b] >= peak) needed_after += stream.blocks[b].bytes;
   }
-  auto ns = [](uint64_t bytes, double per_s) { return static_cast<uint64_t>(std::floor(static_cast<double>(bytes) / per_s * 1e9)); };
+  auto ns = [](uint64_t bytes, double per_s) {
+    return static_cast<uint64_t>(std::floor(static_cast<double>(bytes) / per_s * 1e9));
+  };
   bound.out_bytes = made_here > room ? made_here - room : 0;
   bound.in_bytes = needed_after > room ? needed_after - room : 0;
   bound.before_ns = std::max(compute_before, ns(bound.out_bytes, model.d2h_bytes_per_s));

@@ -87,7 +87,9 @@ void ZicoPolicy::on_op_start(const OpView& op, Decisions* out) {
 
   if (following_) {
     const uint64_t now = iteration_base_ + position_;
-    for (size_t i = 0; i < op.pages.size(); ++i) index_.set(op.pages[i], iteration_base_ + learned_.next_use_of(position_, i));
+    for (size_t i = 0; i < op.pages.size(); ++i) {
+      index_.set(op.pages[i], iteration_base_ + learned_.next_use_of(position_, i));
+    }
     fetch_missing(op, now, out);  // first: the op that runs now must have its pages
     issue_due(now, out);
     fill_spare_slots(now, out);

@@ -5,9 +5,14 @@
 // iteration's access stream (launch identities, the pages each uses, and the
 // pages whose blocks all die) and, once a recorded iteration is there, plans
 // the next as if it repeats (iteration_plan.h): Belady's replacements, the
-// fewest bytes any policy can move, each fetch issued together with its
-// victim's eviction right after the victim's last use. So pages come in as
-// early as the budget allows, and the two copy engines run while compute does.
+// fewest bytes any policy can move, each fetch issued when its slot is free in
+// Belady's schedule (with its victim's eviction, right after the victim's
+// last use). So pages come in as early as the budget allows, and the two copy
+// engines run while compute does. The plan leaves a 64th of the budget (up to
+// 64 MiB) spare: the next planned pages that hold data go there before their
+// victims leave, so a fetch need not wait for its victim's copy to the host.
+// Each prefetch carries its need as its priority, so copies run in the order
+// pages are needed.
 // Dead pages are discarded and dropped as their last block is freed: no
 // write-back, no fetch, and their slots serve the next pages at once.
 //

@@ -76,7 +76,8 @@ std::string render_paging_plot(const PagingStudy& study) {
     }
     if (!times.empty()) plot::draw_stacked_steps(&svg, frame, times, {resident});
     const double budget_y = frame.y(static_cast<double>(study.budget_bytes));
-    plot::line(&svg, frame.x0, budget_y, frame.x1, budget_y, "stroke=\"black\" stroke-width=\"1.5\" stroke-dasharray=\"6 3\"");
+    plot::line(&svg, frame.x0, budget_y, frame.x1, budget_y,
+               "stroke=\"black\" stroke-width=\"1.5\" stroke-dasharray=\"6 3\"");
     draw_strip(&svg, frame, frame.y1 + 28, run, true, plot::kOkabeIto[1]);
     draw_strip(&svg, frame, frame.y1 + 28 + kStripHeight + 3, run, false, plot::kOkabeIto[2]);
   }

@@ -105,7 +105,9 @@ void Executor::note_transfer(uint64_t start, uint64_t end, uint64_t bytes, bool 
 void Executor::sample() {
   out_.peak_resident_bytes =
       std::max(out_.peak_resident_bytes, uint64_t{residency_.occupied_pages()} * stream_.page_bytes);
-  if (recording()) out_.last_iteration_residency.push_back({now_, residency_.occupied_pages(), h2d_busy_until_, d2h_free_});
+  if (recording()) {
+    out_.last_iteration_residency.push_back({now_, residency_.occupied_pages(), h2d_busy_until_, d2h_free_});
+  }
 }
 
 void Executor::advance_to(uint64_t time) {

@@ -128,7 +128,8 @@ int parse(int argc, char** argv, Options* options) {
              std::end(prefetch::kPolicyNames)) {
     options->policies = {policy};
   } else {
-    return usage_error(kCommand, "--policy '" + policy + "' is not a policy; expected um, deepum, autoswap, zico or all");
+    return usage_error(kCommand,
+                       "--policy '" + policy + "' is not a policy; expected um, deepum, autoswap, zico or all");
   }
   if (!page_size.empty()) {
     const std::optional<uint64_t> bytes = parse_size(page_size);
