@@ -6,9 +6,12 @@
 // - Ops run one after another on one compute stream, each for its duration
 //   once every page it uses is resident.
 // - Before an op runs the policy decides (on_op_start) and its decisions are
-//   carried out: prefetches queue on the host-to-device engine, evictions on
-//   the device-to-host engine, both FIFO and overlapping compute; a prefetch
-//   with no free slot waits for an eviction in flight or is refused.
+//   carried out, overlapping compute: prefetches queue for the host-to-device
+//   engine, which copies the most urgent first (the decision's priority, then
+//   issue order); evictions of pages holding data run FIFO on the
+//   device-to-host engine. A prefetch with no free slot waits for an eviction
+//   in flight or is refused; one of a page still leaving fetches it again
+//   once it has left.
 // - The op then waits for its pages still arriving; those absent fault: the
 //   GPU stalls for each batch of faults, during which the driver evicts the
 //   least recently migrated page (not one the op uses) for each missing slot,
