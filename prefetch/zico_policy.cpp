@@ -60,18 +60,12 @@ void ZicoPolicy::on_iteration(uint32_t /*n*/, Decisions* /*out*/) {
     iteration_base_ = learned_.ops();
     rekey_present_pages(iteration_base_ - 1);
     due_ = 0;  // including those the plan would have issued in the iteration before
-    ahead_ = 0;
-    ahead_iteration_ = 0;
   } else if (!learned_.empty()) {
     iteration_base_ += learned_.ops();
     due_ = next_due_;
-    if (ahead_iteration_ > 0) {
-      --ahead_iteration_;
-    } else {
-      ahead_ = 0;
-    }
   }
   next_due_ = 0;
+  ahead_ = 0;
   recording_.clear();
   position_ = 0;
   following_ = !learned_.empty();
@@ -130,27 +124,25 @@ void ZicoPolicy::issue(const PlannedFetch& fetch, uint64_t need, Decisions* out)
 }
 
 void ZicoPolicy::fill_spare_slots(uint64_t now, Decisions* out) {
-  // The plan leaves spare_pages_ slots unused, so that a fetch need not wait
-  // for its victim's copy to the host: the pages the plan brings in next,
-  // in the order they are needed, go into free slots before their victims
-  // are done with (those still leave when due, handing the slot back).
-  // Empty pages are left to their turn: they cost no copy to bring in late.
+  // Free slots (the plan leaves some spare) take the planned pages needed
+  // next, without waiting for their victims (those still leave when due,
+  // handing the slot back), so a fetch need not wait for its victim's copy
+  // to the host. Empty pages are left to their turn: they cost no copy.
+  // Pages present now may be gone later, so each op looks again, at up to
+  // kFillWindow planned fetches from the current op on.
+  constexpr size_t kFillWindow = 512;
   const std::vector<uint32_t>& order = plan_.by_need();
+  const std::vector<PlannedFetch>& plan = plan_.fetches();
+  if (order.empty()) return;
   const uint64_t length = learned_.ops();
-  while (slots_ > 0) {
-    if (ahead_ == order.size()) {
-      if (ahead_iteration_ == 1) return;
-      ahead_iteration_ = 1;
-      ahead_ = 0;
-      continue;
-    }
-    const PlannedFetch& fetch = plan_.fetches()[order[ahead_]];
-    const uint64_t need = iteration_base_ + ahead_iteration_ * length + fetch.need;
+  while (ahead_ < order.size() && plan[order[ahead_]].need < position_) ++ahead_;
+  for (size_t k = 0; k < kFillWindow && k < order.size() && slots_ > 0; ++k) {
+    const size_t i = ahead_ + k;
+    const PlannedFetch& fetch = plan[order[i % order.size()]];
+    const uint64_t need = iteration_base_ + (i >= order.size() ? length : 0) + fetch.need;
     if (need > now + length) return;
-    ++ahead_;
     const PageId page = fetch.page;
-    if (need < now || !residency_.has_data(page) || residency_.state(page) != PageState::kAbsent ||
-        prefetched_[page] == stamp_) {
+    if (!residency_.has_data(page) || residency_.state(page) != PageState::kAbsent || prefetched_[page] == stamp_) {
       continue;
     }
     out->push_back({Decision::Kind::kPrefetch, page, need});

@@ -79,10 +79,7 @@ class ZicoPolicy final : public PagingPolicy {
   uint32_t position_ = 0;        // op position in this iteration
   size_t due_ = 0;       // next planned fetch of this iteration not yet issued
   size_t next_due_ = 0;  // and of the next one (those issued before it begins)
-  // Filling spare slots: the next planned fetch by need, in this iteration
-  // (ahead_iteration_ 0) or the next (1).
-  size_t ahead_ = 0;
-  uint64_t ahead_iteration_ = 0;
+  size_t ahead_ = 0;  // the first planned fetch, by need, of this op or later
   uint32_t max_op_pages_ = 0;
   int64_t slots_ = 0;  // during a call: slots free or freeing, after this call's decisions
   NextUseIndex index_;        // present pages by next use (while following)
