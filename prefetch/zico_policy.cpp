@@ -130,7 +130,7 @@ void ZicoPolicy::fill_spare_slots(uint64_t now, Decisions* out) {
   // to the host. Empty pages are left to their turn: they cost no copy.
   // Pages present now may be gone later, so each op looks again, at up to
   // kFillWindow planned fetches from the current op on.
-  constexpr size_t kFillWindow = 512;
+  constexpr size_t kFillWindow = 64;
   const std::vector<uint32_t>& order = plan_.by_need();
   const std::vector<PlannedFetch>& plan = plan_.fetches();
   if (order.empty()) return;
