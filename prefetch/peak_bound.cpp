@@ -2,71 +2,112 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 namespace zico::prefetch {
+namespace {
+
+constexpr size_t kNone = SIZE_MAX;
+
+uint64_t transfer_ns(uint64_t bytes, double per_s) {
+  return static_cast<uint64_t>(std::floor(static_cast<double>(bytes) / per_s * 1e9));
+}
+
+}  // namespace
 
 PeakBound peak_bound(const AccessStream& stream, uint64_t budget_bytes, const TransferModel& model) {
-  const StreamFacts facts = stream_facts(stream);
-  const size_t start = facts.steady_first_event;
-  const size_t blocks = stream.blocks.size();
-  // Pass 1, the whole stream: which blocks are live and hold data when the
-  // last iteration starts, where its peak is, and each block's last use.
-  std::vector<bool> live(blocks, false), has_data(blocks, false), born_here(blocks, false);
-  std::vector<size_t> last_use(blocks, 0);
+  const size_t start = stream_facts(stream).steady_first_event;
+  size_t previous_start = kNone;  // the mark before the last one
+  for (size_t i = 0; i < start; ++i) {
+    if (stream.events[i].kind == StreamEvent::Kind::kIteration) previous_start = i;
+  }
+  // The peak: the op of the last iteration at whose start the most bytes are live.
   uint64_t live_bytes = 0, peak_bytes = 0;
-  size_t peak = stream.events.size();
+  size_t peak = kNone;
   for (size_t i = 0; i < stream.events.size(); ++i) {
     const StreamEvent& e = stream.events[i];
-    if (e.kind == StreamEvent::Kind::kAllocate) {
-      live[e.index] = true;
-      live_bytes += stream.blocks[e.index].bytes;
-      if (i >= start) born_here[e.index] = true;
-    } else if (e.kind == StreamEvent::Kind::kFree) {
-      live[e.index] = false;
-      live_bytes -= stream.blocks[e.index].bytes;
-    } else if (e.kind == StreamEvent::Kind::kOp && i >= start) {
-      for (const uint32_t b : stream.op_blocks(stream.ops[e.index])) last_use[b] = i;
-      if (live_bytes > peak_bytes) {
-        peak_bytes = live_bytes;
-        peak = i;
-      }
+    if (e.kind == StreamEvent::Kind::kAllocate) live_bytes += stream.blocks[e.index].bytes;
+    if (e.kind == StreamEvent::Kind::kFree) live_bytes -= stream.blocks[e.index].bytes;
+    if (e.kind == StreamEvent::Kind::kOp && i >= start && live_bytes > peak_bytes) {
+      peak_bytes = live_bytes;
+      peak = i;
     }
   }
   PeakBound bound;
-  if (peak == stream.events.size()) return bound;
+  if (peak == kNone) return bound;
 
-  // Pass 2: the state at the peak op, and the compute on either side.
-  std::fill(live.begin(), live.end(), false);
-  uint64_t compute_before = 0, compute_after = 0;
+  // Each block's state at the peak: live, its last use before it, whether
+  // an op uses it after it; and the compute on either side.
+  const size_t blocks = stream.blocks.size();
+  std::vector<bool> live(blocks, false), used_after(blocks, false);
+  std::vector<size_t> last_use(blocks, kNone);
+  // Compute of the previous iteration after each of its ops ends, to the mark.
+  std::vector<uint64_t> tail_after;
+  uint64_t before = 0, after = 0, previous_total = 0;
   for (size_t i = 0; i < stream.events.size(); ++i) {
     const StreamEvent& e = stream.events[i];
-    if (i < peak) {
-      if (e.kind == StreamEvent::Kind::kAllocate) live[e.index] = true;
-      if (e.kind == StreamEvent::Kind::kFree) live[e.index] = false;
-      if (e.kind == StreamEvent::Kind::kOp) {
-        for (const uint32_t b : stream.op_blocks(stream.ops[e.index])) has_data[b] = true;
-        if (i >= start) compute_before += stream.ops[e.index].duration_ns;
+    if (i < peak && e.kind == StreamEvent::Kind::kAllocate) live[e.index] = true;
+    if (i < peak && e.kind == StreamEvent::Kind::kFree) live[e.index] = false;
+    if (e.kind != StreamEvent::Kind::kOp) continue;
+    const StreamOp& op = stream.ops[e.index];
+    for (const uint32_t b : stream.op_blocks(op)) {
+      if (i < peak) {
+        last_use[b] = i;
+      } else {
+        used_after[b] = true;
       }
-    } else if (e.kind == StreamEvent::Kind::kOp) {
-      compute_after += stream.ops[e.index].duration_ns;
+    }
+    if (i >= peak) {
+      after += op.duration_ns;
+    } else if (i >= start) {
+      before += op.duration_ns;
+    } else if (previous_start != kNone && i > previous_start) {
+      previous_total += op.duration_ns;
     }
   }
-  // Room for live data at the peak: the budget's whole pages.
-  const uint64_t room = budget_bytes / stream.page_bytes * stream.page_bytes;
-  uint64_t made_here = 0, needed_after = 0;
-  for (size_t b = 0; b < blocks; ++b) {
-    if (!live[b] || !has_data[b]) continue;
-    if (born_here[b]) made_here += stream.blocks[b].bytes;
-    if (last_use[b] >= peak) needed_after += stream.blocks[b].bytes;
+  // Slack of a use in the previous iteration: the compute that ran after it
+  // there, during which its block could already be copied out.
+  std::vector<uint64_t> done_at(stream.events.size(), 0);
+  if (previous_start != kNone) {
+    uint64_t t = 0;
+    for (size_t i = previous_start + 1; i < start; ++i) {
+      const StreamEvent& e = stream.events[i];
+      if (e.kind == StreamEvent::Kind::kOp) t += stream.ops[e.index].duration_ns;
+      done_at[i] = t;
+    }
   }
-  auto ns = [](uint64_t bytes, double per_s) {
-    return static_cast<uint64_t>(std::floor(static_cast<double>(bytes) / per_s * 1e9));
-  };
-  bound.out_bytes = made_here > room ? made_here - room : 0;
+
+  // Room for data at the peak: the budget's whole pages. Data on the GPU
+  // since the previous iteration's ops (a use migrates it there) and on the
+  // host at the peak was copied out after that use.
+  const uint64_t room = budget_bytes / stream.page_bytes * stream.page_bytes;
+  std::vector<std::pair<uint64_t, uint64_t>> out;  // (slack ns, bytes)
+  uint64_t needed_after = 0;
+  for (size_t b = 0; b < blocks; ++b) {
+    if (!live[b] || last_use[b] == kNone) continue;  // not live, or no data yet
+    const uint64_t bytes = stream.blocks[b].bytes;
+    if (used_after[b]) needed_after += bytes;
+    if (last_use[b] >= start) {
+      out.emplace_back(0, bytes);
+    } else if (previous_start != kNone && last_use[b] > previous_start) {
+      out.emplace_back(previous_total - done_at[last_use[b]], bytes);
+    }
+  }
+  // Taking the blocks of least slack first: each prefix bounds the time
+  // before the peak by its bytes beyond the room, less its largest slack.
+  std::sort(out.begin(), out.end());
+  uint64_t sum = 0, best = 0;
+  for (const auto& [slack, bytes] : out) {
+    sum += bytes;
+    if (sum <= room) continue;
+    bound.out_bytes = std::max(bound.out_bytes, sum - room);
+    const uint64_t ns = transfer_ns(sum - room, model.d2h_bytes_per_s);
+    if (ns > slack) best = std::max(best, ns - slack);
+  }
   bound.in_bytes = needed_after > room ? needed_after - room : 0;
-  bound.before_ns = std::max(compute_before, ns(bound.out_bytes, model.d2h_bytes_per_s));
-  bound.after_ns = std::max(compute_after, ns(bound.in_bytes, model.h2d_bytes_per_s));
+  bound.before_ns = std::max(before, best);
+  bound.after_ns = std::max(after, transfer_ns(bound.in_bytes, model.h2d_bytes_per_s));
   return bound;
 }
 

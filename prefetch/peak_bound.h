@@ -3,11 +3,15 @@
 //
 // Take the op at which the most bytes are live in the last iteration (the
 // end of the forward pass). Live data there that does not fit the budget is
-// on the host. So:
-// - of the blocks made during this iteration and holding data at the peak,
-//   all but a budget's worth were copied to the host between the iteration's
-//   start and the peak: the time up to the peak is at least that many bytes
-//   over the device-to-host bandwidth, and at least the compute before it;
+// on the host. A use puts a block's data on the GPU (an op runs on resident
+// pages; a unified-memory page migrates, it is not copied), so:
+// - of the blocks holding data at the peak and used since the iteration
+//   began, all but a budget's worth were copied to the host after that use:
+//   the time up to the peak is at least those bytes over the device-to-host
+//   bandwidth, and at least the compute before it. Blocks last used near the
+//   end of the previous iteration (the optimizer step) count too, less the
+//   compute that ran after their use there (copies may overlap it): the
+//   bound takes the best prefix of blocks by that slack;
 // - of the blocks holding data at the peak and used after it, all but a
 //   budget's worth must come back after it: the time from the peak on is at
 //   least those bytes over the host-to-device bandwidth, and its compute.
@@ -26,7 +30,7 @@ namespace zico::prefetch {
 struct PeakBound {
   uint64_t before_ns = 0;   // from the iteration's start to the peak op
   uint64_t after_ns = 0;    // from the peak op to the iteration's end
-  uint64_t out_bytes = 0;   // bytes that must have left before the peak
+  uint64_t out_bytes = 0;   // bytes beyond the room at the peak that were on the GPU since
   uint64_t in_bytes = 0;    // bytes that must come back after it
   [[nodiscard]] uint64_t iteration_ns() const { return before_ns + after_ns; }
 };

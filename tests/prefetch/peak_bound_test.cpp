@@ -39,5 +39,32 @@ TEST(PeakBound, CountsWhatMustLeaveBeforeThePeakAndComeBackAfter) {
   EXPECT_EQ(peak_bound(s, 8 * kMiB, model).iteration_ns(), 5000u);  // everything fits: compute alone
 }
 
+TEST(PeakBound, CountsStateTheLastStepWroteLessWhatItsTailCouldHide) {
+  // A 4 MiB optimizer state used only by the step at the end of each
+  // iteration, and 2 MiB of activations holding data at the peak: with 2 MiB
+  // of room, 4 MiB must leave before it, and only the 1 us of compute after
+  // the step could hide the copies.
+  constexpr uint64_t kMiB = 1 << 20;
+  testing::StreamBuilder b(kMiB);
+  const uint32_t state = b.allocate(4 * kMiB);
+  for (int it = 0; it < 2; ++it) {
+    b.mark();
+    const uint32_t a = b.allocate_at(4 * kMiB, 2 * kMiB);
+    b.op({a}, 1000, 1);
+    const uint32_t c = b.allocate_at(6 * kMiB, kMiB);
+    b.op({a, c}, 1000, 2);  // the peak: 7 MiB live, c not written yet
+    b.free(c);
+    b.free(a);
+    b.op({state}, 1000, 3);  // the step
+    b.op({}, 1000, 4);
+  }
+  const AccessStream s = b.finish();
+  const TransferModel model;
+  const PeakBound bound = peak_bound(s, 2 * kMiB, model);
+  EXPECT_EQ(bound.out_bytes, 4 * kMiB);
+  const auto copy = static_cast<uint64_t>(4 * kMiB / model.d2h_bytes_per_s * 1e9);
+  EXPECT_EQ(bound.before_ns, copy - 1000);
+}
+
 }  // namespace
 }  // namespace zico::prefetch
