@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "svg_plot.h"
 
@@ -18,16 +20,45 @@ constexpr double kRight = 20;
 constexpr double kTop = 50;
 constexpr double kGap = 70;  // below each panel: the strips and the x axis
 
+// One rectangle per stretch of busy time as drawn: copies closer than half a
+// pixel merge, so the strip costs at most a rectangle per pixel column
+// however many pages moved.
 void draw_strip(std::string* svg, const plot::Frame& frame, double y, const PagingResult& run, bool to_device,
                 const char* colour) {
   plot::line(svg, frame.x0, y + kStripHeight / 2, frame.x1, y + kStripHeight / 2,
              "stroke=\"#e3e3e3\" stroke-width=\"1\"");
+  std::vector<std::pair<double, double>> spans;
   for (const PagingResult::Transfer& t : run.last_iteration_transfers) {
-    if (t.to_device != to_device) continue;
-    const double x0 = frame.x(t.start_ns);
-    const double x1 = std::max(frame.x(t.end_ns), x0 + 0.3);
+    if (t.to_device == to_device) spans.emplace_back(frame.x(t.start_ns), frame.x(t.end_ns));
+  }
+  std::sort(spans.begin(), spans.end());
+  auto emit = [&](double x0, double x1) {
+    x1 = std::max(x1, x0 + 0.3);
     *svg += "<rect x=\"" + plot::fixed(x0, 1) + "\" y=\"" + plot::fixed(y, 1) + "\" width=\"" +
             plot::fixed(x1 - x0, 1) + "\" height=\"" + plot::fixed(kStripHeight, 1) + "\" fill=\"" + colour + "\"/>\n";
+  };
+  for (size_t i = 0; i < spans.size();) {
+    double x0 = spans[i].first, x1 = spans[i].second;
+    for (++i; i < spans.size() && spans[i].first <= x1 + 0.5; ++i) x1 = std::max(x1, spans[i].second);
+    emit(x0, x1);
+  }
+}
+
+// Resident bytes reduced to one sample per pixel column: the column's
+// largest, so the peak survives.
+void reduce_to_columns(const plot::Frame& frame, const std::vector<Probe>& probes, uint64_t page_bytes,
+                       std::vector<uint64_t>* times, std::vector<uint64_t>* bytes) {
+  long column = -1;
+  for (const Probe& probe : probes) {
+    const long c = static_cast<long>(frame.x(probe.time_ns));
+    const uint64_t b = uint64_t{probe.resident_pages} * page_bytes;
+    if (c != column || times->empty()) {
+      column = c;
+      times->push_back(probe.time_ns);
+      bytes->push_back(b);
+    } else {
+      bytes->back() = std::max(bytes->back(), b);
+    }
   }
 }
 
@@ -70,10 +101,7 @@ std::string render_paging_plot(const PagingStudy& study) {
                    "x in memory), " + std::to_string(p.faults) + " faults");
     std::vector<uint64_t> times;
     plot::Layer resident{"resident-" + p.policy, plot::kOkabeIto[0], "0.85", {}};
-    for (const Probe& probe : run.last_iteration_residency) {
-      times.push_back(probe.time_ns);
-      resident.bytes.push_back(uint64_t{probe.resident_pages} * study.page_bytes);
-    }
+    reduce_to_columns(frame, run.last_iteration_residency, study.page_bytes, &times, &resident.bytes);
     if (!times.empty()) plot::draw_stacked_steps(&svg, frame, times, {resident});
     const double budget_y = frame.y(static_cast<double>(study.budget_bytes));
     plot::line(&svg, frame.x0, budget_y, frame.x1, budget_y,
