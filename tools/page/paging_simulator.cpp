@@ -106,7 +106,7 @@ void Executor::sample() {
   out_.peak_resident_bytes =
       std::max(out_.peak_resident_bytes, uint64_t{residency_.occupied_pages()} * stream_.page_bytes);
   if (recording()) {
-    out_.last_iteration_residency.push_back({now_, residency_.occupied_pages(), h2d_busy_until_, d2h_free_});
+    out_.last_iteration_residency.push_back({now_, residency_.occupied_pages()});
   }
 }
 
@@ -296,7 +296,6 @@ bool Executor::fault_in(std::span<const PageId> faulted, uint64_t* ready, std::s
     for (const PageId page : pages) residency_.arrive(page, time);
     *ready = time;
     stats().faults += pages.size();
-    ++out_.fault_batches;
     sample();
   }
   faulting_ = false;

@@ -48,12 +48,10 @@ struct IterationStats {
   [[nodiscard]] uint64_t elapsed_ns() const { return end_ns - start_ns; }
 };
 
-// A moment of the run, as the plot draws it and the property test checks it.
+// A moment of the run, as the plot draws it.
 struct Probe {
   uint64_t time_ns = 0;
   uint32_t resident_pages = 0;  // holding a slot: resident, arriving, leaving
-  uint64_t h2d_busy_until = 0;
-  uint64_t d2h_busy_until = 0;
 };
 
 struct PagingResult {
@@ -63,7 +61,6 @@ struct PagingResult {
   uint64_t refused_prefetches = 0;  // no slot free or coming
   uint64_t refused_evictions = 0;   // the page was not resident, or in use by the running op
   uint64_t live_discards = 0;       // discards of pages with live data (refused): a policy bug
-  uint64_t fault_batches = 0;
   // Transfers of the last iteration, for the plot: (start, end, bytes).
   struct Transfer {
     uint64_t start_ns = 0, end_ns = 0, bytes = 0;
