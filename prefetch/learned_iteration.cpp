@@ -23,6 +23,19 @@ void LearnedIteration::clear() {
   start_ns_.clear();
 }
 
+void LearnedIteration::keep_last(uint32_t ops) {
+  if (ops >= this->ops()) return;
+  const uint32_t drop = this->ops() - ops;
+  const uint32_t first = first_ref_[drop];
+  exec_ids_.erase(exec_ids_.begin(), exec_ids_.begin() + drop);
+  durations_.erase(durations_.begin(), durations_.begin() + drop);
+  refs_.erase(refs_.begin(), refs_.begin() + first);
+  first_ref_.erase(first_ref_.begin(), first_ref_.begin() + drop);
+  for (uint32_t& f : first_ref_) f -= first;
+  std::erase_if(deaths_, [&](const std::pair<uint32_t, PageId>& d) { return d.first < drop; });
+  for (auto& d : deaths_) d.first -= drop;
+}
+
 void LearnedIteration::finish(uint32_t page_count) {
   start_ns_.assign(1, 0);
   for (const uint64_t d : durations_) start_ns_.push_back(start_ns_.back() + d);

@@ -25,6 +25,9 @@ class LearnedIteration {
   // The page's last live block was freed before the next op.
   void add_death(PageId page) { deaths_.emplace_back(ops(), page); }
   void clear();
+  // Keeps only the last `ops` ops recorded (and the deaths among them): a
+  // period found in a longer recording.
+  void keep_last(uint32_t ops);
   // Builds the per-page use lists; call once the iteration is complete.
   void finish(uint32_t page_count);
 

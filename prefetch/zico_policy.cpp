@@ -50,6 +50,11 @@ void ZicoPolicy::on_free(uint32_t /*block*/, const BlockExtent& /*extent*/, std:
 }
 
 void ZicoPolicy::on_iteration(uint32_t /*n*/, Decisions* /*out*/) {
+  marked_ = true;
+  begin_iteration();
+}
+
+void ZicoPolicy::begin_iteration() {
   const bool relearn = !recording_.empty() && (learned_.empty() || !recording_.same_as(learned_));
   if (relearn) {
     std::swap(learned_, recording_);
@@ -72,6 +77,11 @@ void ZicoPolicy::on_iteration(uint32_t /*n*/, Decisions* /*out*/) {
 }
 
 void ZicoPolicy::on_op_start(const OpView& op, Decisions* out) {
+  if (!marked_ && detector_.add(op.exec_id)) {
+    // The last period's launches were an iteration: learn it now.
+    if (learned_.empty()) recording_.keep_last(detector_.period());
+    begin_iteration();
+  }
   recording_.add_op(op.exec_id, op.duration_ns, op.pages);
   max_op_pages_ = std::max(max_op_pages_, static_cast<uint32_t>(op.pages.size()));
   ++stamp_;

@@ -21,6 +21,9 @@
 // when its op starts is fetched then, making room by next use (the resident
 // page used farthest ahead leaves), never by evicting a page the op uses.
 //
+// Iterations come from the marks (on_iteration); a job that gives none has
+// its launches' period found instead (period_detector.h), and the first mark
+// switches that off for good.
 // Each launch is checked against the prediction (same identity, same pages);
 // the first mismatch switches the rest of the iteration to the cold path, and
 // the iteration just seen becomes the next prediction. The cold path (also the
@@ -42,6 +45,7 @@
 #include "iteration_plan.h"
 #include "learned_iteration.h"
 #include "next_use_index.h"
+#include "period_detector.h"
 #include "paging_policy.h"
 
 namespace zico::prefetch {
@@ -59,6 +63,7 @@ class ZicoPolicy final : public PagingPolicy {
   [[nodiscard]] bool following() const { return following_; }
 
  private:
+  void begin_iteration();
   [[nodiscard]] int64_t available_slots() const;
   void rekey_present_pages(uint64_t after);
   void issue_due(uint64_t now, Decisions* out);
@@ -71,6 +76,8 @@ class ZicoPolicy final : public PagingPolicy {
   void pre_evict(Decisions* out);
 
   const Residency& residency_;
+  PeriodDetector detector_;
+  bool marked_ = false;  // marks arrive: no detection
   LearnedIteration recording_;
   LearnedIteration learned_;
   IterationPlan plan_;

@@ -2,6 +2,7 @@
 // keep on any stream and budget, and what each is for.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <string>
 
@@ -66,6 +67,21 @@ TEST(PagingPolicies, KeepTheBudgetAndTheRunningOpsPagesOnRandomStreams) {
         for (const auto& it : r.iterations) EXPECT_GE(it.elapsed_ns(), it.compute_ns);
         EXPECT_GE(r.iterations.back().elapsed_ns(), peak.iteration_ns());  // nobody beats the peak bound
       }
+    }
+  }
+}
+
+TEST(PagingPolicies, KeepTheInvariantsWhenNothingMarksTheIterations) {
+  // zico then finds the period itself (period_detector.h); the budget and
+  // the running op's pages must hold all the same.
+  for (uint32_t seed = 1; seed <= 60; ++seed) {
+    AccessStream stream = random_training_stream(seed, 12, seed % 2 == 0 ? uint64_t{2} << 20 : uint64_t{64} << 10);
+    std::erase_if(stream.events, [](const StreamEvent& e) { return e.kind == StreamEvent::Kind::kIteration; });
+    stream.iterations = 0;
+    const StreamFacts facts = stream_facts(stream);
+    for (const uint32_t slots : {facts.max_op_pages, (facts.max_op_pages + stream.page_count) / 2}) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + ", " + std::to_string(slots) + " slots");
+      (void)run_checked(stream, "zico", uint64_t{slots} * stream.page_bytes);
     }
   }
 }
