@@ -54,7 +54,11 @@ std::string stream_error(const AccessStream& stream) {
           return "block " + std::to_string(e.index) + " is empty or lies beyond the last page";
         }
         for (PageId p = stream.first_page(b); p <= stream.last_page(b); ++p) {
-          live_blocks_on[p] += allocate ? 1 : static_cast<uint32_t>(-1);
+          if (allocate) {
+            ++live_blocks_on[p];
+          } else {
+            --live_blocks_on[p];
+          }
         }
         break;
       }
