@@ -12,6 +12,7 @@
 // launches it observes; tools build them from a trace (tools/page).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -64,6 +65,12 @@ struct AccessStream {
   }
   [[nodiscard]] PageId last_page(const BlockExtent& block) const {
     return static_cast<PageId>((block.offset + block.bytes - 1) / page_bytes);
+  }
+  // The block's bytes that lie on `page`.
+  [[nodiscard]] uint64_t bytes_on_page(const BlockExtent& block, PageId page) const {
+    const uint64_t lo = std::max(block.offset, uint64_t{page} * page_bytes);
+    const uint64_t hi = std::min(block.offset + block.bytes, (uint64_t{page} + 1) * page_bytes);
+    return hi > lo ? hi - lo : 0;
   }
 };
 

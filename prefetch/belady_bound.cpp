@@ -13,14 +13,12 @@ constexpr uint32_t kNone = UINT32_MAX;
 // the pages left without live bytes.
 void count_live(const AccessStream& s, const BlockExtent& block, bool add, std::vector<uint64_t>* live,
                 std::vector<PageId>* died) {
-  const uint64_t end = block.offset + block.bytes;
   for (PageId page = s.first_page(block); page <= s.last_page(block); ++page) {
-    const uint64_t lo = std::max(block.offset, uint64_t{page} * s.page_bytes);
-    const uint64_t hi = std::min(end, (uint64_t{page} + 1) * s.page_bytes);
+    const uint64_t bytes = s.bytes_on_page(block, page);
     if (add) {
-      (*live)[page] += hi - lo;
+      (*live)[page] += bytes;
     } else {
-      (*live)[page] -= hi - lo;
+      (*live)[page] -= bytes;
       if ((*live)[page] == 0) died->push_back(page);
     }
   }

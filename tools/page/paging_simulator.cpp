@@ -349,21 +349,17 @@ bool Executor::run(prefetch::PagingPolicy& policy, std::string* error) {
     switch (e.kind) {
       case prefetch::StreamEvent::Kind::kAllocate: {
         const prefetch::BlockExtent& block = stream_.blocks[e.index];
-        const uint64_t end = block.offset + block.bytes;
         for (PageId page = stream_.first_page(block); page <= stream_.last_page(block); ++page) {
-          const uint64_t lo = std::max(block.offset, uint64_t{page} * stream_.page_bytes);
-          residency_.add_live(page, std::min(end, (uint64_t{page} + 1) * stream_.page_bytes) - lo);
+          residency_.add_live(page, stream_.bytes_on_page(block, page));
         }
         policy.on_allocate(e.index, block, &decisions_);
         break;
       }
       case prefetch::StreamEvent::Kind::kFree: {
         const prefetch::BlockExtent& block = stream_.blocks[e.index];
-        const uint64_t end = block.offset + block.bytes;
         dead.clear();
         for (PageId page = stream_.first_page(block); page <= stream_.last_page(block); ++page) {
-          const uint64_t lo = std::max(block.offset, uint64_t{page} * stream_.page_bytes);
-          if (residency_.remove_live(page, std::min(end, (uint64_t{page} + 1) * stream_.page_bytes) - lo)) {
+          if (residency_.remove_live(page, stream_.bytes_on_page(block, page))) {
             dead.push_back(page);
           }
         }
