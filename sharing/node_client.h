@@ -29,7 +29,7 @@
 #include "chunk_source.h"
 #include "device_allocator.h"
 #include "driver.h"
-#include "residency.h"
+#include "chunk_residency.h"
 #include "status.h"
 
 namespace zico::sharing {

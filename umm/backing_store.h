@@ -21,7 +21,7 @@
 #include <span>
 
 #include "driver.h"
-#include "residency.h"
+#include "chunk_residency.h"
 #include "status.h"
 
 namespace zico {

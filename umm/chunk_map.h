@@ -24,7 +24,7 @@
 #include "backing_store.h"
 #include "chunk_source.h"
 #include "driver.h"
-#include "residency.h"
+#include "chunk_residency.h"
 
 namespace zico {
 
@@ -68,7 +68,7 @@ class ChunkMap {
   // Unmaps every mapped chunk regardless of references (teardown only).
   void unmap_all();
 
-  // --- eviction (residency.h) ---------------------------------------------------
+  // --- eviction (chunk_residency.h) ---------------------------------------------------
   [[nodiscard]] Residency residency(size_t index) const { return entries_[index].residency; }
   // Mapped chunks that hold blocks: what an eviction must save.
   [[nodiscard]] std::vector<size_t> chunks_in_use() const;
