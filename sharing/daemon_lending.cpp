@@ -1,0 +1,196 @@
+// zico-umd: the chunk pool: chunks taken, zeroed, granted and released as the ledger decides.
+#include "daemon_impl.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "log.h"
+#include "sizes.h"
+
+namespace zico::sharing {
+
+// --- lending ---------------------------------------------------------------------------
+
+Status Daemon::Impl::zero(Gpu& gpu, PoolChunk& chunk) {
+  if (!gpu.has_stream) {
+    ZICO_RETURN_IF_ERROR(driver.stream_create(gpu.device, &gpu.stream));
+    gpu.has_stream = true;
+  }
+  ZICO_RETURN_IF_ERROR(driver.map(gpu.scratch, chunk.handle));
+  Status status = driver.set_access(gpu.device, gpu.scratch);
+  if (status.is_ok()) status = driver.memset_async(gpu.scratch.ptr(), 0, gpu.chunk_bytes, gpu.stream);
+  if (status.is_ok()) status = driver.stream_synchronize(gpu.stream);
+  const Status unmapped = driver.unmap(gpu.scratch);
+  ZICO_RETURN_IF_ERROR(status);
+  ZICO_RETURN_IF_ERROR(unmapped);
+  ++gpu.zeroed;
+  return Status::ok();
+}
+
+Status Daemon::Impl::take_chunks(Gpu& gpu, uint32_t uid, uint64_t count, std::vector<uint32_t>* ids, std::string* why) {
+  while (ids->size() < count) {
+    uint32_t id = 0;
+    if (!gpu.free_ids.empty()) {
+      id = gpu.free_ids.back();
+      gpu.free_ids.pop_back();
+    } else {
+      gpu.chunks.push_back(PoolChunk{});
+      id = static_cast<uint32_t>(gpu.chunks.size());
+    }
+    ids->push_back(id);  // the caller puts it back if this fails
+    PoolChunk& chunk = gpu.chunks[id - 1];
+    if (chunk.handle.valid() && chunk.last_uid != kFreshChunk && chunk.last_uid != uid) {
+      // Its last borrower may still map it (daemon.h): another uid gets other memory.
+      (void)driver.release(chunk.handle);
+      chunk.handle = PhysHandle{};
+      --gpu.live;
+    }
+    if (!chunk.handle.valid()) {
+      if (Status status = driver.create(gpu.device, gpu.chunk_bytes, &chunk.handle); !status.is_ok()) {
+        chunk.handle = PhysHandle{};
+        *why = "creating a " + format_size(gpu.chunk_bytes) + " chunk failed: " + status.message();
+        if (status.detail() == EMFILE || status.detail() == ENFILE) {
+          *why += " (zico-umd is out of file descriptors with " + std::to_string(gpu.live) +
+                  " chunks in its pool: raise its open-files limit, LimitNOFILE= in its unit)";
+        }
+        return status;
+      }
+      ++gpu.live;
+      chunk.last_uid = options.zero_new_chunks ? kFreshChunk : uid;
+    }
+    if (chunk.last_uid != uid) {
+      if (Status status = zero(gpu, chunk); !status.is_ok()) {
+        *why = "zeroing a chunk for its new owner failed: " + status.message();
+        return status;
+      }
+      chunk.last_uid = uid;
+    }
+  }
+  return Status::ok();
+}
+
+void Daemon::Impl::release_free(uint32_t g, bool beyond_budget_only) {
+  Gpu& gpu = gpus[g];
+  const uint64_t keep = beyond_budget_only ? ledger.gpu(g).budget : 0;
+  for (uint32_t id : gpu.free_ids) {
+    if (gpu.live <= keep) break;
+    PoolChunk& chunk = gpu.chunks[id - 1];
+    if (!chunk.handle.valid()) continue;
+    (void)driver.release(chunk.handle);
+    chunk.handle = PhysHandle{};
+    --gpu.live;
+  }
+}
+
+void Daemon::Impl::grant(const LedgerAction& action) {
+  auto it = jobs.find(action.job);
+  if (it == jobs.end()) return;
+  Job& job = it->second;
+  Gpu& gpu = gpus[action.gpu];
+  std::vector<uint32_t> ids;
+  std::string why;
+  if (Status status = take_chunks(gpu, job.peer.uid, action.chunks, &ids, &why); !status.is_ok()) {
+    for (uint32_t id : ids) gpu.free_ids.push_back(id);
+    // Out of device memory or of descriptors: what the pool keeps idle
+    // would only keep the next request from being served.
+    release_free(action.gpu, false);
+    std::string ignored;
+    (void)ledger.returned(job.id, action.gpu, action.chunks, false, now_ns(), &ignored);
+    ZICO_LOG(kError, "GPU %u: %s", action.gpu, why.c_str());
+    if (job.fd >= 0) (void)send(job.fd, proto::Deny{action.request_id, static_cast<uint32_t>(Errc::kOutOfMemory), why});
+    return;
+  }
+  for (uint32_t id : ids) {
+    gpu.chunks[id - 1].owner = job.id;
+    job.gpus[action.gpu].lent.insert(id);
+  }
+  record_holding(job, action.gpu);  // before the job can have them
+  gpu.bytes_moved += ids.size() * gpu.chunk_bytes;
+  if (job.fd < 0) return;  // gone meanwhile: the chunks return when its process exits
+  for (size_t start = 0; start < ids.size(); start += proto::kMaxChunksPerMessage) {
+    const size_t count = std::min(proto::kMaxChunksPerMessage, ids.size() - start);
+    proto::Grant message;
+    message.request_id = action.request_id;
+    message.gpu = action.gpu;
+    message.last = start + count == ids.size();
+    message.ids.assign(ids.begin() + static_cast<ptrdiff_t>(start), ids.begin() + static_cast<ptrdiff_t>(start + count));
+    std::vector<int> fds;
+    Status status = Status::ok();
+    for (uint32_t id : message.ids) {
+      int fd = -1;
+      status = driver.export_fd(gpu.chunks[id - 1].handle, &fd);
+      if (!status.is_ok()) break;
+      fds.push_back(fd);
+    }
+    const bool sent = status.is_ok() && send(job.fd, message, fds);
+    for (int fd : fds) ::close(fd);
+    if (!sent) {
+      // The job's chunks stay counted; they come back when it goes.
+      close_connection(job.fd, status.is_ok() ? "cannot send a grant" : "exporting a chunk failed: " + status.message(),
+                       true);
+      return;
+    }
+  }
+}
+
+void Daemon::Impl::pump() {
+  // Carrying out actions can change the books (a failed grant, a closed
+  // connection), so ask again until nothing is left to do.
+  for (int round = 0; round < 16; ++round) {
+    const std::vector<LedgerAction> actions = ledger.pump(now_ns());
+    if (actions.empty()) return;
+    for (const LedgerAction& action : actions) {
+      auto it = jobs.find(action.job);
+      if (it == jobs.end()) continue;
+      const int fd = it->second.fd;
+      if (action.kind != LedgerAction::Kind::kReclaim) it->second.requests.erase(action.request_id);
+      switch (action.kind) {
+        case LedgerAction::Kind::kGrant:
+          grant(action);
+          break;
+        case LedgerAction::Kind::kDeny:
+          if (fd >= 0) (void)send(fd, proto::Deny{action.request_id, static_cast<uint32_t>(action.errc), action.reason});
+          break;
+        case LedgerAction::Kind::kReclaim:
+          if (fd >= 0 && send(fd, proto::Reclaim{action.gpu, action.chunks})) {
+            // asked
+          } else {
+            // Not connected (its process still maps what it holds, or it has not
+            // reconnected after a restart): nothing can come back yet; say so for it.
+            std::string ignored;
+            (void)ledger.returned(action.job, action.gpu, 0, true, now_ns(), &ignored);
+          }
+          break;
+        case LedgerAction::Kind::kYield:
+          ZICO_LOG(kInfo, "GPU %u: deadlock; job %llu yields its memory", action.gpu,
+                   static_cast<unsigned long long>(action.job));
+          if (fd >= 0 && !send(fd, proto::Yield{action.request_id, action.gpu})) {
+            close_connection(fd, "cannot send a yield", true);
+          }
+          break;
+        case LedgerAction::Kind::kPark:
+          // It waits at its gate: suspended there, it gives everything back
+          // and reports kSuspended, as for zico-umctl suspend.
+          ZICO_LOG(kInfo, "GPU %u: job %llu is in the way of another's iteration; it waits its turn in host memory",
+                   action.gpu, static_cast<unsigned long long>(action.job));
+          if (fd >= 0 && send(fd, proto::Suspend{proto::StoreKind::kHost})) {
+            if (runs(it->second.state)) {
+              it->second.state = proto::JobRunState::kSuspendRequested;
+            }
+          } else if (fd >= 0) {
+            close_connection(fd, "cannot send a suspension", true);
+          }
+          break;
+        case LedgerAction::Kind::kResume:  // only ever for a job it parked
+          ZICO_LOG(kInfo, "GPU %u: job %llu has its turn", action.gpu, static_cast<unsigned long long>(action.job));
+          if (fd >= 0 && !send(fd, proto::Resume{})) close_connection(fd, "cannot send a resumption", true);
+          break;
+      }
+    }
+  }
+}
+
+}  // namespace zico::sharing

@@ -1,0 +1,127 @@
+// zico-umd: time shift: iteration gates, the jobs' curves, turns.
+#include "daemon_impl.h"
+
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "log.h"
+
+namespace zico::sharing {
+
+// --- time shift ----------------------------------------------------------------------------
+
+void Daemon::Impl::open_gates() {
+  GateGuard* guard = options.start_guard || options.turns ? this : nullptr;
+  for (const IterationGates::Opened& opened : gates.due(now_ns(), guard)) {
+    auto it = jobs.find(opened.job);
+    if (it != jobs.end() && it->second.fd >= 0) (void)send(it->second.fd, proto::Proceed{opened.sequence});
+  }
+  itimerspec when{};  // all zero: disarmed
+  if (const uint64_t next = gates.next_due_ns(); next != UINT64_MAX) {
+    // CLOCK_MONOTONIC is steady_clock's clock; an absolute 0 would disarm.
+    const uint64_t at = std::max<uint64_t>(next, 1);
+    when.it_value.tv_sec = static_cast<time_t>(at / 1'000'000'000);
+    when.it_value.tv_nsec = static_cast<long>(at % 1'000'000'000);
+  }
+  (void)::timerfd_settime(gate_timer_fd, TFD_TIMER_ABSTIME, &when, nullptr);
+}
+
+std::pair<uint64_t, uint64_t> Daemon::Impl::gate_claim(const Job& job, uint32_t gpu) const {
+  const JobGpu& state = job.gpus[gpu];
+  if (state.gate_peak == 0) return {0, 0};
+  Ledger::JobView view;
+  (void)ledger.job(job.id, gpu, now_ns(), &view);
+  return {std::max(state.gate_peak, view.held), state.gate_settle};
+}
+
+bool Daemon::Impl::may_start(JobId id) {
+  auto it = jobs.find(id);
+  if (it == jobs.end()) return true;
+  Job& job = it->second;
+  for (size_t g = 0; g < job.gpus.size(); ++g) {
+    if (!job.gpus[g].open) continue;
+    const auto gpu = static_cast<uint32_t>(g);
+    const auto [peak, settle] = gate_claim(job, gpu);
+    const uint64_t now = now_ns();
+    if (options.start_guard ? ledger.may_start(job.id, gpu, peak, settle, now)
+                            : ledger.turns_allow_start(job.id, gpu, peak, now)) {
+      continue;
+    }
+    // Turns: the ledger learns the peak it waits for, and the next pump
+    // parks the job in its way.
+    if (options.turns) (void)ledger.set_between_iterations(job.id, gpu, peak);
+    if (!job.gate_held) {
+      job.gate_held = true;
+      ZICO_LOG(kDebug,
+               "job %llu held at its gate: on GPU %u its iteration (claim %llu/%llu chunks, 0: unknown) "
+               "is not safe beside the jobs in mid-iteration, or waits for its turn",
+               static_cast<unsigned long long>(job.id), gpu, static_cast<unsigned long long>(peak),
+               static_cast<unsigned long long>(settle));
+    }
+    return false;
+  }
+  return true;
+}
+
+uint64_t Daemon::Impl::turn_wait_until_ns(JobId id, uint64_t now) {
+  auto it = jobs.find(id);
+  if (it == jobs.end()) return 0;
+  uint64_t until = 0;
+  for (size_t g = 0; g < it->second.gpus.size(); ++g) {
+    if (!it->second.gpus[g].open) continue;
+    const auto gpu = static_cast<uint32_t>(g);
+    // Parked, it waits for its kResume, which the ledger sends when its time
+    // is up: its gate opening before would only make it claim while suspended.
+    Ledger::JobView view;
+    if (ledger.job(id, gpu, now, &view) && view.parked) return now;
+    until = std::max(until, ledger.turn_wait_until_ns(gpu, now));
+  }
+  return until;
+}
+
+// Peak 0 ends "between iterations" without a claim: a job whose iteration is
+// unknown counts as in mid-iteration, so that others' starts wait for it.
+void Daemon::Impl::starting(JobId id) {
+  auto it = jobs.find(id);
+  if (it == jobs.end()) return;
+  Job& job = it->second;
+  if (job.gate_held) {
+    ZICO_LOG(kDebug, "job %llu starts its held iteration", static_cast<unsigned long long>(job.id));
+    job.gate_held = false;
+  }
+  for (size_t g = 0; g < job.gpus.size(); ++g) {
+    if (!job.gpus[g].open) continue;
+    const auto gpu = static_cast<uint32_t>(g);
+    const auto [peak, settle] = gate_claim(job, gpu);
+    (void)ledger.set_claim(job.id, gpu, peak, settle);
+  }
+}
+
+std::string Daemon::Impl::on_curve(Job& job, const proto::Curve& message) {
+  if (message.gpu >= gpus.size() || !job.gpus[message.gpu].open) {
+    return "Curve for GPU " + std::to_string(message.gpu) + ", which the job has not opened";
+  }
+  // A job's word about its demand is bounded by what it may ever hold, and
+  // a gate delays by at most two of the asking job's own periods, so a wrong
+  // curve costs others time, never the budget.
+  DemandCurve curve = message.curve;
+  // Shorter than this is not a training iteration (two marks back to back):
+  // planning on it would only slice the others' time finely.
+  if (curve.period_ns < kMinCurvePeriodNs) curve = DemandCurve{};
+  Ledger::JobView view;
+  (void)ledger.job(job.id, message.gpu, now_ns(), &view);
+  const uint64_t chunk = gpus[message.gpu].chunk_bytes;
+  const uint64_t limit = std::min(ledger.gpu(message.gpu).budget, view.max);
+  const uint64_t bound = limit > UINT64_MAX / chunk ? UINT64_MAX : limit * chunk;
+  for (uint64_t& bin : curve.bins) bin = std::min(bin, bound);
+  curve.end_bytes = std::min(curve.end_bytes, bound);
+  gates.set_curve(job.id, message.gpu, curve);
+  open_gates();
+  return "";
+}
+
+}  // namespace zico::sharing
