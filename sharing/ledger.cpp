@@ -205,6 +205,16 @@ struct Ledger::Impl {
            sub_floor(counted_peak(gpu, job, use.claim_peak), use.held) <= free_of(gpu);
   }
 
+  // Chunks on their way back to the pool, not to be counted on twice: what
+  // an outstanding reclaim asked of the job, or all it holds when it is the
+  // victim of a yield or a park (at most one per GPU at a time). The two
+  // never overlap: neither a deadlock nor a park picks a job with a reclaim
+  // outstanding, and a victim is not asked to reclaim.
+  static uint64_t incoming(const Gpu& gpu, JobId id, const Use& use) {
+    if (use.reclaim_outstanding) return use.reclaim_asked;
+    return gpu.yielding && gpu.yield_victim == id ? use.held : 0;
+  }
+
   // Is a request queued that cannot be served unless `job` gives back: it
   // would not fit even if every other job but the asker came down to its
   // claim's settle (jobs without a claim counted at what they hold)?
@@ -321,11 +331,11 @@ struct Ledger::Impl {
   // already giving back, the waiters hold each other up and only the policy
   // can break it.
   bool break_deadlock(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
-    if (gpu.queue.empty() || gpu.yielding) return false;
+    if (gpu.queue.empty()) return false;
     JobId victim = 0;
     bool found = false;
     for (const auto& [id, use] : gpu.users) {
-      if (use.reclaim_outstanding) return false;
+      if (incoming(gpu, id, use) > 0) return false;  // memory is on its way back: no jam (yet)
       if (use.held <= use.min) continue;  // its chunks are guaranteed, not part of the jam
       if (jobs.at(id).frozen) continue;   // gives back only when it goes; not part of the jam either
       if (use.waiting_requests == 0) return false;  // reclaim can reach it
@@ -339,8 +349,8 @@ struct Ledger::Impl {
       victim = id;
       found = true;
     }
-    // A possible head that does not fit implies some other job holds more
-    // than its minimum, so `found` only fails if the books are broken.
+    // None found: every job above its minimum is frozen (it gives back only
+    // when it goes), so no yield or refusal can help.
     if (!found) return false;
     gpu.deadlocks += 1;
     for (size_t i = 0; i < gpu.queue.size();) {
@@ -399,12 +409,12 @@ struct Ledger::Impl {
   // Parks the job between iterations whose memory is in the way, the one
   // holding the most: a request waits for it (waits_for_job), or a job at its
   // gate starves beside it and its turn is over.
-  bool park(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
-    if (!options.park_between || gpu.yielding || gpu.between_users == 0) return false;
+  void park(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+    if (!options.park_between || gpu.yielding || gpu.between_users == 0) return;
     // Starving is weighed once: a second starved job matters only when the
     // candidate is the first one itself.
     const JobId starved = starved_at_gate(gpu);
-    if (starved == 0 && gpu.queue.empty()) return false;
+    if (starved == 0 && gpu.queue.empty()) return;
     JobId victim = 0;
     uint64_t most = 0;
     for (const auto& [id, use] : gpu.users) {
@@ -415,7 +425,7 @@ struct Ledger::Impl {
       most = use.held - use.min;
       victim = id;
     }
-    if (victim == 0) return false;
+    if (victim == 0) return;
     Use& use = gpu.users.at(victim);
     use.parked = true;
     gpu.parked_users += 1;
@@ -425,7 +435,6 @@ struct Ledger::Impl {
     gpu.yielding = true;
     gpu.yield_victim = victim;
     out->push_back({LedgerAction::Kind::kPark, victim, g, 0, use.held, Errc::kOk, {}});
-    return true;
   }
 
   // A parked job that has given everything back resumes when its time is up,
@@ -459,17 +468,13 @@ struct Ledger::Impl {
     }
     uint64_t shortfall = sub_floor(needed, gpu.budget);
     // Chunks already on their way back are not asked for twice.
-    for (const auto& [id, use] : gpu.users) {
-      if (use.reclaim_outstanding) shortfall = sub_floor(shortfall, use.reclaim_asked);
-    }
-    if (gpu.yielding) shortfall = sub_floor(shortfall, gpu.users.at(gpu.yield_victim).held);
+    for (const auto& [id, use] : gpu.users) shortfall = sub_floor(shortfall, incoming(gpu, id, use));
     if (shortfall == 0) return;
 
     std::vector<JobId> candidates;
     for (const auto& [id, use] : gpu.users) {
-      if (use.waiting_requests > 0 || use.held <= use.min || use.reclaim_outstanding) continue;
+      if (use.waiting_requests > 0 || use.held <= use.min || incoming(gpu, id, use) > 0) continue;
       if (jobs.at(id).frozen) continue;
-      if (gpu.yielding && id == gpu.yield_victim) continue;
       if (use.ever_asked && (now_ns < use.last_asked_ns || now_ns - use.last_asked_ns < options.reclaim_retry_ns)) {
         continue;
       }
@@ -500,10 +505,9 @@ struct Ledger::Impl {
     resume(gpu, g, now_ns, out);
     while (serve_one(gpu, g, now_ns, out)) {
     }
-    if (park(gpu, g, now_ns, out)) {
-      while (serve_one(gpu, g, now_ns, out)) {
-      }
-    }
+    // A park frees nothing now (the job gives back later, in returned()),
+    // so nothing more can be served after it.
+    park(gpu, g, now_ns, out);
     // Deadlock before reclaim: under kFail the refused job stops waiting and
     // becomes a reclaim candidate in the same pump; either way the victim's
     // requests leave the queue, so a new head may fit already.

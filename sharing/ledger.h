@@ -5,72 +5,85 @@
 // Counting is in chunks (the daemon's chunk size per GPU). Per GPU there is a
 // node budget; per (job, GPU) a guaranteed minimum and a maximum.
 //
-// Rules, applied by pump():
-//  - Invariant: no grant makes granted exceed the budget. Granted can be above
-//    the budget only after a budget shrink or a reconciliation (a job that
+// Rules, applied by pump(), as one design: a budget that is never exceeded,
+// a queue served in order with three exceptions, memory that is asked back
+// and counted once on its way, and two ways out when jobs hold each other up
+// (a deadlock's yield in mid-iteration, or, with turns, a park between
+// iterations before it comes to that).
+//
+// 1. Budget. No grant makes granted exceed the budget. Granted can be above
+//    it only after a budget shrink or a reconciliation (a job that
 //    reconnects holding chunks); then nothing is granted until it is below,
-//    and reclaims bring it down.
-//  - A request that can never be served is denied (kOutOfMemory) at once:
-//    held + chunks > min(max, budget - the other jobs' minimums).
-//  - Waiting requests of a GPU are served first come, first served: a request
-//    that does not fit blocks the ones behind it (so a large request is not
-//    starved by small ones). Exception: a request that stays within the job's
-//    guaranteed minimum (held + chunks <= min) is served ahead of the queue
-//    whenever the free budget covers it.
-//  - Second exception: while the head's job holds no more than its minimum
-//    (it arrived, or it yielded and asks for everything again), requests of
-//    jobs holding more than theirs that fit go ahead of it, for at most
-//    head_patience_ns after the head was queued. Those jobs are in the
-//    middle of an iteration and give memory back when it ends; holding them
-//    up would only deadlock them against the head and make one yield, which
-//    hands everything to the other, whose next request deadlocks again: the
-//    two would trade all their memory back and forth, a few allocations at a
-//    time. After the patience runs out the head blocks the queue again, so
-//    it is never starved.
-//  - A grant must leave enough free budget for every other job to reach its
-//    minimum (free - chunks >= sum over other jobs of max(0, min - held)).
-//  - Claims: deadlock avoidance (the banker's algorithm) for jobs that know
-//    their iteration. A job's claim says it will hold at most `peak` chunks
-//    before its current iteration ends and `settle` after it (set_claim; a
-//    job waiting at its iteration gate claims what it holds). A grant beyond
-//    the minimums must leave the GPU safe: the jobs with claims could still
-//    all finish their iterations one after another with the free budget,
-//    each needing peak - held more and then giving back held - settle. Jobs
-//    without a claim are left out of that (nothing is known of them). A
-//    peak above what the job can ever hold (its max, the budget less the
-//    others' minimums: a job that pages beyond it) counts as that much;
-//    otherwise the job could never finish and nothing would ever be safe. A
-//    request that fits but is not safe waits without blocking the queue.
-//    And a request of a job whose whole remaining need fits in the free
-//    budget (it can finish, and then gives back) goes ahead of a head that
-//    cannot be served: holding it up behind the head is how two jobs in
-//    mid-iteration deadlock. While every job's claim is true no deadlock
-//    arises among them; a job that outgrows its claim, or jobs without
-//    claims, can still deadlock, and the rule below breaks it.
-//  - When the head request does not fit, jobs that are not waiting and hold
-//    more than their minimum are asked to give back idle chunks (kReclaim),
-//    biggest holders first, at most the shortfall in all, each job at most
-//    once per reclaim_retry_ns and never while an earlier reclaim to it is
-//    unanswered. No job is asked below its minimum. The shortfall is what
-//    the head lacks (its chunks plus the others' unmet minimums, less the
-//    free budget) or, above the budget, the excess even with no waiter;
-//    chunks asked by unanswered reclaims and a yielding victim's holdings
-//    count as already on their way back. The retry interval runs from the
-//    last ask or reply.
-//  - Deadlock: the head request does not fit, no reclaim is outstanding on
-//    the GPU, no yield is in progress there, and every job holding more than
-//    its minimum of the GPU is waiting on it. (Chunks within a minimum can
-//    never be reclaimed, so an idle job sitting at its minimum must not hide
-//    a deadlock among the others.) Only waiters holding more than their
-//    minimum can be victims: a victim at its minimum would get its chunks
-//    straight back through the minimum bypass and nothing would change.
-//    Policy kYield: of those, the one holding the most chunks (ties: the
-//    youngest) gets kYield, once per request it has waiting on the GPU; its
-//    requests leave the queue and it must return everything and ask again
-//    (at the back). No second victim is chosen on the GPU until the first
-//    has returned all it held (or is removed). Policy kFail: the youngest of
-//    them has its waiting requests on the GPU denied with kOutOfMemory.
-//  - Turns (LedgerOptions::park_between): jobs that cannot run side by side
+//    and reclaims bring it down. A grant also leaves enough free budget for
+//    every other job to reach its guaranteed minimum (free - chunks >= sum
+//    over the others of max(0, min - held)). A request that can never be
+//    served is denied (kOutOfMemory) at once: held + chunks > min(max,
+//    budget - the other jobs' minimums).
+//
+// 2. Queue order. Waiting requests of a GPU are served first come, first
+//    served: a request that does not fit blocks the ones behind it (so a
+//    large request is not starved by small ones). Three exceptions, each a
+//    job that will give memory back soon being let through:
+//    a. Minimum: a request within the job's guaranteed minimum (held +
+//       chunks <= min) is served ahead of the queue whenever the free budget
+//       covers it.
+//    b. Patience: while the head's job holds no more than its minimum (it
+//       arrived, or it yielded and asks for everything again), requests of
+//       jobs holding more than theirs that fit go ahead of it, for at most
+//       head_patience_ns after the head was queued. Those jobs are in the
+//       middle of an iteration and give memory back when it ends; holding
+//       them up would deadlock them against the head, and the yield that
+//       follows hands everything to the other, whose next request deadlocks
+//       again: the two would trade all their memory back and forth. After
+//       the patience runs out the head blocks the queue again, so it is
+//       never starved.
+//    c. Can finish: a request of a job whose claim says its whole remaining
+//       need fits in the free budget goes ahead of a head that cannot be
+//       served (it finishes its iteration, then gives back).
+//
+// 3. Claims: deadlock avoidance (the banker's algorithm) for jobs that know
+//    their iteration. A claim says the job will hold at most `peak` chunks
+//    before its current iteration ends and `settle` after it (set_claim); a
+//    job waiting at its iteration gate has none (it needs nothing more and
+//    gives nothing back until it starts). A grant beyond the minimums must
+//    leave the GPU safe: the jobs with claims could still all finish their
+//    iterations one after another with the free budget, each needing peak -
+//    held more and then giving back held - settle. Jobs without a claim are
+//    left out (nothing is known of them). A peak above what the job can ever
+//    hold (its max, the budget less the others' minimums: a job that pages
+//    beyond it) counts as that much; otherwise the job could never finish
+//    and nothing would ever be safe. A request that fits but is not safe
+//    waits without blocking the queue. While every claim is true no
+//    deadlock arises among the jobs that have one; a job that outgrows its
+//    claim, or jobs without claims, can still deadlock, and rule 5 breaks it.
+//
+// 4. Asking back. Memory on its way back is counted once: what an unanswered
+//    reclaim asked of a job, or all that the victim of a yield or a park
+//    holds (one victim per GPU at a time). When a request still waits after
+//    serving, or granted is above the budget, jobs that are not waiting and
+//    hold more than their minimum are asked to give back idle chunks
+//    (kReclaim), biggest holders first, at most the shortfall in all, each
+//    job at most once per reclaim_retry_ns (from the last ask or reply) and
+//    never while memory is on its way back from it. No job is asked below
+//    its minimum, and a frozen job is not asked at all. The shortfall is what the head lacks (its chunks plus the
+//    others' unmet minimums, less the free budget) or, above the budget, the
+//    excess even with no waiter, less what is on its way back.
+//
+// 5. Deadlock: a request still waits after serving (its head does not fit,
+//    or is not safe), nothing is on its way back on the GPU, and every job
+//    holding more than its minimum of the GPU is waiting on it. (Chunks
+//    within a minimum can never be reclaimed, so an idle job sitting at its
+//    minimum must not hide a deadlock among the others; a frozen job gives
+//    back only when it goes and is left out.) Only waiters holding more than
+//    their minimum can be victims: a victim at its minimum would get its
+//    chunks straight back through exception 2a. Policy kYield: of those, the
+//    one holding the most chunks (ties: the youngest) gets kYield, once per
+//    request it has waiting on the GPU; its requests leave the queue and it
+//    must return everything and ask again (at the back). Policy kFail: the
+//    youngest of them has its waiting requests on the GPU denied with
+//    kOutOfMemory.
+//
+// 6. Turns (LedgerOptions::park_between): jobs that cannot run side by side
 //    take turns, swapped out between iterations, where they hold least and
 //    interrupt nothing. A job at its gate (set_between_iterations with the
 //    peak of the iteration it waits to start) *starves* when that peak and
@@ -80,18 +93,17 @@
 //    iterations holding the most that is in its way gets kPark: it gives
 //    back everything and waits at its gate, refused by may_start(), until
 //    kResume; then it asks for its memory again and has its turn. Also
-//    parked, rather than started, is a job at its gate that a waiting request
-//    needs memory from (the circle may_start() would otherwise break by
-//    starting it, a deadlock and a yield in mid-iteration later). A parked
-//    job stays out turn_swap_multiple times as long as it took to give back
-//    (at most max_turn_ns), so that the swap out and in costs the others a
-//    small share of their turn, or until no other job holds or waits for
-//    memory. Its turn, after kResume, lasts as long plus twice that swap
-//    (back in, and out again at its end): until then it is not parked for a
-//    starved job, and it may start beside one. One park or yield at a time
-//    per GPU. Without it (zico-umd without --turns), such jobs meet in
-//    mid-iteration and the deadlock rule decides, a yield of everything a
-//    job holds at its peak, every iteration.
+//    parked, rather than started, is a job at its gate that a waiting
+//    request needs memory from (the circle may_start() would otherwise
+//    break by starting it, a deadlock and a yield in mid-iteration later). A
+//    parked job stays out turn_swap_multiple times as long as it took to
+//    give back (at most max_turn_ns), so that the swap out and in costs the
+//    others a small share of their turn, or until no other job holds or
+//    waits for memory. Its turn, after kResume, lasts as long plus twice
+//    that swap (back in, and out again at its end): until then it is not
+//    parked for a starved job, and it may start beside one. Without turns
+//    (zico-umd without --turns), such jobs meet in mid-iteration and rule 5
+//    decides, a yield of everything a job holds at its peak, every iteration.
 #pragma once
 
 #include <cstdint>

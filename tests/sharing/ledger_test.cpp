@@ -606,11 +606,19 @@ struct SimJob {
   std::array<uint64_t, kGpus> asked{};  // outstanding reclaim, 0 if none
   std::map<uint64_t, std::pair<uint32_t, uint64_t>> waiting;  // request id -> (GPU, chunks)
   uint64_t next_request = 1;
+  std::array<bool, kGpus> parked{};
+  bool frozen = false;
 };
+
+// What the random daemon's jobs do besides asking and giving back: with
+// claims, they also claim, wait at their gates (and ask may_start), get
+// frozen and thawed; parks (turns) then happen and are carried out.
+enum class Iterations : uint8_t { kNone, kClaimsAndTurns };
 
 class Daemon {
  public:
-  Daemon(DeadlockPolicy policy, uint64_t seed) : ledger_(options(policy)), policy_(policy), rng_(seed) {
+  Daemon(DeadlockPolicy policy, uint64_t seed, Iterations iterations = Iterations::kNone)
+      : ledger_(options(policy)), policy_(policy), iterations_(iterations), rng_(seed) {
     for (uint32_t g = 0; g < kGpus; ++g) ledger_.add_gpu(pick(8, 32));
     for (int i = 0; i < 6; ++i) add_job();
   }
@@ -696,6 +704,27 @@ class Daemon {
     if (reclaim_reply) job.asked[gpu] = 0;
   }
 
+  // A job's iteration: a claim, a wait at its gate (asking may_start), or
+  // its connection lost and found (frozen).
+  void iterate(JobId id, uint32_t gpu, uint64_t budget) {
+    SimJob& job = jobs_[id];
+    if (!job.open[gpu]) return;
+    const uint64_t dice = pick(0, 9);
+    if (dice < 4) {
+      const uint64_t peak = pick(0, 4) == 0 ? 0 : pick(1, budget + 2);
+      EXPECT_TRUE(ledger_.set_claim(id, gpu, peak, pick(0, peak)));
+    } else if (dice < 8) {
+      const uint64_t next_peak = pick(0, 1) == 0 ? 0 : pick(1, budget + 2);
+      EXPECT_TRUE(ledger_.set_between_iterations(id, gpu, next_peak));
+      const bool may = ledger_.may_start(id, gpu, next_peak, pick(0, next_peak), now_);
+      EXPECT_TRUE(!may || !job.parked[gpu]) << "a parked job may not start";
+    } else {
+      job.frozen = !job.frozen;
+      ledger_.set_frozen(id, job.frozen);
+      if (job.frozen) job.parked.fill(false);  // a frozen job cannot be a victim
+    }
+  }
+
   void step() {
     const uint64_t dice = pick(0, 99);
     const JobId id = any_job();
@@ -703,7 +732,9 @@ class Daemon {
     const uint32_t gpu = any_gpu();
     const uint64_t budget = ledger_.gpu(gpu).budget;
     std::string why;
-    if (dice < 30) {
+    if (iterations_ == Iterations::kClaimsAndTurns && pick(0, 3) == 0) {
+      iterate(id, gpu, budget);
+    } else if (dice < 30) {
       // Mostly modest asks; sometimes more than can ever be had.
       ask(id, gpu, pick(0, 9) == 0 ? pick(1, budget + 8) : pick(1, std::max<uint64_t>(1, budget / 3)));
     } else if (dice < 38) {
@@ -755,12 +786,33 @@ class Daemon {
       }
       const std::vector<LedgerAction> actions = ledger_.pump(now_);
       std::vector<LedgerAction> yields;
+      std::vector<LedgerAction> parks;
       for (const LedgerAction& a : actions) {
         ASSERT_TRUE(jobs_.count(a.job) == 1) << describe(actions);
         SimJob& job = jobs_[a.job];
         const uint64_t budget = before[a.gpu].budget;
+        if (a.kind == Kind::kPark) {
+          EXPECT_FALSE(job.frozen) << "parked a frozen job: " << describe(actions);
+          EXPECT_FALSE(job.parked[a.gpu]) << "parked twice: " << describe(actions);
+          EXPECT_EQ(job.asked[a.gpu], 0u) << "parked a job with a reclaim outstanding: " << describe(actions);
+          EXPECT_EQ(a.chunks, job.held[a.gpu]) << describe(actions);
+          for (const auto& [rid, w] : job.waiting) {
+            EXPECT_NE(w.first, a.gpu) << "parked a waiting job: " << describe(actions);
+          }
+          job.parked[a.gpu] = true;
+          parks.push_back(a);
+          continue;
+        }
+        if (a.kind == Kind::kResume) {
+          EXPECT_TRUE(job.parked[a.gpu]) << "resumed a job not parked: " << describe(actions);
+          job.parked[a.gpu] = false;
+          resumes_ += 1;
+          continue;
+        }
         if (a.kind == Kind::kReclaim) {
           EXPECT_EQ(job.asked[a.gpu], 0u) << "asked twice: " << describe(actions);
+          EXPECT_FALSE(job.frozen) << "asked a frozen job: " << describe(actions);
+          EXPECT_FALSE(job.parked[a.gpu] && job.held[a.gpu] > 0) << "asked a park's victim: " << describe(actions);
           const Ledger::JobView v = view(a.job, a.gpu);
           EXPECT_GE(a.chunks, 1u);
           EXPECT_LE(a.chunks + v.min, job.held[a.gpu]) << "asked below its minimum: " << describe(actions);
@@ -814,7 +866,12 @@ class Daemon {
         }
         grants_ += ledger_.gpu(g).grants - before[g].grants;
       }
-      if (yields.empty()) return;
+      // A parked job gives back everything (it suspends between iterations).
+      for (const LedgerAction& p : parks) {
+        if (jobs_[p.job].held[p.gpu] > 0) give(p.job, p.gpu, jobs_[p.job].held[p.gpu], false);
+        parks_ += 1;
+      }
+      if (yields.empty() && parks.empty()) return;
       // The victim gives back everything, then asks again at the back.
       for (const LedgerAction& y : yields) {
         if (jobs_[y.job].held[y.gpu] > 0) give(y.job, y.gpu, jobs_[y.job].held[y.gpu], false);
@@ -849,6 +906,18 @@ class Daemon {
   // jobs first give back everything; otherwise waiters start out holding
   // chunks, which is where deadlocks come from.
   void drain(bool give_back_first) {
+    // Jobs answer again and say nothing of their iterations: claims can be
+    // wrong and a frozen job gives back only when it goes, so neither is
+    // promised to end every wait.
+    for (auto& [id, job] : jobs_) {
+      if (job.frozen) ledger_.set_frozen(id, false);
+      job.frozen = false;
+      for (uint32_t g = 0; g < kGpus; ++g) {
+        if (job.open[g]) {
+          EXPECT_TRUE(ledger_.set_claim(id, g, 0, 0));
+        }
+      }
+    }
     for (auto& [id, job] : jobs_) {
       for (uint32_t g = 0; g < kGpus; ++g) {
         if (job.open[g] && give_back_first) give(id, g, job.held[g], job.asked[g] > 0);
@@ -876,11 +945,14 @@ class Daemon {
   uint64_t grants_ = 0;
   uint64_t denials_ = 0;
   uint64_t yields_ = 0;
+  uint64_t parks_ = 0;
+  uint64_t resumes_ = 0;
   uint64_t drains_ = 0;
 
  private:
   Ledger ledger_;
   DeadlockPolicy policy_;
+  Iterations iterations_;
   std::mt19937_64 rng_;
   std::map<JobId, SimJob> jobs_;
   std::map<std::pair<JobId, uint64_t>, uint64_t> yield_sizes_;
@@ -1236,6 +1308,21 @@ TEST(LedgerProperty, RandomDaemonWithYieldKeepsBooksAndLiveness) {
     EXPECT_GT(daemon.grants_, 0u);
     EXPECT_GT(daemon.denials_, 0u);
     EXPECT_GT(daemon.yields_, 0u) << "the run should reach deadlocks";
+    EXPECT_EQ(daemon.drains_, 8u);
+  }
+}
+
+// The same daemon whose jobs also claim, wait at their gates and get frozen:
+// the banker's check, turns and frozen jobs join the rules under test.
+TEST(LedgerProperty, RandomDaemonWithClaimsTurnsAndFrozenJobsKeepsBooksAndLiveness) {
+  for (uint64_t seed : {6u, 7u, 8u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Daemon daemon(DeadlockPolicy::kYield, seed, Iterations::kClaimsAndTurns);
+    daemon.run(20'000);
+    EXPECT_GT(daemon.grants_, 0u);
+    EXPECT_GT(daemon.yields_, 0u);
+    EXPECT_GT(daemon.parks_, 0u) << "the run should reach turns";
+    EXPECT_GT(daemon.resumes_, 0u);
     EXPECT_EQ(daemon.drains_, 8u);
   }
 }
