@@ -28,7 +28,7 @@ LAYER_FILES = [
     ("scheduling", ["sharing/ledger.*", "sharing/time_shift_scheduler.*", "sharing/iteration_gates.*",
                     "sharing/job_id.h"]),
     ("protocol", ["sharing/protocol.*", "sharing/wire.*"]),
-    ("client", ["sharing/node_client.*"]),
+    ("client", ["sharing/node_client.*", "sharing/node_client_*"]),
     ("daemon", ["sharing/daemon.*", "sharing/daemon_*", "sharing/metrics.*", "sharing/metrics_server.*", "sharing/outbox.*",
                 "sharing/state_file.*"]),
     ("libzicoum", ["libzicoum/*"]),
