@@ -25,7 +25,7 @@ LAYER_FILES = [
     ("umm", ["umm/*"]),
     ("prefetch", ["prefetch/*"]),
     ("demand", ["sharing/demand_curve.*", "sharing/usage_tracker.*"]),
-    ("scheduling", ["sharing/ledger.*", "sharing/time_shift_scheduler.*", "sharing/iteration_gates.*",
+    ("scheduling", ["sharing/ledger.*", "sharing/ledger_*", "sharing/time_shift_scheduler.*", "sharing/iteration_gates.*",
                     "sharing/job_id.h"]),
     ("protocol", ["sharing/protocol.*", "sharing/wire.*"]),
     ("client", ["sharing/node_client.*", "sharing/node_client_*"]),

@@ -1,0 +1,377 @@
+// The ledger's rules (ledger.h, "Rules"), applied by pump(): serving the
+// queue, the banker's check, reclaims, deadlocks, turns.
+#include <algorithm>
+#include <cstddef>
+#include <utility>
+
+#include "ledger_impl.h"
+
+namespace zico::sharing {
+
+bool Ledger::Impl::younger(JobId a, JobId b) const {
+  const uint64_t oa = jobs.at(a).order;
+  const uint64_t ob = jobs.at(b).order;
+  return oa != ob ? oa > ob : a > b;
+}
+
+uint64_t Ledger::Impl::sum_mins(const Gpu& gpu) {
+  uint64_t sum = 0;
+  for (const auto& [id, use] : gpu.users) sum += use.min;
+  return sum;
+}
+
+uint64_t Ledger::Impl::others_unmet(const Gpu& gpu, JobId job) {
+  uint64_t sum = 0;
+  for (const auto& [id, use] : gpu.users) {
+    if (id != job) sum += sub_floor(use.min, use.held);
+  }
+  return sum;
+}
+
+uint64_t Ledger::Impl::ceiling(const Gpu& gpu, JobId job) {
+  const Use& use = gpu.users.at(job);
+  return std::min(use.max, sub_floor(gpu.budget, sum_mins(gpu) - use.min));
+}
+
+uint64_t Ledger::Impl::counted_peak(const Gpu& gpu, JobId job, uint64_t claim_peak) {
+  return std::min(claim_peak, ceiling(gpu, job));
+}
+
+bool Ledger::Impl::possible(const Gpu& gpu, const Request& r) {
+  return add_sat(gpu.users.at(r.job).held, r.chunks) <= ceiling(gpu, r.job);
+}
+
+bool Ledger::Impl::fits(const Gpu& gpu, const Request& r) {
+  return add_sat(r.chunks, others_unmet(gpu, r.job)) <= free_of(gpu);
+}
+
+bool Ledger::Impl::safe(const Gpu& gpu, JobId job, uint64_t chunks, const Claim* starting) const {
+  std::vector<Pending>& pending = pending_scratch;
+  pending.clear();
+  for (const auto& [id, use] : gpu.users) {
+    const Claim claim = id == job && starting != nullptr ? *starting : Claim{use.claim_peak, use.claim_settle};
+    if (claim.peak == 0 || jobs.at(id).frozen) continue;  // unknown, or between iterations
+    const uint64_t held = id == job ? add_sat(use.held, chunks) : use.held;
+    const uint64_t peak = counted_peak(gpu, id, claim.peak);
+    pending.push_back({sub_floor(peak, held), held, std::min(claim.settle, peak)});
+  }
+  uint64_t free = sub_floor(free_of(gpu), chunks);
+  // A job climbs to its peak and comes down to settle: it can go if its
+  // need fits in free, and free then changes by held - settle. Jobs that
+  // end holding no more than now (settle <= held) only add to free: they
+  // go first, the least needy first (if one does not fit, none after it
+  // will). The others (settle > held: early in an iteration, after a
+  // yield) take settle - held for good; among them the one with the most
+  // need beyond its take goes first. Of two, a-then-b needs free >=
+  // max(need_a, take_a + need_b), no more than b-then-a needs when need_a -
+  // take_a >= need_b - take_b; so that order finishes them all if any
+  // order does. (Taking the least needy first whatever the kind, as this
+  // check once did, can strand a needier job that had to go first.)
+  const auto taken = std::partition(pending.begin(), pending.end(),
+                                    [](const Pending& p) { return p.settle <= p.held; });
+  std::sort(pending.begin(), taken, [](const Pending& a, const Pending& b) { return a.need < b.need; });
+  for (auto it = pending.begin(); it != taken; ++it) {
+    if (it->need > free) return false;
+    free = add_sat(free, it->held - it->settle);
+  }
+  std::sort(taken, pending.end(), [](const Pending& a, const Pending& b) {
+    return a.need + (b.settle - b.held) > b.need + (a.settle - a.held);  // need - take, descending
+  });
+  for (auto it = taken; it != pending.end(); ++it) {
+    if (it->need > free) return false;
+    free -= it->settle - it->held;  // <= need <= free: settle <= peak
+  }
+  return true;
+}
+
+bool Ledger::Impl::can_finish(const Gpu& gpu, JobId job, const Use& use) {
+  return !use.between && use.claim_peak != 0 &&
+         sub_floor(counted_peak(gpu, job, use.claim_peak), use.held) <= free_of(gpu);
+}
+
+uint64_t Ledger::Impl::incoming(const Gpu& gpu, JobId id, const Use& use) {
+  if (use.reclaim_outstanding) return use.reclaim_asked;
+  return gpu.yielding && gpu.yield_victim == id ? use.held : 0;
+}
+
+bool Ledger::Impl::waits_for_job(const Gpu& gpu, JobId job) {
+  for (const Request& r : gpu.queue) {
+    if (r.job == job) continue;
+    uint64_t could_free = free_of(gpu);
+    for (const auto& [id, use] : gpu.users) {
+      if (id == job || id == r.job || use.claim_peak == 0) continue;
+      could_free = add_sat(could_free, sub_floor(use.held, use.claim_settle));
+    }
+    if (add_sat(r.chunks, others_unmet(gpu, r.job)) > could_free) return true;
+  }
+  return false;
+}
+
+Ledger::Impl::Request Ledger::Impl::finish(Gpu& gpu, size_t index, uint64_t now_ns) {
+  Request r = gpu.queue[index];
+  gpu.queue.erase(gpu.queue.begin() + static_cast<std::ptrdiff_t>(index));
+  Use& use = gpu.users.at(r.job);
+  use.waiting_chunks -= r.chunks;
+  use.waiting_requests -= 1;
+  use.waited_ns += sub_floor(now_ns, r.enqueued_ns);
+  return r;
+}
+
+void Ledger::Impl::grant(Gpu& gpu, uint32_t g, size_t index, uint64_t now_ns, std::vector<LedgerAction>* out) {
+  const Request r = finish(gpu, index, now_ns);
+  gpu.users.at(r.job).held += r.chunks;
+  gpu.granted += r.chunks;
+  gpu.grants += r.chunks;
+  out->push_back({LedgerAction::Kind::kGrant, r.job, g, r.id, r.chunks, Errc::kOk, {}});
+}
+
+void Ledger::Impl::deny(Gpu& gpu, uint32_t g, size_t index, uint64_t now_ns, std::string reason,
+                 std::vector<LedgerAction>* out) {
+  const Request r = finish(gpu, index, now_ns);
+  out->push_back({LedgerAction::Kind::kDeny, r.job, g, r.id, r.chunks, Errc::kOutOfMemory, std::move(reason)});
+}
+
+bool Ledger::Impl::deny_impossible(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+  bool denied = false;
+  for (size_t i = 0; i < gpu.queue.size();) {
+    const Request& r = gpu.queue[i];
+    if (possible(gpu, r)) {
+      ++i;
+      continue;
+    }
+    const Use& use = gpu.users.at(r.job);
+    std::string reason = "GPU " + std::to_string(g) + ": asks for " + std::to_string(r.chunks) +
+                         " chunks while holding " + std::to_string(use.held) + ", but the job can hold at most " +
+                         std::to_string(ceiling(gpu, r.job)) + " (its max " +
+                         (use.max == UINT64_MAX ? std::string("unlimited") : std::to_string(use.max)) +
+                         ", budget " + std::to_string(gpu.budget) + " less the other jobs' minimums " +
+                         std::to_string(sum_mins(gpu) - use.min) + ")";
+    deny(gpu, g, i, now_ns, std::move(reason), out);
+    denied = true;
+  }
+  return denied;
+}
+
+bool Ledger::Impl::serve_one(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) const {
+  if (deny_impossible(gpu, g, now_ns, out)) return true;
+  for (size_t i = 0; i < gpu.queue.size(); ++i) {
+    const Request& r = gpu.queue[i];
+    const Use& use = gpu.users.at(r.job);
+    if (add_sat(use.held, r.chunks) <= use.min && fits(gpu, r)) {
+      grant(gpu, g, i, now_ns, out);
+      return true;
+    }
+  }
+  // First come, first served among the requests that fit and are safe: an
+  // unsafe one waits without blocking the rest, and the first that does
+  // not fit blocks the ones behind it...
+  size_t blocker = gpu.queue.size();
+  for (size_t i = 0; i < gpu.queue.size(); ++i) {
+    const Request& r = gpu.queue[i];
+    if (!fits(gpu, r)) {
+      blocker = i;
+      break;
+    }
+    if (safe(gpu, r.job, r.chunks)) {
+      grant(gpu, g, i, now_ns, out);
+      return true;
+    }
+  }
+  if (blocker == gpu.queue.size()) return false;
+  // ... except for a job that can finish its iteration with the free
+  // budget, and, while the blocker's job holds nothing to give and its
+  // patience lasts, for jobs in mid-iteration (the rules in ledger.h).
+  const Request& blocking = gpu.queue[blocker];
+  const Use& blocking_use = gpu.users.at(blocking.job);
+  const bool patient = blocking_use.held <= blocking_use.min &&
+                       sub_floor(now_ns, blocking.enqueued_ns) < options.head_patience_ns;
+  for (size_t i = blocker + 1; i < gpu.queue.size(); ++i) {
+    const Request& r = gpu.queue[i];
+    const Use& use = gpu.users.at(r.job);
+    if (r.job == blocking.job || !fits(gpu, r) || !safe(gpu, r.job, r.chunks)) continue;
+    if (can_finish(gpu, r.job, use) || (patient && use.held > use.min)) {
+      grant(gpu, g, i, now_ns, out);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Ledger::Impl::break_deadlock(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+  if (gpu.queue.empty()) return false;
+  JobId victim = 0;
+  bool found = false;
+  for (const auto& [id, use] : gpu.users) {
+    if (incoming(gpu, id, use) > 0) return false;  // memory is on its way back: no jam (yet)
+    if (use.held <= use.min) continue;  // its chunks are guaranteed, not part of the jam
+    if (jobs.at(id).frozen) continue;   // gives back only when it goes; not part of the jam either
+    if (use.waiting_requests == 0) return false;  // reclaim can reach it
+    if (found) {
+      const uint64_t best = gpu.users.at(victim).held;
+      const bool better = options.deadlock_policy == DeadlockPolicy::kYield
+                              ? use.held > best || (use.held == best && younger(id, victim))
+                              : younger(id, victim);
+      if (!better) continue;
+    }
+    victim = id;
+    found = true;
+  }
+  // None found: every job above its minimum is frozen (it gives back only
+  // when it goes), so no yield or refusal can help.
+  if (!found) return false;
+  gpu.deadlocks += 1;
+  for (size_t i = 0; i < gpu.queue.size();) {
+    if (gpu.queue[i].job != victim) {
+      ++i;
+      continue;
+    }
+    if (options.deadlock_policy == DeadlockPolicy::kYield) {
+      const Request r = finish(gpu, i, now_ns);
+      out->push_back({LedgerAction::Kind::kYield, victim, g, r.id, gpu.users.at(victim).held, Errc::kOk, {}});
+    } else {
+      deny(gpu, g, i, now_ns,
+           "GPU " + std::to_string(g) +
+               ": deadlock, every job holding more than its minimum waits; the youngest is refused",
+           out);
+    }
+  }
+  if (options.deadlock_policy == DeadlockPolicy::kYield) {
+    gpu.yielding = true;
+    gpu.yield_victim = victim;
+  }
+  return true;
+}
+
+uint64_t Ledger::Impl::kept_between(const Use& use) {
+  if (use.between) return use.held;
+  return std::min(use.held, use.claim_peak != 0 ? use.claim_settle : use.last_settle);
+}
+
+bool Ledger::Impl::starves(const Gpu& gpu, JobId job, uint64_t peak_chunks) {
+  uint64_t kept = 0;
+  for (const auto& [id, use] : gpu.users) {
+    if (id != job) kept = add_sat(kept, kept_between(use));
+  }
+  return add_sat(counted_peak(gpu, job, peak_chunks), kept) > gpu.budget;
+}
+
+JobId Ledger::Impl::starved_at_gate(const Gpu& gpu, JobId except) const {
+  for (const auto& [id, use] : gpu.users) {
+    if (id == except || !use.between || use.parked || use.gate_peak == 0 || jobs.at(id).frozen) continue;
+    if (starves(gpu, id, use.gate_peak)) return id;
+  }
+  return 0;
+}
+
+void Ledger::Impl::park(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+  if (!options.park_between || gpu.yielding || gpu.between_users == 0) return;
+  // Starving is weighed once: a second starved job matters only when the
+  // candidate is the first one itself.
+  const JobId starved = starved_at_gate(gpu);
+  if (starved == 0 && gpu.queue.empty()) return;
+  JobId victim = 0;
+  uint64_t most = 0;
+  for (const auto& [id, use] : gpu.users) {
+    if (!use.between || use.parked || use.waiting_requests > 0 || use.reclaim_outstanding) continue;
+    if (use.held <= use.min || use.held - use.min <= most || jobs.at(id).frozen) continue;
+    const bool starves_another = starved != 0 && (starved != id || starved_at_gate(gpu, id) != 0);
+    if (!(starves_another && !in_turn(use, now_ns)) && !waits_for_job(gpu, id)) continue;
+    most = use.held - use.min;
+    victim = id;
+  }
+  if (victim == 0) return;
+  Use& use = gpu.users.at(victim);
+  use.parked = true;
+  gpu.parked_users += 1;
+  use.parked_ns = now_ns;
+  use.resume_ns = UINT64_MAX;
+  gpu.parks += 1;
+  gpu.yielding = true;
+  gpu.yield_victim = victim;
+  out->push_back({LedgerAction::Kind::kPark, victim, g, 0, use.held, Errc::kOk, {}});
+}
+
+void Ledger::Impl::resume(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+  if (gpu.parked_users == 0) return;
+  for (auto& [id, use] : gpu.users) {
+    if (!use.parked || use.resume_ns == UINT64_MAX) continue;
+    // A copy of the binding: clang before 16 does not capture structured bindings.
+    const bool others_hold = std::any_of(gpu.users.begin(), gpu.users.end(), [&, self = id](const auto& other) {
+      return other.first != self && (other.second.held > other.second.min || other.second.waiting_requests > 0);
+    });
+    if (others_hold && now_ns < use.resume_ns) continue;
+    use.parked = false;
+    gpu.parked_users -= 1;
+    use.resume_ns = UINT64_MAX;
+    use.turn_until_ns = add_sat(now_ns, add_sat(mul_sat(use.swap_ns, 2), use.turn_ns));
+    out->push_back({LedgerAction::Kind::kResume, id, g, 0, 0, Errc::kOk, {}});
+  }
+}
+
+void Ledger::Impl::reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+  // Enough to bring granted to the budget and, if a request waits, to fit
+  // the head including the room it must leave for the others' minimums.
+  uint64_t needed = gpu.granted;
+  if (!gpu.queue.empty()) {
+    const Request& head = gpu.queue.front();
+    needed = add_sat(needed, add_sat(head.chunks, others_unmet(gpu, head.job)));
+  }
+  uint64_t shortfall = sub_floor(needed, gpu.budget);
+  // Chunks already on their way back are not asked for twice.
+  for (const auto& [id, use] : gpu.users) shortfall = sub_floor(shortfall, incoming(gpu, id, use));
+  if (shortfall == 0) return;
+
+  std::vector<JobId> candidates;
+  for (const auto& [id, use] : gpu.users) {
+    if (use.waiting_requests > 0 || use.held <= use.min || incoming(gpu, id, use) > 0) continue;
+    if (jobs.at(id).frozen) continue;
+    if (use.ever_asked && (now_ns < use.last_asked_ns || now_ns - use.last_asked_ns < options.reclaim_retry_ns)) {
+      continue;
+    }
+    candidates.push_back(id);
+  }
+  // Biggest holders first: they most likely have idle chunks, and fewer
+  // jobs are disturbed.
+  std::sort(candidates.begin(), candidates.end(), [&](JobId a, JobId b) {
+    const uint64_t ha = gpu.users.at(a).held;
+    const uint64_t hb = gpu.users.at(b).held;
+    return ha != hb ? ha > hb : younger(a, b);
+  });
+  for (JobId id : candidates) {
+    if (shortfall == 0) break;
+    Use& use = gpu.users.at(id);
+    const uint64_t ask = std::min(use.held - use.min, shortfall);
+    use.reclaim_outstanding = true;
+    use.reclaim_asked = ask;
+    use.ever_asked = true;
+    use.last_asked_ns = now_ns;
+    shortfall -= ask;
+    out->push_back({LedgerAction::Kind::kReclaim, id, g, 0, ask, Errc::kOk, {}});
+  }
+}
+
+void Ledger::Impl::pump_gpu(uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+  Gpu& gpu = gpus[g];
+  resume(gpu, g, now_ns, out);
+  while (serve_one(gpu, g, now_ns, out)) {
+  }
+  // A park frees nothing now (the job gives back later, in returned()),
+  // so nothing more can be served after it.
+  park(gpu, g, now_ns, out);
+  // Deadlock before reclaim: under kFail the refused job stops waiting and
+  // becomes a reclaim candidate in the same pump; either way the victim's
+  // requests leave the queue, so a new head may fit already.
+  if (break_deadlock(gpu, g, now_ns, out)) {
+    while (serve_one(gpu, g, now_ns, out)) {
+    }
+  }
+  if (!gpu.queue.empty() || gpu.granted > gpu.budget) reclaim(gpu, g, now_ns, out);
+}
+
+Ledger::Impl::Use* Ledger::Impl::find_use(JobId job, uint32_t g) {
+  if (g >= gpus.size()) return nullptr;
+  auto it = gpus[g].users.find(job);
+  return it == gpus[g].users.end() ? nullptr : &it->second;
+}
+
+}  // namespace zico::sharing
