@@ -86,7 +86,7 @@ struct SimDriver::State {
   std::map<uintptr_t, Reservation> reservations;
   std::map<uintptr_t, Mapping> mappings;
   std::unordered_map<uint64_t, Chunk> chunks;
-  std::map<uintptr_t, size_t> managed;
+  std::unique_ptr<SimManagedMemory> managed;  // device 0's unified memory
   std::map<uintptr_t, size_t> pinned;  // host_register()ed ranges
   std::unordered_map<uintptr_t, SimStream> streams;
   std::unordered_map<uintptr_t, SimEvent> events;
@@ -119,9 +119,21 @@ struct SimDriver::State {
   }
 
   // True when `range` lies inside one managed allocation.
-  bool in_managed(VaRange range) const {
-    auto m = managed.upper_bound(range.base);
-    return m != managed.begin() && VaRange{std::prev(m)->first, std::prev(m)->second}.contains(range);
+  bool in_managed(VaRange range) const { return managed->contains(range); }
+
+  // What device 0 may hold of managed pages: its capacity less its chunks.
+  uint64_t managed_limit(size_t capacity) const { return created_bytes.empty() ? 0 : capacity - created_bytes[0]; }
+
+  // Device work on managed memory brings it to the device first, as a
+  // kernel's access would (no compute time of its own).
+  Status touch_managed(std::array<VaRange, 2> ranges, size_t capacity) {
+    std::array<VaRange, 2> used{};
+    size_t n = 0;
+    for (const VaRange& range : ranges) {
+      if (range.bytes != 0 && in_managed(range)) used[n++] = range;
+    }
+    if (n == 0) return Status::ok();
+    return managed->run_kernel(std::span<const VaRange>(used.data(), n), 0, managed_limit(capacity));
   }
 
   // True when [addr, addr+bytes) is managed memory or fully covered by
@@ -181,6 +193,8 @@ struct SimDriver::State {
 };
 
 SimDriver::SimDriver(const SimOptions& options) : state_(std::make_unique<State>()), options_(options) {
+  state_->managed = std::make_unique<SimManagedMemory>(
+      options.managed_page_bytes != 0 ? options.managed_page_bytes : options.granularity, options.managed_costs);
   state_->created_bytes.assign(static_cast<size_t>(std::max(options.device_count, 0)), 0);
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
@@ -194,7 +208,6 @@ SimDriver::~SimDriver() {
     if (chunk.fd >= 0) close(chunk.fd);
   }
   for (auto& [base, reservation] : state_->reservations) munmap(reinterpret_cast<void*>(base), reservation.bytes);
-  for (auto& [base, bytes] : state_->managed) munmap(reinterpret_cast<void*>(base), bytes);
 }
 
 void SimDriver::inject_failure(SimOp op, uint64_t nth, Errc error) {
@@ -259,7 +272,8 @@ Status SimDriver::memory_info(DeviceId device, size_t* free_bytes, size_t* total
   ZICO_SIM_CHECK_DEVICE(device);
   std::lock_guard lock(state_->mutex);
   *total_bytes = options_.capacity;
-  *free_bytes = options_.capacity - state_->created_bytes[static_cast<size_t>(device.value)];
+  const size_t managed = device.value == 0 ? state_->managed->resident_bytes() : 0;
+  *free_bytes = options_.capacity - state_->created_bytes[static_cast<size_t>(device.value)] - managed;
   return Status::ok();
 }
 
@@ -301,7 +315,8 @@ Status SimDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcep
   std::lock_guard lock(state_->mutex);
   ZICO_RETURN_IF_ERROR(state_->take_fault(SimOp::kCreate));
   size_t& used = state_->created_bytes[static_cast<size_t>(device.value)];
-  if (bytes > options_.capacity - used) return Status(Errc::kOutOfMemory);
+  const size_t managed = device.value == 0 ? state_->managed->resident_bytes() : 0;
+  if (bytes > options_.capacity - used - managed) return Status(Errc::kOutOfMemory);
   const int fd = memfd_create(chunk_name(device).c_str(), MFD_CLOEXEC);
   if (fd < 0) return errno == EMFILE || errno == ENFILE ? Status(Errc::kOutOfMemory, errno) : os_error();
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
@@ -522,7 +537,14 @@ Status SimDriver::copy_async(void* dst, const void* src, size_t bytes, CopyKind 
         (src_on_device && !state_->device_range_ok(s, bytes))) {
       return Status(Errc::kInvalidArgument);
     }
-    PendingOp op{[dst, src, bytes] { std::memmove(dst, src, bytes); },
+    State* state = state_.get();
+    const size_t capacity = options_.capacity;
+    const std::array<VaRange, 2> device_ranges{dst_on_device ? VaRange{d, bytes} : VaRange{},
+                                               src_on_device ? VaRange{s, bytes} : VaRange{}};
+    PendingOp op{[dst, src, bytes, state, capacity, device_ranges] {
+                   (void)state->touch_managed(device_ranges, capacity);
+                   std::memmove(dst, src, bytes);
+                 },
                  {dst_on_device ? VaRange{d, bytes} : VaRange{}, src_on_device ? VaRange{s, bytes} : VaRange{}}};
     ++state_->counters.copies;
     if (!state_->enqueue(stream, std::move(op))) return Status::ok();
@@ -541,7 +563,12 @@ Status SimDriver::memset_async(void* dst, uint8_t value, size_t bytes, StreamHan
   const auto d = reinterpret_cast<uintptr_t>(dst);
   std::lock_guard lock(state_->mutex);
   if (!state_->device_range_ok(d, bytes)) return Status(Errc::kInvalidArgument);
-  (void)state_->enqueue(stream, PendingOp{[dst, value, bytes] { std::memset(dst, value, bytes); },
+  State* state = state_.get();
+  const size_t capacity = options_.capacity;
+  (void)state_->enqueue(stream, PendingOp{[dst, value, bytes, state, capacity, d] {
+                                            (void)state->touch_managed({VaRange{d, bytes}, VaRange{}}, capacity);
+                                            std::memset(dst, value, bytes);
+                                          },
                                           {VaRange{d, bytes}, VaRange{}}});
   return Status::ok();
 }
@@ -559,40 +586,36 @@ Status SimDriver::host_unregister(void* ptr) noexcept {
 }
 
 Status SimDriver::managed_allocate(size_t bytes, void** out) noexcept {
-  if (bytes == 0) return Status(Errc::kInvalidArgument);
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const size_t rounded = (bytes + page - 1) / page * page;
-  void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return Status(Errc::kOutOfMemory, errno);
   std::lock_guard lock(state_->mutex);
-  state_->managed[reinterpret_cast<uintptr_t>(p)] = rounded;
-  *out = p;
-  return Status::ok();
+  return state_->managed->allocate(bytes, out);
 }
 
 Status SimDriver::managed_free(void* ptr) noexcept {
   std::lock_guard lock(state_->mutex);
-  auto it = state_->managed.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == state_->managed.end()) return Status(Errc::kInvalidArgument);
-  munmap(ptr, it->second);
-  state_->managed.erase(it);
-  return Status::ok();
+  return state_->managed->free(ptr, nullptr);
 }
 
 Status SimDriver::managed_advise(void* ptr, size_t bytes, ManagedAdvice /*advice*/, DeviceId device) noexcept {
   ZICO_SIM_CHECK_DEVICE(device);
   std::lock_guard lock(state_->mutex);
   if (!state_->in_managed(VaRange{reinterpret_cast<uintptr_t>(ptr), bytes})) return Status(Errc::kInvalidArgument);
-  return Status::ok();  // residency hints have no effect on host memory
+  return Status::ok();  // the model has one policy: pages go where they are used
 }
 
 Status SimDriver::managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target, StreamHandle stream) noexcept {
-  if (!target.to_host) ZICO_SIM_CHECK_DEVICE(target.device);
+  if (!target.to_host) {
+    ZICO_SIM_CHECK_DEVICE(target.device);
+    if (target.device.value != 0) return Status(Errc::kNotSupported);  // unified memory lives on device 0 here
+  }
   std::lock_guard lock(state_->mutex);
   const VaRange range{reinterpret_cast<uintptr_t>(ptr), bytes};
   if (!state_->in_managed(range)) return Status(Errc::kInvalidArgument);
+  // Migrations run on the modelled clock's copy engines at once; the stream
+  // only orders them with its other work.
+  const Status status = target.to_host ? state_->managed->prefetch_to_host(range)
+                                       : state_->managed->prefetch_to_device(range, state_->managed_limit(options_.capacity));
   (void)state_->enqueue(stream, PendingOp{[] {}, {range, VaRange{}}});
-  return Status::ok();
+  return status;
 }
 
 Status SimDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept {
@@ -600,15 +623,22 @@ Status SimDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream) 
   std::lock_guard lock(state_->mutex);
   const VaRange range{reinterpret_cast<uintptr_t>(ptr), bytes};
   if (!state_->in_managed(range)) return Status(Errc::kInvalidArgument);
-  // Dropping whole pages makes them read back as zeros: "undefined" contents.
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t first = (range.base + page - 1) & ~(page - 1);
-  const uintptr_t last = range.end() & ~(page - 1);
-  (void)state_->enqueue(stream, PendingOp{[first, last] {
-                                            if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
-                                          },
-                                          {range, VaRange{}}});
+  State* state = state_.get();
+  (void)state_->enqueue(stream, PendingOp{[state, range] { state->managed->discard(range); }, {range, VaRange{}}});
   return Status::ok();
+}
+
+Status SimDriver::run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns) {
+  std::lock_guard lock(state_->mutex);
+  for (const VaRange& range : ranges) {
+    if (!state_->device_range_ok(range.base, range.bytes)) return Status(Errc::kInvalidArgument);
+  }
+  return state_->managed->run_kernel(ranges, duration_ns, state_->managed_limit(options_.capacity));
+}
+
+SimManagedStats SimDriver::managed_stats() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->managed->stats();
 }
 
 Status SimDriver::stream_capture_state(StreamHandle stream, CaptureState* state) noexcept {

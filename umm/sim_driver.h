@@ -7,6 +7,8 @@
 //   map              mmap(MAP_FIXED | MAP_SHARED) of the memfd into it;
 //   set_access       mprotect(PROT_READ | PROT_WRITE);
 //   export/import    the memfd itself, so handles really cross processes;
+//   managed memory   pages on the host or device 0 under its capacity, with
+//                    faults and migrations on a modelled clock (sim_managed.h);
 //   streams          FIFO queues run on the caller's thread. A stream is idle
 //                    and runs work at once unless a test *holds* it, which
 //                    models a GPU still busy: work queues and events recorded
@@ -26,8 +28,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "driver.h"
+#include "sim_managed.h"
 
 namespace zico {
 
@@ -47,6 +51,10 @@ struct SimOptions {
   uintptr_t capturing_stream = 0;
   // Off only for tests of code that deliberately unmaps racing work.
   bool require_fence_before_unmap = true;
+  // Unified memory on device 0 (sim_managed.h): its page (0: the
+  // granularity) and what migration costs on the modelled clock.
+  size_t managed_page_bytes = 0;
+  SimManagedCosts managed_costs{};
 };
 
 // Operations whose Nth call can be made to fail.
@@ -83,6 +91,14 @@ class SimDriver final : public Driver {
   void hold_stream(StreamHandle stream);
   [[nodiscard]] Status release_stream(StreamHandle stream);
   [[nodiscard]] SimCounters counters() const;
+  // A kernel on device 0 that uses `ranges` (each inside managed memory or
+  // mapped, accessible chunks; kInvalidArgument otherwise: an illegal
+  // address) and computes for `duration_ns` on the modelled clock. Managed
+  // pages it uses that are not on the device fault in (sim_managed.h);
+  // kOutOfMemory when they cannot all be on the device at once.
+  [[nodiscard]] Status run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns);
+  // What unified memory did so far: the modelled clock, faults, migrations.
+  [[nodiscard]] SimManagedStats managed_stats() const;
 
   // --- Driver ----------------------------------------------------------------
   const char* name() const noexcept override { return "sim"; }

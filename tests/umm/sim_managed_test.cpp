@@ -1,0 +1,172 @@
+// SimDriver's unified memory: residency under the capacity, faults, prefetches
+// and evictions on the modelled clock, and discards that really drop data.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "sim_driver.h"
+
+namespace zico::testing {
+namespace {
+
+constexpr size_t kPage = size_t{2} << 20;
+constexpr DeviceId kDevice{0};
+
+// An 8-page device with round migration costs: 1 ms per page each way by
+// prefetch, 2 ms per page by fault, 100 us per fault batch of 4 pages.
+SimOptions options() {
+  SimOptions o;
+  o.capacity = 8 * kPage;
+  o.managed_costs.h2d_bytes_per_s = static_cast<double>(kPage) * 1000;
+  o.managed_costs.d2h_bytes_per_s = static_cast<double>(kPage) * 1000;
+  o.managed_costs.fault_bytes_per_s = static_cast<double>(kPage) * 500;
+  o.managed_costs.fault_batch_pages = 4;
+  o.managed_costs.fault_batch_ns = 100'000;
+  return o;
+}
+
+constexpr uint64_t kMs = 1'000'000;
+
+class SimManagedTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(driver_.managed_allocate(16 * kPage, &base_).is_ok()); }
+  void TearDown() override { EXPECT_TRUE(driver_.managed_free(base_).is_ok()); }
+
+  VaRange pages(size_t first, size_t count) const {
+    return VaRange{reinterpret_cast<uintptr_t>(base_) + first * kPage, count * kPage};
+  }
+  std::byte* at(size_t page) const { return static_cast<std::byte*>(base_) + page * kPage; }
+  Status kernel(size_t first, size_t count, uint64_t duration_ns) {
+    const VaRange range = pages(first, count);
+    return driver_.run_kernel(std::span<const VaRange>(&range, 1), duration_ns);
+  }
+  Status prefetch(size_t first, size_t count, bool to_host) {
+    const VaRange range = pages(first, count);
+    return driver_.managed_prefetch(range.ptr(), range.bytes, PrefetchTarget{to_host, kDevice}, StreamHandle{});
+  }
+
+  SimDriver driver_{options()};
+  void* base_ = nullptr;
+};
+
+TEST_F(SimManagedTest, AllocationsAreAlignedToAPageAndStartOnTheHost) {
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(base_) % kPage, 0u);
+  EXPECT_EQ(driver_.managed_stats().resident_bytes, 0u);
+  size_t free_bytes = 0, total = 0;
+  ASSERT_TRUE(driver_.memory_info(kDevice, &free_bytes, &total).is_ok());
+  EXPECT_EQ(free_bytes, total);
+}
+
+TEST_F(SimManagedTest, AFirstTouchFaultsWithoutACopy) {
+  ASSERT_TRUE(kernel(0, 2, 5 * kMs).is_ok());
+  const SimManagedStats s = driver_.managed_stats();
+  EXPECT_EQ(s.faulted_pages, 2u);
+  EXPECT_EQ(s.fault_batches, 1u);
+  EXPECT_EQ(s.h2d_bytes, 0u) << "nothing to copy: the pages never held data";
+  EXPECT_EQ(s.fault_ns, 100'000u);
+  EXPECT_EQ(s.now_ns, 100'000u + 5 * kMs);
+  EXPECT_EQ(s.resident_bytes, 2 * kPage);
+}
+
+TEST_F(SimManagedTest, APrefetchedPageIsWaitedForNotFaulted) {
+  ASSERT_TRUE(kernel(0, 1, 0).is_ok());      // holds data now
+  ASSERT_TRUE(prefetch(0, 1, true).is_ok());  // out: 1 ms on the D2H engine
+  const uint64_t before = driver_.managed_stats().now_ns;
+  ASSERT_TRUE(prefetch(0, 1, false).is_ok());  // back once it is out: 1 ms more
+  ASSERT_TRUE(kernel(0, 1, 0).is_ok());
+  const SimManagedStats s = driver_.managed_stats();
+  EXPECT_EQ(s.faulted_pages, 1u) << "only the first touch";
+  EXPECT_EQ(s.prefetched_pages, 1u);
+  EXPECT_EQ(s.evicted_pages, 1u);
+  EXPECT_EQ(s.now_ns - before, 2 * kMs) << "the kernel waited for the copies out and in";
+  EXPECT_EQ(s.stall_ns, 2 * kMs);
+}
+
+TEST_F(SimManagedTest, PrefetchesOverlapTheKernelsBetweenThem) {
+  ASSERT_TRUE(kernel(0, 4, 0).is_ok());
+  ASSERT_TRUE(prefetch(0, 4, true).is_ok());
+  const uint64_t start = driver_.managed_stats().now_ns;
+  ASSERT_TRUE(prefetch(0, 4, false).is_ok());  // page i back at i + 2 ms (out at i + 1 ms)
+  ASSERT_TRUE(kernel(4, 1, 3 * kMs).is_ok());  // 3.1 ms meanwhile (a first touch: one fault batch)
+  ASSERT_TRUE(kernel(0, 4, 1 * kMs).is_ok());  // waits for page 3 at 5 ms, then 1 ms
+  EXPECT_EQ(driver_.managed_stats().now_ns - start, 6 * kMs) << "the copies ran while the first kernel did";
+}
+
+TEST_F(SimManagedTest, TheDeviceNeverHoldsMoreThanItsCapacity) {
+  // 16 pages through an 8-page device, three at a time.
+  for (int round = 0; round < 3; ++round) {
+    for (size_t first = 0; first + 3 <= 16; first += 3) {
+      ASSERT_TRUE(kernel(first, 3, kMs).is_ok());
+      EXPECT_LE(driver_.managed_stats().resident_bytes, 8 * kPage);
+    }
+  }
+  const SimManagedStats s = driver_.managed_stats();
+  EXPECT_EQ(s.peak_resident_bytes, 8 * kPage);
+  EXPECT_GT(s.driver_evictions, 0u);
+  EXPECT_GT(s.d2h_bytes, 0u) << "evicted pages held data and were written back";
+  size_t free_bytes = 0, total = 0;
+  ASSERT_TRUE(driver_.memory_info(kDevice, &free_bytes, &total).is_ok());
+  EXPECT_EQ(free_bytes, total - s.resident_bytes);
+}
+
+TEST_F(SimManagedTest, AKernelThatNeedsMoreThanTheDeviceIsOutOfMemory) {
+  EXPECT_EQ(kernel(0, 9, 0).code(), Errc::kOutOfMemory);
+}
+
+TEST_F(SimManagedTest, ChunksAndManagedPagesShareTheCapacity) {
+  ASSERT_TRUE(kernel(0, 6, 0).is_ok());
+  PhysHandle handle;
+  EXPECT_EQ(driver_.create(kDevice, 4 * kPage, &handle).code(), Errc::kOutOfMemory);
+  ASSERT_TRUE(driver_.create(kDevice, 2 * kPage, &handle).is_ok());
+  // Full now: the next kernel's pages push out older ones, never the chunk.
+  ASSERT_TRUE(kernel(6, 2, 0).is_ok());
+  EXPECT_EQ(driver_.managed_stats().resident_bytes, 6 * kPage);
+  ASSERT_TRUE(driver_.release(handle).is_ok());
+}
+
+TEST_F(SimManagedTest, DataSurvivesEvictionsAndComesBack) {
+  for (size_t page = 0; page < 16; ++page) std::memset(at(page), static_cast<int>(page + 1), kPage);
+  for (size_t first = 0; first < 16; first += 4) ASSERT_TRUE(kernel(first, 4, 0).is_ok());
+  ASSERT_TRUE(prefetch(0, 16, true).is_ok());
+  for (size_t page = 0; page < 16; ++page) {
+    ASSERT_TRUE(kernel(page, 1, 0).is_ok());
+    EXPECT_EQ(static_cast<int>(at(page)[kPage - 1]), static_cast<int>(page + 1)) << "page " << page;
+  }
+}
+
+TEST_F(SimManagedTest, DiscardDropsWholePagesOnly) {
+  for (size_t page = 0; page < 4; ++page) std::memset(at(page), 0x5a, kPage);
+  ASSERT_TRUE(kernel(0, 4, 0).is_ok());
+  // Half of page 0 and all of pages 1 and 2: page 0 keeps its bytes.
+  const VaRange range{reinterpret_cast<uintptr_t>(base_) + kPage / 2, kPage / 2 + 2 * kPage};
+  ASSERT_TRUE(driver_.managed_discard(range.ptr(), range.bytes, StreamHandle{}).is_ok());
+  EXPECT_EQ(static_cast<int>(at(0)[kPage - 1]), 0x5a);
+  EXPECT_EQ(static_cast<int>(at(1)[0]), 0) << "a discarded page reads back as zeros";
+  EXPECT_EQ(static_cast<int>(at(2)[kPage - 1]), 0);
+  EXPECT_EQ(static_cast<int>(at(3)[0]), 0x5a);
+  EXPECT_EQ(driver_.managed_stats().discarded_pages, 2u);
+  // A discarded page leaves for free, and comes back without a copy.
+  const uint64_t d2h = driver_.managed_stats().d2h_bytes;
+  ASSERT_TRUE(prefetch(1, 2, true).is_ok());
+  EXPECT_EQ(driver_.managed_stats().d2h_bytes, d2h);
+}
+
+TEST_F(SimManagedTest, CopiesIntoManagedMemoryBringItToTheDevice) {
+  std::vector<std::byte> source(kPage, std::byte{7});
+  ASSERT_TRUE(driver_.copy_async(at(3), source.data(), kPage, CopyKind::kHostToDevice, StreamHandle{}).is_ok());
+  EXPECT_EQ(driver_.managed_stats().faulted_pages, 1u);
+  EXPECT_EQ(at(3)[kPage - 1], std::byte{7});
+}
+
+TEST_F(SimManagedTest, BadRangesAreRefused) {
+  const VaRange outside{reinterpret_cast<uintptr_t>(base_) + 16 * kPage, kPage};
+  EXPECT_EQ(driver_.run_kernel(std::span<const VaRange>(&outside, 1), 0).code(), Errc::kInvalidArgument);
+  EXPECT_EQ(driver_.managed_prefetch(outside.ptr(), outside.bytes, PrefetchTarget{false, kDevice}, StreamHandle{})
+                .code(),
+            Errc::kInvalidArgument);
+  EXPECT_EQ(driver_.managed_free(outside.ptr()).code(), Errc::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace zico::testing

@@ -1,0 +1,222 @@
+#include "sim_managed.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace zico {
+namespace {
+
+uint64_t copy_ns(size_t bytes, double bytes_per_s) {
+  return bytes_per_s > 0 ? static_cast<uint64_t>(static_cast<double>(bytes) / bytes_per_s * 1e9) : 0;
+}
+
+}  // namespace
+
+SimManagedMemory::SimManagedMemory(size_t page_bytes, const SimManagedCosts& costs)
+    : page_bytes_(page_bytes), costs_(costs) {}
+
+SimManagedMemory::~SimManagedMemory() {
+  for (auto& [base, allocation] : allocations_) {
+    munmap(reinterpret_cast<void*>(base), allocation.bytes);
+  }
+}
+
+Status SimManagedMemory::allocate(size_t bytes, void** out) {
+  if (bytes == 0 || bytes > SIZE_MAX - page_bytes_) return Status(Errc::kInvalidArgument);
+  const size_t rounded = (bytes + page_bytes_ - 1) / page_bytes_ * page_bytes_;
+  // Aligned to a page, as CUDA aligns managed allocations to its 2 MiB blocks:
+  // reserve a page more and trim.
+  void* raw = mmap(nullptr, rounded + page_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return Status(Errc::kOutOfMemory, errno);
+  const auto start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t base = (start + page_bytes_ - 1) / page_bytes_ * page_bytes_;
+  if (base > start) munmap(raw, base - start);
+  if (const uintptr_t tail = start + rounded + page_bytes_ - (base + rounded); tail > 0) {
+    munmap(reinterpret_cast<void*>(base + rounded), tail);
+  }
+  Allocation& allocation = allocations_[base];
+  allocation.bytes = rounded;
+  allocation.pages.resize(rounded / page_bytes_);
+  *out = reinterpret_cast<void*>(base);
+  return Status::ok();
+}
+
+Status SimManagedMemory::free(void* ptr, size_t* resident_freed) {
+  auto it = allocations_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == allocations_.end()) return Status(Errc::kInvalidArgument);
+  size_t resident = 0;
+  for (const Page& page : it->second.pages) {
+    if (!page.on_device) continue;
+    resident += page_bytes_;
+    by_migration_.erase(page.migrated);
+  }
+  stats_.resident_bytes -= resident;
+  munmap(ptr, it->second.bytes);
+  allocations_.erase(it);
+  if (resident_freed != nullptr) *resident_freed = resident;
+  return Status::ok();
+}
+
+bool SimManagedMemory::contains(VaRange range) const {
+  auto it = allocations_.upper_bound(range.base);
+  return it != allocations_.begin() && VaRange{std::prev(it)->first, std::prev(it)->second.bytes}.contains(range);
+}
+
+bool SimManagedMemory::locate(VaRange range, Allocation** allocation, size_t* first, size_t* last) {
+  if (range.bytes == 0 || !contains(range)) return false;
+  auto it = std::prev(allocations_.upper_bound(range.base));
+  *allocation = &it->second;
+  *first = (range.base - it->first) / page_bytes_;
+  *last = (range.end() - 1 - it->first) / page_bytes_;
+  return true;
+}
+
+Status SimManagedMemory::bring_in(uintptr_t base, Allocation& allocation, size_t index, uint64_t limit, bool fault) {
+  Page& page = allocation.pages[index];
+  page.kept = operation_;
+  if (page.on_device) return Status::ok();
+  // Room first: the least recently migrated page this operation does not need.
+  uint64_t room_at = stats_.now_ns;
+  while (stats_.resident_bytes + page_bytes_ > limit) {
+    auto victim = std::find_if(by_migration_.begin(), by_migration_.end(), [&](const auto& entry) {
+      return allocations_.at(entry.second.base).pages[entry.second.index].kept != operation_;
+    });
+    if (victim == by_migration_.end()) return Status(Errc::kOutOfMemory);
+    const PageRef ref = victim->second;
+    room_at = std::max(room_at, send_out(allocations_.at(ref.base), ref.index, fault));
+    ++stats_.driver_evictions;
+  }
+  page.arrives_ns = stats_.now_ns;
+  if (page.has_data) {
+    stats_.h2d_bytes += page_bytes_;
+    if (fault) {
+      fault_ns_pending_ += copy_ns(page_bytes_, costs_.fault_bytes_per_s);
+    } else {
+      const uint64_t start = std::max({room_at, h2d_free_ns_, stats_.now_ns, page.left_ns});
+      h2d_free_ns_ = start + copy_ns(page_bytes_, costs_.h2d_bytes_per_s);
+      page.arrives_ns = h2d_free_ns_;
+    }
+  } else if (!fault) {
+    page.arrives_ns = room_at;  // populated in place once its slot is free
+  }
+  page.on_device = true;
+  page.migrated = next_stamp_++;
+  by_migration_[page.migrated] = PageRef{base, index};
+  stats_.resident_bytes += page_bytes_;
+  stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
+  return Status::ok();
+}
+
+uint64_t SimManagedMemory::send_out(Allocation& allocation, size_t index, bool fault) {
+  Page& page = allocation.pages[index];
+  uint64_t done = stats_.now_ns;
+  if (page.has_data) {
+    stats_.d2h_bytes += page_bytes_;
+    if (fault) {
+      fault_ns_pending_ += copy_ns(page_bytes_, costs_.d2h_bytes_per_s);
+    } else {
+      const uint64_t start = std::max({d2h_free_ns_, stats_.now_ns, page.arrives_ns});
+      d2h_free_ns_ = start + copy_ns(page_bytes_, costs_.d2h_bytes_per_s);
+      done = d2h_free_ns_;
+    }
+  }
+  by_migration_.erase(page.migrated);
+  page.on_device = false;
+  page.left_ns = done;
+  stats_.resident_bytes -= page_bytes_;
+  return done;
+}
+
+Status SimManagedMemory::prefetch_to_device(VaRange range, uint64_t limit) {
+  Allocation* allocation = nullptr;
+  size_t first = 0, last = 0;
+  if (!locate(range, &allocation, &first, &last)) return Status(Errc::kInvalidArgument);
+  const uintptr_t base = std::prev(allocations_.upper_bound(range.base))->first;
+  ++operation_;
+  for (size_t i = first; i <= last; ++i) allocation->pages[i].kept = operation_;
+  for (size_t i = first; i <= last; ++i) {
+    const bool moves = !allocation->pages[i].on_device;
+    if (Status status = bring_in(base, *allocation, i, limit, false); !status.is_ok()) return status;
+    stats_.prefetched_pages += moves ? 1 : 0;
+  }
+  return Status::ok();
+}
+
+Status SimManagedMemory::prefetch_to_host(VaRange range) {
+  Allocation* allocation = nullptr;
+  size_t first = 0, last = 0;
+  if (!locate(range, &allocation, &first, &last)) return Status(Errc::kInvalidArgument);
+  for (size_t i = first; i <= last; ++i) {
+    if (!allocation->pages[i].on_device) continue;
+    (void)send_out(*allocation, i, false);
+    ++stats_.evicted_pages;
+  }
+  return Status::ok();
+}
+
+void SimManagedMemory::discard(VaRange range) {
+  Allocation* allocation = nullptr;
+  size_t first = 0, last = 0;
+  if (!locate(range, &allocation, &first, &last)) return;
+  const uintptr_t base = std::prev(allocations_.upper_bound(range.base))->first;
+  // Only whole pages: a partly covered page still holds someone's bytes.
+  if (range.base > base + first * page_bytes_) ++first;
+  if (range.end() < base + (last + 1) * page_bytes_) {
+    if (last == 0) return;
+    --last;
+  }
+  for (size_t i = first; i <= last && i < allocation->pages.size(); ++i) {
+    Page& page = allocation->pages[i];
+    if (!page.has_data) continue;
+    page.has_data = false;
+    (void)madvise(reinterpret_cast<void*>(base + i * page_bytes_), page_bytes_, MADV_DONTNEED);
+    ++stats_.discarded_pages;
+  }
+}
+
+Status SimManagedMemory::run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit) {
+  ++operation_;
+  fault_ns_pending_ = 0;
+  uint64_t faulted = 0;
+  uint64_t arrival = stats_.now_ns;
+  // Mark every page the kernel uses first, so that no fault pushes out a page
+  // another of its ranges needs.
+  for (const VaRange& range : ranges) {
+    Allocation* allocation = nullptr;
+    size_t first = 0, last = 0;
+    if (!locate(range, &allocation, &first, &last)) continue;
+    for (size_t i = first; i <= last; ++i) allocation->pages[i].kept = operation_;
+  }
+  for (const VaRange& range : ranges) {
+    Allocation* allocation = nullptr;
+    size_t first = 0, last = 0;
+    if (!locate(range, &allocation, &first, &last)) continue;
+    const uintptr_t base = std::prev(allocations_.upper_bound(range.base))->first;
+    for (size_t i = first; i <= last; ++i) {
+      Page& page = allocation->pages[i];
+      if (page.on_device) {
+        arrival = std::max(arrival, page.arrives_ns);
+      } else {
+        if (Status status = bring_in(base, *allocation, i, limit, true); !status.is_ok()) return status;
+        ++faulted;
+      }
+      page.has_data = true;
+    }
+  }
+  const uint64_t batch = std::max<uint32_t>(costs_.fault_batch_pages, 1);
+  const uint64_t batches = (faulted + batch - 1) / batch;
+  const uint64_t fault_time = batches * costs_.fault_batch_ns + fault_ns_pending_;
+  stats_.stall_ns += arrival - stats_.now_ns;
+  stats_.fault_ns += fault_time;
+  stats_.faulted_pages += faulted;
+  stats_.fault_batches += batches;
+  stats_.kernel_ns += duration_ns;
+  stats_.kernels += 1;
+  stats_.now_ns = arrival + fault_time + duration_ns;
+  return Status::ok();
+}
+
+}  // namespace zico

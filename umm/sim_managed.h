@@ -1,0 +1,141 @@
+// SimManagedMemory: unified (managed) memory on SimDriver's device 0, page by
+// page, with a capacity, real data movement and a modelled clock.
+//
+// What it models (the UVM driver's behaviour, as docs/architecture.md and the
+// prefetch/ transfer model describe it):
+//   - A managed allocation is virtual: its pages live on the host or the
+//     device. The device holds at most `limit` bytes of them (its capacity
+//     less what VMM chunks take); a page that must come in when the device is
+//     full first pushes out the least recently migrated page that the kernel
+//     in hand does not use, as the driver does (a *driver eviction*).
+//   - Kernels (run_kernel) use ranges. A page they use that is not on the
+//     device is a fault: the device stalls for fault batches (a fixed cost per
+//     batch of `fault_batch_pages`, then the migration at the fault path's
+//     rate, write-backs first). A page on its way (prefetched, not yet
+//     arrived) stalls the kernel until it arrives. Then the kernel runs for its
+//     duration. Every page a kernel uses is taken to hold data afterwards.
+//   - Prefetches to the device queue on the host-to-device copy engine,
+//     prefetches to the host (evictions) on the device-to-host engine; both run
+//     while kernels do, each engine one copy after another. A page that never
+//     held data (or was discarded) moves without a copy.
+//   - Discard drops a page's contents wherever they are; a page on the device
+//     keeps its place, and leaving it later costs nothing.
+//
+// The bytes stay where the caller sees them: the CPU may read and write
+// managed memory wherever its pages are, as on CUDA (which migrates them), so
+// migration is modelled, not copied. What can lose data under unified memory
+// is a discard of memory still in use, and that is real: a discarded page
+// reads back as zeros, so a pager that discards live data is caught.
+//
+// Not thread-safe: SimDriver calls it under its own mutex.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "status.h"
+#include "types.h"
+
+namespace zico {
+
+// The costs of migration. Defaults: those of the paging planners' transfer
+// model (prefetch/transfer_model.h), without its size efficiency (pages here
+// are whole UM blocks) and duplex sharing.
+struct SimManagedCosts {
+  double h2d_bytes_per_s = 55e9;
+  double d2h_bytes_per_s = 55e9;
+  double fault_bytes_per_s = 20e9;
+  uint32_t fault_batch_pages = 256;
+  uint64_t fault_batch_ns = 45000;
+};
+
+// What the device's unified memory did so far.
+struct SimManagedStats {
+  uint64_t now_ns = 0;            // the modelled clock: kernels, their stalls and faults
+  uint64_t kernels = 0;
+  uint64_t kernel_ns = 0;         // the kernels' own durations
+  uint64_t stall_ns = 0;          // kernels waiting for prefetched pages to arrive
+  uint64_t fault_ns = 0;          // kernels waiting for fault batches
+  uint64_t faulted_pages = 0;
+  uint64_t fault_batches = 0;
+  uint64_t prefetched_pages = 0;  // brought in by managed_prefetch
+  uint64_t evicted_pages = 0;     // sent to the host by managed_prefetch
+  uint64_t driver_evictions = 0;  // pushed out by the driver to make room
+  uint64_t discarded_pages = 0;
+  uint64_t h2d_bytes = 0;         // copies that carried data, every path
+  uint64_t d2h_bytes = 0;
+  uint64_t resident_bytes = 0;
+  uint64_t peak_resident_bytes = 0;
+};
+
+class SimManagedMemory {
+ public:
+  SimManagedMemory(size_t page_bytes, const SimManagedCosts& costs);
+  ~SimManagedMemory();
+  SimManagedMemory(const SimManagedMemory&) = delete;
+  SimManagedMemory& operator=(const SimManagedMemory&) = delete;
+
+  [[nodiscard]] size_t page_bytes() const { return page_bytes_; }
+  // A new allocation of `bytes` rounded up to whole pages and aligned to one,
+  // every page on the host and holding no data (zeros).
+  [[nodiscard]] Status allocate(size_t bytes, void** out);
+  [[nodiscard]] Status free(void* ptr, size_t* resident_freed);
+  // True when `range` lies inside one allocation.
+  [[nodiscard]] bool contains(VaRange range) const;
+
+  // The operations below take `limit`: the bytes the device may hold of
+  // managed pages now. Their ranges must lie inside one allocation each.
+  [[nodiscard]] Status prefetch_to_device(VaRange range, uint64_t limit);
+  [[nodiscard]] Status prefetch_to_host(VaRange range);
+  void discard(VaRange range);
+  // A kernel that uses `ranges` (managed ones; others are ignored) and then
+  // computes for `duration_ns`.
+  [[nodiscard]] Status run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit);
+  // The device memory managed pages hold.
+  [[nodiscard]] uint64_t resident_bytes() const { return stats_.resident_bytes; }
+  [[nodiscard]] const SimManagedStats& stats() const { return stats_; }
+
+ private:
+  struct Page {
+    bool on_device = false;
+    bool has_data = false;
+    uint64_t arrives_ns = 0;  // on the device: when its copy in has ended
+    uint64_t left_ns = 0;     // on the host: when its copy out has ended
+    uint64_t migrated = 0;    // on the device: its key in by_migration_
+    uint64_t kept = 0;        // the operation that needs it on the device (never pushed out by it)
+  };
+  struct Allocation {
+    size_t bytes = 0;
+    std::vector<Page> pages;
+  };
+  struct PageRef {
+    uintptr_t base = 0;  // the allocation's
+    size_t index = 0;
+  };
+
+  // The allocation holding `range`, with its first and last page, or false.
+  bool locate(VaRange range, Allocation** allocation, size_t* first, size_t* last);
+  // Brings the page in, making room first (pages kept by the current
+  // operation stay). A prefetch queues its copy on the host-to-device engine;
+  // a fault adds the copy to the kernel's fault time.
+  Status bring_in(uintptr_t base, Allocation& allocation, size_t index, uint64_t limit, bool fault);
+  // Sends the page to the host, copied out when it holds data; returns when
+  // the copy ends (now for a fault, whose time the kernel pays).
+  uint64_t send_out(Allocation& allocation, size_t index, bool fault);
+
+  const size_t page_bytes_;
+  const SimManagedCosts costs_;
+  std::map<uintptr_t, Allocation> allocations_;
+  SimManagedStats stats_;
+  uint64_t h2d_free_ns_ = 0;  // when each copy engine is next idle
+  uint64_t d2h_free_ns_ = 0;
+  uint64_t next_stamp_ = 1;
+  uint64_t operation_ = 0;         // numbers each prefetch and kernel, for Page::kept
+  uint64_t fault_ns_pending_ = 0;  // the current kernel's fault-path copies
+  std::map<uint64_t, PageRef> by_migration_;  // pages on the device, least recently migrated first
+};
+
+}  // namespace zico
