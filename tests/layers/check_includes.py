@@ -23,6 +23,7 @@ import tempfile
 LAYER_FILES = [
     ("base", ["umm/status.*", "umm/sizes.*", "umm/log.*", "umm/types.h"]),
     ("umm", ["umm/*"]),
+    ("pager", ["prefetch/um_pager.*"]),
     ("prefetch", ["prefetch/*"]),
     ("demand", ["sharing/demand_curve.*", "sharing/usage_tracker.*"]),
     ("scheduling", ["sharing/ledger.*", "sharing/ledger_*", "sharing/time_shift_scheduler.*", "sharing/iteration_gates.*",
@@ -41,13 +42,14 @@ LINKS = {
     "base": [],
     "umm": ["base"],
     "prefetch": [],  # pure: no CUDA, no sockets, no other zicoum library
+    "pager": ["prefetch", "umm"],
     "demand": [],  # pure
     "scheduling": ["demand", "base"],  # pure
     "protocol": ["demand", "base"],
     "client": ["protocol", "demand", "umm"],
     "daemon": ["scheduling", "protocol", "umm"],
     "libzicoum": ["client", "umm"],
-    "tools": ["libzicoum", "daemon", "client", "scheduling", "prefetch", "umm"],
+    "tools": ["libzicoum", "daemon", "client", "scheduling", "pager", "prefetch", "umm"],
 }
 
 SOURCE_SUFFIXES = (".h", ".hpp", ".c", ".cc", ".cpp")

@@ -1,0 +1,257 @@
+#include "um_pager.h"
+
+#include <algorithm>
+
+#include "log.h"
+
+namespace zico::prefetch {
+
+Status UmPager::create(Driver& driver, DeviceId device, VaRange arena, uint64_t page_bytes,
+                       const UmPagerOptions& options, std::unique_ptr<UmPager>* out, std::string* why) {
+  const auto invalid = [why](std::string text) {
+    *why = std::move(text);
+    return Status(Errc::kInvalidArgument);
+  };
+  if (page_bytes == 0 || arena.bytes == 0 || arena.base % page_bytes != 0 || arena.bytes % page_bytes != 0) {
+    return invalid("the managed arena must be a whole number of " + std::to_string(page_bytes) + "-byte pages");
+  }
+  if (arena.bytes / page_bytes > UINT32_MAX) return invalid("the managed arena has too many pages");
+  if (std::find(std::begin(kPolicyNames), std::end(kPolicyNames), options.policy) == std::end(kPolicyNames)) {
+    return invalid("unknown paging policy '" + options.policy + "' (accepted: um, deepum, autoswap, zico)");
+  }
+  if (options.budget_bytes < page_bytes) {
+    return invalid("a budget of " + std::to_string(options.budget_bytes) + " bytes holds no " +
+                   std::to_string(page_bytes) + "-byte page");
+  }
+  if (const std::string bad = options.model.invalid_field(); !bad.empty()) return invalid("transfer model: " + bad);
+  Capabilities caps;
+  if (Status status = driver.capabilities(device, &caps); !status.is_ok()) {
+    *why = "cannot read the device's capabilities";
+    return status;
+  }
+  if (!caps.managed_memory) {
+    *why = "device " + std::to_string(device.value) + " has no managed memory";
+    return Status(Errc::kNotSupported);
+  }
+  std::unique_ptr<UmPager> pager(new UmPager(driver, device, arena, page_bytes, options));
+  if (Status status = driver.stream_create(device, &pager->stream_); !status.is_ok()) {
+    *why = "cannot create the pager's stream";
+    return status;
+  }
+  *out = std::move(pager);
+  return Status::ok();
+}
+
+UmPager::UmPager(Driver& driver, DeviceId device, VaRange arena, uint64_t page_bytes, const UmPagerOptions& options)
+    : driver_(driver),
+      device_(device),
+      arena_(arena),
+      page_bytes_(page_bytes),
+      options_(options),
+      residency_(page_bytes, static_cast<uint32_t>(arena.bytes / page_bytes), options.budget_bytes),
+      policy_(make_policy(options_.policy, residency_, options_.model)),
+      pinned_(arena.bytes / page_bytes, 0) {}
+
+UmPager::~UmPager() { (void)driver_.stream_destroy(stream_); }
+
+VaRange UmPager::page_range(PageId page) const { return VaRange{arena_.base + uint64_t{page} * page_bytes_, page_bytes_}; }
+
+void UmPager::on_allocate(const void* ptr, uint64_t bytes) {
+  const auto addr = reinterpret_cast<uintptr_t>(ptr);
+  if (bytes == 0 || !arena_.contains(VaRange{addr, bytes})) return;
+  std::lock_guard lock(mutex_);
+  const uint32_t id = next_block_++;
+  blocks_[addr] = Block{id, bytes};
+  const BlockExtent extent{addr - arena_.base, bytes};
+  const auto first = static_cast<PageId>(extent.offset / page_bytes_);
+  const auto last = static_cast<PageId>((extent.offset + bytes - 1) / page_bytes_);
+  for (PageId page = first; page <= last; ++page) {
+    const uint64_t lo = std::max(extent.offset, uint64_t{page} * page_bytes_);
+    const uint64_t hi = std::min(extent.offset + bytes, (uint64_t{page} + 1) * page_bytes_);
+    residency_.add_live(page, hi - lo);
+  }
+  decisions_.clear();
+  policy_->on_allocate(id, extent, &decisions_);
+  apply(decisions_);
+}
+
+void UmPager::on_free(const void* ptr) {
+  const auto addr = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard lock(mutex_);
+  auto it = blocks_.find(addr);
+  if (it == blocks_.end()) return;
+  const Block block = it->second;
+  blocks_.erase(it);
+  const BlockExtent extent{addr - arena_.base, block.bytes};
+  const auto first = static_cast<PageId>(extent.offset / page_bytes_);
+  const auto last = static_cast<PageId>((extent.offset + block.bytes - 1) / page_bytes_);
+  std::vector<PageId> dead;
+  for (PageId page = first; page <= last; ++page) {
+    const uint64_t lo = std::max(extent.offset, uint64_t{page} * page_bytes_);
+    const uint64_t hi = std::min(extent.offset + block.bytes, (uint64_t{page} + 1) * page_bytes_);
+    if (residency_.remove_live(page, hi - lo)) dead.push_back(page);
+  }
+  decisions_.clear();
+  policy_->on_free(block.id, extent, dead, &decisions_);
+  apply(decisions_);
+}
+
+uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used, uint64_t duration_ns) {
+  std::lock_guard lock(mutex_);
+  kernel_pages_.clear();
+  kernel_blocks_.clear();
+  for (const VaRange& range : used) {
+    auto it = blocks_.upper_bound(range.base);
+    if (it == blocks_.begin() || range.base >= std::prev(it)->first + std::prev(it)->second.bytes) {
+      ++stats_.unknown_pointers;
+      continue;
+    }
+    --it;
+    if (std::find(kernel_blocks_.begin(), kernel_blocks_.end(), it->second.id) != kernel_blocks_.end()) continue;
+    kernel_blocks_.push_back(it->second.id);
+    const uint64_t offset = it->first - arena_.base;
+    for (auto page = static_cast<PageId>(offset / page_bytes_);
+         page <= static_cast<PageId>((offset + it->second.bytes - 1) / page_bytes_); ++page) {
+      kernel_pages_.push_back(page);
+    }
+  }
+  std::sort(kernel_pages_.begin(), kernel_pages_.end());
+  kernel_pages_.erase(std::unique(kernel_pages_.begin(), kernel_pages_.end()), kernel_pages_.end());
+  ++kernel_stamp_;
+  in_kernel_ = true;
+  for (const PageId page : kernel_pages_) pinned_[page] = kernel_stamp_;
+  kernel_exec_id_ = exec_id;
+  kernel_duration_ns_ = duration_ns;
+  ++stats_.kernels;
+
+  const OpView view{exec_id, duration_ns, kernel_pages_, kernel_blocks_};
+  decisions_.clear();
+  policy_->on_op_start(view, &decisions_);
+  apply(decisions_);
+
+  // What is still absent faults in when the kernel runs: room first, the
+  // least recently migrated page the kernel does not use going out.
+  faulted_.clear();
+  for (const PageId page : kernel_pages_) {
+    if (residency_.state(page) != PageState::kAbsent) continue;
+    while (residency_.free_pages() == 0) {
+      PageId victim = 0;
+      bool found = false;
+      for (const auto& [migrated, candidate] : residency_.by_migration()) {
+        if (pinned(candidate)) continue;
+        victim = candidate;
+        found = true;
+        break;
+      }
+      if (!found) break;  // the kernel alone needs more than the budget: the driver's eviction decides
+      evict(victim);
+      ++stats_.room_evictions;
+    }
+    if (residency_.free_pages() == 0) continue;
+    residency_.start_arrival(page);
+    residency_.arrive(page, clock_++);
+    faulted_.push_back(page);
+  }
+  stats_.faulted_pages += faulted_.size();
+  if (!faulted_.empty()) policy_->on_faults(view, faulted_);
+  note_peak();
+  return faulted_.size();
+}
+
+void UmPager::after_kernel() {
+  std::lock_guard lock(mutex_);
+  if (!in_kernel_) return;
+  for (const PageId page : kernel_pages_) residency_.set_has_data(page, true);
+  in_kernel_ = false;
+  const OpView view{kernel_exec_id_, kernel_duration_ns_, kernel_pages_, kernel_blocks_};
+  decisions_.clear();
+  policy_->on_op_end(view, &decisions_);
+  apply(decisions_);
+}
+
+void UmPager::on_iteration() {
+  std::lock_guard lock(mutex_);
+  decisions_.clear();
+  policy_->on_iteration(iteration_++, &decisions_);
+  apply(decisions_);
+}
+
+void UmPager::apply(const Decisions& decisions) {
+  for (const Decision& d : decisions) {
+    switch (d.kind) {
+      case Decision::Kind::kPrefetch: prefetch(d.page); break;
+      case Decision::Kind::kEvict:
+        if (residency_.state(d.page) != PageState::kResident || pinned(d.page)) {
+          ++stats_.refused_evictions;
+        } else {
+          evict(d.page);
+          ++stats_.evictions;
+        }
+        break;
+      case Decision::Kind::kDiscard: discard(d.page); break;
+    }
+  }
+  note_peak();
+}
+
+void UmPager::prefetch(PageId page) {
+  if (residency_.state(page) != PageState::kAbsent) return;  // there already
+  if (residency_.free_pages() == 0) {
+    ++stats_.refused_prefetches;
+    return;
+  }
+  residency_.start_arrival(page);
+  residency_.arrive(page, clock_++);
+  migrate(page, false);
+  ++stats_.prefetches;
+}
+
+void UmPager::evict(PageId page) {
+  residency_.drop(page);
+  migrate(page, true);
+}
+
+void UmPager::discard(PageId page) {
+  if (residency_.live(page)) {
+    ++stats_.live_discards;
+    return;
+  }
+  if (!residency_.has_data(page)) return;
+  const VaRange range = page_range(page);
+  const Status status = driver_.managed_discard(range.ptr(), range.bytes, stream_);
+  if (status.code() == Errc::kNotSupported) return;  // the data stays: leaving later costs a copy
+  if (!status.is_ok()) {
+    if (stats_.driver_errors++ == 0) ZICO_LOG(kError, "paging: discard refused by the driver (%s)", to_string(status.code()));
+    return;
+  }
+  residency_.set_has_data(page, false);
+  ++stats_.discards;
+}
+
+void UmPager::migrate(PageId page, bool to_host) {
+  const VaRange range = page_range(page);
+  const Status status = driver_.managed_prefetch(range.ptr(), range.bytes, PrefetchTarget{to_host, device_}, stream_);
+  if (!status.is_ok() && stats_.driver_errors++ == 0) {
+    ZICO_LOG(kError, "paging: a migration %s was refused by the driver (%s); the driver pages on its own",
+             to_host ? "to the host" : "to the GPU", to_string(status.code()));
+  }
+}
+
+void UmPager::note_peak() {
+  stats_.peak_resident_bytes =
+      std::max(stats_.peak_resident_bytes, uint64_t{residency_.occupied_pages()} * page_bytes_);
+}
+
+UmPagerStats UmPager::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+uint64_t UmPager::budget_bytes() const { return uint64_t{residency_.budget_pages()} * page_bytes_; }
+
+uint64_t UmPager::resident_bytes() const {
+  std::lock_guard lock(mutex_);
+  return uint64_t{residency_.occupied_pages()} * page_bytes_;
+}
+
+}  // namespace zico::prefetch

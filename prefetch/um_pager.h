@@ -1,0 +1,137 @@
+// UmPager: runs a paging policy on a live job's unified memory.
+//
+// The job's memory is one managed range (the arena), cut into pages of the
+// UM block size. The pager is told what the job does — blocks allocated and
+// freed, kernels about to run with the memory they use, iteration marks —
+// turns each into the policy's event (paging_policy.h), and carries out its
+// decisions with the driver: prefetches to the device and to the host
+// (evictions) on a stream of its own, discards. It keeps the pages the job
+// holds on the GPU within the budget: before a kernel runs, room is made for
+// the pages it uses that are absent (least recently migrated first, as the
+// UVM driver would; the kernel then faults them in), so the driver's own
+// eviction never has to run while the device has room.
+//
+// Residency here is what the pager asked for: a page prefetched counts as on
+// the GPU from the call on, an evicted one as gone. Both go on the pager's one
+// stream, so an eviction's copy ends before the next prefetch's starts and the
+// GPU never holds more than the budget of the job's pages.
+//
+// Thread-safe: one mutex (a job may launch from several threads).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "driver.h"
+#include "paging_policy.h"
+#include "residency.h"
+#include "status.h"
+#include "transfer_model.h"
+
+namespace zico::prefetch {
+
+struct UmPagerOptions {
+  std::string policy = "zico";  // one of kPolicyNames
+  uint64_t budget_bytes = 0;    // the job's pages on the GPU, at most (whole pages)
+  TransferModel model;          // what the policies plan with
+};
+
+// What the pager did.
+struct UmPagerStats {
+  uint64_t kernels = 0;
+  uint64_t prefetches = 0;           // pages sent to the GPU ahead of use
+  uint64_t evictions = 0;            // pages sent to the host by decision
+  uint64_t room_evictions = 0;       // pages sent to the host to make room for a kernel's faults
+  uint64_t faulted_pages = 0;        // absent when their kernel ran: the driver faulted them in
+  uint64_t discards = 0;
+  uint64_t refused_prefetches = 0;   // no slot free
+  uint64_t refused_evictions = 0;    // the page was not on the GPU, or its kernel is running
+  uint64_t live_discards = 0;        // refused: the page still holds live bytes
+  uint64_t unknown_pointers = 0;     // ranges a kernel used that no live block holds
+  uint64_t driver_errors = 0;        // migrations the driver refused (logged once)
+  uint64_t peak_resident_bytes = 0;
+};
+
+class UmPager {
+ public:
+  // `arena`: the managed range every block lies in, a whole number of
+  // `page_bytes`. Errors: an unknown policy, a budget below one page, a
+  // device without managed memory (each named in *why).
+  [[nodiscard]] static Status create(Driver& driver, DeviceId device, VaRange arena, uint64_t page_bytes,
+                                     const UmPagerOptions& options, std::unique_ptr<UmPager>* out,
+                                     std::string* why);
+  ~UmPager();
+  UmPager(const UmPager&) = delete;
+  UmPager& operator=(const UmPager&) = delete;
+
+  // A block of the arena was allocated / is being freed (before its memory
+  // can be reused). Pointers outside the arena are ignored.
+  void on_allocate(const void* ptr, uint64_t bytes);
+  void on_free(const void* ptr);
+  // A kernel identified by `exec_id` (its function and launch shape, hashed)
+  // is about to use `used` (pointers into blocks, any offset) and compute
+  // for about `duration_ns` (0: unknown). Prefetches and evictions the policy
+  // asks for are issued, and room is made for its absent pages. Returns the
+  // pages it uses that are absent: the kernel will fault on them.
+  [[nodiscard]] uint64_t before_kernel(uint64_t exec_id, std::span<const VaRange> used, uint64_t duration_ns);
+  // The kernel of the last before_kernel() was launched.
+  void after_kernel();
+  // An iteration boundary (zico_mark_iteration, or detected).
+  void on_iteration();
+
+  [[nodiscard]] UmPagerStats stats() const;
+  [[nodiscard]] uint64_t budget_bytes() const;
+  [[nodiscard]] uint64_t resident_bytes() const;
+  // The pager's stream: the job's kernels must not start before the
+  // migrations issued for them (the caller orders its stream after it).
+  [[nodiscard]] StreamHandle stream() const { return stream_; }
+
+ private:
+  UmPager(Driver& driver, DeviceId device, VaRange arena, uint64_t page_bytes, const UmPagerOptions& options);
+
+  struct Block {
+    uint32_t id = 0;
+    uint64_t bytes = 0;
+  };
+
+  [[nodiscard]] VaRange page_range(PageId page) const;
+  void apply(const Decisions& decisions);
+  void prefetch(PageId page);
+  // Sends a resident page to the host (a copy only when it holds data).
+  void evict(PageId page);
+  void discard(PageId page);
+  void migrate(PageId page, bool to_host);
+  void note_peak();
+  [[nodiscard]] bool pinned(PageId page) const { return in_kernel_ && pinned_[page] == kernel_stamp_; }
+
+  Driver& driver_;
+  const DeviceId device_;
+  const VaRange arena_;
+  const uint64_t page_bytes_;
+  const UmPagerOptions options_;
+  StreamHandle stream_{};
+  mutable std::mutex mutex_;
+  Residency residency_;
+  std::unique_ptr<PagingPolicy> policy_;
+  std::map<uintptr_t, Block> blocks_;  // live blocks by address
+  uint32_t next_block_ = 0;
+  uint32_t iteration_ = 0;
+  uint64_t clock_ = 0;  // counts migrations: the residency's "migrated at" order
+  std::vector<uint64_t> pinned_;  // the kernel stamp that uses each page
+  uint64_t kernel_stamp_ = 0;
+  bool in_kernel_ = false;
+  std::vector<PageId> kernel_pages_;
+  std::vector<uint32_t> kernel_blocks_;
+  std::vector<PageId> faulted_;
+  uint64_t kernel_exec_id_ = 0;
+  uint64_t kernel_duration_ns_ = 0;
+  Decisions decisions_;
+  UmPagerStats stats_;
+};
+
+}  // namespace zico::prefetch

@@ -1,0 +1,89 @@
+#include "um_replay.h"
+
+#include <memory>
+
+#include "sim_driver.h"
+
+namespace zico::page {
+
+bool run_um_replay(const prefetch::AccessStream& stream, const std::string& policy, uint64_t budget_bytes,
+                   const prefetch::TransferModel& model, UmReplayResult* out, std::string* error) {
+  *out = UmReplayResult{};
+  out->policy = policy;
+  const uint64_t arena_bytes = uint64_t{stream.page_count} * stream.page_bytes;
+  SimOptions options;
+  // The device is larger than the job: only the pager's budget binds, as on
+  // a GPU shared under zico-umd or a budget set below the card's size.
+  options.capacity = arena_bytes + stream.page_bytes;
+  options.granularity = stream.page_bytes;
+  options.managed_costs.h2d_bytes_per_s = model.h2d_bytes_per_s * model.efficiency(stream.page_bytes);
+  options.managed_costs.d2h_bytes_per_s = model.d2h_bytes_per_s * model.efficiency(stream.page_bytes);
+  options.managed_costs.fault_bytes_per_s = model.fault_bytes_per_s;
+  options.managed_costs.fault_batch_pages = model.fault_batch_pages;
+  options.managed_costs.fault_batch_ns = model.fault_batch_ns;
+  SimDriver driver(options);
+  void* arena = nullptr;
+  if (Status status = driver.managed_allocate(arena_bytes, &arena); !status.is_ok()) {
+    *error = std::string("cannot allocate the managed arena: ") + to_string(status.code());
+    return false;
+  }
+  const auto base = reinterpret_cast<uintptr_t>(arena);
+  std::unique_ptr<prefetch::UmPager> pager;
+  prefetch::UmPagerOptions pager_options;
+  pager_options.policy = policy;
+  pager_options.budget_bytes = budget_bytes;
+  pager_options.model = model;
+  if (Status status = prefetch::UmPager::create(driver, DeviceId{0}, VaRange{base, arena_bytes}, stream.page_bytes,
+                                                pager_options, &pager, error);
+      !status.is_ok()) {
+    (void)driver.managed_free(arena);
+    return false;
+  }
+  const auto block_ptr = [&](uint32_t block) { return reinterpret_cast<void*>(base + stream.blocks[block].offset); };
+  std::vector<VaRange> used;
+  uint64_t iteration_start = 0;
+  bool ok = true;
+  for (const prefetch::StreamEvent& e : stream.events) {
+    switch (e.kind) {
+      case prefetch::StreamEvent::Kind::kAllocate:
+        pager->on_allocate(block_ptr(e.index), stream.blocks[e.index].bytes);
+        break;
+      case prefetch::StreamEvent::Kind::kFree: pager->on_free(block_ptr(e.index)); break;
+      case prefetch::StreamEvent::Kind::kOp: {
+        const prefetch::StreamOp& op = stream.ops[e.index];
+        used.clear();
+        for (const uint32_t block : stream.op_blocks(op)) {
+          used.push_back(VaRange{base + stream.blocks[block].offset, stream.blocks[block].bytes});
+        }
+        (void)pager->before_kernel(op.exec_id, used, op.duration_ns);
+        if (Status status = driver.run_kernel(used, op.duration_ns); !status.is_ok()) {
+          *error = "op " + std::to_string(e.index) + " could not run: " + to_string(status.code());
+          ok = false;
+        }
+        pager->after_kernel();
+        break;
+      }
+      case prefetch::StreamEvent::Kind::kIteration: {
+        const uint64_t now = driver.managed_stats().now_ns;
+        if (e.index > 0) out->iteration_ns.push_back(now - iteration_start);
+        iteration_start = now;
+        pager->on_iteration();
+        break;
+      }
+    }
+    if (!ok) break;
+  }
+  const SimManagedStats device = driver.managed_stats();
+  out->iteration_ns.push_back(device.now_ns - iteration_start);
+  out->pager = pager->stats();
+  out->device_peak_resident_bytes = device.peak_resident_bytes;
+  out->device_faulted_pages = device.faulted_pages;
+  out->device_driver_evictions = device.driver_evictions;
+  out->stall_ns = device.stall_ns;
+  out->fault_ns = device.fault_ns;
+  pager.reset();
+  (void)driver.managed_free(arena);
+  return ok;
+}
+
+}  // namespace zico::page

@@ -1,0 +1,36 @@
+// UmReplay: an access stream run by the live pager (prefetch/um_pager.h) on
+// SimDriver's unified memory, the way libzicoum runs a job in UM mode: the
+// blocks are laid out in one managed arena, each op is a kernel that uses its
+// blocks (SimDriver::run_kernel), and the pager is told of every event. The
+// time is SimDriver's modelled clock. It checks the runtime against the paging
+// simulator (paging_simulator.h), which models the same policies with its own
+// executor: the two should agree on iteration times.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "access_stream.h"
+#include "transfer_model.h"
+#include "um_pager.h"
+
+namespace zico::page {
+
+struct UmReplayResult {
+  std::string policy;
+  std::vector<uint64_t> iteration_ns;  // by iteration; ops before the first mark count in 0
+  prefetch::UmPagerStats pager;
+  uint64_t device_peak_resident_bytes = 0;  // what SimDriver saw on the device
+  uint64_t device_faulted_pages = 0;
+  uint64_t device_driver_evictions = 0;     // the driver made room itself: the pager let it run out
+  uint64_t stall_ns = 0;
+  uint64_t fault_ns = 0;
+};
+
+// False with *error when the pager cannot be made or a kernel cannot run.
+[[nodiscard]] bool run_um_replay(const prefetch::AccessStream& stream, const std::string& policy,
+                                 uint64_t budget_bytes, const prefetch::TransferModel& model, UmReplayResult* out,
+                                 std::string* error);
+
+}  // namespace zico::page
