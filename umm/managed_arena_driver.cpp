@@ -1,0 +1,86 @@
+#include "managed_arena_driver.h"
+
+namespace zico {
+
+ManagedArenaDriver::~ManagedArenaDriver() {
+  for (auto& [base, arena] : arenas_) (void)inner_.managed_free(arena.allocation);
+}
+
+Status ManagedArenaDriver::capabilities(DeviceId device, Capabilities* caps) noexcept {
+  ZICO_RETURN_IF_ERROR(inner_.capabilities(device, caps));
+  if (!caps->managed_memory) return Status(Errc::kNotSupported);
+  caps->posix_fd_export = false;
+  caps->gpu_direct_rdma = false;
+  return Status::ok();
+}
+
+Status ManagedArenaDriver::reserve(DeviceId device, size_t bytes, size_t alignment, VaRange* out) noexcept {
+  if (bytes == 0 || (alignment & (alignment - 1)) != 0 || bytes > SIZE_MAX - alignment) {
+    return Status(Errc::kInvalidArgument);
+  }
+  void* allocation = nullptr;
+  ZICO_RETURN_IF_ERROR(inner_.managed_allocate(bytes + alignment, &allocation));
+  const auto start = reinterpret_cast<uintptr_t>(allocation);
+  const uintptr_t base = alignment == 0 ? start : (start + alignment - 1) & ~(uintptr_t{alignment} - 1);
+  // Preferred on the device, and mapped there, so that pages the pager
+  // brought in stay until it sends them out, and kernels do not fault on them.
+  Status status = inner_.managed_advise(reinterpret_cast<void*>(base), bytes,
+                                        ManagedAdvice::kSetPreferredLocationDevice, device);
+  if (status.is_ok()) {
+    status = inner_.managed_advise(reinterpret_cast<void*>(base), bytes, ManagedAdvice::kSetAccessedBy, device);
+  }
+  if (!status.is_ok()) {
+    (void)inner_.managed_free(allocation);
+    return status;
+  }
+  std::lock_guard lock(mutex_);
+  arenas_[base] = Arena{allocation, bytes, device};
+  *out = VaRange{base, bytes};
+  return Status::ok();
+}
+
+Status ManagedArenaDriver::unreserve(VaRange range) noexcept {
+  void* allocation = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = arenas_.find(range.base);
+    if (it == arenas_.end() || it->second.bytes != range.bytes) return Status(Errc::kInvalidArgument);
+    allocation = it->second.allocation;
+    arenas_.erase(it);
+  }
+  return inner_.managed_free(allocation);
+}
+
+Status ManagedArenaDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcept {
+  (void)device;
+  if (bytes == 0) return Status(Errc::kInvalidArgument);
+  *out = PhysHandle{next_handle_.fetch_add(1)};
+  return Status::ok();
+}
+
+Status ManagedArenaDriver::release(PhysHandle handle) noexcept {
+  return handle.value != 0 ? Status::ok() : Status(Errc::kInvalidArgument);
+}
+
+Status ManagedArenaDriver::map(VaRange range, PhysHandle handle) noexcept {
+  if (handle.value == 0) return Status(Errc::kInvalidArgument);
+  std::lock_guard lock(mutex_);
+  auto it = arenas_.upper_bound(range.base);
+  if (it == arenas_.begin() || !VaRange{std::prev(it)->first, std::prev(it)->second.bytes}.contains(range)) {
+    return Status(Errc::kInvalidArgument);
+  }
+  return Status::ok();
+}
+
+Status ManagedArenaDriver::set_access(DeviceId device, VaRange range) noexcept {
+  (void)device;
+  (void)range;
+  return Status::ok();
+}
+
+Status ManagedArenaDriver::unmap(VaRange range) noexcept {
+  (void)range;
+  return Status::ok();
+}
+
+}  // namespace zico
