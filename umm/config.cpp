@@ -2,6 +2,7 @@
 
 #include <pwd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -17,8 +18,15 @@ namespace {
 constexpr OptionInfo kOptions[] = {
     {"ZICO_BACKEND", "cuda", "cuda | sim",
      "cuda: the GPU through libcuda.so.1; sim: simulated device in host memory (no GPU needed)"},
+    {"ZICO_MODE", "vmm", "vmm | um",
+     "vmm: physical memory mapped on demand, allocations beyond the budget fail; um: unified memory, "
+     "pages beyond the budget move to host memory and back (beyond capacity)"},
     {"ZICO_BUDGET", "device memory", "size > 0, e.g. 6GiB",
-     "cap on physical memory mapped per device; allocations beyond it fail with out-of-memory"},
+     "vmm: cap on physical memory mapped per device, allocations beyond it fail with out-of-memory; "
+     "um: cap on the job's pages on each GPU"},
+    {"ZICO_PAGING_POLICY", "zico", "zico | deepum | autoswap | um",
+     "UM mode: how pages move (zico: planned from the learned iteration; deepum: correlation prefetching; "
+     "autoswap: swap planning per iteration; um: on demand only)"},
     {"ZICO_LOG", "warn", "error | warn | info | debug", "how much the library logs to stderr"},
     {"ZICO_CHUNK_SIZE", "driver granularity", "power-of-two size, a multiple of the granularity",
      "unit of physical memory mapped and unmapped (2 MiB on H100)"},
@@ -89,6 +97,26 @@ Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
       *error = bad_value("ZICO_BACKEND", v, "cuda or sim");
       return Status(Errc::kConfigError);
     }
+  }
+  if (const char* v = lookup("ZICO_MODE")) {
+    if (std::strcmp(v, "vmm") == 0) {
+      config.mode = Mode::kVmm;
+    } else if (std::strcmp(v, "um") == 0) {
+      config.mode = Mode::kUm;
+    } else {
+      *error = bad_value("ZICO_MODE", v, "vmm or um");
+      return Status(Errc::kConfigError);
+    }
+  }
+  if (const char* v = lookup("ZICO_PAGING_POLICY")) {
+    // The names of prefetch/'s policies (kPolicyNames; a paging test keeps
+    // the two lists in step).
+    static constexpr const char* kPolicies[] = {"zico", "deepum", "autoswap", "um"};
+    if (std::none_of(std::begin(kPolicies), std::end(kPolicies), [v](const char* p) { return std::strcmp(v, p) == 0; })) {
+      *error = bad_value("ZICO_PAGING_POLICY", v, "zico, deepum, autoswap or um");
+      return Status(Errc::kConfigError);
+    }
+    config.paging_policy = v;
   }
   if (const char* v = lookup("ZICO_BUDGET")) ZICO_RETURN_IF_ERROR(parse_size_option("ZICO_BUDGET", v, &config.budget, error));
   if (const char* v = lookup("ZICO_LOG")) {

@@ -19,9 +19,15 @@
 namespace zico {
 
 enum class Backend : uint8_t { kCuda, kSim };
+// vmm: physical chunks mapped into the arena, capped by the budget (an
+// allocation beyond it fails). um: the arena is unified memory, which can
+// hold more than the budget; the pager keeps the pages on the GPU within it.
+enum class Mode : uint8_t { kVmm, kUm };
 
 struct Config {
   Backend backend = Backend::kCuda;
+  Mode mode = Mode::kVmm;
+  std::string paging_policy = "zico";  // UM mode: one of prefetch/'s kPolicyNames
   std::optional<uint64_t> budget;      // per device; nullopt: the device's memory
   LogLevel log_level = LogLevel::kWarn;
   std::optional<uint64_t> chunk_size;  // nullopt: the driver's granularity

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <string>
 
+#include "config.h"
 #include "paging_simulator.h"
+#include "sim_driver.h"
 #include "paging_streams.h"
 #include "trace_reader.h"
 #include "trace_stream.h"
@@ -17,6 +19,43 @@ namespace zico::prefetch::testing {
 namespace {
 
 constexpr uint64_t kPage = uint64_t{2} << 20;
+
+TEST(UmPager, ZicoPagingPolicyAcceptsExactlyThePolicies) {
+  for (const std::string_view policy : kPolicyNames) {
+    Config config;
+    std::string error;
+    const auto lookup = [&](const char* name) {
+      return std::string_view(name) == "ZICO_PAGING_POLICY" ? policy.data() : nullptr;
+    };
+    EXPECT_TRUE(load_config(lookup, &config, &error).is_ok())
+        << policy << ": " << error;
+    EXPECT_EQ(config.paging_policy, policy);
+  }
+}
+
+TEST(UmPager, RefusesWhatCannotWork) {
+  SimDriver driver;
+  void* arena = nullptr;
+  ASSERT_TRUE(driver.managed_allocate(16 * kPage, &arena).is_ok());
+  const VaRange range{reinterpret_cast<uintptr_t>(arena), 16 * kPage};
+  std::unique_ptr<UmPager> pager;
+  std::string why;
+  UmPagerOptions options;
+  options.budget_bytes = 4 * kPage;
+  options.policy = "lru";
+  EXPECT_EQ(UmPager::create(driver, DeviceId{0}, range, kPage, options, &pager, &why).code(), Errc::kInvalidArgument);
+  EXPECT_NE(why.find("'lru'"), std::string::npos) << why;
+  options.policy = "zico";
+  options.budget_bytes = kPage / 2;
+  EXPECT_EQ(UmPager::create(driver, DeviceId{0}, range, kPage, options, &pager, &why).code(), Errc::kInvalidArgument);
+  EXPECT_NE(why.find("holds no"), std::string::npos) << why;
+  options.budget_bytes = 4 * kPage;
+  EXPECT_EQ(UmPager::create(driver, DeviceId{0}, VaRange{range.base + 4096, kPage}, kPage, options, &pager, &why).code(),
+            Errc::kInvalidArgument);
+  ASSERT_TRUE(UmPager::create(driver, DeviceId{0}, range, kPage, options, &pager, &why).is_ok()) << why;
+  pager.reset();
+  ASSERT_TRUE(driver.managed_free(arena).is_ok());
+}
 
 TEST(UmPager, KeepsTheBudgetOnTheDeviceOnRandomStreams) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {

@@ -25,6 +25,8 @@ TEST(Config, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(config.backend, Backend::kCuda);
   EXPECT_FALSE(config.budget.has_value());
   EXPECT_EQ(config.log_level, LogLevel::kWarn);
+  EXPECT_EQ(config.mode, Mode::kVmm);
+  EXPECT_EQ(config.paging_policy, "zico");
 }
 
 TEST(Config, ReadsEveryVariable) {
@@ -37,7 +39,9 @@ TEST(Config, ReadsEveryVariable) {
                     {"ZICO_ARENA_SIZE", "1TiB"},
                     {"ZICO_SIM_CAPACITY", "16GiB"},
                     {"ZICO_SIM_GRANULARITY", "64KiB"},
-                    {"ZICO_SIM_DEVICES", "2"}},
+                    {"ZICO_SIM_DEVICES", "2"},
+                    {"ZICO_MODE", "um"},
+                    {"ZICO_PAGING_POLICY", "deepum"}},
                    &config, &error)
                   .is_ok())
       << error;
@@ -49,6 +53,8 @@ TEST(Config, ReadsEveryVariable) {
   EXPECT_EQ(config.sim_capacity, uint64_t{16} << 30);
   EXPECT_EQ(config.sim_granularity, uint64_t{64} << 10);
   EXPECT_EQ(config.sim_devices, 2);
+  EXPECT_EQ(config.mode, Mode::kUm);
+  EXPECT_EQ(config.paging_policy, "deepum");
 }
 
 TEST(Config, BadValuesNameTheVariableValueAndForm) {
@@ -61,6 +67,8 @@ TEST(Config, BadValuesNameTheVariableValueAndForm) {
       {"ZICO_NVME_QUEUE_DEPTH", "0", "1 to 4096"},  {"ZICO_NVME_QUEUE_DEPTH", " 8", "1 to 4096"},
       {"ZICO_SIM_DEVICES", "+2", "1 to 64"},  {"ZICO_NVME_STAGING_BUFFERS", "1", "2 to 1024"},
       {"ZICO_NVME_IO_SIZE", "1000", "multiple of 4KiB"}, {"ZICO_SWAP_DIR", "", "directory"},
+      {"ZICO_MODE", "foo", "vmm or um"},     {"ZICO_MODE", "UM", "vmm or um"},
+      {"ZICO_PAGING_POLICY", "lru", "zico, deepum, autoswap or um"},
   };
   for (const auto& [name, value, form] : cases) {
     Config config;
