@@ -1,11 +1,14 @@
 #include "api_calls.h"
 
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "last_error.h"
 #include "log.h"
 #include "node_client.h"
 #include "runtime.h"
+#include "sim_driver.h"
 #include "sizes.h"
 
 namespace zico {
@@ -27,6 +30,7 @@ Status api_allocate(size_t bytes, DeviceId device, StreamHandle stream, void** o
   }
   status = allocator->allocate(bytes, stream, out);
   if (status.is_ok()) {
+    if (prefetch::UmPager* pager = runtime.pager(device)) pager->on_allocate(*out, bytes);
     // Under zico-umd, an allocation that begins a detected iteration waits
     // at the time-shift gate, like an explicit zico_mark_iteration.
     if (sharing::NodeClient* node = runtime.node(); node != nullptr && node->on_allocated(device, *out, bytes)) {
@@ -89,6 +93,9 @@ Status api_free(void* ptr, StreamHandle stream) noexcept {
   // Told before the free: once freed, another thread may get the same
   // address, and its allocation must not be taken for this free.
   if (sharing::NodeClient* node = runtime.node()) node->on_freed(allocator->device(), ptr);
+  if (prefetch::UmPager* pager = runtime.pager(allocator->device())) {
+    pager->on_free(ptr, stream == kNoPendingWork ? std::nullopt : std::optional<StreamHandle>(stream));
+  }
   const Status status = allocator->deallocate(ptr, stream);
   if (!status.is_ok()) describe_free_failure(ptr, status);
   return status;
@@ -102,6 +109,9 @@ Status api_free_synchronous(void* ptr) noexcept {
   const bool idle = runtime.driver()->device_synchronize(allocator->device()).is_ok();
   // Without a completed synchronize, fall back to the legacy stream's fence.
   if (sharing::NodeClient* node = runtime.node()) node->on_freed(allocator->device(), ptr);
+  if (prefetch::UmPager* pager = runtime.pager(allocator->device())) {
+    pager->on_free(ptr, idle ? std::nullopt : std::optional<StreamHandle>(StreamHandle{}));
+  }
   const Status status = allocator->deallocate(ptr, idle ? kNoPendingWork : StreamHandle{});
   if (!status.is_ok()) describe_free_failure(ptr, status);
   return status;
@@ -122,6 +132,65 @@ void api_stream_destroyed(StreamHandle stream) noexcept {
   for (int device = 0; device < Runtime::kMaxDevices; ++device) {
     if (DeviceAllocator* allocator = runtime->existing_allocator(DeviceId{device})) allocator->fence_stream(stream);
   }
+}
+
+namespace {
+
+// The op between zico_op_begin and zico_op_end on this thread.
+struct PendingOp {
+  prefetch::UmPager* pager = nullptr;
+  std::vector<VaRange> blocks;
+  uint64_t expected_ns = 0;
+};
+thread_local PendingOp t_op;
+
+}  // namespace
+
+Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint64_t expected_ns) noexcept {
+  if (count > 0 && ptrs == nullptr) {
+    set_last_error("zico_op_begin: ptrs is NULL with a count of " + std::to_string(count));
+    return Status(Errc::kInvalidArgument);
+  }
+  t_op.pager = nullptr;
+  Runtime* runtime = Runtime::if_created();
+  if (runtime == nullptr || count == 0) return Status::ok();
+  DeviceAllocator* allocator = nullptr;
+  for (size_t i = 0; i < count && allocator == nullptr; ++i) allocator = runtime->owner_of(ptrs[i]);
+  prefetch::UmPager* pager = allocator != nullptr ? runtime->pager(allocator->device()) : nullptr;
+  if (pager == nullptr) return Status::ok();  // VMM mode, or nothing of zicoum's
+  try {
+    std::vector<VaRange> used;
+    used.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      if (allocator->owns(ptrs[i])) used.push_back(VaRange{reinterpret_cast<uintptr_t>(ptrs[i]), 1});
+    }
+    pager->before_kernel(op_id, used, expected_ns, &t_op.blocks);
+  } catch (const std::bad_alloc&) {
+    return Status(Errc::kOutOfMemory);
+  }
+  t_op.pager = pager;
+  t_op.expected_ns = expected_ns;
+  return Status::ok();
+}
+
+Status api_op_end() noexcept {
+  prefetch::UmPager* pager = t_op.pager;
+  if (pager == nullptr) return Status::ok();
+  t_op.pager = nullptr;
+  Status status = Status::ok();
+  // The simulated backend has no kernels of its own: the op runs here, on its
+  // modelled clock, using the blocks the pager resolved.
+  if (auto* sim = dynamic_cast<SimDriver*>(Runtime::instance().driver())) {
+    status = sim->run_kernel(t_op.blocks, t_op.expected_ns);
+    if (!status.is_ok()) {
+      try {
+        set_last_error(std::string("zico_op_end: the simulated op could not run: ") + status.message());
+      } catch (...) {
+      }
+    }
+  }
+  pager->after_kernel();
+  return status;
 }
 
 }  // namespace zico

@@ -19,6 +19,10 @@ namespace zico {
 [[nodiscard]] Status api_free_synchronous(void* ptr) noexcept;
 // The application is destroying `stream`: fence its cached blocks.
 void api_stream_destroyed(StreamHandle stream) noexcept;
+// UM mode: an op that uses the blocks `ptrs` point into is about to be
+// launched / was launched (zico_op_begin, zico_op_end). No-ops otherwise.
+[[nodiscard]] Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint64_t expected_ns) noexcept;
+[[nodiscard]] Status api_op_end() noexcept;
 // Whether work on `stream` now would be captured into a CUDA graph, or break
 // another stream's capture. zicoum has no private pool for graph memory: a
 // block it handed out or cached during a capture could reach eager tensors

@@ -6,6 +6,7 @@
 #include "last_error.h"
 #include "node_client.h"
 #include "runtime.h"
+#include "sim_driver.h"
 #include "sizes.h"
 #include "zicoum/zicoum.h"
 
@@ -108,6 +109,17 @@ zico_status_t zico_get_stats(int device, zico_stats_t* stats) {
   full.chunk_unmaps = s.chunk_unmaps;
   full.iterations = s.iterations;
   full.last_iteration_peak_bytes = s.last_iteration_peak_bytes;
+  if (const zico::prefetch::UmPager* pager = Runtime::instance().pager(zico::DeviceId{device})) {
+    const zico::prefetch::UmPagerStats p = pager->stats();
+    full.resident_bytes = pager->resident_bytes();
+    full.peak_resident_bytes = p.peak_resident_bytes;
+    full.faulted_pages = p.faulted_pages;
+    full.prefetched_pages = p.prefetches;
+    full.evicted_pages = p.evictions + p.room_evictions;
+    if (auto* sim = dynamic_cast<zico::SimDriver*>(Runtime::instance().driver())) {
+      full.modelled_ns = sim->managed_stats().now_ns;
+    }
+  }
   // An older caller's struct is a prefix of ours: copy only what it has room for.
   const size_t caller_size = stats->struct_size;
   std::memcpy(stats, &full, std::min(caller_size, sizeof full));
@@ -126,9 +138,16 @@ zico_status_t zico_mark_iteration(void) {
   // Only devices already in use have an iteration to mark.
   for (int device = 0; device < Runtime::kMaxDevices; ++device) {
     if (zico::DeviceAllocator* allocator = runtime.existing_allocator(zico::DeviceId{device})) allocator->mark_iteration();
+    if (zico::prefetch::UmPager* pager = runtime.pager(zico::DeviceId{device})) pager->on_iteration();
   }
   return ZICO_OK;
 }
+
+zico_status_t zico_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint64_t expected_ns) {
+  return zico::to_c(zico::api_op_begin(op_id, ptrs, count, expected_ns));
+}
+
+zico_status_t zico_op_end(void) { return zico::to_c(zico::api_op_end()); }
 
 zico_status_t zico_reset_peak_stats(int device) {
   zico::DeviceAllocator* allocator = nullptr;

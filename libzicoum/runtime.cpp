@@ -152,6 +152,26 @@ Status Runtime::allocator(DeviceId device, DeviceAllocator** out) noexcept {
   if (device.value >= count) return Status(Errc::kNoDevice, device.value);
   Capabilities caps;
   ZICO_RETURN_IF_ERROR(driver_->capabilities(device, &caps));
+  if (config_.mode == Mode::kUm) {
+    std::unique_ptr<DeviceAllocator> created;
+    std::string why;
+    Status status;
+    try {
+      status = create_um(device, caps, &created, &why);
+    } catch (const std::bad_alloc&) {
+      status = Status(Errc::kOutOfMemory);
+      why = "out of host memory";
+    }
+    if (!status.is_ok()) {
+      ZICO_LOG(kError, "%s", why.c_str());
+      creation_status_[index] = status;
+      creation_error_[index] = why;
+      return status;
+    }
+    *out = created.release();  // lives as long as the runtime: forever
+    slot.store(*out, std::memory_order_release);
+    return Status::ok();
+  }
   AllocatorOptions options;
   options.budget_bytes = config_.budget.value_or(caps.total_memory);
   options.chunk_bytes = config_.chunk_size.value_or(0);
@@ -191,6 +211,54 @@ Status Runtime::allocator(DeviceId device, DeviceAllocator** out) noexcept {
   *out = created.release();  // lives as long as the runtime: forever
   slot.store(*out, std::memory_order_release);
   return Status::ok();
+}
+
+Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique_ptr<DeviceAllocator>* allocator,
+                          std::string* why) {
+  const std::string name = "device " + std::to_string(device.value);
+  if (node_ != nullptr || !node_error_.empty()) {
+    *why = name + ": ZICO_MODE=um does not run under zico-umd (its budgets lend physical chunks); "
+           "use ZICO_MODE=vmm, or ZICO_SOCKET=off to run outside the node's budget";
+    return Status(Errc::kNotSupported);
+  }
+  if (!caps.managed_memory) {
+    *why = name + " has no managed (unified) memory, which ZICO_MODE=um needs; use ZICO_MODE=vmm";
+    return Status(Errc::kNotSupported);
+  }
+  if (managed_driver_ == nullptr) managed_driver_ = std::make_unique<ManagedArenaDriver>(*driver_);
+  AllocatorOptions options;
+  // The allocator's budget binds mapped bytes, which here are virtual: the
+  // arena is the limit, and the pager keeps the GPU's share within the budget.
+  options.budget_bytes = SIZE_MAX;
+  options.chunk_bytes = config_.chunk_size.value_or(0);
+  // Beyond capacity needs an arena larger than the device; by default twice
+  // its memory (four times in VMM mode, where the arena costs nothing).
+  options.arena_bytes = config_.arena_size.value_or(2 * caps.total_memory);
+  if (Status status = DeviceAllocator::create(*managed_driver_, device, options, allocator, why); !status.is_ok()) {
+    *why = name + ": " + *why;
+    return status;
+  }
+  prefetch::UmPagerOptions pager_options;
+  pager_options.policy = config_.paging_policy;
+  pager_options.budget_bytes = config_.budget.value_or(caps.total_memory);
+  std::unique_ptr<prefetch::UmPager> pager;
+  if (Status status = prefetch::UmPager::create(*driver_, device, (*allocator)->arena(), (*allocator)->chunk_bytes(),
+                                                pager_options, &pager, why);
+      !status.is_ok()) {
+    *why = name + ": " + *why;
+    allocator->reset();
+    return status;
+  }
+  ZICO_LOG(kInfo, "device %d: unified memory, arena %s, %s on the GPU at most, paging policy %s", device.value,
+           format_size((*allocator)->arena().bytes).c_str(), format_size(pager->budget_bytes()).c_str(),
+           config_.paging_policy.c_str());
+  pagers_[static_cast<size_t>(device.value)].store(pager.release(), std::memory_order_release);  // forever
+  return Status::ok();
+}
+
+prefetch::UmPager* Runtime::pager(DeviceId device) const noexcept {
+  if (device.value < 0 || device.value >= kMaxDevices) return nullptr;
+  return pagers_[static_cast<size_t>(device.value)].load(std::memory_order_acquire);
 }
 
 std::string Runtime::device_error(DeviceId device, Status status) const {
@@ -343,6 +411,11 @@ Status Runtime::memory_info(DeviceId device, size_t* free_bytes, size_t* total_b
   DeviceAllocator* allocator = nullptr;
   ZICO_RETURN_IF_ERROR(this->allocator(device, &allocator));
   const AllocatorStats stats = allocator->stats();
+  if (config_.mode == Mode::kUm) {
+    *total_bytes = allocator->arena().bytes;
+    *free_bytes = *total_bytes - std::min(*total_bytes, stats.allocated_bytes);
+    return Status::ok();
+  }
   size_t device_free = 0;
   size_t device_total = 0;
   ZICO_RETURN_IF_ERROR(driver_->memory_info(device, &device_free, &device_total));

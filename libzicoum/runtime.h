@@ -21,6 +21,8 @@
 #include "backing_store.h"
 #include "device_allocator.h"
 #include "driver.h"
+#include "managed_arena_driver.h"
+#include "um_pager.h"
 
 namespace zico {
 namespace sharing {
@@ -51,6 +53,9 @@ class Runtime {
   [[nodiscard]] std::string device_error(DeviceId device, Status status) const;
   // The allocator of `device` if one was created already, else nullptr.
   [[nodiscard]] DeviceAllocator* existing_allocator(DeviceId device) const noexcept;
+  // UM mode (ZICO_MODE=um): the pager of `device`, created with its
+  // allocator; nullptr in VMM mode or before the allocator exists.
+  [[nodiscard]] prefetch::UmPager* pager(DeviceId device) const noexcept;
   // The allocator whose arena holds `ptr`, or nullptr. Lock-free.
   [[nodiscard]] DeviceAllocator* owner_of(const void* ptr) const noexcept;
   // The device's store for `kind` (kHost or kNvme), created on first use.
@@ -65,7 +70,9 @@ class Runtime {
   // At exit: unlinks the swap files (a suspended job's data dies with it anyway).
   void close_swap_files() noexcept;
   // What the job may still use: total = budget, free = budget - allocated,
-  // also capped by what the device really has free (other processes).
+  // also capped by what the device really has free (other processes). In UM
+  // mode the arena, which may hold more than the budget: total = arena,
+  // free = arena - allocated.
   [[nodiscard]] Status memory_info(DeviceId device, size_t* free_bytes, size_t* total_bytes) noexcept;
 
  private:
@@ -81,11 +88,16 @@ class Runtime {
   // for yields (*borrowed). Standalone (ok, not borrowed) without a daemon or
   // for a GPU it does not manage; an error (*why) when it does not open it.
   Status borrow_from_node(DeviceId device, AllocatorOptions* options, bool* borrowed, std::string* why);
+  // UM mode: the allocator on a managed arena, and its pager. With
+  // create_mutex_ held.
+  Status create_um(DeviceId device, const Capabilities& caps, std::unique_ptr<DeviceAllocator>* allocator,
+                   std::string* why);
 
   Status init_status_;
   std::string init_error_;
   Config config_;
   std::unique_ptr<Driver> driver_;
+  std::unique_ptr<ManagedArenaDriver> managed_driver_;  // UM mode: what the allocators see
   std::unique_ptr<sharing::NodeClient> node_;  // set once, in the constructor or under create_mutex_
   std::atomic<sharing::NodeClient*> node_link_{nullptr};  // node_, for readers that hold no lock
   std::string node_error_;  // why registering failed although a daemon listens; guarded by create_mutex_
@@ -95,6 +107,7 @@ class Runtime {
   std::array<Status, kMaxDevices> creation_status_{};
   std::array<std::string, kMaxDevices> creation_error_{};
   std::array<std::atomic<DeviceAllocator*>, kMaxDevices> allocators_{};
+  std::array<std::atomic<prefetch::UmPager*>, kMaxDevices> pagers_{};  // set before allocators_, never reset
   std::mutex pause_mutex_;  // one thread pauses the job; the others wait behind it
   std::mutex store_mutex_;  // guards the stores below
   std::array<std::unique_ptr<BackingStore>, kMaxDevices> host_stores_{};

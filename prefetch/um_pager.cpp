@@ -50,9 +50,13 @@ UmPager::UmPager(Driver& driver, DeviceId device, VaRange arena, uint64_t page_b
       options_(options),
       residency_(page_bytes, static_cast<uint32_t>(arena.bytes / page_bytes), options.budget_bytes),
       policy_(make_policy(options_.policy, residency_, options_.model)),
-      pinned_(arena.bytes / page_bytes, 0) {}
+      pinned_(arena.bytes / page_bytes, 0),
+      discard_after_(arena.bytes / page_bytes, 0) {}
 
-UmPager::~UmPager() { (void)driver_.stream_destroy(stream_); }
+UmPager::~UmPager() {
+  for (DeferredDiscard& d : deferred_) (void)driver_.event_destroy(d.event);
+  (void)driver_.stream_destroy(stream_);
+}
 
 VaRange UmPager::page_range(PageId page) const { return VaRange{arena_.base + uint64_t{page} * page_bytes_, page_bytes_}; }
 
@@ -75,9 +79,10 @@ void UmPager::on_allocate(const void* ptr, uint64_t bytes) {
   apply(decisions_);
 }
 
-void UmPager::on_free(const void* ptr) {
+void UmPager::on_free(const void* ptr, std::optional<StreamHandle> work_on) {
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard lock(mutex_);
+  poll_deferred();
   auto it = blocks_.find(addr);
   if (it == blocks_.end()) return;
   const Block block = it->second;
@@ -93,13 +98,47 @@ void UmPager::on_free(const void* ptr) {
   }
   decisions_.clear();
   policy_->on_free(block.id, extent, dead, &decisions_);
+  defer_discards_ = work_on.has_value();
+  deferring_.clear();
   apply(decisions_);
+  defer_discards_ = false;
+  if (deferring_.empty()) return;
+  DeferredDiscard d;
+  if (!driver_.event_create(device_, &d.event).is_ok()) return;  // not discarded: only a copy more later
+  if (!driver_.event_record(d.event, *work_on).is_ok()) {
+    (void)driver_.event_destroy(d.event);
+    return;
+  }
+  d.seq = next_deferred_++;
+  d.pages = deferring_;
+  for (const PageId page : d.pages) discard_after_[page] = d.seq;
+  deferred_.push_back(std::move(d));
+  poll_deferred();  // the stream may be idle already
 }
 
-uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used, uint64_t duration_ns) {
+void UmPager::poll_deferred() {
+  while (!deferred_.empty()) {
+    DeferredDiscard& d = deferred_.front();
+    bool done = false;
+    if (!driver_.event_query(d.event, &done).is_ok()) done = false;
+    if (!done) return;
+    for (const PageId page : d.pages) {
+      if (discard_after_[page] != d.seq) continue;  // a later free's work is pending on it: that one decides
+      discard_after_[page] = 0;
+      if (!residency_.live(page) && residency_.has_data(page)) discard_now(page);
+    }
+    (void)driver_.event_destroy(d.event);
+    deferred_.pop_front();
+  }
+}
+
+uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used, uint64_t duration_ns,
+                               std::vector<VaRange>* blocks) {
   std::lock_guard lock(mutex_);
+  poll_deferred();
   kernel_pages_.clear();
   kernel_blocks_.clear();
+  if (blocks != nullptr) blocks->clear();
   for (const VaRange& range : used) {
     auto it = blocks_.upper_bound(range.base);
     if (it == blocks_.begin() || range.base >= std::prev(it)->first + std::prev(it)->second.bytes) {
@@ -109,6 +148,7 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
     --it;
     if (std::find(kernel_blocks_.begin(), kernel_blocks_.end(), it->second.id) != kernel_blocks_.end()) continue;
     kernel_blocks_.push_back(it->second.id);
+    if (blocks != nullptr) blocks->push_back(VaRange{it->first, it->second.bytes});
     const uint64_t offset = it->first - arena_.base;
     for (auto page = static_cast<PageId>(offset / page_bytes_);
          page <= static_cast<PageId>((offset + it->second.bytes - 1) / page_bytes_); ++page) {
@@ -171,6 +211,7 @@ void UmPager::after_kernel() {
 
 void UmPager::on_iteration() {
   std::lock_guard lock(mutex_);
+  poll_deferred();
   decisions_.clear();
   policy_->on_iteration(iteration_++, &decisions_);
   apply(decisions_);
@@ -217,6 +258,16 @@ void UmPager::discard(PageId page) {
     return;
   }
   if (!residency_.has_data(page)) return;
+  if (defer_discards_) {
+    deferring_.push_back(page);
+    return;
+  }
+  // An earlier free's work may still read it: its deferred discard decides.
+  if (discard_after_[page] != 0) return;
+  discard_now(page);
+}
+
+void UmPager::discard_now(PageId page) {
   const VaRange range = page_range(page);
   const Status status = driver_.managed_discard(range.ptr(), range.bytes, stream_);
   if (status.code() == Errc::kNotSupported) return;  // the data stays: leaving later costs a copy

@@ -23,6 +23,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <deque>
 #include <span>
 #include <string>
 #include <vector>
@@ -70,15 +72,23 @@ class UmPager {
   UmPager& operator=(const UmPager&) = delete;
 
   // A block of the arena was allocated / is being freed (before its memory
-  // can be reused). Pointers outside the arena are ignored.
+  // can be reused). Pointers outside the arena are ignored. `work_on`: a
+  // stream whose queued kernels may still use the block (a stream-ordered
+  // free), or nullopt when none can (the caller synchronized). Pages the free
+  // leaves dead are discarded only once that work is done (an event recorded
+  // on the stream), and only if nothing of a later free is still pending on
+  // them: a discard ordered before a kernel that reads the page would hand it
+  // zeros.
   void on_allocate(const void* ptr, uint64_t bytes);
-  void on_free(const void* ptr);
+  void on_free(const void* ptr, std::optional<StreamHandle> work_on);
   // A kernel identified by `exec_id` (its function and launch shape, hashed)
   // is about to use `used` (pointers into blocks, any offset) and compute
   // for about `duration_ns` (0: unknown). Prefetches and evictions the policy
   // asks for are issued, and room is made for its absent pages. Returns the
-  // pages it uses that are absent: the kernel will fault on them.
-  [[nodiscard]] uint64_t before_kernel(uint64_t exec_id, std::span<const VaRange> used, uint64_t duration_ns);
+  // pages it uses that are absent: the kernel will fault on them. *blocks,
+  // if given, receives the whole blocks the kernel uses.
+  uint64_t before_kernel(uint64_t exec_id, std::span<const VaRange> used, uint64_t duration_ns,
+                         std::vector<VaRange>* blocks = nullptr);
   // The kernel of the last before_kernel() was launched.
   void after_kernel();
   // An iteration boundary (zico_mark_iteration, or detected).
@@ -105,6 +115,9 @@ class UmPager {
   // Sends a resident page to the host (a copy only when it holds data).
   void evict(PageId page);
   void discard(PageId page);
+  void discard_now(PageId page);
+  // Discards what deferred frees left dead once their streams' work is done.
+  void poll_deferred();
   void migrate(PageId page, bool to_host);
   void note_peak();
   [[nodiscard]] bool pinned(PageId page) const { return in_kernel_ && pinned_[page] == kernel_stamp_; }
@@ -125,6 +138,17 @@ class UmPager {
   std::vector<uint64_t> pinned_;  // the kernel stamp that uses each page
   uint64_t kernel_stamp_ = 0;
   bool in_kernel_ = false;
+  // Discards waiting for the work queued before their free.
+  struct DeferredDiscard {
+    uint64_t seq = 0;
+    EventHandle event{};
+    std::vector<PageId> pages;
+  };
+  bool defer_discards_ = false;   // while a free with work pending decides
+  std::vector<PageId> deferring_;  // that free's dead pages
+  std::deque<DeferredDiscard> deferred_;
+  std::vector<uint64_t> discard_after_;  // per page: the newest deferred discard holding it (0: none)
+  uint64_t next_deferred_ = 1;
   std::vector<PageId> kernel_pages_;
   std::vector<uint32_t> kernel_blocks_;
   std::vector<PageId> faulted_;

@@ -48,7 +48,7 @@ LINKS = {
     "protocol": ["demand", "base"],
     "client": ["protocol", "demand", "umm"],
     "daemon": ["scheduling", "protocol", "umm"],
-    "libzicoum": ["client", "umm"],
+    "libzicoum": ["client", "pager", "umm"],
     "tools": ["libzicoum", "daemon", "client", "scheduling", "pager", "prefetch", "umm"],
 }
 

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 #include <string>
 
 #include "config.h"
@@ -53,6 +55,54 @@ TEST(UmPager, RefusesWhatCannotWork) {
   EXPECT_EQ(UmPager::create(driver, DeviceId{0}, VaRange{range.base + 4096, kPage}, kPage, options, &pager, &why).code(),
             Errc::kInvalidArgument);
   ASSERT_TRUE(UmPager::create(driver, DeviceId{0}, range, kPage, options, &pager, &why).is_ok()) << why;
+  pager.reset();
+  ASSERT_TRUE(driver.managed_free(arena).is_ok());
+}
+
+// A block freed while a stream's queued kernels may still read it: the pages
+// it leaves dead are discarded only after that work, and not at all if they
+// hold live data again by then.
+TEST(UmPager, DiscardsWaitForTheWorkQueuedBeforeTheFree) {
+  SimDriver driver;
+  void* arena = nullptr;
+  ASSERT_TRUE(driver.managed_allocate(8 * kPage, &arena).is_ok());
+  const auto base = static_cast<std::byte*>(arena);
+  std::unique_ptr<UmPager> pager;
+  std::string why;
+  UmPagerOptions options;
+  options.policy = "zico";
+  options.budget_bytes = 4 * kPage;
+  ASSERT_TRUE(UmPager::create(driver, DeviceId{0}, VaRange{reinterpret_cast<uintptr_t>(arena), 8 * kPage}, kPage,
+                              options, &pager, &why)
+                  .is_ok())
+      << why;
+  StreamHandle busy;
+  ASSERT_TRUE(driver.stream_create(DeviceId{0}, &busy).is_ok());
+  const auto use = [&](size_t page) {
+    const VaRange range{reinterpret_cast<uintptr_t>(base + page * kPage), kPage};
+    pager->before_kernel(page, std::span<const VaRange>(&range, 1), 1000);
+    ASSERT_TRUE(driver.run_kernel(std::span<const VaRange>(&range, 1), 1000).is_ok());
+    pager->after_kernel();
+  };
+  for (size_t page : {0u, 1u}) {
+    pager->on_allocate(base + page * kPage, kPage);
+    std::memset(base + page * kPage, 0x42, kPage);
+    use(page);
+  }
+  driver.hold_stream(busy);  // work still queued on `busy` reads pages 0 and 1
+  std::vector<std::byte> seen(2 * kPage);
+  ASSERT_TRUE(driver.copy_async(seen.data(), base, 2 * kPage, CopyKind::kDeviceToHost, busy).is_ok());
+  pager->on_free(base, busy);
+  pager->on_free(base + kPage, busy);
+  EXPECT_EQ(static_cast<int>(base[0]), 0x42) << "discarded before the queued work ran";
+  pager->on_allocate(base, kPage / 2);  // page 0 holds live data again; page 1 stays dead
+  ASSERT_TRUE(driver.release_stream(busy).is_ok());
+  EXPECT_EQ(seen[kPage + 1], std::byte{0x42}) << "the queued work read a discarded page";
+  use(2);  // the pager looks at its deferred discards
+  EXPECT_EQ(static_cast<int>(base[0]), 0x42) << "a page live again was discarded";
+  EXPECT_EQ(static_cast<int>(base[kPage]), 0) << "the dead page was never discarded";
+  EXPECT_EQ(pager->stats().discards, 1u);
+  ASSERT_TRUE(driver.stream_destroy(busy).is_ok());
   pager.reset();
   ASSERT_TRUE(driver.managed_free(arena).is_ok());
 }

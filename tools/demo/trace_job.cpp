@@ -4,6 +4,14 @@
 // manager's iteration gate: it may hold the job back to shift its peak).
 //
 //   trace_job --trace FILE --iterations N [--time-scale X] [--memory-scale F] [--name NAME]
+//   trace_job --ops --trace FILE --iterations N [--memory-scale F] [--name NAME]
+//
+// With --ops the trace's kernels are replayed too, as fast as they go
+// (op_replay.h): the way to run a job beyond capacity (ZICO_MODE=um). Its
+// line reads
+//   result name=NAME iterations=N mode=ops clock=modelled|wall first_iter_s=S mean_iter_s=S
+//          peak_allocated_bytes=B peak_resident_bytes=B faulted_pages=P prefetched_pages=P evicted_pages=P
+// mean_iter_s: the iterations after the first (which the pager learns from).
 //
 // Time: an event at trace offset t into its iteration happens X * t wall
 // nanoseconds after the iteration began. The job keeps its own progress
@@ -47,6 +55,7 @@
 #include <zicoum/zicoum.h>
 
 #include "job_model.h"
+#include "op_replay.h"
 #include "trace_reader.h"
 
 namespace {
@@ -59,7 +68,7 @@ constexpr size_t kPatternBytes = 8;
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr,
-               "trace_job: %s\nusage: trace_job --trace FILE --iterations N [--time-scale X] "
+               "trace_job: %s\nusage: trace_job [--ops] --trace FILE --iterations N [--time-scale X] "
                "[--memory-scale F] [--name NAME]\n",
                message.c_str());
   return 2;
@@ -301,6 +310,32 @@ class Job {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+int run_ops(const std::string& trace_path, std::string name, uint32_t iterations, double memory_scale) {
+  zico::trace::Trace trace;
+  std::string error;
+  if (!zico::trace::read_trace_file(trace_path, &trace, &error).is_ok()) {
+    std::fprintf(stderr, "trace_job: %s\n", error.c_str());
+    return 1;
+  }
+  if (name.empty()) {
+    const auto model = trace.meta.find("model");
+    name = model != trace.meta.end() && !model->second.empty() ? model->second : "job";
+  }
+  zico::demo::OpReplayResult r;
+  if (!zico::demo::replay_ops(trace, iterations, memory_scale, &r, &error)) {
+    std::fprintf(stderr, "trace_job %s: %s\n", name.c_str(), error.c_str());
+    return 1;
+  }
+  std::printf(
+      "result name=%s iterations=%u mode=ops clock=%s first_iter_s=%.6f mean_iter_s=%.6f peak_allocated_bytes=%llu "
+      "peak_resident_bytes=%llu faulted_pages=%llu prefetched_pages=%llu evicted_pages=%llu\n",
+      name.c_str(), r.iterations, r.modelled ? "modelled" : "wall", r.first_iteration_s, r.steady_iteration_s,
+      static_cast<unsigned long long>(r.peak_allocated_bytes), static_cast<unsigned long long>(r.peak_resident_bytes),
+      static_cast<unsigned long long>(r.faulted_pages), static_cast<unsigned long long>(r.prefetched_pages),
+      static_cast<unsigned long long>(r.evicted_pages));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -309,11 +344,16 @@ int main(int argc, char** argv) {
   long iterations = -1;
   double time_scale = 1;
   double memory_scale = 1;
+  bool ops = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      std::printf("usage: trace_job --trace FILE --iterations N [--time-scale X] [--memory-scale F] [--name NAME]\n");
+      std::printf("usage: trace_job [--ops] --trace FILE --iterations N [--time-scale X] [--memory-scale F] [--name NAME]\n");
       return 0;
+    }
+    if (arg == "--ops") {
+      ops = true;
+      continue;
     }
     if (i + 1 >= argc) return usage_error(std::string(arg) + " needs a value");
     const std::string value = argv[++i];
@@ -344,6 +384,8 @@ int main(int argc, char** argv) {
     }
   }
   if (trace_path.empty() || iterations < 0) return usage_error("--trace and --iterations are required");
+
+  if (ops) return run_ops(trace_path, name, static_cast<uint32_t>(iterations), memory_scale);
 
   const Clock::time_point begin = Clock::now();
   zico::trace::Trace trace;

@@ -48,14 +48,14 @@ bool run_um_replay(const prefetch::AccessStream& stream, const std::string& poli
       case prefetch::StreamEvent::Kind::kAllocate:
         pager->on_allocate(block_ptr(e.index), stream.blocks[e.index].bytes);
         break;
-      case prefetch::StreamEvent::Kind::kFree: pager->on_free(block_ptr(e.index)); break;
+      case prefetch::StreamEvent::Kind::kFree: pager->on_free(block_ptr(e.index), std::nullopt); break;
       case prefetch::StreamEvent::Kind::kOp: {
         const prefetch::StreamOp& op = stream.ops[e.index];
         used.clear();
         for (const uint32_t block : stream.op_blocks(op)) {
           used.push_back(VaRange{base + stream.blocks[block].offset, stream.blocks[block].bytes});
         }
-        (void)pager->before_kernel(op.exec_id, used, op.duration_ns);
+        pager->before_kernel(op.exec_id, used, op.duration_ns);
         if (Status status = driver.run_kernel(used, op.duration_ns); !status.is_ok()) {
           *error = "op " + std::to_string(e.index) + " could not run: " + to_string(status.code());
           ok = false;

@@ -38,6 +38,8 @@ constexpr const char* kUsage =
     "\n"
     "  --budget SIZE       cap on device memory per GPU (sets ZICO_BUDGET), e.g. 6GiB\n"
     "  --backend cuda|sim  sim runs on a simulated device in host memory (sets ZICO_BACKEND)\n"
+    "  --mode vmm|um       um: unified memory, pages beyond the budget move to host\n"
+    "                      memory and back instead of failing (sets ZICO_MODE)\n"
     "  --log error|warn|info|debug\n"
     "                      how much zicoum logs to stderr (sets ZICO_LOG)\n"
     "  --library PATH      libzicoum.so to preload (default: $ZICO_LIBRARY, else\n"
@@ -53,6 +55,7 @@ constexpr const char* kUsage =
 struct Options {
   std::optional<std::string> budget;
   std::optional<std::string> backend;
+  std::optional<std::string> mode;
   std::optional<std::string> log;
   std::optional<std::string> library;
   bool help = false;
@@ -95,6 +98,7 @@ std::optional<int> parse_args(int argc, char** argv, Options* options) {
     }
     std::optional<std::string>* slot = name == "--budget"    ? &options->budget
                                        : name == "--backend" ? &options->backend
+                                       : name == "--mode"    ? &options->mode
                                        : name == "--log"     ? &options->log
                                        : name == "--library" ? &options->library
                                                              : nullptr;
@@ -125,6 +129,9 @@ std::optional<int> validate(const Options& options) {
   }
   if (options.backend && !is_one_of(*options.backend, {"cuda", "sim"})) {
     return usage_error("--backend '" + *options.backend + "' is not valid; expected cuda or sim");
+  }
+  if (options.mode && !is_one_of(*options.mode, {"vmm", "um"})) {
+    return usage_error("--mode '" + *options.mode + "' is not valid; expected vmm or um");
   }
   if (options.log && !is_one_of(*options.log, {"error", "warn", "info", "debug"})) {
     return usage_error("--log '" + *options.log + "' is not valid; expected error, warn, info or debug");
@@ -248,6 +255,7 @@ std::optional<int> prepare_environment(const Options& options, const fs::path& l
   set_env("ZICO_LIBRARY", path);
   if (options.budget) set_env("ZICO_BUDGET", *options.budget);
   if (options.backend) set_env("ZICO_BACKEND", *options.backend);
+  if (options.mode) set_env("ZICO_MODE", *options.mode);
   if (options.log) set_env("ZICO_LOG", *options.log);
   turn_off_expandable_segments();
 

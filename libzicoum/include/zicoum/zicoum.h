@@ -84,6 +84,13 @@ typedef struct zico_stats {
   uint64_t chunk_unmaps;
   uint64_t iterations;          /* zico_mark_iteration() calls */
   uint64_t last_iteration_peak_bytes; /* peak allocated during the last full iteration */
+  /* UM mode (ZICO_MODE=um); zero otherwise. */
+  uint64_t resident_bytes;      /* the job's pages on the GPU now (at most the budget) */
+  uint64_t peak_resident_bytes;
+  uint64_t faulted_pages;       /* absent when a kernel used them: faulted in by the driver */
+  uint64_t prefetched_pages;    /* brought to the GPU ahead of use */
+  uint64_t evicted_pages;       /* sent to host memory (planned, or to make room) */
+  uint64_t modelled_ns;         /* simulated backend: the device's modelled clock; 0 on a GPU */
 } zico_stats_t;
 
 ZICO_API zico_status_t zico_get_stats(int device, zico_stats_t* stats);
@@ -99,6 +106,19 @@ ZICO_API zico_status_t zico_mem_get_info(int device, size_t* free_bytes, size_t*
 /* Marks an iteration boundary of the training loop (call at the start of
  * each iteration). Lets zicoum learn the job's memory cycle. */
 ZICO_API zico_status_t zico_mark_iteration(void);
+
+/* UM mode: the work the caller is about to launch (one op: one or more
+ * kernels) uses the blocks `ptrs` point into (any offset; blocks of one
+ * device). The pager brings what the op needs and makes room for it before
+ * this returns; `op_id` identifies the op across iterations (e.g. a hash of
+ * its name and arguments), `expected_ns` is how long it computes if known (0:
+ * unknown; the simulated backend runs it for that long). Pointers zicoum did
+ * not allocate are ignored. In VMM mode: ZICO_OK, nothing done. */
+ZICO_API zico_status_t zico_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint64_t expected_ns);
+
+/* The op of the last zico_op_begin() on this thread was launched (on the
+ * simulated backend: it runs now, on the modelled clock). */
+ZICO_API zico_status_t zico_op_end(void);
 
 /* Returns cached, unused physical memory on `device` to the driver. */
 ZICO_API zico_status_t zico_empty_cache(int device);
