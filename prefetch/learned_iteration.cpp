@@ -36,6 +36,16 @@ void LearnedIteration::keep_last(uint32_t ops) {
   for (auto& d : deaths_) d.first -= drop;
 }
 
+void LearnedIteration::append(const LearnedIteration& next) {
+  const uint32_t shift = ops();
+  const auto ref_shift = static_cast<uint32_t>(refs_.size());
+  exec_ids_.insert(exec_ids_.end(), next.exec_ids_.begin(), next.exec_ids_.end());
+  durations_.insert(durations_.end(), next.durations_.begin(), next.durations_.end());
+  refs_.insert(refs_.end(), next.refs_.begin(), next.refs_.end());
+  for (size_t i = 1; i < next.first_ref_.size(); ++i) first_ref_.push_back(next.first_ref_[i] + ref_shift);
+  for (const auto& [position, page] : next.deaths_) deaths_.emplace_back(position + shift, page);
+}
+
 void LearnedIteration::finish(uint32_t page_count) {
   start_ns_.assign(1, 0);
   for (const uint64_t d : durations_) start_ns_.push_back(start_ns_.back() + d);

@@ -28,6 +28,9 @@ class LearnedIteration {
   // Keeps only the last `ops` ops recorded (and the deaths among them): a
   // period found in a longer recording.
   void keep_last(uint32_t ops);
+  // Appends `next`'s ops and deaths after this one's: a period of two
+  // iterations. Call finish() again afterwards.
+  void append(const LearnedIteration& next);
   // Builds the per-page use lists; call once the iteration is complete.
   void finish(uint32_t page_count);
 

@@ -51,20 +51,63 @@ void ZicoPolicy::on_free(uint32_t /*block*/, const BlockExtent& /*extent*/, std:
 
 void ZicoPolicy::on_iteration(uint32_t /*n*/, Decisions* /*out*/) {
   marked_ = true;
+  if (period_ == 2 && !mid_period_) {
+    mid_period_ = true;  // the period goes on across this mark
+    return;
+  }
+  mid_period_ = false;
   begin_iteration();
 }
 
 void ZicoPolicy::begin_iteration() {
-  const bool relearn = !recording_.empty() && (learned_.empty() || !recording_.same_as(learned_));
-  if (relearn) {
-    std::swap(learned_, recording_);
-    learned_.finish(residency_.page_count());
-    plan_.build(learned_, residency_.budget_pages() - spare_pages_, residency_.page_count());
-    // Positions restart at iteration 1 of the new prediction, so that "just
-    // before this iteration" is a position too.
-    iteration_base_ = learned_.ops();
-    rekey_present_pages(iteration_base_ - 1);
-    due_ = 0;  // including those the plan would have issued in the iteration before
+  bool changed = false;
+  if (!recording_.empty()) {
+    if (learned_.empty()) {
+      std::swap(learned_, recording_);
+      learned_.finish(residency_.page_count());
+      plan_.build(learned_, residency_.budget_pages() - spare_pages_, residency_.page_count());
+      changed = true;
+    } else if (recording_.same_as(learned_)) {
+      returns_ = 0;  // as predicted
+    } else if (period_ == 2) {
+      // The alternation broke: start over from the next iteration.
+      period_ = 1;
+      returns_ = 0;
+      learned_.clear();
+      previous_.clear();
+      plan_.clear();
+      previous_plan_.clear();
+      changed = true;
+    } else if (!previous_.empty() && recording_.same_as(previous_)) {
+      // It repeated the one two back. The second time in a row, the two
+      // alternate: learn them as one period, the prediction (what comes
+      // next) first. The first time, predict what was just seen (one odd
+      // iteration, then steady again).
+      if (++returns_ >= 2) {
+        learned_.append(previous_);
+        learned_.finish(residency_.page_count());
+        plan_.build(learned_, residency_.budget_pages() - spare_pages_, residency_.page_count());
+        previous_.clear();
+        previous_plan_.clear();
+        period_ = 2;
+        mid_period_ = false;
+      } else {
+        std::swap(learned_, previous_);
+        std::swap(plan_, previous_plan_);
+      }
+      changed = true;
+    } else {
+      std::swap(previous_, learned_);
+      std::swap(previous_plan_, plan_);
+      std::swap(learned_, recording_);
+      learned_.finish(residency_.page_count());
+      plan_.build(learned_, residency_.budget_pages() - spare_pages_, residency_.page_count());
+      returns_ = 0;
+      changed = true;
+    }
+  }
+  if (changed && !learned_.empty()) {
+    adopt_prediction();
   } else if (!learned_.empty()) {
     iteration_base_ += learned_.ops();
     due_ = next_due_;
@@ -74,6 +117,14 @@ void ZicoPolicy::begin_iteration() {
   recording_.clear();
   position_ = 0;
   following_ = !learned_.empty();
+}
+
+void ZicoPolicy::adopt_prediction() {
+  // Positions restart at iteration 1 of the new prediction, so that "just
+  // before this iteration" is a position too.
+  iteration_base_ = learned_.ops();
+  rekey_present_pages(iteration_base_ - 1);
+  due_ = 0;  // including those the plan would have issued in the iteration before
 }
 
 void ZicoPolicy::on_op_start(const OpView& op, Decisions* out) {

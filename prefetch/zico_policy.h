@@ -21,6 +21,11 @@
 // when its op starts is fetched then, making room by next use (the resident
 // page used farthest ahead leaves), never by evicting a page the op uses.
 //
+// Some jobs alternate between two iterations (an allocator whose placements
+// settle into a 2-cycle, a model that alternates two kinds of step): when an
+// iteration repeats the one two back instead of the last, twice in a row, the
+// planner learns the two as one period of two iterations, planned as a
+// whole, until it stops repeating.
 // Iterations come from the marks (on_iteration); a job that gives none has
 // its launches' period found instead (period_detector.h), and the first mark
 // switches that off for good.
@@ -64,6 +69,8 @@ class ZicoPolicy final : public PagingPolicy {
 
  private:
   void begin_iteration();
+  // The prediction (learned_ and plan_) changed: positions restart.
+  void adopt_prediction();
   [[nodiscard]] int64_t available_slots() const;
   void rekey_present_pages(uint64_t after);
   void issue_due(uint64_t now, Decisions* out);
@@ -81,6 +88,12 @@ class ZicoPolicy final : public PagingPolicy {
   LearnedIteration recording_;
   LearnedIteration learned_;
   IterationPlan plan_;
+  // The prediction before learned_, kept in case iterations alternate.
+  LearnedIteration previous_;
+  IterationPlan previous_plan_;
+  uint32_t returns_ = 0;       // iterations in a row that repeated the one two back
+  uint32_t period_ = 1;        // iterations per learned period: 2 once they alternate
+  bool mid_period_ = false;    // a mark inside a period of two
   bool following_ = false;
   uint64_t iteration_base_ = 0;  // absolute position of this iteration's first op
   uint32_t position_ = 0;        // op position in this iteration

@@ -122,6 +122,31 @@ TEST(PagingPolicies, UmWritesDeadDataBackAndTheOthersDoNot) {
   }
 }
 
+TEST(PagingPolicies, ZicoLearnsIterationsThatAlternate) {
+  // An allocator whose placements settle into a 2-cycle: even iterations put
+  // the activations on pages 1-2, odd ones on pages 3-4. Predicting each
+  // iteration from the last one would fail every time; the planner learns
+  // the two as one period and runs without faults.
+  StreamBuilder b(4096);
+  const uint32_t w = b.allocate(4096);
+  for (int it = 0; it < 12; ++it) {
+    b.mark();
+    const uint64_t base = it % 2 == 0 ? 4096 : 3 * 4096;
+    const uint32_t a = b.allocate_at(base, 4096);
+    b.op({w, a}, 100000, 1);
+    const uint32_t c = b.allocate_at(base + 4096, 4096);
+    b.op({a, c}, 100000, 2);
+    b.free(a);
+    b.op({w, c}, 100000, 3);
+    b.free(c);
+    b.op({w}, 100000, 4);
+  }
+  const AccessStream stream = b.finish();
+  const PagingResult r = run_checked(stream, "zico", 2 * 4096);
+  EXPECT_EQ(r.iterations.back().faults, 0u);
+  EXPECT_EQ(r.iterations[r.iterations.size() - 2].faults, 0u);
+}
+
 TEST(PagingPolicies, TheSimulatorRefusesWhatCannotRun) {
   const AccessStream stream = random_training_stream(3, 2, 4096);
   PagingOptions options;

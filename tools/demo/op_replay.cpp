@@ -42,14 +42,84 @@ bool replay_ops(const trace::Trace& trace, uint32_t iterations, double memory_sc
                 std::string* error) {
   *out = OpReplayResult{};
   prefetch::AccessStream stream;
-  if (!page::build_access_stream(trace, uint64_t{2} << 20, iterations, &stream, error)) return false;
+  if (!page::build_access_stream(trace, uint64_t{2} << 20, 0, &stream, error)) return false;
   if (stream.ops.empty()) {
     *error = "the trace records no kernels (a version 1 trace): --ops needs a version 2 trace";
     return false;
   }
+  // Segments: [0] everything before the first mark, then one per iteration.
+  std::vector<size_t> segment_start{0};
+  for (size_t i = 0; i < stream.events.size(); ++i) {
+    if (stream.events[i].kind == prefetch::StreamEvent::Kind::kIteration) segment_start.push_back(i);
+  }
+  segment_start.push_back(stream.events.size());
+  const auto recorded = static_cast<uint32_t>(segment_start.size() - 2);
+  if (recorded == 0) {
+    *error = "the trace marks no iteration";
+    return false;
+  }
+  // Iterations beyond the recorded ones repeat the last: its blocks are made
+  // anew each time, and those it takes from the iteration before it (made
+  // there, freed or used here) are the previous repetition's, by their order
+  // of allocation. That needs the last two iterations to allocate alike.
+  const size_t last = segment_start.size() - 2;  // the last iteration's segment
+  std::vector<int64_t> segment_of(stream.blocks.size(), -1);
+  std::vector<uint32_t> ordinal(stream.blocks.size(), 0);
+  std::vector<std::vector<uint64_t>> segment_sizes(segment_start.size() - 1);
+  for (size_t seg = 0; seg + 1 < segment_start.size(); ++seg) {
+    for (size_t i = segment_start[seg]; i < segment_start[seg + 1]; ++i) {
+      const prefetch::StreamEvent& e = stream.events[i];
+      if (e.kind != prefetch::StreamEvent::Kind::kAllocate) continue;
+      segment_of[e.index] = static_cast<int64_t>(seg);
+      ordinal[e.index] = static_cast<uint32_t>(segment_sizes[seg].size());
+      segment_sizes[seg].push_back(stream.blocks[e.index].bytes);
+    }
+  }
+  if (iterations > recorded) {
+    const auto& a = segment_sizes[last - 1];
+    const auto& b = segment_sizes[last];
+    if (recorded < 2 || a != b) {
+      *error = "the trace records " + std::to_string(recorded) + " iteration(s) whose last two do not allocate " +
+               "alike: at most " + std::to_string(recorded) + " iterations can be replayed";
+      return false;
+    }
+    for (size_t i = segment_start[last]; i < segment_start[last + 1]; ++i) {
+      const prefetch::StreamEvent& e = stream.events[i];
+      if (e.kind == prefetch::StreamEvent::Kind::kFree && segment_of[e.index] < static_cast<int64_t>(last) - 1) {
+        *error = "the last iteration frees a block made before the iteration it follows: it cannot be repeated";
+        return false;
+      }
+    }
+  }
+
   const bool check = host_accessible();
-  std::vector<void*> ptrs(stream.blocks.size(), nullptr);
-  std::vector<uint64_t> sizes(stream.blocks.size(), 0);
+  struct Live {
+    void* ptr = nullptr;
+    uint64_t bytes = 0;
+    uint64_t key = 0;  // the block's pattern
+  };
+  std::vector<Live> original(stream.blocks.size());
+  std::vector<Live> previous(segment_sizes[last].size());  // the last repetition's blocks, by ordinal
+  std::vector<Live> current(segment_sizes[last].size());
+  uint64_t repetition = 0;  // 0: the recorded events themselves
+  uint64_t next_key = 0;
+  const auto slot = [&](uint32_t block) -> Live& {
+    if (repetition == 0) return original[block];
+    if (segment_of[block] == static_cast<int64_t>(last)) return current[ordinal[block]];
+    if (segment_of[block] == static_cast<int64_t>(last) - 1) return previous[ordinal[block]];
+    return original[block];
+  };
+  // The first repetition's "iteration before" is the recorded last one:
+  // its blocks move over, by ordinal.
+  const auto recorded_last_as_previous = [&] {
+    for (size_t i = segment_start[last]; i < segment_start[last + 1]; ++i) {
+      const prefetch::StreamEvent& e = stream.events[i];
+      if (e.kind != prefetch::StreamEvent::Kind::kAllocate) continue;
+      previous[ordinal[e.index]] = original[e.index];
+      original[e.index] = Live{};
+    }
+  };
+
   std::vector<const void*> used;
   std::vector<double> marks;  // the clock at each mark, seconds
   const auto wall_start = std::chrono::steady_clock::now();
@@ -65,64 +135,77 @@ bool replay_ops(const trace::Trace& trace, uint32_t iterations, double memory_sc
     *error = what + ": " + zico_status_string(status) + ": " + zico_last_error();
     return false;
   };
-  for (const prefetch::StreamEvent& e : stream.events) {
+  const auto where = [&] { return " (iteration " + std::to_string(marks.empty() ? 0 : marks.size() - 1) + ")"; };
+  const auto play = [&](const prefetch::StreamEvent& e) {
     switch (e.kind) {
       case prefetch::StreamEvent::Kind::kAllocate: {
+        Live& live = slot(e.index);
         const double scaled = std::round(static_cast<double>(stream.blocks[e.index].bytes) * memory_scale);
-        const uint64_t bytes = std::max<uint64_t>(static_cast<uint64_t>(scaled), 1);
-        if (zico_status_t s = zico_malloc(&ptrs[e.index], bytes, 0, nullptr); s != ZICO_OK) {
-          return fail("block " + std::to_string(e.index) + " (" + std::to_string(bytes) + " bytes, iteration " +
-                          std::to_string(marks.size()) + ")",
-                      s);
+        live.bytes = std::max<uint64_t>(static_cast<uint64_t>(scaled), 1);
+        live.key = next_key++;
+        if (zico_status_t s = zico_malloc(&live.ptr, live.bytes, 0, nullptr); s != ZICO_OK) {
+          return fail("a block of " + std::to_string(live.bytes) + " bytes" + where(), s);
         }
-        sizes[e.index] = bytes;
         if (check) {
           uint8_t p[kPatternBytes];
-          pattern(e.index, p);
-          std::memcpy(ptrs[e.index], p, std::min<uint64_t>(bytes, kPatternBytes));
-          if (bytes > kPatternBytes) {
-            std::memcpy(static_cast<uint8_t*>(ptrs[e.index]) + bytes - kPatternBytes, p, kPatternBytes);
+          pattern(live.key, p);
+          std::memcpy(live.ptr, p, std::min<uint64_t>(live.bytes, kPatternBytes));
+          if (live.bytes > kPatternBytes) {
+            std::memcpy(static_cast<uint8_t*>(live.ptr) + live.bytes - kPatternBytes, p, kPatternBytes);
           }
         }
-        break;
+        return true;
       }
       case prefetch::StreamEvent::Kind::kFree: {
-        void* ptr = ptrs[e.index];
-        if (ptr == nullptr) break;
+        Live& live = slot(e.index);
+        if (live.ptr == nullptr) return true;
         if (check) {
           uint8_t p[kPatternBytes];
-          pattern(e.index, p);
-          const uint64_t bytes = sizes[e.index];
-          const uint64_t head = std::min<uint64_t>(bytes, kPatternBytes);
-          if (std::memcmp(ptr, p, head) != 0 ||
-              (bytes > kPatternBytes &&
-               std::memcmp(static_cast<uint8_t*>(ptr) + bytes - kPatternBytes, p, kPatternBytes) != 0)) {
-            *error = "block " + std::to_string(e.index) + " lost its contents (iteration " +
-                     std::to_string(marks.size()) + ")";
+          pattern(live.key, p);
+          const uint64_t head = std::min<uint64_t>(live.bytes, kPatternBytes);
+          if (std::memcmp(live.ptr, p, head) != 0 ||
+              (live.bytes > kPatternBytes &&
+               std::memcmp(static_cast<uint8_t*>(live.ptr) + live.bytes - kPatternBytes, p, kPatternBytes) != 0)) {
+            *error = "a block of " + std::to_string(live.bytes) + " bytes lost its contents" + where();
             return false;
           }
         }
-        if (zico_status_t s = zico_free(ptr, nullptr); s != ZICO_OK) return fail("free of block " + std::to_string(e.index), s);
-        ptrs[e.index] = nullptr;
-        break;
+        if (zico_status_t s = zico_free(live.ptr, nullptr); s != ZICO_OK) return fail("a free" + where(), s);
+        live = Live{};
+        return true;
       }
       case prefetch::StreamEvent::Kind::kOp: {
         const prefetch::StreamOp& op = stream.ops[e.index];
         used.clear();
         for (const uint32_t block : stream.op_blocks(op)) {
-          if (ptrs[block] != nullptr) used.push_back(ptrs[block]);
+          if (const Live& live = slot(block); live.ptr != nullptr) used.push_back(live.ptr);
         }
         if (zico_status_t s = zico_op_begin(op.exec_id, used.data(), used.size(), op.duration_ns); s != ZICO_OK) {
-          return fail("op " + std::to_string(e.index), s);
+          return fail("an op" + where(), s);
         }
-        if (zico_status_t s = zico_op_end(); s != ZICO_OK) return fail("op " + std::to_string(e.index), s);
-        break;
+        if (zico_status_t s = zico_op_end(); s != ZICO_OK) return fail("an op" + where(), s);
+        return true;
       }
       case prefetch::StreamEvent::Kind::kIteration:
         marks.push_back(now_s());
-        if (zico_status_t s = zico_mark_iteration(); s != ZICO_OK) return fail("iteration mark", s);
-        break;
+        if (zico_status_t s = zico_mark_iteration(); s != ZICO_OK) return fail("an iteration mark", s);
+        return true;
     }
+    return true;
+  };
+
+  const size_t recorded_end = segment_start[std::min<size_t>(iterations, recorded) + 1];
+  for (size_t i = 0; i < recorded_end; ++i) {
+    if (!play(stream.events[i])) return false;
+  }
+  for (uint32_t n = recorded; n < iterations; ++n) {
+    ++repetition;
+    if (repetition == 1) recorded_last_as_previous();
+    for (size_t i = segment_start[last]; i < segment_start[last + 1]; ++i) {
+      if (!play(stream.events[i])) return false;
+    }
+    previous = current;
+    std::fill(current.begin(), current.end(), Live{});
   }
   marks.push_back(now_s());
   const zico_stats_t s = stats_now();
@@ -131,12 +214,17 @@ bool replay_ops(const trace::Trace& trace, uint32_t iterations, double memory_sc
   out->faulted_pages = s.faulted_pages;
   out->prefetched_pages = s.prefetched_pages;
   out->evicted_pages = s.evicted_pages;
-  for (size_t block = 0; block < ptrs.size(); ++block) {
-    if (ptrs[block] != nullptr) (void)zico_free(ptrs[block], nullptr);
+  for (const std::vector<Live>* set : {&original, &previous, &current}) {
+    for (const Live& live : *set) {
+      if (live.ptr != nullptr) (void)zico_free(live.ptr, nullptr);
+    }
   }
   // marks[0] is the first iteration's start; marks.back() the last one's end.
   out->iterations = marks.size() >= 2 ? static_cast<uint32_t>(marks.size() - 1) : 0;
-  if (out->iterations >= 1) out->first_iteration_s = marks[1] - marks[0];
+  if (out->iterations >= 1) {
+    out->first_iteration_s = marks[1] - marks[0];
+    out->last_iteration_s = marks.back() - marks[marks.size() - 2];
+  }
   if (out->iterations >= 2) {
     out->steady_iteration_s = (marks.back() - marks[1]) / static_cast<double>(out->iterations - 1);
   } else {

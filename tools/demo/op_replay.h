@@ -21,6 +21,7 @@ struct OpReplayResult {
   uint32_t iterations = 0;
   double first_iteration_s = 0;  // learning: the pager has seen nothing yet
   double steady_iteration_s = 0; // mean of the iterations after the first
+  double last_iteration_s = 0;
   bool modelled = false;         // times from the simulated device's clock
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_resident_bytes = 0;
