@@ -98,22 +98,33 @@ void UmPager::on_free(const void* ptr, std::optional<StreamHandle> work_on) {
   }
   decisions_.clear();
   policy_->on_free(block.id, extent, dead, &decisions_);
-  defer_discards_ = work_on.has_value();
+  // Work still queued before the free may read the block: its dead pages are
+  // discarded once that work is done. Where it is done already (an idle
+  // stream), they are discarded in the decisions' order, so that a dead page
+  // the policy drops leaves without a copy.
+  DeferredDiscard d;
+  if (work_on.has_value()) {
+    bool done = false;
+    if (!driver_.event_create(device_, &d.event).is_ok()) {
+      d.event = EventHandle{};
+    } else if (!driver_.event_record(d.event, *work_on).is_ok() || !driver_.event_query(d.event, &done).is_ok()) {
+      done = false;
+    }
+    defer_discards_ = !done;
+  }
   deferring_.clear();
   apply(decisions_);
   defer_discards_ = false;
-  if (deferring_.empty()) return;
-  DeferredDiscard d;
-  if (!driver_.event_create(device_, &d.event).is_ok()) return;  // not discarded: only a copy more later
-  if (!driver_.event_record(d.event, *work_on).is_ok()) {
-    (void)driver_.event_destroy(d.event);
+  if (deferring_.empty() || !d.event.valid()) {
+    // Nothing deferred; or no event to wait on, so nothing is discarded at
+    // all (only a copy more later).
+    if (d.event.valid()) (void)driver_.event_destroy(d.event);
     return;
   }
   d.seq = next_deferred_++;
   d.pages = deferring_;
   for (const PageId page : d.pages) discard_after_[page] = d.seq;
   deferred_.push_back(std::move(d));
-  poll_deferred();  // the stream may be idle already
 }
 
 void UmPager::poll_deferred() {
