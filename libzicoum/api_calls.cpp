@@ -148,7 +148,10 @@ thread_local PendingOp t_op;
 
 Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint64_t expected_ns) noexcept {
   if (count > 0 && ptrs == nullptr) {
-    set_last_error("zico_op_begin: ptrs is NULL with a count of " + std::to_string(count));
+    try {
+      set_last_error("zico_op_begin: ptrs is NULL with a count of " + std::to_string(count));
+    } catch (...) {
+    }
     return Status(Errc::kInvalidArgument);
   }
   t_op.pager = nullptr;
