@@ -231,9 +231,17 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
   // arena is the limit, and the pager keeps the GPU's share within the budget.
   options.budget_bytes = SIZE_MAX;
   options.chunk_bytes = config_.chunk_size.value_or(0);
-  // Beyond capacity needs an arena larger than the device; by default twice
-  // its memory (four times in VMM mode, where the arena costs nothing).
-  options.arena_bytes = config_.arena_size.value_or(2 * caps.total_memory);
+  // By default what the device has free: asking some GPUs for more managed
+  // memory than they have free can hang them, so paging beyond the device
+  // itself (not only beyond the budget) takes an explicit ZICO_ARENA_SIZE.
+  size_t device_free = 0;
+  size_t device_total = 0;
+  if (!config_.arena_size && !driver_->memory_info(device, &device_free, &device_total).is_ok()) {
+    *why = name + ": cannot read the device's free memory for the UM arena; set ZICO_ARENA_SIZE";
+    return Status(Errc::kDriverError);
+  }
+  const size_t chunk = config_.chunk_size.value_or(caps.granularity);
+  options.arena_bytes = config_.arena_size.value_or(chunk != 0 ? device_free / chunk * chunk : device_free);
   if (Status status = DeviceAllocator::create(*managed_driver_, device, options, allocator, why); !status.is_ok()) {
     *why = name + ": " + *why;
     return status;

@@ -30,8 +30,9 @@ constexpr OptionInfo kOptions[] = {
     {"ZICO_LOG", "warn", "error | warn | info | debug", "how much the library logs to stderr"},
     {"ZICO_CHUNK_SIZE", "driver granularity", "power-of-two size, a multiple of the granularity",
      "unit of physical memory mapped and unmapped (2 MiB on H100)"},
-    {"ZICO_ARENA_SIZE", "4 x device memory", "size > 0",
-     "virtual address space reserved per device; allocations keep their addresses inside it"},
+    {"ZICO_ARENA_SIZE", "vmm: 4 x device memory; um: the device's free memory", "size > 0",
+     "address space reserved per device; allocations keep their addresses inside it (UM mode: the managed memory "
+     "the job may allocate; more than the GPU has free can hang some GPUs)"},
     {"ZICO_SIM_CAPACITY", "80GiB", "size > 0", "sim backend: memory of each simulated device"},
     {"ZICO_SIM_GRANULARITY", "2MiB", "power of two, 4KiB..1GiB", "sim backend: allocation granularity"},
     {"ZICO_SIM_DEVICES", "1", "integer 1..64", "sim backend: number of simulated devices"},
