@@ -51,6 +51,12 @@ struct SimOptions {
   uintptr_t capturing_stream = 0;
   // Off only for tests of code that deliberately unmaps racing work.
   bool require_fence_before_unmap = true;
+  // The simulated device's memory is the host's: a chunk is refused
+  // (out-of-memory, said once on stderr with the numbers) when creating it
+  // would leave the host less than this much available memory, whatever the
+  // capacity says, so that filling a simulated 80 GiB device cannot take a
+  // smaller host down. 0: 5 % of the host's memory, at least 512 MiB.
+  uint64_t host_reserve_bytes = 0;
   // Unified memory on device 0 (sim_managed.h): its page (0: the
   // granularity) and what migration costs on the modelled clock.
   size_t managed_page_bytes = 0;

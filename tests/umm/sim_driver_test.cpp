@@ -180,5 +180,20 @@ TEST_F(SimDriverTest, UnknownStreamsBehaveAsIdleStreams) {
   ZICO_ASSERT_OK(driver_.unmap(chunk));
 }
 
+TEST(SimDriverHost, RefusesChunksTheHostCouldNotHold) {
+  // A reserve larger than the host: every chunk would leave it short.
+  SimOptions o;
+  o.host_reserve_bytes = uint64_t{1} << 60;
+  SimDriver sim(o);
+  PhysHandle handle;
+  const Status status = sim.create(DeviceId{0}, o.granularity, &handle);
+  EXPECT_EQ(status.code(), Errc::kOutOfMemory);
+  EXPECT_EQ(sim.counters().creates, 0u);
+  // The default reserve leaves room for a chunk on any machine that runs the tests.
+  SimDriver normal;
+  ASSERT_TRUE(normal.create(DeviceId{0}, o.granularity, &handle).is_ok());
+  ASSERT_TRUE(normal.release(handle).is_ok());
+}
+
 }  // namespace
 }  // namespace zico::testing
