@@ -172,6 +172,10 @@ Status Runtime::allocator(DeviceId device, DeviceAllocator** out) noexcept {
     slot.store(*out, std::memory_order_release);
     return Status::ok();
   }
+  if (config_.budget && *config_.budget > caps.total_memory) {
+    ZICO_LOG(kWarn, "ZICO_BUDGET=%s is more than device %d has (%s): the device's memory binds first",
+             format_size(*config_.budget).c_str(), device.value, format_size(caps.total_memory).c_str());
+  }
   AllocatorOptions options;
   options.budget_bytes = config_.budget.value_or(caps.total_memory);
   options.chunk_bytes = config_.chunk_size.value_or(0);
@@ -427,8 +431,11 @@ Status Runtime::memory_info(DeviceId device, size_t* free_bytes, size_t* total_b
   size_t device_free = 0;
   size_t device_total = 0;
   ZICO_RETURN_IF_ERROR(driver_->memory_info(device, &device_free, &device_total));
-  const size_t budget_left = stats.budget_bytes - std::min(stats.budget_bytes, stats.allocated_bytes);
-  *total_bytes = stats.budget_bytes;
+  // Only whole chunks are ever mapped: what is reported is what can be allocated.
+  const size_t chunk = allocator->chunk_bytes();
+  const size_t usable = chunk != 0 ? stats.budget_bytes / chunk * chunk : stats.budget_bytes;
+  const size_t budget_left = usable - std::min(usable, stats.allocated_bytes);
+  *total_bytes = usable;
   *free_bytes = std::min(budget_left, device_free + stats.cached_bytes);
   return Status::ok();
 }

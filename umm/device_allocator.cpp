@@ -50,8 +50,8 @@ Status DeviceAllocator::create(Driver& driver, DeviceId device, const AllocatorO
     return Status(Errc::kConfigError);
   }
   if (chunk > options.budget_bytes) {
-    *why = "ZICO_CHUNK_SIZE=" + format_size(chunk) + " is larger than the budget (" +
-           format_size(options.budget_bytes) + "): nothing could ever be mapped";
+    *why = "the budget (" + format_size(options.budget_bytes) + ", ZICO_BUDGET) is smaller than one chunk (" +
+           format_size(chunk) + ", ZICO_CHUNK_SIZE or the device's granularity): nothing could ever be mapped";
     return Status(Errc::kConfigError);
   }
   // Host bookkeeping grows with the number of chunks in the arena; cap it.

@@ -99,7 +99,8 @@ ZICO_API zico_status_t zico_get_stats(int device, zico_stats_t* stats);
 ZICO_API zico_status_t zico_reset_peak_stats(int device);
 
 /* What `device` offers this job, as cudaMemGetInfo answers under zicoum:
- * *total_bytes is the budget, *free_bytes the budget less its allocations,
+ * *total_bytes is the budget in whole chunks (what can be allocated; UM mode:
+ * the arena), *free_bytes that less its allocations,
  * also capped by what the device really has free. */
 ZICO_API zico_status_t zico_mem_get_info(int device, size_t* free_bytes, size_t* total_bytes);
 
