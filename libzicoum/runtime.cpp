@@ -66,6 +66,7 @@ void Runtime::connect_to_node() {
   options.socket_path = config_.socket_path;
   options.wait_timeout_ns = config_.wait_timeout_ns;
   options.daemon_uid = config_.daemon_uid;
+  options.job_name = config_.job_name;
   std::string why;
   std::unique_ptr<sharing::NodeClient> client;
   // One deadline for all of it: a socket file nobody answers on (the daemon

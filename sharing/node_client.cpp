@@ -15,13 +15,20 @@
 namespace zico::sharing {
 namespace {
 
+// What a job is called when ZICO_JOB_NAME does not say: its program and first
+// argument ("python train.py"), from /proc/self/cmdline, whole (comm would
+// cut the program's name at 15 characters).
 std::string program_name() {
-  std::ifstream comm("/proc/self/comm");
-  std::string name;
-  std::getline(comm, name);
-  std::string clean;
-  for (char c : name) clean += (c >= 0x20 && c <= 0x7e) ? c : '?';
-  return clean.substr(0, proto::kMaxString);
+  std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
+  std::string program;
+  std::string first;
+  std::getline(cmdline, program, '\0');
+  std::getline(cmdline, first, '\0');
+  if (const size_t slash = program.rfind('/'); slash != std::string::npos) program.erase(0, slash + 1);
+  std::string name = first.empty() ? program : program + " " + first;
+  if (name.empty()) name = "job";
+  for (char& c : name) c = (c >= 0x20 && c <= 0x7e) ? c : '?';
+  return name.substr(0, proto::kMaxString);
 }
 
 // A reconnection's handshake replies must come promptly; a daemon that hangs

@@ -39,7 +39,7 @@ struct NodeClientOptions {
   uint64_t wait_timeout_ns = 60'000'000'000;
   // How long connect() waits to be registered; 0: wait_timeout_ns.
   uint64_t register_timeout_ns = 0;
-  std::string job_name;  // "": the program's name
+  std::string job_name;  // "": the program and its first argument (ZICO_JOB_NAME sets it)
   uint64_t reconnect_interval_ns = 100'000'000;
   uint64_t report_interval_ns = 500'000'000;
   // Who may run the daemon: a listener owned by another uid than root, this

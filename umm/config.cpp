@@ -54,6 +54,8 @@ constexpr OptionInfo kOptions[] = {
     {"ZICO_DAEMON_USER", "root", "a user name or uid",
      "who may run the zico-umd the job trusts: a listener on ZICO_SOCKET owned by anyone else (nor by the job's own "
      "user) gets no memory through it"},
+    {"ZICO_JOB_NAME", "the program and its first argument", "printable ASCII, 1-255 characters",
+     "how zico-umd, zico-umctl jobs/top and the metrics name this job"},
     {"ZICO_ON_DEADLOCK", "yield", "yield | fail",
      "zico-umd: when every job waits, one gives its memory back for a while (yield) or the youngest fails (fail)"},
 };
@@ -118,6 +120,15 @@ Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
       return Status(Errc::kConfigError);
     }
     config.paging_policy = v;
+  }
+  if (const char* v = lookup("ZICO_JOB_NAME")) {
+    const std::string_view name(v);
+    if (name.empty() || name.size() > 255 ||
+        std::any_of(name.begin(), name.end(), [](char c) { return c < 0x20 || c > 0x7e; })) {
+      *error = bad_value("ZICO_JOB_NAME", v, "printable ASCII, 1 to 255 characters");
+      return Status(Errc::kConfigError);
+    }
+    config.job_name = v;
   }
   if (const char* v = lookup("ZICO_BUDGET")) ZICO_RETURN_IF_ERROR(parse_size_option("ZICO_BUDGET", v, &config.budget, error));
   if (const char* v = lookup("ZICO_LOG")) {

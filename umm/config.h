@@ -44,6 +44,7 @@ struct Config {
   std::string socket_path = "/run/zicoum/zicoum.sock";  // "off": never use zico-umd
   uint64_t wait_timeout_ns = uint64_t{60} * 1'000'000'000;  // waiting for zico-umd to lend memory
   uint32_t daemon_uid = 0;  // besides the job's own user, who may run the zico-umd it trusts
+  std::string job_name;     // "": the program and its first argument
 };
 
 inline constexpr const char* kDefaultSocketPath = "/run/zicoum/zicoum.sock";

@@ -109,7 +109,7 @@ jobs = [j for j in d["jobs"] if j["pid"] == int(args[0])]
 assert len(jobs) == 1, d["jobs"]
 j = jobs[0]
 assert job_keys <= j.keys(), j.keys()
-assert j["name"] == "hold_memory" and j["gpu"] == 0, j
+assert j["name"] == "hold_memory 8MiB" and j["gpu"] == 0, j  # program and first argument
 assert j["granted_bytes"] >= 8 << 20, j
 assert j["max_bytes"] is None and j["state"] == "running", j
 ' "$hold_pid"
@@ -130,7 +130,7 @@ run jobs --socket "$socket"
 [[ $status == 0 ]] || fail "jobs: exit $status"
 head -n 1 "$out" | grep -Eq '^ *ID +PID +USER +NAME +GPU +HELD +PERSISTENT +TRANSIENT +WAITING +WAIT +STATE +MIN +MAX$' ||
   fail "jobs: header"
-grep -Eq "^ *$job_id +$hold_pid +[^ ]+ +hold_memory +0 +8 MiB .* running +0 B +unlimited$" "$out" ||
+grep -Eq "^ *$job_id +$hold_pid +[^ ]+ +hold_memory 8MiB +0 +8 MiB .* running +0 B +unlimited$" "$out" ||
   fail "jobs: no line for the job"
 
 run jobs --json --socket "$socket"
@@ -217,7 +217,7 @@ budget_is "bad usage changed the budget" 50331648
 run top --iterations 2 --interval 0.2 --socket "$socket"
 [[ $status == 0 ]] || fail "top: exit $status"
 [[ $(grep -c '^zico-umd pid' "$out") == 2 ]] || fail "top --iterations 2: not 2 frames"
-grep -Eq "^ +$job_id +hold_memory +8 MiB .* running +[▁▂▃▄▅▆▇█]+$" "$out" || fail "top: no line for the job"
+grep -Eq "^ +$job_id +hold_memory 8MiB +8 MiB .* running +[▁▂▃▄▅▆▇█]+$" "$out" || fail "top: no line for the job"
 grep -q '^GPU 0  budget 48 MiB' "$out" || fail "top: no GPU header"
 ! grep -q $'\x1b' "$out" || fail "top: escape sequences when stdout is not a terminal"
 run top --interval 0 --socket "$socket"

@@ -41,7 +41,8 @@ TEST(Config, ReadsEveryVariable) {
                     {"ZICO_SIM_GRANULARITY", "64KiB"},
                     {"ZICO_SIM_DEVICES", "2"},
                     {"ZICO_MODE", "um"},
-                    {"ZICO_PAGING_POLICY", "deepum"}},
+                    {"ZICO_PAGING_POLICY", "deepum"},
+                    {"ZICO_JOB_NAME", "bert fine-tune #3"}},
                    &config, &error)
                   .is_ok())
       << error;
@@ -55,6 +56,7 @@ TEST(Config, ReadsEveryVariable) {
   EXPECT_EQ(config.sim_devices, 2);
   EXPECT_EQ(config.mode, Mode::kUm);
   EXPECT_EQ(config.paging_policy, "deepum");
+  EXPECT_EQ(config.job_name, "bert fine-tune #3");
 }
 
 TEST(Config, BadValuesNameTheVariableValueAndForm) {
@@ -69,6 +71,7 @@ TEST(Config, BadValuesNameTheVariableValueAndForm) {
       {"ZICO_NVME_IO_SIZE", "1000", "multiple of 4KiB"}, {"ZICO_SWAP_DIR", "", "directory"},
       {"ZICO_MODE", "foo", "vmm or um"},     {"ZICO_MODE", "UM", "vmm or um"},
       {"ZICO_PAGING_POLICY", "lru", "zico, deepum, autoswap or um"},
+      {"ZICO_JOB_NAME", "", "printable ASCII"},      {"ZICO_JOB_NAME", "a\tb", "printable ASCII"},
   };
   for (const auto& [name, value, form] : cases) {
     Config config;

@@ -387,6 +387,8 @@ int main(int argc, char** argv) {
     }
   }
   if (trace_path.empty() || iterations < 0) return usage_error("--trace and --iterations are required");
+  // zico-umd and zico-umctl show the job by this name (read at the first allocation).
+  if (!name.empty()) setenv("ZICO_JOB_NAME", name.c_str(), 1);
 
   if (ops) return run_ops(trace_path, name, static_cast<uint32_t>(iterations), memory_scale);
 
