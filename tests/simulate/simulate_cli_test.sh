@@ -140,4 +140,9 @@ grep -qE "^least budget for zico at >= 0.9x unlimited: [0-9.]+ GiB \(2 jobs x 40
   fail "find-budget headline"
 grep -q "exhaustive fixed-offset bound" "$out" && grep -q "budgets tried, in order" "$out" || fail "find-budget detail"
 
+# A job that cannot run under the budget fails the run: exit 1, the output complete and naming it.
+run --budget 1GiB "$traces/gpt2.ztrace.gz"
+[ "$status" -eq 1 ] || fail "a failed job: exit $status, expected 1"
+grep -q "failed: needs" "$out" || fail "a failed job is not named"
+
 finish

@@ -72,7 +72,8 @@ constexpr const char* kUsage =
     "offsets fit, or by how much a job's peak and the others' least exceed the budget.\n"
     "\n"
     "SIZE is %s.\nT is %s.\n"
-    "Exit status: 0, 1 if a plot could not be written, 2 for a usage error or an invalid trace.\n";
+    "Exit status: 0; 1 if a job failed (under zico with --policy all; the output is complete)\n"
+    "or a plot could not be written; 2 for a usage error or an invalid trace.\n";
 
 constexpr uint32_t kMaxIterations = 100000;
 // --find-budget stops bisecting at this fraction of unlimited's peak.
@@ -668,6 +669,10 @@ int run_simulate(int argc, char** argv) {
     if (!options.plot.empty() && !write_plot(plot_path(options, policy), o.result)) return kExitFailed;
   }
 
+  // A job that failed (under the policy asked, or zico's among all) is the
+  // run's verdict: a script must not read it as a success.
+  const Outcome& judged = options.all ? outcomes.at(Policy::kZico) : outcomes.begin()->second;
+  const int verdict = judged.result.failed_jobs > 0 ? kExitFailed : kExitOk;
   if (options.json) {
     JsonWriter json;
     if (options.all) {
@@ -681,7 +686,7 @@ int run_simulate(int argc, char** argv) {
       write_result_json(json, outcomes.begin()->second, options.traces, nullptr);
     }
     std::printf("%s\n", json.text().c_str());
-    return kExitOk;
+    return verdict;
   }
   for (size_t i = 0; i < options.policies.size(); ++i) {
     if (i > 0) std::printf("\n");
@@ -691,7 +696,7 @@ int run_simulate(int argc, char** argv) {
     std::printf("\n");
     print_comparison(outcomes);
   }
-  return kExitOk;
+  return verdict;
 }
 
 }  // namespace zico::umctl
