@@ -27,6 +27,20 @@ struct BlockExtent {
   uint64_t bytes = 0;
 };
 
+// The pages a block overlaps, [first_page, last_page], and its bytes on one
+// of them, for pages of `page_bytes`.
+[[nodiscard]] inline PageId first_page(const BlockExtent& block, uint64_t page_bytes) {
+  return static_cast<PageId>(block.offset / page_bytes);
+}
+[[nodiscard]] inline PageId last_page(const BlockExtent& block, uint64_t page_bytes) {
+  return static_cast<PageId>((block.offset + block.bytes - 1) / page_bytes);
+}
+[[nodiscard]] inline uint64_t bytes_on_page(const BlockExtent& block, uint64_t page_bytes, PageId page) {
+  const uint64_t lo = std::max(block.offset, uint64_t{page} * page_bytes);
+  const uint64_t hi = std::min(block.offset + block.bytes, (uint64_t{page} + 1) * page_bytes);
+  return hi > lo ? hi - lo : 0;
+}
+
 struct StreamOp {
   uint64_t exec_id = 0;      // the launch's identity: kernel and arguments, hashed
   uint64_t duration_ns = 0;  // compute time with every page resident
@@ -59,18 +73,11 @@ struct AccessStream {
   [[nodiscard]] std::span<const uint32_t> op_blocks(const StreamOp& op) const {
     return {block_refs.data() + op.first_block, op.block_count};
   }
-  // The pages a block overlaps: [first, last].
-  [[nodiscard]] PageId first_page(const BlockExtent& block) const {
-    return static_cast<PageId>(block.offset / page_bytes);
-  }
-  [[nodiscard]] PageId last_page(const BlockExtent& block) const {
-    return static_cast<PageId>((block.offset + block.bytes - 1) / page_bytes);
-  }
-  // The block's bytes that lie on `page`.
+  // The pages a block overlaps: [first, last]; its bytes on `page`.
+  [[nodiscard]] PageId first_page(const BlockExtent& block) const { return prefetch::first_page(block, page_bytes); }
+  [[nodiscard]] PageId last_page(const BlockExtent& block) const { return prefetch::last_page(block, page_bytes); }
   [[nodiscard]] uint64_t bytes_on_page(const BlockExtent& block, PageId page) const {
-    const uint64_t lo = std::max(block.offset, uint64_t{page} * page_bytes);
-    const uint64_t hi = std::min(block.offset + block.bytes, (uint64_t{page} + 1) * page_bytes);
-    return hi > lo ? hi - lo : 0;
+    return prefetch::bytes_on_page(block, page_bytes, page);
   }
 };
 

@@ -67,12 +67,8 @@ void UmPager::on_allocate(const void* ptr, uint64_t bytes) {
   const uint32_t id = next_block_++;
   blocks_[addr] = Block{id, bytes};
   const BlockExtent extent{addr - arena_.base, bytes};
-  const auto first = static_cast<PageId>(extent.offset / page_bytes_);
-  const auto last = static_cast<PageId>((extent.offset + bytes - 1) / page_bytes_);
-  for (PageId page = first; page <= last; ++page) {
-    const uint64_t lo = std::max(extent.offset, uint64_t{page} * page_bytes_);
-    const uint64_t hi = std::min(extent.offset + bytes, (uint64_t{page} + 1) * page_bytes_);
-    residency_.add_live(page, hi - lo);
+  for (PageId page = first_page(extent, page_bytes_); page <= last_page(extent, page_bytes_); ++page) {
+    residency_.add_live(page, bytes_on_page(extent, page_bytes_, page));
   }
   decisions_.clear();
   policy_->on_allocate(id, extent, &decisions_);
@@ -88,13 +84,9 @@ void UmPager::on_free(const void* ptr, std::optional<StreamHandle> work_on) {
   const Block block = it->second;
   blocks_.erase(it);
   const BlockExtent extent{addr - arena_.base, block.bytes};
-  const auto first = static_cast<PageId>(extent.offset / page_bytes_);
-  const auto last = static_cast<PageId>((extent.offset + block.bytes - 1) / page_bytes_);
   std::vector<PageId> dead;
-  for (PageId page = first; page <= last; ++page) {
-    const uint64_t lo = std::max(extent.offset, uint64_t{page} * page_bytes_);
-    const uint64_t hi = std::min(extent.offset + block.bytes, (uint64_t{page} + 1) * page_bytes_);
-    if (residency_.remove_live(page, hi - lo)) dead.push_back(page);
+  for (PageId page = first_page(extent, page_bytes_); page <= last_page(extent, page_bytes_); ++page) {
+    if (residency_.remove_live(page, bytes_on_page(extent, page_bytes_, page))) dead.push_back(page);
   }
   decisions_.clear();
   policy_->on_free(block.id, extent, dead, &decisions_);
@@ -160,9 +152,8 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
     if (std::find(kernel_blocks_.begin(), kernel_blocks_.end(), it->second.id) != kernel_blocks_.end()) continue;
     kernel_blocks_.push_back(it->second.id);
     if (blocks != nullptr) blocks->push_back(VaRange{it->first, it->second.bytes});
-    const uint64_t offset = it->first - arena_.base;
-    for (auto page = static_cast<PageId>(offset / page_bytes_);
-         page <= static_cast<PageId>((offset + it->second.bytes - 1) / page_bytes_); ++page) {
+    const BlockExtent extent{it->first - arena_.base, it->second.bytes};
+    for (PageId page = first_page(extent, page_bytes_); page <= last_page(extent, page_bytes_); ++page) {
       kernel_pages_.push_back(page);
     }
   }

@@ -65,9 +65,11 @@ bool SimManagedMemory::contains(VaRange range) const {
   return it != allocations_.begin() && VaRange{std::prev(it)->first, std::prev(it)->second.bytes}.contains(range);
 }
 
-bool SimManagedMemory::locate(VaRange range, Allocation** allocation, size_t* first, size_t* last) {
+bool SimManagedMemory::locate(VaRange range, uintptr_t* base, Allocation** allocation, size_t* first,
+                              size_t* last) {
   if (range.bytes == 0 || !contains(range)) return false;
   auto it = std::prev(allocations_.upper_bound(range.base));
+  *base = it->first;
   *allocation = &it->second;
   *first = (range.base - it->first) / page_bytes_;
   *last = (range.end() - 1 - it->first) / page_bytes_;
@@ -133,8 +135,8 @@ uint64_t SimManagedMemory::send_out(Allocation& allocation, size_t index, bool f
 Status SimManagedMemory::prefetch_to_device(VaRange range, uint64_t limit) {
   Allocation* allocation = nullptr;
   size_t first = 0, last = 0;
-  if (!locate(range, &allocation, &first, &last)) return Status(Errc::kInvalidArgument);
-  const uintptr_t base = std::prev(allocations_.upper_bound(range.base))->first;
+  uintptr_t base = 0;
+  if (!locate(range, &base, &allocation, &first, &last)) return Status(Errc::kInvalidArgument);
   ++operation_;
   for (size_t i = first; i <= last; ++i) allocation->pages[i].kept = operation_;
   for (size_t i = first; i <= last; ++i) {
@@ -148,7 +150,8 @@ Status SimManagedMemory::prefetch_to_device(VaRange range, uint64_t limit) {
 Status SimManagedMemory::prefetch_to_host(VaRange range) {
   Allocation* allocation = nullptr;
   size_t first = 0, last = 0;
-  if (!locate(range, &allocation, &first, &last)) return Status(Errc::kInvalidArgument);
+  uintptr_t base = 0;
+  if (!locate(range, &base, &allocation, &first, &last)) return Status(Errc::kInvalidArgument);
   for (size_t i = first; i <= last; ++i) {
     if (!allocation->pages[i].on_device) continue;
     (void)send_out(*allocation, i, false);
@@ -160,8 +163,8 @@ Status SimManagedMemory::prefetch_to_host(VaRange range) {
 void SimManagedMemory::discard(VaRange range) {
   Allocation* allocation = nullptr;
   size_t first = 0, last = 0;
-  if (!locate(range, &allocation, &first, &last)) return;
-  const uintptr_t base = std::prev(allocations_.upper_bound(range.base))->first;
+  uintptr_t base = 0;
+  if (!locate(range, &base, &allocation, &first, &last)) return;
   // Only whole pages: a partly covered page still holds someone's bytes.
   if (range.base > base + first * page_bytes_) ++first;
   if (range.end() < base + (last + 1) * page_bytes_) {
@@ -187,14 +190,15 @@ Status SimManagedMemory::run_kernel(std::span<const VaRange> ranges, uint64_t du
   for (const VaRange& range : ranges) {
     Allocation* allocation = nullptr;
     size_t first = 0, last = 0;
-    if (!locate(range, &allocation, &first, &last)) continue;
+    uintptr_t base = 0;
+    if (!locate(range, &base, &allocation, &first, &last)) continue;
     for (size_t i = first; i <= last; ++i) allocation->pages[i].kept = operation_;
   }
   for (const VaRange& range : ranges) {
     Allocation* allocation = nullptr;
     size_t first = 0, last = 0;
-    if (!locate(range, &allocation, &first, &last)) continue;
-    const uintptr_t base = std::prev(allocations_.upper_bound(range.base))->first;
+    uintptr_t base = 0;
+    if (!locate(range, &base, &allocation, &first, &last)) continue;
     for (size_t i = first; i <= last; ++i) {
       Page& page = allocation->pages[i];
       if (page.on_device) {

@@ -116,8 +116,8 @@ class SimManagedMemory {
     size_t index = 0;
   };
 
-  // The allocation holding `range`, with its first and last page, or false.
-  bool locate(VaRange range, Allocation** allocation, size_t* first, size_t* last);
+  // The allocation holding `range` (at *base), its first and last page; false if none.
+  bool locate(VaRange range, uintptr_t* base, Allocation** allocation, size_t* first, size_t* last);
   // Brings the page in, making room first (pages kept by the current
   // operation stay). A prefetch queues its copy on the host-to-device engine;
   // a fault adds the copy to the kernel's fault time.
