@@ -94,10 +94,44 @@ Status api_free(void* ptr, StreamHandle stream) noexcept {
   // address, and its allocation must not be taken for this free.
   if (sharing::NodeClient* node = runtime.node()) node->on_freed(allocator->device(), ptr);
   if (prefetch::UmPager* pager = runtime.pager(allocator->device())) {
-    pager->on_free(ptr, stream == kNoPendingWork ? std::nullopt : std::optional<StreamHandle>(stream));
+    // Work on other streams may read it too: its pages are kept, not discarded.
+    const auto discard = allocator->used_on_other_streams(ptr) ? prefetch::UmPager::kKeepPages
+                                                               : prefetch::UmPager::kDiscardDeadPages;
+    pager->on_free(ptr, stream == kNoPendingWork ? std::nullopt : std::optional<StreamHandle>(stream), discard);
   }
   const Status status = allocator->deallocate(ptr, stream);
   if (!status.is_ok()) describe_free_failure(ptr, status);
+  return status;
+}
+
+Status api_record_stream(void* ptr, StreamHandle stream) noexcept {
+  Runtime* created = Runtime::if_created();
+  DeviceAllocator* allocator = created != nullptr ? created->owner_of(ptr) : nullptr;
+  Status status = Status::ok();
+  if (allocator == nullptr) {
+    status = Status(Errc::kNotFound);
+  } else if (stream == kPerThreadStream) {
+    status = Status(Errc::kInvalidArgument);
+  } else {
+    status = allocator->record_stream(ptr, stream == kLegacyStream ? StreamHandle{} : stream);
+  }
+  if (status.is_ok()) return status;
+  try {
+    char address[32];
+    std::snprintf(address, sizeof address, "%p", ptr);
+    const std::string what = std::string("record_stream of ") + address;
+    if (status.code() == Errc::kNotFound) {
+      set_last_error(what + ": not allocated by zicoum");
+    } else if (stream == kPerThreadStream) {
+      set_last_error(what + ": cudaStreamPerThread names a different stream in every thread; "
+                            "pass the stream's own handle");
+    } else if (status.code() == Errc::kInvalidArgument) {
+      set_last_error(what + ": not the start of a live allocation");
+    } else {
+      set_last_error(what + " failed: " + status.message());
+    }
+  } catch (...) {
+  }
   return status;
 }
 

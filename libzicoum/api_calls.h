@@ -17,6 +17,13 @@ namespace zico {
 // cudaFree's contract: the device is synchronized first, so the block is
 // reusable by every stream at once.
 [[nodiscard]] Status api_free_synchronous(void* ptr) noexcept;
+// Work queued on `stream` uses the live block at `ptr`, which was allocated
+// for another stream (PyTorch's Tensor.record_stream): the block is not
+// reused, nor its pages discarded, before that work is done. kNotFound when no
+// zicoum arena holds `ptr`; kInvalidArgument for an address that is not a
+// live block's start, or cudaStreamPerThread (a different stream in every
+// thread: pass the stream's own handle).
+[[nodiscard]] Status api_record_stream(void* ptr, StreamHandle stream) noexcept;
 // The application is destroying `stream`: fence its cached blocks.
 void api_stream_destroyed(StreamHandle stream) noexcept;
 // UM mode: an op that uses the blocks `ptrs` point into is about to be

@@ -89,6 +89,10 @@ zico_status_t zico_free(void* ptr, void* stream) {
   return zico::to_c(zico::api_free(ptr, zico::stream_of(stream)));
 }
 
+zico_status_t zico_record_stream(void* ptr, void* stream) {
+  return zico::to_c(zico::api_record_stream(ptr, zico::stream_of(stream)));
+}
+
 zico_status_t zico_get_stats(int device, zico_stats_t* stats) {
   if (stats == nullptr || stats->struct_size < sizeof(size_t)) return ZICO_ERROR_INVALID_VALUE;
   zico::DeviceAllocator* allocator = nullptr;

@@ -75,7 +75,7 @@ void UmPager::on_allocate(const void* ptr, uint64_t bytes) {
   apply(decisions_);
 }
 
-void UmPager::on_free(const void* ptr, std::optional<StreamHandle> work_on) {
+void UmPager::on_free(const void* ptr, std::optional<StreamHandle> work_on, FreedPages freed) {
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard lock(mutex_);
   poll_deferred();
@@ -95,7 +95,9 @@ void UmPager::on_free(const void* ptr, std::optional<StreamHandle> work_on) {
   // stream), they are discarded in the decisions' order, so that a dead page
   // the policy drops leaves without a copy.
   DeferredDiscard d;
-  if (work_on.has_value()) {
+  if (freed == kKeepPages) {
+    defer_discards_ = true;  // with no event to wait on: kept
+  } else if (work_on.has_value()) {
     bool done = false;
     if (!driver_.event_create(device_, &d.event).is_ok()) {
       d.event = EventHandle{};
@@ -107,15 +109,17 @@ void UmPager::on_free(const void* ptr, std::optional<StreamHandle> work_on) {
   deferring_.clear();
   apply(decisions_);
   defer_discards_ = false;
-  if (deferring_.empty() || !d.event.valid()) {
-    // Nothing deferred; or no event to wait on, so nothing is discarded at
-    // all (only a copy more later).
+  if (deferring_.empty()) {
     if (d.event.valid()) (void)driver_.event_destroy(d.event);
     return;
   }
+  // This free's work decides for these pages, also over an earlier free's
+  // pending discard of them; with no event to wait on, nothing is discarded
+  // at all (only a copy more later).
   d.seq = next_deferred_++;
+  for (const PageId page : deferring_) discard_after_[page] = d.seq;
+  if (!d.event.valid()) return;
   d.pages = deferring_;
-  for (const PageId page : d.pages) discard_after_[page] = d.seq;
   deferred_.push_back(std::move(d));
 }
 

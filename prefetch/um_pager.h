@@ -79,8 +79,11 @@ class UmPager {
   // on the stream), and only if nothing of a later free is still pending on
   // them: a discard ordered before a kernel that reads the page would hand it
   // zeros.
+  // kKeepPages: work on streams the caller cannot name may still read the
+  // block (record_stream), so none of its pages is discarded.
+  enum FreedPages { kDiscardDeadPages, kKeepPages };
   void on_allocate(const void* ptr, uint64_t bytes);
-  void on_free(const void* ptr, std::optional<StreamHandle> work_on);
+  void on_free(const void* ptr, std::optional<StreamHandle> work_on, FreedPages freed = kDiscardDeadPages);
   // A kernel identified by `exec_id` (its function and launch shape, hashed)
   // is about to use `used` (pointers into blocks, any offset) and compute
   // for about `duration_ns` (0: unknown). Prefetches and evictions the policy

@@ -350,6 +350,10 @@ Status DeviceAllocator::deallocate(void* ptr, StreamHandle stream) noexcept {
   freed_since_sync_ = true;
   const bool finished = stream == kNoPendingWork;
   try {
+    // Streams other than `stream` that used the block, if any (record_stream;
+    // only live blocks are named there). A synchronized free needs no fence.
+    std::vector<StreamHandle> used_on;
+    if (auto uses = stream_uses_.extract(addr); uses && !finished) used_on = std::move(uses.mapped());
     if (in_small_chunk(addr)) {
       SmallPage* page = page_of(addr);
       if (page == nullptr) return Status(Errc::kInvalidArgument);
@@ -363,7 +367,9 @@ Status DeviceAllocator::deallocate(void* ptr, StreamHandle stream) noexcept {
       page->in_use[slot / 64] &= ~bit;
       --page->live;
       stats_.allocated_bytes -= class_bytes;
-      if (finished) {
+      if (!used_on.empty()) {
+        fence_block(CachedBlock{addr, class_bytes, true}, stream, std::move(used_on));
+      } else if (finished) {
         ready_small_[page->size_class].push_back(addr);
       } else {
         StreamCache& cache = cache_for(stream);
@@ -376,7 +382,9 @@ Status DeviceAllocator::deallocate(void* ptr, StreamHandle stream) noexcept {
       const size_t bytes = it->second;
       large_live_.erase(it);
       stats_.allocated_bytes -= bytes;
-      if (finished) {
+      if (!used_on.empty()) {
+        fence_block(CachedBlock{addr, bytes, false}, stream, std::move(used_on));
+      } else if (finished) {
         make_ready(CachedBlock{addr, bytes, false});
       } else {
         cache_for(stream).large.free(addr, bytes);
@@ -392,20 +400,44 @@ Status DeviceAllocator::deallocate(void* ptr, StreamHandle stream) noexcept {
 }
 
 size_t DeviceAllocator::block_size(const void* ptr) const noexcept {
-  const auto addr = reinterpret_cast<uintptr_t>(ptr);
   if (!owns(ptr)) return 0;
   std::lock_guard lock(mutex_);
+  return live_block_bytes(reinterpret_cast<uintptr_t>(ptr));
+}
+
+size_t DeviceAllocator::live_block_bytes(uintptr_t addr) const {
   if (in_small_chunk(addr)) {
     const SmallPage* page = page_of(addr);
     if (page == nullptr) return 0;
     const size_t class_bytes = size_class_bytes(page->size_class);
     const size_t offset = addr & (page_bytes_ - 1);
     const size_t slot = size_class_slot(page->size_class, offset);
-    const bool live = slot * class_bytes == offset && (page->in_use[slot / 64] >> (slot % 64) & 1) != 0;
+    const bool live = slot * class_bytes == offset && slot < page->in_use.size() * 64 &&
+                      (page->in_use[slot / 64] >> (slot % 64) & 1) != 0;
     return live ? class_bytes : 0;
   }
   auto it = large_live_.find(addr);
   return it == large_live_.end() ? 0 : it->second;
+}
+
+Status DeviceAllocator::record_stream(void* ptr, StreamHandle stream) noexcept {
+  const auto addr = reinterpret_cast<uintptr_t>(ptr);
+  if (!owns(ptr)) return Status(Errc::kNotFound);
+  if (stream == kNoPendingWork) return Status(Errc::kInvalidArgument);
+  std::lock_guard lock(mutex_);
+  if (live_block_bytes(addr) == 0) return Status(Errc::kInvalidArgument);
+  try {
+    std::vector<StreamHandle>& streams = stream_uses_[addr];
+    if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+    return Status::ok();
+  } catch (const std::bad_alloc&) {
+    return Status(Errc::kOutOfMemory);
+  }
+}
+
+bool DeviceAllocator::used_on_other_streams(const void* ptr) const noexcept {
+  std::lock_guard lock(mutex_);
+  return stream_uses_.contains(reinterpret_cast<uintptr_t>(ptr));
 }
 
 // --- stream caches and fences --------------------------------------------------
@@ -430,24 +462,82 @@ void DeviceAllocator::fence_cache(StreamCache& cache) {
   cache.small_blocks = 0;
   for (const auto& [addr, bytes] : cache.large.take_all()) fence.blocks.push_back({addr, bytes, false});
 
-  Status status = Status::ok();
-  if (spare_events_.empty()) {
-    status = driver_.event_create(device_, &fence.event);
-  } else {
-    fence.event = spare_events_.back();
-    spare_events_.pop_back();
-  }
-  if (status.is_ok()) status = driver_.event_record(fence.event, cache.stream);
-  if (!status.is_ok()) {
+  if (const Status status = record_event(cache.stream, &fence.event); !status.is_ok()) {
     // No event (e.g. the stream was destroyed): a device-wide wait is the fence.
     ZICO_LOG(kDebug, "fencing stream %#lx failed (%s); synchronizing device %d",
              static_cast<unsigned long>(cache.stream.value), status.message().c_str(), device_.value);
     (void)driver_.device_synchronize(device_);
     for (const CachedBlock& block : fence.blocks) make_ready(block);
-    if (fence.event.valid()) spare_events_.push_back(fence.event);
     return;
   }
   fences_.push_back(std::move(fence));
+}
+
+Status DeviceAllocator::record_event(StreamHandle stream, EventHandle* out) {
+  EventHandle event;
+  if (spare_events_.empty()) {
+    ZICO_RETURN_IF_ERROR(driver_.event_create(device_, &event));
+  } else {
+    event = spare_events_.back();
+    spare_events_.pop_back();
+  }
+  if (const Status status = driver_.event_record(event, stream); !status.is_ok()) {
+    spare_events_.push_back(event);
+    return status;
+  }
+  *out = event;
+  return Status::ok();
+}
+
+void DeviceAllocator::fence_block(const CachedBlock& block, StreamHandle freed_on, std::vector<StreamHandle> used_on) {
+  if (std::find(used_on.begin(), used_on.end(), freed_on) == used_on.end()) used_on.push_back(freed_on);
+  for (const StreamHandle stream : used_on) {
+    // An event recorded while the stream captures a graph would be a node of
+    // the graph, never a fence; the graph's replays may use the block at any
+    // later time, so it is never reused.
+    CaptureState state = CaptureState::kNone;
+    if (driver_.stream_capture_state(stream, &state).is_ok() && state != CaptureState::kNone) {
+      ZICO_LOG(kWarn, "a block of %zu bytes freed while stream %#lx, which used it, captures a graph: never reused",
+               block.bytes, static_cast<unsigned long>(stream.value));
+      return;
+    }
+  }
+  Fence fence;
+  fence.blocks.push_back(block);
+  for (const StreamHandle stream : used_on) {
+    EventHandle event;
+    if (const Status status = record_event(stream, &event); !status.is_ok()) {
+      ZICO_LOG(kDebug, "fencing a block on stream %#lx failed (%s); synchronizing device %d",
+               static_cast<unsigned long>(stream.value), status.message().c_str(), device_.value);
+      (void)driver_.device_synchronize(device_);
+      if (fence.event.valid()) spare_events_.push_back(fence.event);
+      for (const EventHandle more : fence.more_events) spare_events_.push_back(more);
+      make_ready(block);
+      return;
+    }
+    if (!fence.event.valid()) {
+      fence.event = event;
+    } else {
+      fence.more_events.push_back(event);
+    }
+  }
+  fences_.push_back(std::move(fence));
+}
+
+Status DeviceAllocator::fence_done(const Fence& fence, bool wait, bool* done) {
+  *done = false;
+  for (size_t i = 0; i <= fence.more_events.size(); ++i) {
+    const EventHandle event = i == 0 ? fence.event : fence.more_events[i - 1];
+    if (wait) {
+      ZICO_RETURN_IF_ERROR(driver_.event_synchronize(event));
+      continue;
+    }
+    bool complete = false;
+    ZICO_RETURN_IF_ERROR(driver_.event_query(event, &complete));
+    if (!complete) return Status::ok();
+  }
+  *done = true;
+  return Status::ok();
 }
 
 void DeviceAllocator::fence_caches(const StreamHandle* except) {
@@ -485,9 +575,7 @@ void DeviceAllocator::fence_stream(StreamHandle stream) noexcept {
 void DeviceAllocator::collect_fences(bool wait) {
   for (auto it = fences_.begin(); it != fences_.end();) {
     bool done = false;
-    Status status = wait ? driver_.event_synchronize(it->event) : driver_.event_query(it->event, &done);
-    if (wait && status.is_ok()) done = true;
-    if (!status.is_ok()) {
+    if (const Status status = fence_done(*it, wait, &done); !status.is_ok()) {
       ZICO_LOG(kWarn, "waiting for a fence failed (%s); synchronizing device %d", status.message().c_str(),
                device_.value);
       done = driver_.device_synchronize(device_).is_ok();
@@ -501,6 +589,7 @@ void DeviceAllocator::collect_fences(bool wait) {
     Fence fence = std::move(*it);
     it = fences_.erase(it);
     spare_events_.push_back(fence.event);
+    for (const EventHandle event : fence.more_events) spare_events_.push_back(event);
     for (const CachedBlock& block : fence.blocks) make_ready(block);
   }
 }

@@ -19,7 +19,10 @@
 // frees its activations gets one contiguous span back, not splinters.
 // Other streams get it only after an event recorded on S has completed: on
 // a cache miss, other streams' caches are handed over in batches behind one
-// event each ("fences"), and completed fences are collected. An allocation
+// event each ("fences"), and completed fences are collected. A block that
+// other streams used too (record_stream, PyTorch's Tensor.record_stream)
+// skips S's cache when freed: it waits behind an event on each of those
+// streams and on S, then goes to the shared pools. An allocation
 // that would break the budget first waits for all fences, returns empty
 // pages and unmaps idle chunks (after a device synchronize, since unmap does
 // not wait for the GPU), and only then fails with kOutOfMemory, leaving every
@@ -116,6 +119,14 @@ class DeviceAllocator {
   // `stream` is where the block was last used. kInvalidArgument for a pointer
   // that is not a live block of this allocator (double free, interior pointer).
   [[nodiscard]] Status deallocate(void* ptr, StreamHandle stream) noexcept;
+  // Work queued on `stream` may use the live block at `ptr` (which was
+  // allocated for another stream): when the block is freed, it is not reused
+  // until that work is done. kNotFound outside the arena, kInvalidArgument
+  // for an address that is not a live block's start, kPerThreadStream (a
+  // different stream in every thread) or a stream capturing a graph.
+  [[nodiscard]] Status record_stream(void* ptr, StreamHandle stream) noexcept;
+  // Whether record_stream() named streams for the live block at `ptr`.
+  [[nodiscard]] bool used_on_other_streams(const void* ptr) const noexcept;
   // `stream` is about to be destroyed (its handle may be reused by a new
   // stream): hand its cache over behind a fence now.
   void fence_stream(StreamHandle stream) noexcept;
@@ -173,9 +184,11 @@ class DeviceAllocator {
     size_t bytes;  // rounded size
     bool small;
   };
-  // Blocks handed over from a stream cache, usable by all once `event` completes.
+  // Blocks handed over from a stream cache, usable by all once `event`
+  // completes; a block used on several streams also waits for `more_events`.
   struct Fence {
     EventHandle event;
+    std::vector<EventHandle> more_events;
     std::vector<CachedBlock> blocks;
   };
 
@@ -195,6 +208,8 @@ class DeviceAllocator {
   void give_large_block(uintptr_t addr, size_t bytes, void** out);
   // Assigns a free page (from a new small chunk if need be) to class `cls`.
   Status new_page(size_t cls);
+  // Rounded size of the live block at `addr`, 0 if there is none.
+  size_t live_block_bytes(uintptr_t addr) const;
   // The assigned page holding `addr`, or nullptr.
   SmallPage* page_of(uintptr_t addr) const;
   [[nodiscard]] bool in_small_chunk(uintptr_t addr) const {
@@ -209,6 +224,12 @@ class DeviceAllocator {
   void fence_caches(const StreamHandle* except);
   [[nodiscard]] bool other_caches_hold_blocks(StreamHandle stream) const;
   void fence_cache(StreamCache& cache);
+  // An event recorded on `stream`, from the spares if there are any.
+  Status record_event(StreamHandle stream, EventHandle* out);
+  // Frees a block that other streams used: behind events on them and on `freed_on`.
+  void fence_block(const CachedBlock& block, StreamHandle freed_on, std::vector<StreamHandle> used_on);
+  // Whether every event of `fence` completed; wait=true blocks until they have.
+  Status fence_done(const Fence& fence, bool wait, bool* done);
   // Moves blocks whose fence completed to the shared pools; wait=true blocks.
   void collect_fences(bool wait);
   void make_ready(const CachedBlock& block);
@@ -255,6 +276,8 @@ class DeviceAllocator {
   std::vector<std::unique_ptr<SmallChunk>> small_chunk_of_;  // indexed by chunk index
   std::vector<size_t> chunks_with_free_pages_;              // small chunk indices
   std::unordered_map<uintptr_t, size_t> large_live_;  // address -> rounded size
+  // Live blocks that record_stream() named other streams for: address -> streams.
+  std::unordered_map<uintptr_t, std::vector<StreamHandle>> stream_uses_;
   std::vector<std::unique_ptr<StreamCache>> caches_;
   StreamCache* last_cache_ = nullptr;
   std::array<std::vector<uintptr_t>, kNumSizeClasses> ready_small_;  // fenced, any stream

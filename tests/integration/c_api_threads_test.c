@@ -1,6 +1,7 @@
 /* Four threads race on the C API from the very first call (runtime creation
  * included): allocations on their own streams and the default stream, frees
- * on either, stats, iteration marks and cache trims, under a tight budget.
+ * on either, blocks used on a second stream (zico_record_stream), stats,
+ * iteration marks and cache trims, under a tight budget.
  * Every block's first and last byte are checked before it is freed; at the
  * end nothing is allocated and the budget was never exceeded. */
 #include <pthread.h>
@@ -46,6 +47,8 @@ static void* worker(void* arg) {
         s->tag = (unsigned char)(rng >> 40);
         s->ptr[0] = s->tag;
         s->ptr[s->bytes - 1] = s->tag;
+        void* reader = (void*)(0x2000 + id);  /* another stream reads it */
+        if ((rng >> 30) % 4 == 0 && zico_record_stream(s->ptr, reader) != ZICO_OK) fail("zico_record_stream");
       } else if (status != ZICO_ERROR_OUT_OF_MEMORY) {
         fail("zico_malloc returned an unexpected status");
       }

@@ -145,6 +145,23 @@ class BudgetTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             zicoum.suspend(to="tape")
 
+    def test_record_stream_checks_the_pointer(self):
+        pointer = ctypes.c_void_p()
+        self.assertEqual(self.lib.zico_malloc(ctypes.byref(pointer), 3 * MiB, 0, None), zicoum.Status.OK)
+        zicoum.record_stream(pointer.value, 0x5000)
+        for bad, says in ((pointer.value + 512, "not the start of a live allocation"),
+                          (id(self), "not allocated by zicoum")):
+            with self.assertRaises(zicoum.ZicoError) as caught:
+                zicoum.record_stream(bad, 0x5000)
+            self.assertEqual(caught.exception.status, zicoum.Status.INVALID_VALUE)
+            self.assertIn(says, str(caught.exception))
+        with self.assertRaises(zicoum.ZicoError) as caught:
+            zicoum.record_stream(pointer.value, 2)  # cudaStreamPerThread
+        self.assertIn("cudaStreamPerThread", str(caught.exception))
+        self.assertEqual(self.lib.zico_free(pointer, None), zicoum.Status.OK)
+        with self.assertRaises(zicoum.ZicoError):
+            zicoum.record_stream(pointer.value, 0x5000)  # freed
+
     def test_empty_cache_keeps_within_budget(self):
         pointer = self.lib.zico_torch_malloc(MiB, 0, None)
         self.assertTrue(pointer)

@@ -20,6 +20,15 @@ FAKE_TORCH = {
             def __init__(self, spec):
                 kind, _, index = str(spec).partition(":")
                 self.type, self.index = kind, (int(index) if index else None)
+        class Tensor:
+            def __init__(self, pointer):
+                self.pointer, self.is_cuda, self.recorded = pointer, True, []
+            def untyped_storage(self):
+                return self
+            def data_ptr(self):
+                return self.pointer
+            def record_stream(self, stream):
+                self.recorded.append(stream)
         from . import cuda
         """,
     "torch/cuda/__init__.py": """
@@ -30,6 +39,9 @@ FAKE_TORCH = {
             return True
         def current_device():
             return 0
+        class Stream:
+            def __init__(self, handle):
+                self.cuda_stream = handle
         """,
     "torch/cuda/memory.py": """
         import ctypes
@@ -79,6 +91,17 @@ def main():
     assert stats["allocated_bytes.all.current"] == allocated, stats
     assert stats["reserved_bytes.all.current"] >= allocated, stats
     assert torch.cuda.memory_reserved() >= allocated
+
+    # Tensor.record_stream reaches zicoum, and PyTorch's own method still runs.
+    seen = []
+    real_record_stream = zicoum.record_stream
+    zicoum.record_stream = lambda pointer, stream: (seen.append((pointer, stream)), real_record_stream(pointer, stream))
+    tensor, side = torch.Tensor(block), torch.cuda.Stream(0x7000)
+    tensor.record_stream(side)
+    assert seen == [(block, 0x7000)] and tensor.recorded == [side], (seen, tensor.recorded)
+    torch.Tensor(id(seen)).record_stream(side)  # memory zicoum did not allocate: PyTorch's business only
+    zicoum.record_stream = real_record_stream
+    assert os.environ.get("TORCH_NCCL_AVOID_RECORD_STREAMS") == "1"
 
     lib.zico_torch_free(block, 3 * MiB, 0, None)
     assert torch.cuda.memory_allocated() == 0

@@ -107,6 +107,51 @@ TEST(UmPager, DiscardsWaitForTheWorkQueuedBeforeTheFree) {
   ASSERT_TRUE(driver.managed_free(arena).is_ok());
 }
 
+// A block that work on other streams may still read (record_stream) keeps
+// its pages: not discarded by its own free, nor by an earlier free's discard
+// of the same page that completes later.
+TEST(UmPager, KeepsThePagesOfABlockOtherStreamsUse) {
+  SimDriver driver;
+  void* arena = nullptr;
+  ASSERT_TRUE(driver.managed_allocate(8 * kPage, &arena).is_ok());
+  const auto base = static_cast<std::byte*>(arena);
+  std::unique_ptr<UmPager> pager;
+  std::string why;
+  UmPagerOptions options;
+  options.policy = "zico";
+  options.budget_bytes = 4 * kPage;
+  ASSERT_TRUE(UmPager::create(driver, DeviceId{0}, VaRange{reinterpret_cast<uintptr_t>(arena), 8 * kPage}, kPage,
+                              options, &pager, &why)
+                  .is_ok())
+      << why;
+  StreamHandle busy;
+  ASSERT_TRUE(driver.stream_create(DeviceId{0}, &busy).is_ok());
+  const auto use = [&](size_t page) {
+    const VaRange range{reinterpret_cast<uintptr_t>(base + page * kPage), kPage};
+    pager->before_kernel(page, std::span<const VaRange>(&range, 1), 1000);
+    ASSERT_TRUE(driver.run_kernel(std::span<const VaRange>(&range, 1), 1000).is_ok());
+    pager->after_kernel();
+  };
+  pager->on_allocate(base, kPage / 2);
+  use(0);
+  driver.hold_stream(busy);  // work queued on `busy` still reads the first block
+  std::vector<std::byte> seen(kPage / 2);
+  ASSERT_TRUE(driver.copy_async(seen.data(), base, kPage / 2, CopyKind::kDeviceToHost, busy).is_ok());
+  pager->on_free(base, busy);  // page 0's discard waits for `busy`
+  EXPECT_EQ(pager->stats().discards, 0u);
+  pager->on_allocate(base, kPage / 2);
+  std::memset(base, 0x55, kPage / 2);
+  use(0);
+  pager->on_free(base, std::nullopt, UmPager::kKeepPages);  // another stream still reads it
+  EXPECT_EQ(static_cast<int>(base[0]), 0x55) << "discarded at its free";
+  ASSERT_TRUE(driver.release_stream(busy).is_ok());
+  use(2);  // the pager looks at its deferred discards
+  EXPECT_EQ(static_cast<int>(base[0]), 0x55) << "the earlier free's discard reached a page another stream reads";
+  ASSERT_TRUE(driver.stream_destroy(busy).is_ok());
+  pager.reset();
+  ASSERT_TRUE(driver.managed_free(arena).is_ok());
+}
+
 TEST(UmPager, KeepsTheBudgetOnTheDeviceOnRandomStreams) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     const AccessStream stream = random_training_stream(seed, 4, kPage);

@@ -182,6 +182,60 @@ TEST_F(DeviceAllocatorTest, FinishedBlocksAreReusableByEveryStream) {
   ZICO_ASSERT_OK(driver_->release_stream(a));
 }
 
+// PyTorch's Tensor.record_stream: a block allocated for stream a and read on
+// stream b is not reused, even by a, before b's work is done.
+TEST_F(DeviceAllocatorTest, RecordedStreamDelaysReuseUntilItsWorkIsDone) {
+  make(64 * kMiB);
+  const StreamHandle a = new_stream();
+  const StreamHandle b = new_stream();
+  for (const size_t bytes : {size_t{3 * kMiB}, size_t{4096}}) {
+    auto* block = static_cast<uint8_t*>(alloc(bytes, a));
+    ZICO_ASSERT_OK(allocator_->record_stream(block, b));
+    EXPECT_TRUE(allocator_->used_on_other_streams(block));
+    driver_->hold_stream(b);  // stream b still works on the block...
+    ZICO_ASSERT_OK(driver_->memset_async(block, 0x44, bytes, b));
+    ZICO_ASSERT_OK(allocator_->deallocate(block, a));  // ...when it is freed on a
+    EXPECT_FALSE(allocator_->used_on_other_streams(block));
+    void* again = alloc(bytes, a);
+    EXPECT_NE(again, block) << bytes << " bytes: reused on stream a while stream b may still write it";
+    ZICO_ASSERT_OK(allocator_->deallocate(again, a));
+    ZICO_ASSERT_OK(driver_->release_stream(b));
+  }
+}
+
+// Under budget pressure the allocator waits for such a block, and gets it
+// with the other stream's work done.
+TEST_F(DeviceAllocatorTest, RecordedStreamBlockReturnsOnceItsWorkIsDone) {
+  make(4 * kMiB);
+  const StreamHandle a = new_stream();
+  const StreamHandle b = new_stream();
+  auto* block = static_cast<uint8_t*>(alloc(4 * kMiB, a));
+  ZICO_ASSERT_OK(allocator_->record_stream(block, b));
+  driver_->hold_stream(b);
+  ZICO_ASSERT_OK(driver_->memset_async(block, 0x44, 4 * kMiB, b));
+  ZICO_ASSERT_OK(allocator_->deallocate(block, a));
+  auto* again = static_cast<uint8_t*>(alloc(4 * kMiB, a));
+  ASSERT_EQ(again, block);
+  EXPECT_EQ(again[4 * kMiB - 1], 0x44) << "stream b's queued write completed before reuse";
+  ZICO_ASSERT_OK(allocator_->deallocate(again, a));
+}
+
+TEST_F(DeviceAllocatorTest, RecordStreamNamesOnlyLiveBlocks) {
+  make(64 * kMiB);
+  const StreamHandle s = new_stream();
+  auto* large = static_cast<uint8_t*>(alloc(3 * kMiB, s));
+  auto* small = static_cast<uint8_t*>(alloc(1000, s));
+  int on_stack = 0;
+  EXPECT_EQ(allocator_->record_stream(&on_stack, s).code(), Errc::kNotFound);
+  EXPECT_EQ(allocator_->record_stream(large + 512, s).code(), Errc::kInvalidArgument);
+  EXPECT_EQ(allocator_->record_stream(small + 8, s).code(), Errc::kInvalidArgument);
+  ZICO_ASSERT_OK(allocator_->deallocate(large, s));
+  EXPECT_EQ(allocator_->record_stream(large, s).code(), Errc::kInvalidArgument) << "freed";
+  ZICO_ASSERT_OK(allocator_->record_stream(small, s));
+  ZICO_ASSERT_OK(allocator_->deallocate(small, kNoPendingWork));
+  EXPECT_FALSE(allocator_->used_on_other_streams(small)) << "a synchronized free forgets the streams";
+}
+
 TEST_F(DeviceAllocatorTest, DestroyedStreamHandleReuseWaitsForTheOldWork) {
   make(64 * kMiB);
   const StreamHandle s = new_stream();

@@ -68,6 +68,13 @@ ZICO_API zico_status_t zico_malloc(void** ptr, size_t size, int device, void* st
  * memory is reused on it at once and elsewhere after a fence. NULL is a no-op. */
 ZICO_API zico_status_t zico_free(void* ptr, void* stream);
 
+/* Work queued on `stream` uses `ptr` (from zico_malloc, allocated for
+ * another stream): once freed, the memory is not reused before that work is
+ * done, as with PyTorch's Tensor.record_stream. ZICO_ERROR_INVALID_VALUE if
+ * `ptr` is not the start of a live allocation or `stream` is
+ * cudaStreamPerThread (pass the stream's own handle). */
+ZICO_API zico_status_t zico_record_stream(void* ptr, void* stream);
+
 /* Counters for one device. `struct_size` must be set to sizeof(zico_stats_t)
  * by the caller, so fields can be added without breaking old callers. */
 typedef struct zico_stats {

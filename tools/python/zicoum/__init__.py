@@ -57,7 +57,8 @@ class _Stats(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t)] + [(name, ctypes.c_uint64) for name in (
         "budget_bytes", "allocated_bytes", "peak_allocated_bytes", "mapped_bytes", "peak_mapped_bytes",
         "allocations", "frees", "failed_allocations", "chunk_maps", "chunk_unmaps", "iterations",
-        "last_iteration_peak_bytes")]
+        "last_iteration_peak_bytes", "resident_bytes", "peak_resident_bytes", "faulted_pages",
+        "prefetched_pages", "evicted_pages", "modelled_ns")]
 
 
 _lock = threading.Lock()
@@ -138,6 +139,7 @@ def _library():
                 ("zico_get_stats", c_int, [c_int, ctypes.POINTER(_Stats)]),
                 ("zico_mark_iteration", c_int, []),
                 ("zico_empty_cache", c_int, [c_int]),
+                ("zico_record_stream", c_int, [c_void_p, c_void_p]),
                 ("zico_reset_peak_stats", c_int, [c_int]),
                 ("zico_mem_get_info", c_int, [c_int, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
                 ("zico_suspend", c_int, [c_int, c_int]),
@@ -202,6 +204,15 @@ def mark_iteration():
 def empty_cache(device=0):
     """Returns cached, unused physical memory on `device` to the driver. Raises ZicoError."""
     _initializing_call("zico_empty_cache", int(device))
+
+
+def record_stream(pointer, stream):
+    """Work queued on `stream` (a cudaStream_t as an int, e.g. torch.cuda.Stream's
+    cuda_stream) uses the zicoum allocation starting at `pointer`, which was allocated
+    for another stream: once freed, it is not reused before that work is done (what
+    PyTorch's Tensor.record_stream asks of its allocator). Raises ZicoError
+    (INVALID_VALUE for a pointer that is not the start of a live zicoum allocation)."""
+    _initializing_call("zico_record_stream", ctypes.c_void_p(int(pointer)), ctypes.c_void_p(int(stream)))
 
 
 _STORES = {"host": 0, "nvme": 1}

@@ -7,7 +7,10 @@ PyTorch then calls libzicoum's zico_torch_malloc / zico_torch_free for every
 CUDA tensor instead of using its own caching allocator, and its memory queries
 (torch.cuda.mem_get_info, memory_allocated, max_memory_allocated,
 memory_reserved, max_memory_reserved, memory_stats, empty_cache) answer from
-zicoum: the budget, not the card. To run a script unmodified instead, use
+zicoum: the budget, not the card. Tensor.record_stream reaches zicoum too (a
+block another stream used waits for that stream's work before reuse); the
+C++ callers of record_stream in torch.distributed are asked to keep such
+tensors alive instead (TORCH_NCCL_AVOID_RECORD_STREAMS=1 unless set). To run a script unmodified instead, use
 `zico-run --budget 6GiB -- python train.py`.
 """
 
@@ -143,6 +146,7 @@ def enable(budget=None, backend=None, log=None):
     if zicoum._settings_read is None:
         zicoum._settings_read = requested
     _answer_memory_queries(torch)
+    _follow_record_stream(torch)
     _enabled = (_effective(requested), allocator)
     return allocator
 
@@ -155,6 +159,32 @@ def _device_index(torch, device):
         return device
     index = torch.device(device).index
     return torch.cuda.current_device() if index is None else index
+
+
+def _follow_record_stream(torch):
+    """PyTorch's pluggable allocator drops Tensor.record_stream (its hook can
+    only be set from C++): without it, a block freed on its own stream would be
+    reused there at once while another stream still reads it. Python callers
+    (user code, FSDP) reach zicoum through the patched method; the C++ callers
+    in torch.distributed keep such tensors alive themselves when
+    TORCH_NCCL_AVOID_RECORD_STREAMS is 1, read when a process group starts."""
+    original = torch.Tensor.record_stream
+
+    def record_stream(tensor, stream):
+        original(tensor, stream)
+        if not tensor.is_cuda:
+            return
+        pointer = tensor.untyped_storage().data_ptr()
+        try:
+            zicoum.record_stream(pointer, stream.cuda_stream)
+        except zicoum.ZicoError as error:
+            if "not allocated by zicoum" not in error.detail:  # e.g. memory shared in from elsewhere
+                raise
+
+    record_stream.__name__ = "record_stream"
+    record_stream.__doc__ = original.__doc__
+    torch.Tensor.record_stream = record_stream
+    os.environ.setdefault("TORCH_NCCL_AVOID_RECORD_STREAMS", "1")
 
 
 def _answer_memory_queries(torch):
