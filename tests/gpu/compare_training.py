@@ -25,4 +25,5 @@ if native and enable and zico_run:
         figures[f"{name}_peak_reserved_x_native"] = round(run["peak_reserved_bytes"] / native["peak_reserved_bytes"], 3)
     figures["native_iteration_ms"] = round(native["iteration_ms"], 3)
     figures["graph_capture"] = enable.get("graph_capture")
+    figures["record_stream"] = enable.get("record_stream")
 print(json.dumps(figures))

@@ -146,10 +146,10 @@ done
 figures=$(python3 "$repo/tests/gpu/compare_training.py" "$out/torch_native.log" "$out/torch_enable.log" "$out/torch_zico_run.log")
 if ((torch_ok < 0)); then
   :  # recorded as skipped above
-elif ((torch_ok)) && python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1]).get("all_equal") and json.loads(sys.argv[1]).get("graph_capture") == "refused" else 1)' "$figures"; then
+elif ((torch_ok)) && python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1]).get("all_equal") and json.loads(sys.argv[1]).get("graph_capture") == "refused" and json.loads(sys.argv[1]).get("record_stream") == "kept" else 1)' "$figures"; then
   record torch_training passed "" "$figures"
 else
-  record torch_training failed "see torch_*.log (losses must be bitwise equal; a graph capture must be refused)" "$figures"
+  record torch_training failed "see torch_*.log (losses must be bitwise equal; a graph capture must be refused; a record_stream'ed tensor kept)" "$figures"
 fi
 
 # --- 4. two processes through zico-umd on the GPU ------------------------------------

@@ -6,7 +6,8 @@ native: PyTorch's own allocator (also what runs under zico-run, which
 preloads libzicoum). enable: zicoum.torch.enable(budget=SIZE) first. Prints
 one JSON line: the losses (as float.hex, so equal means bitwise equal), the
 median iteration time, the peak memory reserved, and in enable mode what a
-CUDA graph capture does (zicoum refuses it rather than corrupt).
+CUDA graph capture does (zicoum refuses it rather than corrupt) and whether a
+tensor another stream still reads after record_stream keeps its memory.
 """
 import argparse
 import json
@@ -15,6 +16,26 @@ import statistics
 import time
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def record_stream_probe(torch, device):
+    """A side stream reads x after a long wait; x is record_stream'ed and freed
+    on the default stream, which at once allocates and fills a tensor of the
+    same size: with the side stream's use ignored, that one gets x's memory
+    and the side stream reads its -1s."""
+    elements = 1 << 22  # 16 MiB of ones: their float32 sum is exact
+    x = torch.ones(elements, device=device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # cycles: ~0.1 s of the side stream still busy
+        total = x.sum()
+    x.record_stream(side)
+    del x
+    y = torch.full((elements,), -1.0, device=device)
+    torch.cuda.synchronize()
+    del y
+    return "kept" if total.item() == float(elements) else f"reused under the side stream (sum {total.item()})"
 
 
 def main():
@@ -59,6 +80,7 @@ def main():
         "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
     }
     if args.mode == "enable":
+        result["record_stream"] = record_stream_probe(torch, device)
         graph = torch.cuda.CUDAGraph()
         static = torch.zeros(1024, device=device)
         try:
