@@ -113,6 +113,7 @@ zico_status_t zico_get_stats(int device, zico_stats_t* stats) {
   full.chunk_unmaps = s.chunk_unmaps;
   full.iterations = s.iterations;
   full.last_iteration_peak_bytes = s.last_iteration_peak_bytes;
+  full.outside_bytes = Runtime::instance().outside_bytes(zico::DeviceId{device});
   if (const zico::prefetch::UmPager* pager = Runtime::instance().pager(zico::DeviceId{device})) {
     const zico::prefetch::UmPagerStats p = pager->stats();
     full.resident_bytes = pager->resident_bytes();

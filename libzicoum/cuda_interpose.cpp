@@ -26,86 +26,12 @@
 #include <cuda_runtime_api.h>
 
 #include "api_calls.h"
+#include "interposed.h"
+#include "real_function.h"
 #include "runtime.h"
 
 namespace zico {
 namespace {
-
-// The library that defines `name` for real: cudart for cuda*, the driver for
-// cu*. Wheels vendor renamed copies (libcudart-d0da41ae.so.11.0), so the stem
-// is followed by '.' or '-'; "libcuda" then never matches libcudart.
-const char* library_stem(const char* name) { return std::strncmp(name, "cuda", 4) == 0 ? "libcudart" : "libcuda"; }
-
-struct LoadedLibraries {
-  const char* stem;
-  std::vector<std::string> paths;  // loaded objects named stem.* or stem-*
-  unsigned long long adds = 0;     // objects ever loaded, to tell when to look again
-};
-
-// Only collects: the loader's lock is held here, and dlopen inside would take
-// another in the opposite order from a thread that is loading a library.
-int collect_library(dl_phdr_info* info, size_t, void* data) {
-  auto* found = static_cast<LoadedLibraries*>(data);
-  found->adds = info->dlpi_adds;
-  if (found->stem == nullptr) return 1;  // only the count was wanted
-  if (info->dlpi_name == nullptr || info->dlpi_name[0] == '\0') return 0;
-  const char* slash = std::strrchr(info->dlpi_name, '/');
-  const char* file = slash != nullptr ? slash + 1 : info->dlpi_name;
-  const size_t length = std::strlen(found->stem);
-  if (std::strncmp(file, found->stem, length) == 0 && (file[length] == '.' || file[length] == '-')) {
-    try {
-      found->paths.emplace_back(info->dlpi_name);
-    } catch (const std::bad_alloc&) {
-      return 1;
-    }
-  }
-  return 0;
-}
-
-unsigned long long libraries_loaded() {
-  LoadedLibraries count{nullptr, {}};
-  dl_iterate_phdr(collect_library, &count);
-  return count.adds;
-}
-
-// The real CUDA function behind one we interpose. dlsym(RTLD_NEXT) sees only
-// the global scope, and cudart or libcuda loaded by a library opened with
-// RTLD_LOCAL (Python extension modules: CuPy, JAX plugins; JNI) is not in
-// it: then each loaded cudart (or libcuda) is opened again (RTLD_NOLOAD: the
-// reference keeps it loaded while we hold its function) and asked alone. A
-// lookup that finds nothing is tried again once another library was loaded.
-template <typename Fn>
-class RealFunction {
- public:
-  explicit constexpr RealFunction(const char* name) : name_(name) {}
-  Fn get() {
-    if (Fn known = cached_.load(std::memory_order_acquire)) return known;
-    const unsigned long long missed = missed_at_.load(std::memory_order_acquire);
-    if (missed != kNever && libraries_loaded() == missed) return nullptr;
-    void* found = dlsym(RTLD_NEXT, name_);
-    LoadedLibraries loaded{library_stem(name_), {}};
-    if (found == nullptr) dl_iterate_phdr(collect_library, &loaded);
-    for (size_t i = 0; found == nullptr && i < loaded.paths.size(); ++i) {
-      void* handle = dlopen(loaded.paths[i].c_str(), RTLD_NOLOAD | RTLD_LAZY);
-      if (handle == nullptr) continue;
-      found = dlsym(handle, name_);
-      if (found == nullptr) dlclose(handle);
-    }
-    const auto function = reinterpret_cast<Fn>(found);
-    if (function != nullptr) {
-      cached_.store(function, std::memory_order_release);
-    } else {
-      missed_at_.store(loaded.adds, std::memory_order_release);
-    }
-    return function;
-  }
-
- private:
-  static constexpr unsigned long long kNever = ~0ull;
-  const char* name_;
-  std::atomic<Fn> cached_{nullptr};
-  std::atomic<unsigned long long> missed_at_{kNever};
-};
 
 cudaError_t to_runtime_error(Status status) {
   switch (status.code()) {
@@ -174,6 +100,40 @@ StreamHandle stream_of(const void* stream) { return StreamHandle{reinterpret_cas
 bool owns(const void* ptr) {
   const Runtime* runtime = Runtime::if_created();
   return runtime != nullptr && runtime->owner_of(ptr) != nullptr;
+}
+
+// In a per-thread-default-stream build, stream 0 is the calling thread's stream.
+StreamHandle per_thread_stream_of(const void* stream) {
+  return stream == nullptr ? kPerThreadStream : stream_of(stream);
+}
+
+using DriverAllocAsync = CUresult (*)(CUdeviceptr*, size_t, CUstream);
+using DriverFreeAsync = CUresult (*)(CUdeviceptr, CUstream);
+
+// cuMemAllocAsync: in a capturing stream the driver's own (a graph memory
+// node, whose memory lives with the graph), else zicoum's.
+CUresult driver_alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream hStream, StreamHandle stream,
+                            RealFunction<DriverAllocAsync>& real) {
+  if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (api_capture_state(stream) != CaptureState::kNone) {
+    const auto function = real.get();
+    return function != nullptr ? function(dptr, bytes, hStream) : CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  void* ptr = nullptr;
+  const Status status = api_allocate(bytes, current_device(), stream, &ptr);
+  if (status.is_ok()) *dptr = reinterpret_cast<CUdeviceptr>(ptr);
+  return to_driver_error(status);
+}
+
+CUresult driver_free_async(CUdeviceptr dptr, CUstream hStream, StreamHandle stream, RealFunction<DriverFreeAsync>& real) {
+  void* ptr = reinterpret_cast<void*>(dptr);
+  if (ptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // A free captured into a graph happens at each replay, which zicoum cannot follow.
+  if (owns(ptr) && api_capture_state(stream) == CaptureState::kCapturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  const Status status = api_free(ptr, stream);
+  if (status.code() != Errc::kNotFound) return to_driver_error(status);
+  const auto function = real.get();
+  return function != nullptr ? function(dptr, hStream) : CUDA_ERROR_INVALID_VALUE;
 }
 
 }  // namespace
@@ -259,6 +219,27 @@ CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
     if (const auto real = real_info.get()) return real(free, total);
   }
   return zico::to_driver_error(zico::memory_info(free, total));
+}
+
+// The driver's stream-ordered pair, as cudaMallocAsync / cudaFreeAsync.
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  static zico::RealFunction<zico::DriverAllocAsync> real("cuMemAllocAsync");
+  return zico::driver_alloc_async(dptr, bytesize, hStream, zico::stream_of(hStream), real);
+}
+
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  static zico::RealFunction<zico::DriverFreeAsync> real("cuMemFreeAsync");
+  return zico::driver_free_async(dptr, hStream, zico::stream_of(hStream), real);
+}
+
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  static zico::RealFunction<zico::DriverAllocAsync> real("cuMemAllocAsync_ptsz");
+  return zico::driver_alloc_async(dptr, bytesize, hStream, zico::per_thread_stream_of(hStream), real);
+}
+
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+  static zico::RealFunction<zico::DriverFreeAsync> real("cuMemFreeAsync_ptsz");
+  return zico::driver_free_async(dptr, hStream, zico::per_thread_stream_of(hStream), real);
 }
 
 // Per-thread default stream builds (nvcc --default-stream per-thread).

@@ -436,9 +436,50 @@ Status Runtime::memory_info(DeviceId device, size_t* free_bytes, size_t* total_b
   const size_t chunk = allocator->chunk_bytes();
   const size_t usable = chunk != 0 ? stats.budget_bytes / chunk * chunk : stats.budget_bytes;
   const size_t budget_left = usable - std::min(usable, stats.allocated_bytes);
-  *total_bytes = usable;
+  // The process's own driver allocations took their share of the budget.
+  *total_bytes = usable + (outside_counts_against_budget() ? outside_bytes(device) : 0);
   *free_bytes = std::min(budget_left, device_free + stats.cached_bytes);
   return Status::ok();
+}
+
+bool Runtime::outside_counts_against_budget() const {
+  return config_.budget.has_value() && node() == nullptr && config_.mode == Mode::kVmm;
+}
+
+Status Runtime::charge_outside(DeviceId device, size_t bytes) noexcept {
+  if (device.value < 0 || device.value >= kMaxDevices) return Status::ok();  // the driver judges the device
+  std::lock_guard lock(outside_mutex_);
+  size_t& outside = outside_bytes_[device.value];
+  const size_t after = outside + bytes;
+  DeviceAllocator* allocator = nullptr;
+  if (outside_counts_against_budget() && this->allocator(device, &allocator).is_ok()) {
+    const size_t budget = *config_.budget;
+    const bool fits = after <= budget && allocator->set_budget(budget - after).is_ok() &&
+                      allocator->stats().mapped_bytes <= budget - after;
+    if (!fits) {
+      (void)allocator->set_budget(budget - std::min(budget, outside));
+      return Status(Errc::kOutOfMemory);
+    }
+  }
+  outside = after;
+  return Status::ok();
+}
+
+void Runtime::release_outside(DeviceId device, size_t bytes) noexcept {
+  if (device.value < 0 || device.value >= kMaxDevices) return;
+  std::lock_guard lock(outside_mutex_);
+  size_t& outside = outside_bytes_[device.value];
+  outside -= std::min(outside, bytes);
+  DeviceAllocator* allocator = existing_allocator(device);
+  if (allocator != nullptr && outside_counts_against_budget()) {
+    (void)allocator->set_budget(*config_.budget - std::min(*config_.budget, outside));
+  }
+}
+
+size_t Runtime::outside_bytes(DeviceId device) const noexcept {
+  if (device.value < 0 || device.value >= kMaxDevices) return 0;
+  std::lock_guard lock(outside_mutex_);
+  return outside_bytes_[device.value];
 }
 
 }  // namespace zico

@@ -75,6 +75,16 @@ class Runtime {
   // free = arena - allocated.
   [[nodiscard]] Status memory_info(DeviceId device, size_t* free_bytes, size_t* total_bytes) noexcept;
 
+  // Physical memory the process makes itself with the driver's cuMemCreate
+  // (PyTorch's expandable segments, NCCL's buffers), beside zicoum's. With a
+  // budget (ZICO_BUDGET) and no zico-umd, in VMM mode, it counts against the
+  // budget: the allocator's share shrinks by it (idle memory is returned), and
+  // a charge that would break the budget is refused with kOutOfMemory.
+  // Otherwise it is only counted (zico-umd's audit sees the process's memory).
+  [[nodiscard]] Status charge_outside(DeviceId device, size_t bytes) noexcept;
+  void release_outside(DeviceId device, size_t bytes) noexcept;
+  [[nodiscard]] size_t outside_bytes(DeviceId device) const noexcept;
+
  private:
   Runtime() noexcept;
   // Resumes each allocator (see pause_point); false if one could not be.
@@ -112,6 +122,10 @@ class Runtime {
   std::mutex store_mutex_;  // guards the stores below
   std::array<std::unique_ptr<BackingStore>, kMaxDevices> host_stores_{};
   std::array<std::unique_ptr<BackingStore>, kMaxDevices> nvme_stores_{};
+  mutable std::mutex outside_mutex_;  // guards outside_bytes_
+  std::array<size_t, kMaxDevices> outside_bytes_{};
+  // Whether charge_outside() holds outside memory to the budget.
+  [[nodiscard]] bool outside_counts_against_budget() const;
 };
 
 }  // namespace zico

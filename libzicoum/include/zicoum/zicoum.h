@@ -98,6 +98,11 @@ typedef struct zico_stats {
   uint64_t prefetched_pages;    /* brought to the GPU ahead of use */
   uint64_t evicted_pages;       /* sent to host memory (planned, or to make room) */
   uint64_t modelled_ns;         /* simulated backend: the device's modelled clock; 0 on a GPU */
+  /* Memory the process made itself with the driver's cuMemCreate (PyTorch's
+   * expandable segments, NCCL) under LD_PRELOAD; with ZICO_BUDGET set and no
+   * zico-umd it counts against the budget (budget_bytes is then what is left
+   * for zicoum's own allocations). */
+  uint64_t outside_bytes;
 } zico_stats_t;
 
 ZICO_API zico_status_t zico_get_stats(int device, zico_stats_t* stats);

@@ -1,0 +1,160 @@
+// The routes by which libraries get driver functions without calling them by
+// name: cuGetProcAddress (cuBLAS, NCCL, Triton's and PyTorch's driver
+// wrappers) and the runtime's cudaGetDriverEntryPoint[ByVersion] (which
+// PyTorch's expandable segments use). LD_PRELOAD reaches neither route, so
+// the memory calls handed out there would escape the budget: each hook asks
+// the real function, then swaps the driver's memory calls for the ones
+// libzicoum defines (the same ones a program linked with -lcuda gets).
+//
+// A swap happens only where the caller gets exactly that function's ABI: the
+// name asked for, at a version at least the one that introduced it (an older
+// version gets the older ABI, e.g. cuMemAlloc with a 32-bit size, and is left
+// alone), and the per-thread-default-stream twin where the flags ask for it.
+// What libraries resolve by dlopen + dlsym on libcuda themselves stays out of
+// reach (see README, limits).
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "interposed.h"
+#include "real_function.h"
+
+#undef cuGetProcAddress  // cuda.h renames it to the 12.0 ABI; the 11.3 one is a symbol of its own
+
+namespace zico {
+namespace {
+
+// The runtime's lookups (cudaGetDriverEntryPoint is deprecated, so no decltype of it).
+using RuntimeEntryPoint = cudaError_t (*)(const char*, void**, unsigned long long, cudaDriverEntryPointQueryResult*);
+using RuntimeEntryPointByVersion = cudaError_t (*)(const char*, void**, unsigned int, unsigned long long,
+                                                   cudaDriverEntryPointQueryResult*);
+
+struct Substitute {
+  const char* symbol;  // the name callers ask for
+  int since;           // the CUDA version whose ABI libzicoum's function has
+  void* legacy;        // what the legacy default stream build gets
+  void* per_thread;    // what the per-thread default stream build gets
+};
+
+void* fn(auto function) { return reinterpret_cast<void*>(function); }
+
+const Substitute kSubstitutes[] = {
+    {"cuMemAlloc", 3020, fn(&cuMemAlloc_v2), fn(&cuMemAlloc_v2)},
+    {"cuMemFree", 3020, fn(&cuMemFree_v2), fn(&cuMemFree_v2)},
+    {"cuMemGetInfo", 3020, fn(&cuMemGetInfo_v2), fn(&cuMemGetInfo_v2)},
+    {"cuStreamDestroy", 4000, fn(&cuStreamDestroy_v2), fn(&cuStreamDestroy_v2)},
+    {"cuMemAllocAsync", 11020, fn(&cuMemAllocAsync), fn(&cuMemAllocAsync_ptsz)},
+    {"cuMemFreeAsync", 11020, fn(&cuMemFreeAsync), fn(&cuMemFreeAsync_ptsz)},
+    {"cuMemCreate", 10020, fn(&cuMemCreate), fn(&cuMemCreate)},
+    {"cuMemRelease", 10020, fn(&cuMemRelease), fn(&cuMemRelease)},
+    {"cuMemMap", 10020, fn(&cuMemMap), fn(&cuMemMap)},
+    {"cuMemUnmap", 10020, fn(&cuMemUnmap), fn(&cuMemUnmap)},
+};
+
+// After a successful lookup of `symbol` at `version`: libzicoum's function
+// instead of the driver's where it has the same ABI.
+void substitute(const char* symbol, int version, bool per_thread, void** pfn) {
+  if (symbol == nullptr || pfn == nullptr || *pfn == nullptr) return;
+  for (const Substitute& s : kSubstitutes) {
+    if (std::strcmp(symbol, s.symbol) != 0) continue;
+    if (version >= s.since) *pfn = per_thread ? s.per_thread : s.legacy;
+    return;
+  }
+}
+
+}  // namespace
+}  // namespace zico
+
+#pragma GCC visibility push(default)
+extern "C" {
+
+CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
+                                     CUdriverProcAddressQueryResult* symbolStatus) {
+  static zico::RealFunction<decltype(&cuGetProcAddress_v2)> real("cuGetProcAddress_v2");
+  const auto lookup = real.get();
+  if (lookup == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  const CUresult result = lookup(symbol, pfn, cudaVersion, flags, symbolStatus);
+  if (result == CUDA_SUCCESS) {
+    zico::substitute(symbol, cudaVersion, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0, pfn);
+  }
+  return result;
+}
+
+// The CUDA 11.3 ABI, without symbolStatus.
+CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
+CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
+  static zico::RealFunction<CUresult (*)(const char*, void**, int, cuuint64_t)> real("cuGetProcAddress");
+  const auto lookup = real.get();
+  if (lookup == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  const CUresult result = lookup(symbol, pfn, cudaVersion, flags);
+  if (result == CUDA_SUCCESS) {
+    zico::substitute(symbol, cudaVersion, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0, pfn);
+  }
+  return result;
+}
+
+// The runtime asks the driver for the version it was built for, so every
+// substitute's ABI applies. The _ptsz twins are what per-thread-default-stream
+// builds call; there the default flags mean per-thread.
+cudaError_t CUDARTAPI cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
+                                              cudaDriverEntryPointQueryResult* driverStatus) {
+  static zico::RealFunction<zico::RuntimeEntryPoint> real("cudaGetDriverEntryPoint");
+  const auto lookup = real.get();
+  if (lookup == nullptr) return cudaErrorSymbolNotFound;
+  const cudaError_t result = lookup(symbol, funcPtr, flags, driverStatus);
+  if (result == cudaSuccess) {
+    zico::substitute(symbol, INT_MAX, (flags & cudaEnablePerThreadDefaultStream) != 0, funcPtr);
+  }
+  return result;
+}
+
+cudaError_t CUDARTAPI cudaGetDriverEntryPoint_ptsz(const char* symbol, void** funcPtr, unsigned long long flags,
+                                                   cudaDriverEntryPointQueryResult* driverStatus);
+cudaError_t CUDARTAPI cudaGetDriverEntryPoint_ptsz(const char* symbol, void** funcPtr, unsigned long long flags,
+                                                   cudaDriverEntryPointQueryResult* driverStatus) {
+  static zico::RealFunction<zico::RuntimeEntryPoint> real("cudaGetDriverEntryPoint_ptsz");
+  const auto lookup = real.get();
+  if (lookup == nullptr) return cudaErrorSymbolNotFound;
+  const cudaError_t result = lookup(symbol, funcPtr, flags, driverStatus);
+  if (result == cudaSuccess) {
+    zico::substitute(symbol, INT_MAX, (flags & cudaEnableLegacyStream) == 0, funcPtr);
+  }
+  return result;
+}
+
+cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr, unsigned int cudaVersion,
+                                                       unsigned long long flags,
+                                                       cudaDriverEntryPointQueryResult* driverStatus) {
+  static zico::RealFunction<zico::RuntimeEntryPointByVersion> real("cudaGetDriverEntryPointByVersion");
+  const auto lookup = real.get();
+  if (lookup == nullptr) return cudaErrorSymbolNotFound;
+  const cudaError_t result = lookup(symbol, funcPtr, cudaVersion, flags, driverStatus);
+  if (result == cudaSuccess) {
+    zico::substitute(symbol, static_cast<int>(std::min(cudaVersion, unsigned{INT_MAX})),
+                     (flags & cudaEnablePerThreadDefaultStream) != 0, funcPtr);
+  }
+  return result;
+}
+
+cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion_ptsz(const char* symbol, void** funcPtr,
+                                                            unsigned int cudaVersion, unsigned long long flags,
+                                                            cudaDriverEntryPointQueryResult* driverStatus);
+cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion_ptsz(const char* symbol, void** funcPtr,
+                                                            unsigned int cudaVersion, unsigned long long flags,
+                                                            cudaDriverEntryPointQueryResult* driverStatus) {
+  static zico::RealFunction<zico::RuntimeEntryPointByVersion> real("cudaGetDriverEntryPointByVersion_ptsz");
+  const auto lookup = real.get();
+  if (lookup == nullptr) return cudaErrorSymbolNotFound;
+  const cudaError_t result = lookup(symbol, funcPtr, cudaVersion, flags, driverStatus);
+  if (result == cudaSuccess) {
+    zico::substitute(symbol, static_cast<int>(std::min(cudaVersion, unsigned{INT_MAX})),
+                     (flags & cudaEnableLegacyStream) == 0, funcPtr);
+  }
+  return result;
+}
+
+}  // extern "C"
+#pragma GCC visibility pop

@@ -1,0 +1,103 @@
+/* A stand-in for libcuda and libcudart's entry-point lookups, for testing
+ * libzicoum's proc-address hooks on a machine without a GPU: its lookups hand
+ * out its own functions, which count their calls, so the probe can tell
+ * whether a function it got came from zicoum or from "the driver". */
+#include <string.h>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+int fake_driver_allocations = 0;
+static CUmemGenericAllocationHandle next_handle = 1;
+
+CUresult fake_cuMemAlloc_v1(unsigned int* dptr, unsigned int bytesize) {
+  (void)dptr, (void)bytesize;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult fake_cuLaunchKernel(void) { return CUDA_ERROR_NOT_SUPPORTED; }
+
+/* What the lookups hand out: functions of this library's own, as the
+ * driver's table holds (a reference to an exported name here would bind to
+ * libzicoum's definition, which comes first in the global scope). */
+static CUresult mem_alloc(CUdeviceptr* dptr, size_t bytesize) {
+  (void)bytesize;
+  ++fake_driver_allocations;
+  *dptr = 0;
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+static CUresult mem_free(CUdeviceptr dptr) {
+  (void)dptr;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult mem_create(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
+                           unsigned long long flags) {
+  (void)size, (void)prop, (void)flags;
+  *handle = next_handle++;
+  return CUDA_SUCCESS;
+}
+static CUresult mem_release(CUmemGenericAllocationHandle handle) {
+  return handle != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                        unsigned long long flags) {
+  (void)ptr, (void)size, (void)offset, (void)flags;
+  return handle != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult mem_unmap(CUdeviceptr ptr, size_t size) {
+  (void)ptr, (void)size;
+  return CUDA_SUCCESS;
+}
+
+/* The exported names, which libzicoum calls as "the real functions". */
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) { return mem_alloc(dptr, bytesize); }
+CUresult cuMemFree_v2(CUdeviceptr dptr) { return mem_free(dptr); }
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
+                     unsigned long long flags) {
+  return mem_create(handle, size, prop, flags);
+}
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) { return mem_release(handle); }
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags) {
+  return mem_map(ptr, size, offset, handle, flags);
+}
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) { return mem_unmap(ptr, size); }
+
+static void* lookup(const char* symbol, int version) {
+  if (strcmp(symbol, "cuMemAlloc") == 0) return version >= 3020 ? (void*)mem_alloc : (void*)fake_cuMemAlloc_v1;
+  if (strcmp(symbol, "cuMemFree") == 0) return (void*)mem_free;
+  if (strcmp(symbol, "cuMemCreate") == 0) return (void*)mem_create;
+  if (strcmp(symbol, "cuMemRelease") == 0) return (void*)mem_release;
+  if (strcmp(symbol, "cuMemMap") == 0) return (void*)mem_map;
+  if (strcmp(symbol, "cuMemUnmap") == 0) return (void*)mem_unmap;
+  if (strcmp(symbol, "cuMemAllocAsync") == 0) return (void*)fake_cuLaunchKernel;
+  if (strcmp(symbol, "cuLaunchKernel") == 0) return (void*)fake_cuLaunchKernel;
+  return NULL;
+}
+
+CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult* symbolStatus) {
+  (void)flags;
+  *pfn = lookup(symbol, cudaVersion);
+  if (symbolStatus != NULL) *symbolStatus = *pfn != NULL ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return *pfn != NULL ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr, unsigned int cudaVersion,
+                                             unsigned long long flags, enum cudaDriverEntryPointQueryResult* status) {
+  (void)flags;
+  *funcPtr = lookup(symbol, (int)cudaVersion);
+  if (status != NULL) *status = *funcPtr != NULL ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+  return *funcPtr != NULL ? cudaSuccess : cudaErrorSymbolNotFound;
+}
+
+cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
+                                    enum cudaDriverEntryPointQueryResult* status) {
+  return cudaGetDriverEntryPointByVersion(symbol, funcPtr, 13000, flags, status);
+}
+
+/* The CUDA 11.3 ABI of the lookup (cuda.h renames cuGetProcAddress to _v2). */
+#undef cuGetProcAddress
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
+  return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
+}
