@@ -17,6 +17,7 @@
 #include <link.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <new>
 #include <string>
@@ -102,6 +103,23 @@ bool owns(const void* ptr) {
   return runtime != nullptr && runtime->owner_of(ptr) != nullptr;
 }
 
+// What an allocation returns. A failed cudaMalloc also leaves
+// cudaErrorMemoryAllocation for cudaGetLastError, which getLastCudaError()-
+// style checks read; only the real runtime can set that, so it is asked for
+// an allocation no device can satisfy.
+cudaError_t allocation_result(Status status) {
+  const cudaError_t error = to_runtime_error(status);
+  if (error == cudaErrorMemoryAllocation) {
+    static RealFunction<cudaError_t (*)(void**, size_t)> real_malloc("cudaMalloc");
+    void* never = nullptr;
+    if (const auto real = real_malloc.get(); real != nullptr && real(&never, SIZE_MAX) == cudaSuccess) {
+      static RealFunction<cudaError_t (*)(void*)> real_free("cudaFree");
+      if (const auto release = real_free.get()) (void)release(never);
+    }
+  }
+  return error;
+}
+
 // In a per-thread-default-stream build, stream 0 is the calling thread's stream.
 StreamHandle per_thread_stream_of(const void* stream) {
   return stream == nullptr ? kPerThreadStream : stream_of(stream);
@@ -143,7 +161,7 @@ CUresult driver_free_async(CUdeviceptr dptr, CUstream hStream, StreamHandle stre
 extern "C" {
 
 cudaError_t CUDARTAPI cudaMalloc(void** devPtr, size_t size) {
-  return zico::to_runtime_error(zico::allocate(devPtr, size, zico::StreamHandle{}));
+  return zico::allocation_result(zico::allocate(devPtr, size, zico::StreamHandle{}));
 }
 
 // In a capturing stream cudaMallocAsync makes a graph memory node, whose
@@ -154,7 +172,7 @@ cudaError_t CUDARTAPI cudaMallocAsync(void** devPtr, size_t size, cudaStream_t h
     const auto real = real_malloc_async.get();
     return real != nullptr ? real(devPtr, size, hStream) : cudaErrorStreamCaptureUnsupported;
   }
-  return zico::to_runtime_error(zico::allocate(devPtr, size, zico::stream_of(hStream)));
+  return zico::allocation_result(zico::allocate(devPtr, size, zico::stream_of(hStream)));
 }
 
 cudaError_t CUDARTAPI cudaFree(void* devPtr) {
@@ -250,7 +268,7 @@ cudaError_t CUDARTAPI cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStrea
     const auto real = real_malloc_async.get();
     return real != nullptr ? real(devPtr, size, hStream) : cudaErrorStreamCaptureUnsupported;
   }
-  return zico::to_runtime_error(zico::allocate(devPtr, size, stream));
+  return zico::allocation_result(zico::allocate(devPtr, size, stream));
 }
 
 cudaError_t CUDARTAPI cudaFreeAsync_ptsz(void* devPtr, cudaStream_t hStream) {

@@ -101,3 +101,17 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuin
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
   return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
 }
+
+/* The runtime's last error, which only the runtime itself can set. */
+static cudaError_t last_error = cudaSuccess;
+cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  (void)size;
+  *devPtr = NULL;
+  last_error = cudaErrorMemoryAllocation;
+  return last_error;
+}
+cudaError_t cudaGetLastError(void) {
+  const cudaError_t error = last_error;
+  last_error = cudaSuccess;
+  return error;
+}

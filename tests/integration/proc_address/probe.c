@@ -1,7 +1,8 @@
 /* Driver functions obtained by lookup (cuGetProcAddress, the runtime's
  * cudaGetDriverEntryPoint[ByVersion]) are zicoum's where zicoum defines them
  * with that ABI, and the driver's otherwise; the process's own cuMemCreate
- * memory counts against ZICO_BUDGET until it is released and unmapped.
+ * memory counts against ZICO_BUDGET until it is released and unmapped; a
+ * cudaMalloc that zicoum refuses leaves its error for cudaGetLastError.
  * Linked ahead of fake_driver.c's library, on the simulated backend. Prints OK. */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -97,6 +98,15 @@ int main(void) {
   CHECK(stats().budget_bytes == 64 * MiB, "zicoum's share did not come back");
   CHECK(zico_malloc(&big, 60 * MiB, 0, NULL) == ZICO_OK, "the budget is whole again");
   CHECK(zico_free(big, NULL) == ZICO_OK, "free");
+
+  /* Past the budget, cudaMalloc fails and cudaGetLastError says so, as CUDA's does. */
+  void* blocks[80];
+  int count = 0;
+  cudaError_t error = cudaSuccess;
+  while (count < 80 && (error = cudaMalloc(&blocks[count], MiB)) == cudaSuccess) ++count;
+  CHECK(error == cudaErrorMemoryAllocation, "cudaMalloc past the budget");
+  CHECK(cudaGetLastError() == cudaErrorMemoryAllocation, "the runtime's last error was not set");
+  for (int i = 0; i < count; ++i) CHECK(cudaFree(blocks[i]) == cudaSuccess, "cudaFree");
 
   if (failures == 0) printf("OK\n");
   return failures == 0 ? 0 : 1;
