@@ -210,6 +210,8 @@ Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint6
   return Status::ok();
 }
 
+bool api_op_pending() noexcept { return t_op.pager != nullptr; }
+
 Status api_op_end() noexcept {
   prefetch::UmPager* pager = t_op.pager;
   if (pager == nullptr) return Status::ok();

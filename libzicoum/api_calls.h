@@ -30,6 +30,8 @@ void api_stream_destroyed(StreamHandle stream) noexcept;
 // launched / was launched (zico_op_begin, zico_op_end). No-ops otherwise.
 [[nodiscard]] Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint64_t expected_ns) noexcept;
 [[nodiscard]] Status api_op_end() noexcept;
+// Whether this thread is between an api_op_begin that reached a pager and its api_op_end.
+[[nodiscard]] bool api_op_pending() noexcept;
 // Whether work on `stream` now would be captured into a CUDA graph, or break
 // another stream's capture. zicoum has no private pool for graph memory: a
 // block it handed out or cached during a capture could reach eager tensors

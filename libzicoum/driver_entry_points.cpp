@@ -3,8 +3,9 @@
 // wrappers) and the runtime's cudaGetDriverEntryPoint[ByVersion] (which
 // PyTorch's expandable segments use). LD_PRELOAD reaches neither route, so
 // the memory calls handed out there would escape the budget: each hook asks
-// the real function, then swaps the driver's memory calls for the ones
-// libzicoum defines (the same ones a program linked with -lcuda gets).
+// the real function, then swaps the driver's memory calls (and its kernel
+// launches, observed in UM mode) for the ones libzicoum defines (the same ones
+// a program linked with -lcuda gets).
 //
 // A swap happens only where the caller gets exactly that function's ABI: the
 // name asked for, at a version at least the one that introduced it (an older
@@ -52,6 +53,8 @@ const Substitute kSubstitutes[] = {
     {"cuMemRelease", 10020, fn(&cuMemRelease), fn(&cuMemRelease)},
     {"cuMemMap", 10020, fn(&cuMemMap), fn(&cuMemMap)},
     {"cuMemUnmap", 10020, fn(&cuMemUnmap), fn(&cuMemUnmap)},
+    {"cuLaunchKernel", 4000, fn(&cuLaunchKernel), fn(&cuLaunchKernel_ptsz)},
+    {"cuLaunchKernelEx", 11060, fn(&cuLaunchKernelEx), fn(&cuLaunchKernelEx_ptsz)},
 };
 
 // After a successful lookup of `symbol` at `version`: libzicoum's function

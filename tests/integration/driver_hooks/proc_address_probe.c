@@ -16,7 +16,7 @@
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
 extern int fake_driver_allocations;
 CUresult fake_cuMemAlloc_v1(unsigned int* dptr, unsigned int bytesize);
-CUresult fake_cuLaunchKernel(void);
+CUresult fake_other_function(void);
 
 static int failures = 0;
 #define CHECK(condition, what)                                          \
@@ -49,7 +49,7 @@ int main(void) {
   CHECK(cuGetProcAddress_v2("cuMemAlloc", &f, 3010, 0, &found) == CUDA_SUCCESS, "old lookup");
   CHECK(f == (void*)fake_cuMemAlloc_v1, "an older ABI was swapped");
   /* What zicoum does not define: the driver's. */
-  CHECK(cuGetProcAddress_v2("cuLaunchKernel", &f, 12000, 0, &found) == CUDA_SUCCESS && f == (void*)fake_cuLaunchKernel,
+  CHECK(cuGetProcAddress_v2("cuCtxSynchronize", &f, 12000, 0, &found) == CUDA_SUCCESS && f == (void*)fake_other_function,
         "a function zicoum does not define was swapped");
   CHECK(cuGetProcAddress_v2("cuNoSuchFunction", &f, 12000, 0, &found) == CUDA_ERROR_NOT_FOUND && f == NULL,
         "the driver's failure is passed on");

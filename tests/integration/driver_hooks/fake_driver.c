@@ -14,7 +14,7 @@ CUresult fake_cuMemAlloc_v1(unsigned int* dptr, unsigned int bytesize) {
   (void)dptr, (void)bytesize;
   return CUDA_ERROR_NOT_SUPPORTED;
 }
-CUresult fake_cuLaunchKernel(void) { return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult fake_other_function(void) { return CUDA_ERROR_NOT_SUPPORTED; }
 
 /* What the lookups hand out: functions of this library's own, as the
  * driver's table holds (a reference to an exported name here would bind to
@@ -69,8 +69,10 @@ static void* lookup(const char* symbol, int version) {
   if (strcmp(symbol, "cuMemRelease") == 0) return (void*)mem_release;
   if (strcmp(symbol, "cuMemMap") == 0) return (void*)mem_map;
   if (strcmp(symbol, "cuMemUnmap") == 0) return (void*)mem_unmap;
-  if (strcmp(symbol, "cuMemAllocAsync") == 0) return (void*)fake_cuLaunchKernel;
-  if (strcmp(symbol, "cuLaunchKernel") == 0) return (void*)fake_cuLaunchKernel;
+  if (strcmp(symbol, "cuMemAllocAsync") == 0) return (void*)fake_other_function;
+  if (strcmp(symbol, "cuLaunchKernel") == 0) return (void*)fake_other_function;
+  if (strcmp(symbol, "cuLaunchKernelEx") == 0) return (void*)fake_other_function;
+  if (strcmp(symbol, "cuCtxSynchronize") == 0) return (void*)fake_other_function;
   return NULL;
 }
 
@@ -114,4 +116,47 @@ cudaError_t cudaGetLastError(void) {
   const cudaError_t error = last_error;
   last_error = cudaSuccess;
   return error;
+}
+
+/* Kernels: their "functions" are these objects' addresses, for the runtime
+ * (host stubs) and the driver (CUfunction) alike. */
+char fake_kernel_pointer_int[1];   /* (float* data, int n) */
+char fake_kernel_struct[1];        /* (struct { int n; float* data; size_t bytes; }) */
+char fake_kernel_unknown[1];       /* a driver that cannot tell its parameters */
+int fake_launches = 0;
+
+cudaError_t cudaGetFuncBySymbol(cudaFunction_t* functionPtr, const void* symbolPtr) {
+  *functionPtr = (cudaFunction_t)symbolPtr;
+  return cudaSuccess;
+}
+
+CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset, size_t* paramSize) {
+  static const size_t pointer_int[] = {8, 4};
+  static const size_t by_struct[] = {24};
+  const size_t* sizes = NULL;
+  size_t count = 0;
+  if ((void*)func == fake_kernel_pointer_int) sizes = pointer_int, count = 2;
+  else if ((void*)func == fake_kernel_struct) sizes = by_struct, count = 1;
+  else return CUDA_ERROR_NOT_SUPPORTED;
+  if (paramIndex >= count) return CUDA_ERROR_INVALID_VALUE;
+  *paramOffset = 0;
+  for (size_t i = 0; i < paramIndex; ++i) *paramOffset += sizes[i];
+  *paramSize = sizes[paramIndex];
+  return CUDA_SUCCESS;
+}
+
+cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args, size_t sharedMem,
+                             cudaStream_t stream) {
+  (void)func, (void)gridDim, (void)blockDim, (void)args, (void)sharedMem, (void)stream;
+  ++fake_launches;
+  return cudaSuccess;
+}
+
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                        unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                        unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
+  (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY, (void)blockDimZ;
+  (void)sharedMemBytes, (void)hStream, (void)kernelParams, (void)extra;
+  ++fake_launches;
+  return CUDA_SUCCESS;
 }

@@ -1,0 +1,121 @@
+// Kernel launches, by every route CUDA offers: the runtime's cudaLaunchKernel
+// (what `kernel<<<...>>>` compiles to) and cudaLaunchKernelExC, the driver's
+// cuLaunchKernel and cuLaunchKernelEx (also handed out by cuGetProcAddress:
+// driver_entry_points.cpp), each with its per-thread-default-stream twin. Each
+// is observed (launch_observer.h: in UM mode the pager brings the launch's
+// blocks first) and then made by the real function. The runtime's launches
+// reach the driver inside cudart, never through these, so none is seen twice.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "interposed.h"
+#include "launch_observer.h"
+#include "real_function.h"
+
+namespace zico {
+namespace {
+
+LaunchShape shape_of(dim3 grid, dim3 block) { return LaunchShape{{grid.x, grid.y, grid.z}, {block.x, block.y, block.z}}; }
+
+using RuntimeLaunch = cudaError_t (*)(const void*, dim3, dim3, void**, size_t, cudaStream_t);
+using RuntimeLaunchEx = cudaError_t (*)(const cudaLaunchConfig_t*, const void*, void**);
+using DriverLaunch = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                  CUstream, void**, void**);
+using DriverLaunchEx = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
+
+cudaError_t runtime_launch(RealFunction<RuntimeLaunch>& real, const void* func, dim3 grid, dim3 block, void** args,
+                           size_t shared_bytes, cudaStream_t stream) {
+  const auto launch = real.get();
+  if (launch == nullptr) return cudaErrorInvalidDeviceFunction;
+  ObservedLaunch observed(func, nullptr, true, shape_of(grid, block), args, nullptr);
+  return launch(func, grid, block, args, shared_bytes, stream);
+}
+
+cudaError_t runtime_launch_ex(RealFunction<RuntimeLaunchEx>& real, const cudaLaunchConfig_t* config, const void* func,
+                              void** args) {
+  const auto launch = real.get();
+  if (launch == nullptr) return cudaErrorInvalidDeviceFunction;
+  if (config == nullptr) return launch(config, func, args);  // the runtime's error to give
+  ObservedLaunch observed(func, nullptr, true, shape_of(config->gridDim, config->blockDim), args, nullptr);
+  return launch(config, func, args);
+}
+
+CUresult driver_launch(RealFunction<DriverLaunch>& real, CUfunction f, const LaunchShape& shape, unsigned shared_bytes,
+                       CUstream stream, void** params, void** extra) {
+  const auto launch = real.get();
+  if (launch == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  ObservedLaunch observed(f, f, false, shape, params, extra);
+  return launch(f, shape.grid[0], shape.grid[1], shape.grid[2], shape.block[0], shape.block[1], shape.block[2],
+                shared_bytes, stream, params, extra);
+}
+
+CUresult driver_launch_ex(RealFunction<DriverLaunchEx>& real, const CUlaunchConfig* config, CUfunction f,
+                          void** params, void** extra) {
+  const auto launch = real.get();
+  if (launch == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (config == nullptr) return launch(config, f, params, extra);
+  const LaunchShape shape{{config->gridDimX, config->gridDimY, config->gridDimZ},
+                          {config->blockDimX, config->blockDimY, config->blockDimZ}};
+  ObservedLaunch observed(f, f, false, shape, params, extra);
+  return launch(config, f, params, extra);
+}
+
+}  // namespace
+}  // namespace zico
+
+#pragma GCC visibility push(default)
+extern "C" {
+
+cudaError_t CUDARTAPI cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args, size_t sharedMem,
+                                       cudaStream_t stream) {
+  static zico::RealFunction<zico::RuntimeLaunch> real("cudaLaunchKernel");
+  return zico::runtime_launch(real, func, gridDim, blockDim, args, sharedMem, stream);
+}
+
+cudaError_t CUDARTAPI cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim, void** args,
+                                            size_t sharedMem, cudaStream_t stream);
+cudaError_t CUDARTAPI cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim, void** args,
+                                            size_t sharedMem, cudaStream_t stream) {
+  static zico::RealFunction<zico::RuntimeLaunch> real("cudaLaunchKernel_ptsz");
+  return zico::runtime_launch(real, func, gridDim, blockDim, args, sharedMem, stream);
+}
+
+cudaError_t CUDARTAPI cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func, void** args) {
+  static zico::RealFunction<zico::RuntimeLaunchEx> real("cudaLaunchKernelExC");
+  return zico::runtime_launch_ex(real, config, func, args);
+}
+
+cudaError_t CUDARTAPI cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* config, const void* func, void** args);
+cudaError_t CUDARTAPI cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* config, const void* func, void** args) {
+  static zico::RealFunction<zico::RuntimeLaunchEx> real("cudaLaunchKernelExC_ptsz");
+  return zico::runtime_launch_ex(real, config, func, args);
+}
+
+CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
+  static zico::RealFunction<zico::DriverLaunch> real("cuLaunchKernel");
+  return zico::driver_launch(real, f, zico::LaunchShape{{gridDimX, gridDimY, gridDimZ}, {blockDimX, blockDimY, blockDimZ}},
+                             sharedMemBytes, hStream, kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                     unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
+  static zico::RealFunction<zico::DriverLaunch> real("cuLaunchKernel_ptsz");
+  return zico::driver_launch(real, f, zico::LaunchShape{{gridDimX, gridDimY, gridDimZ}, {blockDimX, blockDimY, blockDimZ}},
+                             sharedMemBytes, hStream, kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
+  static zico::RealFunction<zico::DriverLaunchEx> real("cuLaunchKernelEx");
+  return zico::driver_launch_ex(real, config, f, kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
+  static zico::RealFunction<zico::DriverLaunchEx> real("cuLaunchKernelEx_ptsz");
+  return zico::driver_launch_ex(real, config, f, kernelParams, extra);
+}
+
+}  // extern "C"
+#pragma GCC visibility pop

@@ -1,0 +1,147 @@
+#include "launch_observer.h"
+
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "api_calls.h"
+#include "config.h"
+#include "real_function.h"
+#include "runtime.h"
+
+namespace zico {
+namespace {
+
+// A kernel's parameter sizes, in order; `known` is false where the driver
+// could not tell (then kernelParams, whose length is unknown, stay unread).
+struct ParamLayout {
+  bool known = false;
+  std::vector<uint32_t> sizes;
+};
+
+// No kernel has more (CUDA's limit is 32 KiB of parameters); a guard against
+// a driver that never says "out of range".
+constexpr size_t kMaxParams = 4096;
+// Beyond these a launch's remaining pointers are not looked at: the op is
+// announced with what was found.
+constexpr size_t kMaxPointers = 256;
+
+ParamLayout ask_driver(const void* key, CUfunction function, bool runtime_stub) {
+  ParamLayout layout;
+  if (runtime_stub) {
+    static RealFunction<cudaError_t (*)(cudaFunction_t*, const void*)> real_by_symbol("cudaGetFuncBySymbol");
+    cudaFunction_t resolved = nullptr;
+    const auto by_symbol = real_by_symbol.get();
+    if (by_symbol == nullptr || by_symbol(&resolved, key) != cudaSuccess) return layout;
+    function = reinterpret_cast<CUfunction>(resolved);
+  }
+  static RealFunction<CUresult (*)(CUfunction, size_t, size_t*, size_t*)> real_param_info("cuFuncGetParamInfo");
+  const auto param_info = real_param_info.get();
+  if (param_info == nullptr || function == nullptr) return layout;
+  for (size_t i = 0; i < kMaxParams; ++i) {
+    size_t offset = 0;
+    size_t size = 0;
+    const CUresult result = param_info(function, i, &offset, &size);
+    if (result == CUDA_ERROR_INVALID_VALUE) {  // past the last parameter
+      layout.known = true;
+      return layout;
+    }
+    if (result != CUDA_SUCCESS) break;
+    layout.sizes.push_back(static_cast<uint32_t>(size));
+  }
+  layout.sizes.clear();
+  return layout;
+}
+
+// Layouts by function, asked of the driver once each. Elements of an
+// unordered_map keep their addresses when it grows.
+class Layouts {
+ public:
+  static Layouts& instance() {
+    static Layouts* layouts = new Layouts();  // never destroyed: launches may come at exit
+    return *layouts;
+  }
+  const ParamLayout& get(const void* key, CUfunction function, bool runtime_stub) {
+    {
+      std::shared_lock lock(mutex_);
+      if (auto it = layouts_.find(key); it != layouts_.end()) return it->second;
+    }
+    ParamLayout layout = ask_driver(key, function, runtime_stub);  // outside the lock: it calls the driver
+    std::unique_lock lock(mutex_);
+    return layouts_.try_emplace(key, std::move(layout)).first->second;
+  }
+
+ private:
+  std::shared_mutex mutex_;
+  std::unordered_map<const void*, ParamLayout> layouts_;
+};
+
+// Every aligned word of `data` that points into a zicoum arena.
+void scan(const void* data, size_t bytes, const Runtime& runtime, std::vector<const void*>* used) {
+  if (data == nullptr) return;
+  for (size_t offset = 0; offset + sizeof(uintptr_t) <= bytes && used->size() < kMaxPointers;
+       offset += sizeof(uintptr_t)) {
+    uintptr_t word = 0;
+    std::memcpy(&word, static_cast<const char*>(data) + offset, sizeof word);
+    const auto* pointer = reinterpret_cast<const void*>(word);
+    if (runtime.owner_of(pointer) != nullptr) used->push_back(pointer);
+  }
+}
+
+// The packed parameter buffer of a driver launch's `extra` list, if any.
+void scan_extra(void** extra, const Runtime& runtime, std::vector<const void*>* used) {
+  const void* buffer = nullptr;
+  size_t bytes = 0;
+  for (size_t i = 0; i < 64 && extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buffer = extra[i + 1];
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1] != nullptr) {
+      bytes = *static_cast<const size_t*>(extra[i + 1]);
+    }
+  }
+  scan(buffer, bytes, runtime, used);
+}
+
+uint64_t mix(uint64_t h, uint64_t value) {
+  h ^= value + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h;
+}
+
+}  // namespace
+
+uint64_t launch_id(const void* key, const LaunchShape& shape) noexcept {
+  uint64_t h = mix(0, reinterpret_cast<uintptr_t>(key));
+  for (const unsigned d : shape.grid) h = mix(h, d);
+  for (const unsigned d : shape.block) h = mix(h, d);
+  return h;
+}
+
+ObservedLaunch::ObservedLaunch(const void* key, CUfunction function, bool runtime_stub, const LaunchShape& shape,
+                               void** args, void** extra) noexcept {
+  const Runtime* runtime = Runtime::if_created();
+  if (runtime == nullptr || runtime->config().mode != Mode::kUm || api_op_pending()) return;
+  try {
+    thread_local std::vector<const void*> used;
+    used.clear();
+    const ParamLayout& layout = Layouts::instance().get(key, function, runtime_stub);
+    if (args != nullptr && layout.known) {
+      for (size_t i = 0; i < layout.sizes.size(); ++i) scan(args[i], layout.sizes[i], *runtime, &used);
+    }
+    if (extra != nullptr) scan_extra(extra, *runtime, &used);
+    if (used.empty()) return;
+    begun_ = api_op_begin(launch_id(key, shape), used.data(), used.size(), 0).is_ok() && api_op_pending();
+  } catch (...) {
+    // Host memory for bookkeeping ran out (or a lock failed): the launch goes
+    // unannounced, and its pages fault in.
+  }
+}
+
+ObservedLaunch::~ObservedLaunch() {
+  if (begun_) (void)api_op_end();
+}
+
+}  // namespace zico

@@ -1,0 +1,59 @@
+// Kernel launches as the pager's ops, in UM mode: what unmodified programs
+// tell zicoum without a line of theirs changed (zico_op_begin / zico_op_end
+// say the same explicitly).
+//
+// A launch gets an execution ID (its function and launch shape, hashed: the
+// same kernel at the same shape in the next iteration has the same ID), and
+// the blocks it uses are read from its parameters: every aligned 8-byte word
+// of a parameter that points into a zicoum arena is taken for a use of that
+// block (pointers inside structs passed by value too). Where the parameters
+// are is asked of the driver once per function (cuFuncGetParamInfo, CUDA
+// 12.4+; the runtime's functions through cudaGetFuncBySymbol); a driver that
+// cannot tell leaves kernelParams unread (their count is unknown, and reading
+// past it would be reading garbage) and only a packed parameter buffer
+// (CU_LAUNCH_PARAM_BUFFER_POINTER) is scanned. Blocks a kernel reaches only
+// through memory (pointer arrays on the device) are not seen: their pages
+// fault in and the pager learns of them from the next iteration's faults.
+//
+// In VMM mode, or before anything started zicoum, a launch costs one atomic
+// load and a branch on top of the real call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda.h>
+
+namespace zico {
+
+// The launch shape that, with the function, identifies a launch.
+struct LaunchShape {
+  unsigned grid[3];
+  unsigned block[3];
+};
+
+// Announces a launch to the pager for the lifetime of the object: its blocks
+// come to the GPU (within the budget) before the constructor returns, and
+// the op ends in the destructor, after the real launch was queued. Nothing
+// happens in VMM mode, for a launch that uses no zicoum memory, or inside an
+// explicit zico_op_begin / zico_op_end on the same thread (that op covers it).
+class ObservedLaunch {
+ public:
+  // `key` identifies the function (the runtime's host stub, or the
+  // CUfunction); `function` is the CUfunction when known, else the runtime's
+  // host stub is resolved through cudaGetFuncBySymbol. `args`: kernelParams
+  // (may be null); `extra`: the driver's extra list (may be null).
+  ObservedLaunch(const void* key, CUfunction function, bool runtime_stub, const LaunchShape& shape, void** args,
+                 void** extra) noexcept;
+  ~ObservedLaunch();
+  ObservedLaunch(const ObservedLaunch&) = delete;
+  ObservedLaunch& operator=(const ObservedLaunch&) = delete;
+
+ private:
+  bool begun_ = false;
+};
+
+// The execution ID of a launch (exposed for tests).
+[[nodiscard]] uint64_t launch_id(const void* key, const LaunchShape& shape) noexcept;
+
+}  // namespace zico
