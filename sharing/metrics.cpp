@@ -1,14 +1,19 @@
 #include "metrics.h"
 
+#include <cmath>
 #include <cstdio>
 
 namespace zico::sharing {
 namespace {
 
-// Shortest text that reads back as the same double (integers up to 2^53
-// exactly), as Prometheus's own clients write values.
+// Integers (bytes, counts) whole, up to 2^53; other values in the shortest
+// text that reads back as the same double, as Prometheus's own clients write.
 std::string number(double value) {
   char text[64];
+  if (value == std::floor(value) && std::fabs(value) < 9007199254740992.0) {
+    std::snprintf(text, sizeof text, "%.0f", value);
+    return text;
+  }
   for (int digits = 6; digits <= 17; ++digits) {
     std::snprintf(text, sizeof text, "%.*g", digits, value);
     double back = 0;
