@@ -13,7 +13,8 @@ and one that asks for more than the budget (refused). Then:
      node budget, the counters and histograms; every rule evaluates
      without error;
   3. a budget cut (zico-umctl budget set) shows in the budget series and
-     raises the ZicoumBudgetCut alert.
+     raises the ZicoumBudgetCut alert;
+  4. a request that times out, a suspension and a resumption are counted.
 Skips (77) where the prometheus or promtool binaries are missing.
 Usage: prometheus_scrape_test.py ZICO_UMD ZICO_UMCTL HOLD_MEMORY ALERTS_YML
 """
@@ -173,7 +174,7 @@ scrape_configs:
     prometheus = f"http://127.0.0.1:{web}"
     try:
         wait_for("Prometheus ready", lambda: get(f"{prometheus}/-/ready"))
-        check_prometheus(prometheus, target, jobs, umctl, sock, env)
+        check_prometheus(prometheus, target, jobs, umctl, hold_memory, sock, env)
     except SystemExit:
         print("--- prometheus log\n" + open(os.path.join(tmp, "prometheus.log")).read())
         print("--- zico-umd log\n" + open(umd_log).read())
@@ -182,7 +183,7 @@ scrape_configs:
     return 0
 
 
-def check_prometheus(prometheus, target, jobs, umctl, sock, env):
+def check_prometheus(prometheus, target, jobs, umctl, hold_memory, sock, env):
     up = wait_for("up{job=\"zicoum\"} == 1", lambda: query(prometheus, f'up{{job="zicoum",instance="{target}"}} == 1'))
     print(f"scraped: {up[0]['metric']}")
 
@@ -256,6 +257,29 @@ def check_prometheus(prometheus, target, jobs, umctl, sock, env):
                 and a["labels"].get("gpu") == "0" and a["labels"].get("uuid") == gpu["uuid"]]
     wait_for("ZicoumBudgetCut firing for GPU 0", budget_cut_alert)
     print("budget cut: series and alert follow")
+
+    # 4. The events operators alert on, from the daemon's own counting: a
+    #    request that waits out its job's timeout (24 MiB held, 32 MiB more do
+    #    not fit in 48 MiB and nothing is idle to reclaim), a suspension and a
+    #    resumption.
+    timeout_env = dict(env, ZICO_WAIT_TIMEOUT="1s")
+    waited = subprocess.run([hold_memory, "32MiB"], env=timeout_env, capture_output=True, text=True, timeout=20)
+    if waited.returncode != 1 or "waited" not in waited.stderr:
+        raise SystemExit(f"FAIL: hold_memory 32MiB beside 24 MiB under 48 MiB: exit {waited.returncode}, "
+                         f"stderr {waited.stderr!r}; expected exit 1 after waiting 1 s")
+    wait_for("the timeout counted", lambda: query(prometheus, "zicoum_gpu_request_timeouts_total >= 1"))
+    wait_for("the holders asked for idle memory", lambda: query(prometheus, "zicoum_gpu_reclaims_total >= 1"))
+    victim = held[0]["metric"]["job_id"]
+    for command in (["suspend", victim, "--to", "host"], ["resume", victim]):
+        done = subprocess.run([umctl, *command, "--socket", sock], env=env, capture_output=True, text=True, timeout=20)
+        if done.returncode != 0:
+            raise SystemExit(f"FAIL: zico-umctl {' '.join(command)}: exit {done.returncode}: {done.stderr}")
+        if command[0] == "suspend":
+            wait_for("the suspended job shows", lambda: query(
+                prometheus, f'zicoum_job_suspended{{job_id="{victim}"}} == 1 and on() zicoum_suspends_total == 1'))
+    wait_for("the resumption counted", lambda: query(prometheus, "zicoum_resumes_total == 1"))
+    wait_for("the job runs again", lambda: query(prometheus, f'zicoum_job_suspended{{job_id="{victim}"}} == 0'))
+    print("timeout, reclaim, suspend and resume counted")
 
 
 if __name__ == "__main__":
