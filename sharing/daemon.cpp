@@ -134,6 +134,7 @@ Status Daemon::Impl::setup(std::string* why) {
     (void)ledger.add_gpu(budget / gpu.chunk_bytes);
     gates.add_gpu(budget / gpu.chunk_bytes * gpu.chunk_bytes);
     gpus.push_back(std::move(gpu));
+    events.gpus.emplace_back();
   }
   listen_fd = wire::listen_unix(options.socket_path, options.socket_mode, options.socket_group, why);
   if (listen_fd < 0) return Status(Errc::kOsError, errno);
@@ -162,13 +163,13 @@ Status Daemon::Impl::setup(std::string* why) {
 Status Daemon::Impl::setup_metrics(std::string* why) {
   if (options.metrics_address.empty()) return Status::ok();
   ZICO_RETURN_IF_ERROR(MetricsServer::create(options.metrics_address, &metrics, why));
-  metrics->publish(render_metrics(status(), rates));
+  metrics->publish(render_metrics(status(), events));
   return Status::ok();
 }
 
 void Daemon::Impl::publish_metrics(const proto::StatusReply& now_status, uint64_t now) {
   if (metrics == nullptr || (!metrics->wants_snapshot() && now < next_metrics_ns)) return;
-  metrics->publish(render_metrics(now_status, rates));
+  metrics->publish(render_metrics(now_status, events));
   next_metrics_ns = now + kMetricsEveryNs;
 }
 
@@ -267,7 +268,6 @@ Status Daemon::run(bool handle_signals) {
         (void)!::read(d.timer_fd, &expirations, sizeof expirations);
         const uint64_t now = Impl::now_ns();
         const proto::StatusReply now_status = d.status();
-        d.rates.sample(now, now_status);
         d.publish_metrics(now_status, now);
         d.expire_idle_connections(now);
         d.expire_expected();

@@ -172,7 +172,7 @@ void Daemon::Impl::close_connection(int fd, const std::string& reason, bool say_
   Job& job = job_it->second;
   job.fd = -1;
   // Nobody would receive what it asked for, nor answer a reclaim.
-  for (uint64_t request : job.requests) (void)ledger.cancel(job.id, request, now_ns());
+  for (const auto& [request, waiting] : job.requests) (void)ledger.cancel(job.id, request, now_ns());
   job.requests.clear();
   for (size_t g = 0; g < job.gpus.size(); ++g) {
     std::string ignored;

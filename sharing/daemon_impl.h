@@ -105,7 +105,11 @@ struct Daemon::Impl final : GateGuard {
     wire::PeerCredentials peer;
     std::string name;
     std::vector<JobGpu> gpus;
-    std::unordered_set<uint64_t> requests;  // waiting in the ledger
+    struct Waiting {
+      uint32_t gpu = 0;
+      uint64_t asked_ns = 0;  // when it arrived: the start of its grant wait (metrics)
+    };
+    std::unordered_map<uint64_t, Waiting> requests;  // waiting in the ledger, by request id
     proto::JobRunState state = proto::JobRunState::kRunning;
     bool gate_held = false;  // its waiting gate was refused by may_start (logged once)
     // Known only from the predecessor's state file until it reconnects.
@@ -163,7 +167,7 @@ struct Daemon::Impl final : GateGuard {
   bool audit_supported = true;  // false once the driver said it cannot tell
   uint64_t arrivals = 0;
   uint64_t start_ns = now_ns();
-  RateWindow rates;
+  EventCounts events;  // for the metrics only
 
   // --- setup ------------------------------------------------------------------
   Status setup(std::string* why);
@@ -221,7 +225,8 @@ struct Daemon::Impl final : GateGuard {
 
   // --- lending ----------------------------------------------------------------
   void pump();
-  void grant(const LedgerAction& action);
+  // False if the chunks could not be made (the job is refused instead).
+  bool grant(const LedgerAction& action);
   Status take_chunks(Gpu& gpu, uint32_t uid, uint64_t count, std::vector<uint32_t>* ids, std::string* why);
   Status zero(Gpu& gpu, PoolChunk& chunk);
   // Releases the free chunks' physical memory (all of them, or while the

@@ -85,9 +85,9 @@ void Daemon::Impl::release_free(uint32_t g, bool beyond_budget_only) {
   }
 }
 
-void Daemon::Impl::grant(const LedgerAction& action) {
+bool Daemon::Impl::grant(const LedgerAction& action) {
   auto it = jobs.find(action.job);
-  if (it == jobs.end()) return;
+  if (it == jobs.end()) return false;
   Job& job = it->second;
   Gpu& gpu = gpus[action.gpu];
   std::vector<uint32_t> ids;
@@ -101,7 +101,7 @@ void Daemon::Impl::grant(const LedgerAction& action) {
     (void)ledger.returned(job.id, action.gpu, action.chunks, false, now_ns(), &ignored);
     ZICO_LOG(kError, "GPU %u: %s", action.gpu, why.c_str());
     if (job.fd >= 0) (void)send(job.fd, proto::Deny{action.request_id, static_cast<uint32_t>(Errc::kOutOfMemory), why});
-    return;
+    return false;
   }
   for (uint32_t id : ids) {
     gpu.chunks[id - 1].owner = job.id;
@@ -109,7 +109,7 @@ void Daemon::Impl::grant(const LedgerAction& action) {
   }
   record_holding(job, action.gpu);  // before the job can have them
   gpu.bytes_moved += ids.size() * gpu.chunk_bytes;
-  if (job.fd < 0) return;  // gone meanwhile: the chunks return when its process exits
+  if (job.fd < 0) return true;  // gone meanwhile: the chunks return when its process exits
   for (size_t start = 0; start < ids.size(); start += proto::kMaxChunksPerMessage) {
     const size_t count = std::min(proto::kMaxChunksPerMessage, ids.size() - start);
     proto::Grant message;
@@ -131,9 +131,10 @@ void Daemon::Impl::grant(const LedgerAction& action) {
       // The job's chunks stay counted; they come back when it goes.
       close_connection(job.fd, status.is_ok() ? "cannot send a grant" : "exporting a chunk failed: " + status.message(),
                        true);
-      return;
+      return true;  // granted in the books all the same
     }
   }
+  return true;
 }
 
 void Daemon::Impl::pump() {
@@ -146,17 +147,31 @@ void Daemon::Impl::pump() {
       auto it = jobs.find(action.job);
       if (it == jobs.end()) continue;
       const int fd = it->second.fd;
-      if (action.kind != LedgerAction::Kind::kReclaim) it->second.requests.erase(action.request_id);
+      uint64_t asked_ns = 0;
+      if (action.kind != LedgerAction::Kind::kReclaim) {
+        if (auto waiting = it->second.requests.find(action.request_id); waiting != it->second.requests.end()) {
+          asked_ns = waiting->second.asked_ns;
+          it->second.requests.erase(waiting);
+        }
+      }
+      EventCounts::Gpu& counts = events.gpus[action.gpu];
       switch (action.kind) {
         case LedgerAction::Kind::kGrant:
-          grant(action);
+          if (grant(action)) {
+            ++counts.grants;
+            const uint64_t now = now_ns();
+            counts.grant_wait.observe(asked_ns != 0 && now > asked_ns ? now - asked_ns : 0);
+          } else {
+            ++counts.denials;
+          }
           break;
         case LedgerAction::Kind::kDeny:
+          ++counts.denials;
           if (fd >= 0) (void)send(fd, proto::Deny{action.request_id, static_cast<uint32_t>(action.errc), action.reason});
           break;
         case LedgerAction::Kind::kReclaim:
           if (fd >= 0 && send(fd, proto::Reclaim{action.gpu, action.chunks})) {
-            // asked
+            ++counts.reclaims;
           } else {
             // Not connected (its process still maps what it holds, or it has not
             // reconnected after a restart): nothing can come back yet; say so for it.
@@ -176,6 +191,7 @@ void Daemon::Impl::pump() {
           // and reports kSuspended, as for zico-umctl suspend.
           ZICO_LOG(kInfo, "GPU %u: job %llu is in the way of another's iteration; it waits its turn in host memory",
                    action.gpu, static_cast<unsigned long long>(action.job));
+          ++counts.parks;
           if (fd >= 0 && send(fd, proto::Suspend{proto::StoreKind::kHost})) {
             if (runs(it->second.state)) {
               it->second.state = proto::JobRunState::kSuspendRequested;

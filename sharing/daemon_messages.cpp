@@ -161,6 +161,7 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
                                  " of GPU " + std::to_string(request->gpu) +
                                  " beyond what it was lent (memory it gave back and kept); it gets no more until it "
                                  "lets go";
+      ++events.gpus[request->gpu].denials;
       return send(job.fd, proto::Deny{request->request_id, static_cast<uint32_t>(Errc::kOutOfMemory), reason})
                  ? ""
                  : "cannot send a denial";
@@ -180,12 +181,16 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
     }
     (void)ledger.set_claim(job.id, request->gpu, peak, settle);
     if (!ledger.request(job.id, request->gpu, request->request_id, request->chunks, now, &why).is_ok()) return why;
-    job.requests.insert(request->request_id);
+    job.requests.emplace(request->request_id, Job::Waiting{request->gpu, now});
     return "";
   }
   if (const auto* cancel = std::get_if<proto::Cancel>(&message)) {
     if (ledger.cancel(job.id, cancel->request_id, now)) {
-      job.requests.erase(cancel->request_id);
+      // A job withdraws a request only when its wait ran out (ZICO_WAIT_TIMEOUT).
+      if (auto waiting = job.requests.find(cancel->request_id); waiting != job.requests.end()) {
+        ++events.gpus[waiting->second.gpu].timeouts;
+        job.requests.erase(waiting);
+      }
       (void)send(job.fd, proto::Deny{cancel->request_id, static_cast<uint32_t>(Errc::kOutOfMemory), "cancelled"});
     }
     return "";
@@ -243,6 +248,8 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
       return "";
     }
     if (reported->state == State::kRunning && job.state == State::kRunning) return "";
+    if (reported->state == State::kSuspended) ++events.suspends;
+    if (reported->state == State::kRunning && job.state == State::kSuspended) ++events.resumes;
     job.state = reported->state;
     if (job.state == proto::JobRunState::kSuspended) {
       // It gave everything back and needs nothing until it resumes (its

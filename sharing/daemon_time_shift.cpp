@@ -17,6 +17,7 @@ namespace zico::sharing {
 void Daemon::Impl::open_gates() {
   GateGuard* guard = options.start_guard || options.turns ? this : nullptr;
   for (const IterationGates::Opened& opened : gates.due(now_ns(), guard)) {
+    events.gate_delay.observe(opened.waited_ns);
     auto it = jobs.find(opened.job);
     if (it != jobs.end() && it->second.fd >= 0) (void)send(it->second.fd, proto::Proceed{opened.sequence});
   }

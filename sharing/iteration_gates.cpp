@@ -105,7 +105,7 @@ std::vector<IterationGates::Opened> IterationGates::due(uint64_t now_ns, GateGua
       continue;
     }
     open_now(w, now_ns, guard);
-    opened.push_back(Opened{w.job, w.sequence});
+    opened.push_back(Opened{w.job, w.sequence, now_ns > w.arrived_ns ? now_ns - w.arrived_ns : 0});
     waiting_.erase(waiting_.begin() + static_cast<ptrdiff_t>(i));
   }
   return opened;

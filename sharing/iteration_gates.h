@@ -72,6 +72,7 @@ class IterationGates {
   struct Opened {
     JobId job = 0;
     uint64_t sequence = 0;
+    uint64_t waited_ns = 0;  // from its arrival to now: the delay the schedule (or its guard) imposed
   };
   // The job reached the iteration boundary `sequence` at now_ns. A gate
   // already waiting for the job is replaced (the job asked again).

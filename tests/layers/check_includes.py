@@ -30,8 +30,8 @@ LAYER_FILES = [
                     "sharing/job_id.h"]),
     ("protocol", ["sharing/protocol.*", "sharing/wire.*"]),
     ("client", ["sharing/node_client.*", "sharing/node_client_*"]),
-    ("daemon", ["sharing/daemon.*", "sharing/daemon_*", "sharing/metrics.*", "sharing/metrics_server.*", "sharing/outbox.*",
-                "sharing/state_file.*"]),
+    ("daemon", ["sharing/daemon.*", "sharing/daemon_*", "sharing/metrics.*", "sharing/metrics_server.*",
+                "sharing/latency_histogram.h", "sharing/outbox.*", "sharing/state_file.*"]),
     ("libzicoum", ["libzicoum/*"]),
     ("tools", ["tools/*"]),
 ]
