@@ -433,8 +433,13 @@ Status Runtime::memory_info(DeviceId device, size_t* free_bytes, size_t* total_b
   size_t device_total = 0;
   ZICO_RETURN_IF_ERROR(driver_->memory_info(device, &device_free, &device_total));
   // Only whole chunks are ever mapped: what is reported is what can be allocated.
+  // Under zico-umd, no more than the daemon could ever lend the job.
   const size_t chunk = allocator->chunk_bytes();
-  const size_t usable = chunk != 0 ? stats.budget_bytes / chunk * chunk : stats.budget_bytes;
+  size_t limit = stats.budget_bytes;
+  if (const sharing::NodeClient* node = this->node(); node != nullptr) {
+    if (const uint64_t share = node->share_bytes(device); share != 0) limit = std::min<uint64_t>(limit, share);
+  }
+  const size_t usable = chunk != 0 ? limit / chunk * chunk : limit;
   const size_t budget_left = usable - std::min(usable, stats.allocated_bytes);
   // The process's own driver allocations took their share of the budget.
   *total_bytes = usable + (outside_counts_against_budget() ? outside_bytes(device) : 0);

@@ -112,7 +112,7 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
       // Not ours: chunk size 0 tells the job to run that device standalone.
       ZICO_LOG(kInfo, "job %llu uses GPU %s, which is not managed here", static_cast<unsigned long long>(job.id),
                proto::to_hex(open->uuid).c_str());
-      return send(job.fd, proto::GpuOpened{0, 0, 0, 0}) ? "" : "cannot send GpuOpened";
+      return send(job.fd, proto::GpuOpened{}) ? "" : "cannot send GpuOpened";
     }
     const auto gpu = static_cast<uint32_t>(g);
     const uint64_t budget = ledger.gpu(gpu).budget;
@@ -150,7 +150,9 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
     (void)ledger.job(job.id, gpu, now, &view);
     const uint64_t chunk = gpus[gpu].chunk_bytes;
     const uint64_t max_bytes = view.max > UINT64_MAX / chunk ? UINT64_MAX : view.max * chunk;
-    return send(job.fd, proto::GpuOpened{gpu, chunk, view.min * chunk, max_bytes}) ? "" : "cannot send GpuOpened";
+    return send(job.fd, proto::GpuOpened{gpu, chunk, view.min * chunk, max_bytes, ledger.gpu(gpu).budget * chunk})
+               ? ""
+               : "cannot send GpuOpened";
   }
   if (const auto* request = std::get_if<proto::Request>(&message)) {
     if (request->gpu >= gpus.size() || !job.gpus[request->gpu].open) {
@@ -384,6 +386,13 @@ proto::Result Daemon::Impl::set_budget(const Connection& connection, const proto
     // A shrink: the ledger asks idle memory back at once; the gates re-plan,
     // so iterations that no longer fit wait. A growth releases them.
     gates.set_budget(request.gpu, chunks * gpu.chunk_bytes);
+    // Every job that opened the GPU learns the budget (what cudaMemGetInfo reports).
+    for (const auto& [id, other] : jobs) {
+      Ledger::JobView limits;
+      if (other.fd < 0 || !other.gpus[request.gpu].open || !ledger.job(id, request.gpu, now, &limits)) continue;
+      const uint64_t limit_bytes = limits.max > UINT64_MAX / gpu.chunk_bytes ? UINT64_MAX : limits.max * gpu.chunk_bytes;
+      (void)send(other.fd, proto::Limits{request.gpu, limits.min * gpu.chunk_bytes, limit_bytes, chunks * gpu.chunk_bytes});
+    }
     pump();
     release_free(request.gpu, true);
     open_gates();
@@ -440,7 +449,8 @@ proto::Result Daemon::Impl::set_budget(const Connection& connection, const proto
   }
   const uint64_t max_bytes = max > UINT64_MAX / gpu.chunk_bytes ? UINT64_MAX : max * gpu.chunk_bytes;
   if (job.fd >= 0) {
-    (void)send(job.fd, proto::Limits{request.gpu, min * gpu.chunk_bytes, max_bytes});
+    (void)send(job.fd, proto::Limits{request.gpu, min * gpu.chunk_bytes, max_bytes,
+                                     ledger.gpu(request.gpu).budget * gpu.chunk_bytes});
     // Above its new maximum: ask for the excess back (idle memory; live blocks stay).
     if (view.held > max) (void)send(job.fd, proto::Reclaim{request.gpu, view.held - max});
   }

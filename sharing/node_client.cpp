@@ -352,6 +352,16 @@ void NodeClient::attach(DeviceId device, DeviceAllocator* allocator) {
 
 bool NodeClient::connected() const { return impl_->fd.load() >= 0; }
 
+uint64_t NodeClient::share_bytes(DeviceId device) const {
+  std::lock_guard lock(impl_->mu);
+  for (const auto& gpu : impl_->gpus) {
+    if (gpu->device == device && gpu->answered && gpu->chunk_bytes != 0) {
+      return gpu->node_budget_bytes == 0 ? gpu->max_bytes : std::min(gpu->node_budget_bytes, gpu->max_bytes);
+    }
+  }
+  return 0;
+}
+
 std::string NodeClient::take_last_failure() {
   std::lock_guard lock(impl_->mu);
   return std::exchange(impl_->last_failure, std::string());

@@ -78,6 +78,10 @@ class NodeClient {
   void attach(DeviceId device, DeviceAllocator* allocator);
 
   [[nodiscard]] bool connected() const;
+  // The most the job could hold on `device` as the daemon last said: the
+  // GPU's budget, or the job's maximum if lower. 0 if the daemon has not
+  // opened the device.
+  [[nodiscard]] uint64_t share_bytes(DeviceId device) const;
   [[nodiscard]] uint64_t job_id() const;
   // Why the last borrowing failed ("" if it did not), and forget it.
   [[nodiscard]] std::string take_last_failure();

@@ -56,6 +56,7 @@ struct NodeClient::Impl {
     std::unordered_set<uint64_t> lent_ids;  // tagged ids lent on the current connection
     uint64_t min_bytes = 0;
     uint64_t max_bytes = 0;
+    uint64_t node_budget_bytes = 0;  // the GPU's budget: 0 unknown
     bool answered = false;      // the daemon answered OpenGpu
     DeviceAllocator* allocator = nullptr;
     std::unique_ptr<LentChunkSource> source;

@@ -104,6 +104,7 @@ void NodeClient::Impl::handle(const proto::Message& message, std::vector<int>& f
       gpu.chunk_bytes = opened->chunk_bytes;
       gpu.min_bytes = opened->min_bytes;
       gpu.max_bytes = opened->max_bytes;
+      gpu.node_budget_bytes = opened->node_budget_bytes;
       gpu.open_now = true;
     }
     cv.notify_all();
@@ -126,6 +127,7 @@ void NodeClient::Impl::handle(const proto::Message& message, std::vector<int>& f
     if (Gpu* gpu = gpu_by_index(limits->gpu)) {
       gpu->min_bytes = limits->min_bytes;
       gpu->max_bytes = limits->max_bytes;
+      gpu->node_budget_bytes = limits->node_budget_bytes;
     }
   } else if (const auto* bye = std::get_if<proto::Goodbye>(&message)) {
     ZICO_LOG(kWarn, "zico-umd says goodbye: %s", bye->reason.c_str());

@@ -406,7 +406,8 @@ bool fields(C& c, M& m) {
 template <class C, Is<GpuOpened> M>
 bool fields(C& c, M& m) {
   return c.u32("GpuOpened.gpu", m.gpu) && c.u64("GpuOpened.chunk_bytes", m.chunk_bytes) &&
-         c.u64("GpuOpened.min_bytes", m.min_bytes) && c.u64("GpuOpened.max_bytes", m.max_bytes);
+         c.u64("GpuOpened.min_bytes", m.min_bytes) && c.u64("GpuOpened.max_bytes", m.max_bytes) &&
+         c.u64("GpuOpened.node_budget_bytes", m.node_budget_bytes);
 }
 
 template <class C, Is<Grant> M>
@@ -435,7 +436,7 @@ bool fields(C& c, M& m) {
 template <class C, Is<Limits> M>
 bool fields(C& c, M& m) {
   return c.u32("Limits.gpu", m.gpu) && c.u64("Limits.min_bytes", m.min_bytes) &&
-         c.u64("Limits.max_bytes", m.max_bytes);
+         c.u64("Limits.max_bytes", m.max_bytes) && c.u64("Limits.node_budget_bytes", m.node_budget_bytes);
 }
 
 template <class C, Is<Suspend> M>

@@ -33,7 +33,7 @@ namespace zico::proto {
 inline constexpr uint32_t kMagic = 0x4F43495A;  // "ZICO" little-endian
 // 2: the time-shift messages (IterationMark, Curve, Proceed). 3: claims on Request.
 // 4: claims on IterationMark (the iteration the job would begin).
-inline constexpr uint16_t kVersion = 5;
+inline constexpr uint16_t kVersion = 6;
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxPayload = 60 * 1024;
 inline constexpr size_t kMaxString = 255;
@@ -188,12 +188,14 @@ struct Welcome {
 };
 
 // Answer to OpenGpu: the daemon's index for the GPU, the chunk size every
-// request is counted in, and the job's limits there.
+// request is counted in, the job's limits there and the GPU's budget (the
+// most the job could hold, its maximum aside: what cudaMemGetInfo reports).
 struct GpuOpened {
   uint32_t gpu = 0;
   uint64_t chunk_bytes = 0;
   uint64_t min_bytes = 0;
   uint64_t max_bytes = 0;
+  uint64_t node_budget_bytes = 0;
 };
 
 // Chunks for a request, with one descriptor each. A request for more than
@@ -228,11 +230,13 @@ struct Yield {
   uint32_t gpu = 0;
 };
 
-// The job's limits on the GPU changed (zico-umctl budget set).
+// The job's limits on the GPU, or the GPU's budget, changed (zico-umctl
+// budget set): sent to the job, or to every job that opened the GPU.
 struct Limits {
   uint32_t gpu = 0;
   uint64_t min_bytes = 0;
   uint64_t max_bytes = 0;
+  uint64_t node_budget_bytes = 0;
 };
 
 enum class StoreKind : uint8_t { kHost = 0, kNvme = 1 };

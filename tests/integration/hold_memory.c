@@ -2,7 +2,9 @@
  * allocates SIZE bytes ("8MiB", "1.5GB"...) with zico_malloc on device 0,
  * fills them, prints "ready", then marks an iteration every 50 ms (where
  * zico-umctl suspend takes effect) and checks after each that its data is
- * intact, until its standard input closes or a signal ends it. With
+ * intact, until its standard input closes or a signal ends it. It prints
+ * "total BYTES" (zico_mem_get_info's total) at the start and whenever that
+ * changes. With
  * ZICO_SOCKET naming a running zico-umd the memory is borrowed from the
  * daemon, which is what umctl_node_test.sh looks at. Runs on the sim backend
  * only: it touches device memory from the host. Exit status: 0, 1 if the
@@ -38,8 +40,14 @@ int main(int argc, char** argv) {
   }
   memset(ptr, kPattern, (size_t)size);
   printf("ready\n");
-  fflush(stdout);
+  size_t total_seen = 0;
   for (;;) {
+    size_t free_bytes = 0, total = 0;
+    if (zico_mem_get_info(0, &free_bytes, &total) == ZICO_OK && total != total_seen) {
+      printf("total %zu\n", total);
+      total_seen = total;
+    }
+    fflush(stdout);
     struct pollfd input = {STDIN_FILENO, POLLIN, 0};
     if (poll(&input, 1, kMarkIntervalMs) > 0) {
       char buffer[256];

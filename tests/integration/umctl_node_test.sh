@@ -157,10 +157,12 @@ budget_is() {
   check_json "$1" 'assert d["gpus"][0]["budget_bytes"] == int(args[0]), d["gpus"][0]' "$2"
 }
 
+grep -q '^total 67108864$' "$tmp/hold.out" || fail "the job's cudaMemGetInfo total is not the node's 64 MiB budget"
 run budget set 48MiB --socket "$socket"
 [[ $status == 0 ]] || fail "budget set 48MiB: exit $status"
 grep -q '48 MiB' "$out" || fail "budget set 48MiB: the daemon's answer is not printed"
 budget_is "budget set 48MiB: budget" 50331648
+wait_for grep -q '^total 50331648$' "$tmp/hold.out" || fail "the job's cudaMemGetInfo total did not follow the budget"
 
 run budget set 48MB0 --socket "$socket"
 [[ $status == 2 ]] || fail "budget set 48MB0: exit $status, want 2"
@@ -290,8 +292,8 @@ while True:
     if mode == "goodbye":
         reason = b"JobControl is not a zico-umctl request"
         payload = struct.pack("<H", len(reason)) + reason
-        # version 5: sharing/protocol.h kVersion
-        connection.send(struct.pack("<IHHII", 0x4F43495A, 5, 96, len(payload), 0) + payload)
+        # version 6: sharing/protocol.h kVersion
+        connection.send(struct.pack("<IHHII", 0x4F43495A, 6, 96, len(payload), 0) + payload)
         connection.close()
     else:
         kept.append(connection)

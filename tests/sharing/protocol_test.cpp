@@ -116,12 +116,12 @@ TEST(ProtocolRejectTest, WrongMagic) {
 
 TEST(ProtocolRejectTest, WrongVersionNamesBoth) {
   std::vector<uint8_t> bytes = encoded(Welcome{1});
-  bytes[4] = 4;
-  EXPECT_EQ(rejection(bytes), "protocol version 4 (this side speaks version 5)");
+  bytes[4] = 5;
+  EXPECT_EQ(rejection(bytes), "protocol version 5 (this side speaks version 6)");
   bytes[4] = 3;
-  EXPECT_EQ(rejection(bytes), "protocol version 3 (this side speaks version 5)");
+  EXPECT_EQ(rejection(bytes), "protocol version 3 (this side speaks version 6)");
   bytes[4] = 1;
-  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 5)");
+  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 6)");
 }
 
 TEST(ProtocolRejectTest, UnknownType) {
