@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <numeric>
 
 #include "invalid_argument.h"
 #include "ledger.h"
@@ -116,6 +117,10 @@ class Engine {
       (void)ledger_.add_gpu(budget_steps_.empty() ? kUnlimitedChunks : budget_bytes_ / options.chunk_bytes);
     }
     if (options.policy == Policy::kZico) scheduler_.set_budget(budget_bytes_ / options.chunk_bytes * options.chunk_bytes);
+    if (options.static_plan) plan_ = *options.static_plan;
+    if (plan_.order.empty()) {
+      for (uint32_t i = 0; i < models.size(); ++i) plan_.order.push_back(i);
+    }
   }
 
   SimulationResult run() {
@@ -603,8 +608,9 @@ class Engine {
     }
   }
 
-  // static, sequential: starts queued jobs in order while they fit. True if
-  // anything changed.
+  // static, sequential: starts queued jobs while they fit, in the plan's
+  // order (static, with backfill and the plan's cap) or the given one
+  // (sequential, one at a time). True if anything changed.
   bool admit() {
     bool changed = false;
     uint64_t future_budget = budget_bytes_;
@@ -617,21 +623,27 @@ class Engine {
       }
     }
     uint64_t reserved = 0;
-    bool running = false;
+    uint32_t running = 0;
     for (const auto& j : jobs_) {
       if (j->active() && j->phase != Phase::kQueued) {
         reserved += j->reservation;
-        running = true;
+        ++running;
       }
     }
+    const bool sequential = options_.policy == Policy::kSequential;
+    const uint32_t cap = sequential ? 1 : plan_.max_running;
     const uint64_t budget_chunks = budget_bytes_ / options_.chunk_bytes;
-    for (auto& j : jobs_) {
-      if (j->phase != Phase::kQueued) continue;
-      if (options_.policy == Policy::kSequential && running) break;
-      if (reserved + j->reservation > budget_chunks) break;
-      reserved += j->reservation;
-      running = true;
-      start(*j);
+    for (const uint32_t index : plan_.order) {
+      Job& j = *jobs_[index];
+      if (j.phase != Phase::kQueued) continue;
+      if (cap != 0 && running >= cap) break;
+      if (reserved + j.reservation > budget_chunks) {
+        if (sequential) break;
+        continue;  // backfill: a later job that fits goes first
+      }
+      reserved += j.reservation;
+      ++running;
+      start(j);
       changed = true;
     }
     return changed;
@@ -698,6 +710,7 @@ class Engine {
     r.chunk_bytes = options_.chunk_bytes;
     r.iterations = options_.iterations;
     r.budget = budget_steps_;
+    if (options_.policy == Policy::kStatic) r.static_plan = plan_;
     uint64_t iterations = 0;
     std::vector<Steps> held = timeline_.finish();
     for (auto& j : jobs_) {
@@ -721,6 +734,7 @@ class Engine {
   }
 
   const SimulationOptions& options_;
+  StaticPlan plan_;  // static's admission (sequential uses its order)
   std::vector<std::unique_ptr<Job>> jobs_;
   StackRecorder timeline_;  // what each job holds (series j: job j + 1)
   Ledger ledger_;
@@ -760,6 +774,49 @@ std::optional<Policy> parse_policy(std::string_view text) {
   return std::nullopt;
 }
 
+namespace {
+
+// Whether `a` is a better static outcome than `b`: more iterations per second,
+// then the shorter makespan.
+bool better(const SimulationResult& a, const SimulationResult& b) {
+  constexpr double kTolerance = 1e-9;
+  if (a.aggregate_iters_per_s > b.aggregate_iters_per_s * (1 + kTolerance)) return true;
+  if (a.aggregate_iters_per_s < b.aggregate_iters_per_s * (1 - kTolerance)) return false;
+  return a.makespan_s < b.makespan_s * (1 - kTolerance);
+}
+
+// Static partitioning with the best plan: every order of up to 4 jobs (beyond,
+// the given order and the order by largest peak), each with every cap.
+SimulationResult best_static(const std::vector<JobModel>& jobs, const SimulationOptions& options) {
+  constexpr size_t kSearchAllOrdersUpTo = 4;
+  std::vector<std::vector<uint32_t>> orders;
+  std::vector<uint32_t> order(jobs.size());
+  std::iota(order.begin(), order.end(), 0u);
+  if (jobs.size() <= kSearchAllOrdersUpTo) {
+    do {
+      orders.push_back(order);
+    } while (std::next_permutation(order.begin(), order.end()));
+  } else {
+    orders.push_back(order);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint32_t a, uint32_t b) { return jobs[a].peak_bytes > jobs[b].peak_bytes; });
+    orders.push_back(order);
+  }
+  SimulationOptions candidate = options;
+  std::optional<SimulationResult> best;
+  for (const std::vector<uint32_t>& o : orders) {
+    for (uint32_t cap = 1; cap <= jobs.size(); ++cap) {
+      candidate.static_plan = StaticPlan{o, cap == jobs.size() ? 0 : cap};
+      Engine engine(jobs, candidate);
+      SimulationResult result = engine.run();
+      if (!best || better(result, *best)) best = std::move(result);
+    }
+  }
+  return std::move(*best);
+}
+
+}  // namespace
+
 Status simulate(const std::vector<JobModel>& jobs, const SimulationOptions& options, SimulationResult* out,
                 std::string* error) {
   if (jobs.empty()) return invalid(error, "no jobs to simulate");
@@ -783,6 +840,20 @@ Status simulate(const std::vector<JobModel>& jobs, const SimulationOptions& opti
         return invalid(error, "budget schedule times must increase strictly");
       }
     }
+  }
+  if (options.policy == Policy::kStatic && options.static_plan) {
+    std::vector<uint32_t> order = options.static_plan->order;
+    std::sort(order.begin(), order.end());
+    for (uint32_t i = 0; i < order.size(); ++i) {
+      if (order[i] != i || order.size() != jobs.size()) {
+        return invalid(error, "the static plan's order must name every job once (indices 0 to " +
+                                  std::to_string(jobs.size() - 1) + ")");
+      }
+    }
+  }
+  if (options.policy == Policy::kStatic && !options.static_plan) {
+    *out = best_static(jobs, options);
+    return Status::ok();
   }
   Engine engine(jobs, options);
   *out = engine.run();

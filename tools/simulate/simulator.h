@@ -62,13 +62,20 @@
 //    for kResume, then asks for its whole need, swaps it back in and asks
 //    may_start again.
 //  - static: each job reserves its whole peak (rounded up to chunks) for its
-//    lifetime, what users do today. Jobs start in the order given, each as
-//    soon as its reservation fits the budget less the running jobs'
-//    reservations (FIFO: one that does not fit holds back the later ones). A
+//    lifetime, what users do today, with the best plan a careful operator
+//    could make. A plan is an admission order and a cap on the jobs running
+//    at once (with compute sharing, two jobs side by side can finish sooner
+//    than three); jobs are admitted in that order, each as soon as its
+//    reservation fits the budget less the running jobs' and the cap allows,
+//    and a job that does not fit yet lets later ones that do go first
+//    (backfill). simulate() tries every order of up to 4 jobs (beyond, the
+//    given order and the order by largest peak) with every cap, and keeps
+//    the plan with the most iterations per second (then the shorter
+//    makespan); SimulationOptions::static_plan runs one plan instead. A
 //    reservation above every budget still to come fails the job at once.
 //    Running jobs never wait for memory; held is the reservation.
-//  - sequential: one job at a time, in order, alone on the GPU; admission as
-//    static. Held is the job's need.
+//  - sequential: one job at a time, in the order given, alone on the GPU.
+//    Held is the job's need.
 //
 // A budget schedule (steps at virtual times, the first at 0) changes the
 // budget of the ledger and of the scheduler as it goes; static and sequential
@@ -118,6 +125,13 @@ struct BudgetStep {
 inline constexpr uint64_t kDefaultChunkBytes = uint64_t{2} << 20;
 inline constexpr double kPcieGen4BytesPerSecond = 25e9;
 
+// How static partitioning admits jobs: job indices in admission order (each
+// once), and the most jobs running at once (0: no cap).
+struct StaticPlan {
+  std::vector<uint32_t> order;
+  uint32_t max_running = 0;
+};
+
 struct SimulationOptions {
   Policy policy = Policy::kZico;
   // Steps in increasing time, the first at 0, each at least one chunk.
@@ -133,6 +147,8 @@ struct SimulationOptions {
   // moment of the largest sum and the one the bucket ended on, so stacked
   // they show only states the jobs were in, and the peak of the sum.
   size_t max_timeline_points = size_t{1} << 16;
+  // kStatic: run this plan instead of searching for the best one.
+  std::optional<StaticPlan> static_plan;
 };
 
 // (virtual ns, bytes held from then on)
@@ -184,12 +200,13 @@ struct SimulationResult {
   uint64_t yields = 0;
   uint64_t deadlocks = 0;
   uint64_t failed_jobs = 0;
+  StaticPlan static_plan;  // kStatic: the plan that ran
 };
 
 // Runs `jobs` (job j gets id j + 1) under `options`. Errors
 // (kInvalidArgument, *error says which option is wrong): no jobs, a missing
 // or malformed budget, iterations 0, a utilization outside (0, 1], a
-// bandwidth or chunk size of 0.
+// bandwidth or chunk size of 0, a static plan that is not an order of the jobs.
 [[nodiscard]] Status simulate(const std::vector<JobModel>& jobs, const SimulationOptions& options,
                               SimulationResult* out, std::string* error);
 

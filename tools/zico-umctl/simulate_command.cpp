@@ -43,7 +43,9 @@ constexpr const char* kUsage =
     "                             (first at 0s, times increasing); instead of --budget\n"
     "  --policy POLICY            zico (default): the ledger and the time-shift gate\n"
     "                             fcfs: the ledger alone (first come, first served)\n"
-    "                             static: each job reserves its peak; jobs start when it fits\n"
+    "                             static: each job reserves its peak, with the best plan (the order\n"
+    "                             and number of jobs at once that finish soonest; later jobs that\n"
+    "                             fit go ahead of one that does not)\n"
     "                             sequential: one job at a time\n"
     "                             unlimited: no budget (needs no --budget)\n"
     "                             all: every policy, side by side, with throughput ratios\n"
@@ -274,6 +276,18 @@ int parse(int argc, char** argv, Options* options) {
 
 // --- output ----------------------------------------------------------------
 
+// "admitted in the order a, b, c; at most 2 at once"
+std::string static_plan_text(const simulate::SimulationResult& r) {
+  std::string text = "admitted in the order ";
+  for (size_t i = 0; i < r.static_plan.order.size(); ++i) {
+    text += (i == 0 ? "" : ", ") + r.jobs[r.static_plan.order[i]].name;
+  }
+  if (r.static_plan.max_running != 0) {
+    text += "; at most " + std::to_string(r.static_plan.max_running) + " at once";
+  }
+  return text;
+}
+
 void print_result(const Outcome& o, const std::vector<std::string>& traces) {
   const simulate::SimulationResult& r = o.result;
   std::printf("%s: %zu job%s x %u iterations, %s\n", simulate::to_string(r.policy), r.jobs.size(),
@@ -310,6 +324,7 @@ void print_result(const Outcome& o, const std::vector<std::string>& traces) {
     std::printf("; %llu yield%s", static_cast<unsigned long long>(r.yields), r.yields == 1 ? "" : "s");
   }
   std::printf("\n");
+  if (r.policy == Policy::kStatic) std::printf("  plan: %s\n", static_plan_text(r).c_str());
   if (o.bound) {
     const simulate::ExhaustiveBound& b = *o.bound;
     std::string offsets;
@@ -403,6 +418,16 @@ void write_result_json(JsonWriter& json, const Outcome& o, const std::vector<std
       json.field("vs_static", throughput_ratio(r, all->at(Policy::kStatic).result));
       json.field("vs_fcfs", throughput_ratio(r, all->at(Policy::kFcfs).result));
     }
+  }
+  if (r.policy == Policy::kStatic) {
+    json.key("static_plan");
+    json.begin_object();
+    json.key("order");
+    json.begin_array();
+    for (const uint32_t index : r.static_plan.order) json.value(std::string_view(r.jobs[index].name));
+    json.end_array();
+    json.field_or_null("max_running", r.static_plan.max_running != 0, uint64_t{r.static_plan.max_running});
+    json.end_object();
   }
   json.key("jobs");
   json.begin_array();
