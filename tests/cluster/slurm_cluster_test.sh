@@ -81,7 +81,10 @@ chmod 0400 "$tmp/munge/key"
 munged --foreground --force --socket="$tmp/munge/socket" --key-file="$tmp/munge/key" \
   --pid-file="$tmp/munge/pid" --log-file="$tmp/munge/log" --seed-file="$tmp/munge/seed" 2>"$tmp/munge/stderr" &
 pids+=($!)
-wait_for 50 test -S "$tmp/munge/socket" || { tail -n 20 "$tmp/munge/stderr" "$tmp/munge/log"; skip "munged did not start"; }
+if ! wait_for 50 test -S "$tmp/munge/socket"; then
+  tail -n 20 "$tmp/munge/stderr" "$tmp/munge/log"
+  skip "munged did not start"
+fi
 
 # --- zico-umd ---------------------------------------------------------------------------
 socket=$tmp/umd.sock
@@ -224,7 +227,7 @@ for name in bert_base gpt2 vit_b_16 resnet50; do
   budget_expected=$((gres[$name] << 20))
   [[ $name == gpt2 ]] && budget_expected=$((68 << 20))  # --zico-budget wins over the GRES
   grep -q "^ZICO_BUDGET=$budget_expected ZICO_SOCKET=$socket ZICO_JOB_NAME=slurm-$id.batch LD_PRELOAD=$libzicoum" \
-    "$tmp/$id.out" || { fail "job $id ($name): the plugin's environment is not what it should be:"; head -n 1 "$tmp/$id.out"; }
+    "$tmp/$id.out" || { fail "job $id ($name): the plugin's environment is wrong:"; head -n 1 "$tmp/$id.out"; }
 done
 
 # --- the daemon's samples: within budget, jobs side by side, under their Slurm names ----------------
