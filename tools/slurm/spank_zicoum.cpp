@@ -121,7 +121,13 @@ ZICO_SPANK_EXPORT int slurm_spank_user_init(spank_t sp, int, char**) {
   }
   if (!plugin_args.library.empty()) {
     char inherited[4096] = "";
-    if (spank_getenv(sp, "LD_PRELOAD", inherited, sizeof inherited) != ESPANK_SUCCESS) inherited[0] = '\0';
+    const spank_err_t found = spank_getenv(sp, "LD_PRELOAD", inherited, sizeof inherited);
+    if (found == ESPANK_ENV_NOEXIST) {
+      inherited[0] = '\0';
+    } else if (found != ESPANK_SUCCESS) {
+      slurm_error("zicoum: cannot read the job's LD_PRELOAD (%s); libzicoum not preloaded", spank_strerror(found));
+      return -1;
+    }
     if (!set_env(sp, "LD_PRELOAD", zico::slurm::preload_value(plugin_args.library, inherited))) return -1;
   }
   slurm_verbose("zicoum: %s budget %s", zico::slurm::job_name(job_id, step_id).c_str(),
