@@ -37,6 +37,7 @@
 #include "demo_node.h"
 #include "demo_report.h"
 #include "job_model.h"
+#include "simulator.h"
 #include "sizes.h"
 #include "trace_reader.h"
 
@@ -281,10 +282,40 @@ bool measure_reservations(const std::string& trace_job, const std::string& dir, 
   return true;
 }
 
-// One phase: a fresh zico-umd, the jobs (all at once, or each when its
-// reservation fits), sampling until they all exit.
+// Static partitioning as a careful operator would run it: the best plan the
+// simulator finds for these jobs (admission order, jobs at once). The demo's
+// jobs share no compute (the simulated backend's kernels are waits), so the
+// plan is made without compute sharing.
+zico::simulate::StaticPlan best_static_plan(const DemoSetup& setup) {
+  std::vector<zico::simulate::JobModel> models;
+  for (const DemoJob& job : setup.jobs) models.push_back(job.model);
+  zico::simulate::SimulationOptions options;
+  options.policy = zico::simulate::Policy::kStatic;
+  options.budget = {{0, setup.budget_bytes}};
+  options.iterations = setup.iterations;
+  options.utilization = 1e-6;
+  zico::simulate::SimulationResult result;
+  std::string ignored;
+  if (zico::simulate::simulate(models, options, &result, &ignored).is_ok()) return result.static_plan;
+  zico::simulate::StaticPlan given;  // what cannot be planned runs in the order given
+  for (uint32_t i = 0; i < setup.jobs.size(); ++i) given.order.push_back(i);
+  return given;
+}
+
+// "a, then b, then c; at most 2 at once"
+std::string plan_text(const DemoSetup& setup, const zico::simulate::StaticPlan& plan) {
+  std::string text;
+  for (size_t k = 0; k < plan.order.size(); ++k) text += (k == 0 ? "" : ", then ") + setup.jobs[plan.order[k]].name;
+  if (plan.max_running != 0) text += "; at most " + std::to_string(plan.max_running) + " at once";
+  return text;
+}
+
+// One phase: a fresh zico-umd, the jobs (all at once under time shift; under
+// static partitioning in the plan's order, each when its reservation fits and
+// the plan's cap allows, later ones that fit going ahead of one that does
+// not), sampling until they all exit.
 bool run_phase(const std::string& tools, const DemoSetup& setup, const std::string& dir, bool time_shift, bool turns,
-               PhaseRun* phase, std::vector<uint32_t>* pids, std::string* why) {
+               const zico::simulate::StaticPlan& plan, PhaseRun* phase, std::vector<uint32_t>* pids, std::string* why) {
   std::filesystem::create_directories(dir + "/swap");
   DemoNode node(dir, node_environment(setup, dir));
   std::vector<std::string> daemon_args = time_shift ? kZicoDaemonArgs : kStaticDaemonArgs;
@@ -302,32 +333,38 @@ bool run_phase(const std::string& tools, const DemoSetup& setup, const std::stri
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(4 * ideal_s + 60));
   node.start_sampling();
-  size_t next = 0;
+  std::vector<size_t> job_of_child;  // children are numbered as they start
+  std::vector<bool> started(setup.jobs.size(), false);
   uint64_t reserved = 0;
+  size_t running = 0;
   while (true) {
     if (interrupted()) return false;
-    // Static: in order, each as soon as its reservation fits beside the running ones'.
-    while (next < setup.jobs.size() &&
-           (time_shift || reserved + setup.jobs[next].reservation_bytes <= setup.node_budget_bytes)) {
-      const DemoJob& job = setup.jobs[next];
+    for (const uint32_t i : plan.order) {
+      if (started[i]) continue;
+      const DemoJob& job = setup.jobs[i];
+      if (!time_shift && plan.max_running != 0 && running >= plan.max_running) break;
+      if (!time_shift && reserved + job.reservation_bytes > setup.node_budget_bytes) continue;  // backfill
       std::vector<std::string> env;
       if (!time_shift) env.push_back("ZICO_BUDGET=" + std::to_string(job.reservation_bytes));
       if (!node.start_job(job.name, job_args(tools + "/trace_job", setup, job, setup.iterations, setup.time_scale), env,
                           why)) {
         return false;
       }
+      started[i] = true;
+      job_of_child.push_back(i);
+      ++running;
       reserved += time_shift ? 0 : job.reservation_bytes;
       phase->peak_reserved_bytes = std::max(phase->peak_reserved_bytes, reserved);
-      ++next;
     }
-    for (const size_t i : node.reap_jobs()) {  // jobs start in order: child i is job i
-      if (!node.jobs()[i].succeeded()) {
-        *why = job_failure(node.jobs()[i]);
+    for (const size_t child : node.reap_jobs()) {
+      if (!node.jobs()[child].succeeded()) {
+        *why = job_failure(node.jobs()[child]);
         return false;
       }
-      reserved -= time_shift ? 0 : setup.jobs[i].reservation_bytes;
+      --running;
+      reserved -= time_shift ? 0 : setup.jobs[job_of_child[child]].reservation_bytes;
     }
-    if (next == setup.jobs.size() && node.all_jobs_exited()) break;
+    if (job_of_child.size() == setup.jobs.size() && node.all_jobs_exited()) break;
     if (Clock::now() > deadline) {
       *why = "the " + phase->name + " phase did not finish within " +
              std::to_string(static_cast<int>(4 * ideal_s + 60)) + " s";
@@ -339,7 +376,11 @@ bool run_phase(const std::string& tools, const DemoSetup& setup, const std::stri
   if (!node.stop_daemon(why)) return false;
 
   const auto since_epoch = [&](Clock::time_point t) { return std::chrono::duration<double>(t - node.epoch()).count(); };
-  for (const ChildProcess& child : node.jobs()) {
+  // Reported in the jobs' order, whatever order they started in.
+  for (size_t i = 0; i < setup.jobs.size(); ++i) {
+    const size_t child_index =
+        static_cast<size_t>(std::find(job_of_child.begin(), job_of_child.end(), i) - job_of_child.begin());
+    const ChildProcess& child = node.jobs()[child_index];
     JobRun run;
     run.result = read_result(child.out_path);
     if (run.result.empty()) {
@@ -479,15 +520,16 @@ int main(int argc, char** argv) {
                                          : "all jobs at once, zico-umd shifting their iterations";
   PhaseRun static_phase;
   static_phase.name = "static";
-  static_phase.description = "each job reserves its peak; a job starts when that fits";
+  const zico::simulate::StaticPlan plan = best_static_plan(setup);
+  static_phase.description = "each job reserves its peak; the best plan: " + plan_text(setup, plan);
   std::vector<uint32_t> zico_pids;
   std::vector<uint32_t> static_pids;
   say("phase zico: " + std::to_string(setup.jobs.size()) + " jobs at once");
-  if (!run_phase(tools, setup, temp.path() + "/zico", true, options.turns, &zico_phase, &zico_pids, &why)) {
+  if (!run_phase(tools, setup, temp.path() + "/zico", true, options.turns, plan, &zico_phase, &zico_pids, &why)) {
     return fail(why);
   }
-  say("phase static: jobs in order, each when its reservation fits");
-  if (!run_phase(tools, setup, temp.path() + "/static", false, false, &static_phase, &static_pids, &why)) {
+  say("phase static: " + plan_text(setup, plan) + ", each when its reservation fits");
+  if (!run_phase(tools, setup, temp.path() + "/static", false, false, plan, &static_phase, &static_pids, &why)) {
     return fail(why);
   }
 
