@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""One training job on a GPU with half the memory it needs, in UM mode.
+
+    beyond_capacity_demo.py [--trace NAME|PATH] [--iterations N] [--fraction F] [--bin DIR] [--json]
+
+Replays a committed trace's ops (trace_job --ops) through libzicoum on the
+simulated backend three times: in memory (a budget the job never reaches),
+then with a budget of F (default 0.5) of its peak under zicoum's planner
+(ZICO_PAGING_POLICY=zico) and under plain demand paging (um: the driver
+faults pages in and evicts on its own). Iteration times are on the simulated
+device's modelled clock (H100 over PCIe Gen5), so they do not depend on this
+machine. Prints the three side by side; exit 1 if a run failed or kept more
+than its budget on the GPU, 2 for bad usage.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRACES = os.path.normpath(os.path.join(HERE, "..", "traces"))
+IN_MEMORY_BUDGET = 80 << 30  # the simulated device: the whole card
+
+
+def parse():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", default="bert_base", help="a committed trace's name, or a path (default bert_base)")
+    parser.add_argument("--iterations", type=int, default=16, help="iterations per run, 2 to 1000 (default 16)")
+    parser.add_argument("--fraction", type=float, default=0.5, help="the budget as a fraction of the peak, (0, 1)")
+    parser.add_argument("--bin", default=os.path.join(os.getcwd(), "build", "bin"),
+                        help="where zico-run and trace_job are (default build/bin)")
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    options = parser.parse_args()
+    if not 2 <= options.iterations <= 1000:
+        parser.error(f"--iterations {options.iterations} is not in 2 to 1000")
+    if not 0 < options.fraction < 1:
+        parser.error(f"--fraction {options.fraction} is not in (0, 1)")
+    path = options.trace if os.sep in options.trace else os.path.join(TRACES, f"{options.trace}.ztrace.gz")
+    if not os.path.isfile(path):
+        parser.error(f"--trace '{options.trace}': no such trace ({path}); the committed ones are in {TRACES}")
+    for tool in ("zico-run", "trace_job"):
+        if not os.access(os.path.join(options.bin, tool), os.X_OK):
+            parser.error(f"{os.path.join(options.bin, tool)} is missing; build it (cmake --build build) or pass --bin")
+    return options, path
+
+
+def replay(options, path, budget, policy):
+    """trace_job's result line as a dict, for one run."""
+    command = [os.path.join(options.bin, "zico-run"), "--backend", "sim", "--mode", "um", "--budget", str(budget),
+               "--", os.path.join(options.bin, "trace_job"), "--ops", "--trace", path,
+               "--iterations", str(options.iterations)]
+    environment = dict(os.environ, ZICO_PAGING_POLICY=policy, ZICO_SOCKET="off")
+    done = subprocess.run(command, capture_output=True, text=True, env=environment)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("result ")]
+    if done.returncode != 0 or not lines:
+        sys.exit(f"beyond_capacity_demo: {policy} at {budget} bytes failed (exit {done.returncode}):\n"
+                 + done.stderr.strip()[-2000:])
+    fields = dict(word.split("=", 1) for word in lines[-1].split()[1:] if "=" in word)
+    return {"policy": policy, "budget_bytes": budget, "first_iter_s": float(fields["first_iter_s"]),
+            "last_iter_s": float(fields["last_iter_s"]), "peak_allocated_bytes": int(fields["peak_allocated_bytes"]),
+            "peak_resident_bytes": int(fields["peak_resident_bytes"]), "faulted_pages": int(fields["faulted_pages"])}
+
+
+def gib(n):
+    return f"{n / 2**30:.2f} GiB"
+
+
+def main():
+    options, path = parse()
+    in_memory = replay(options, path, IN_MEMORY_BUDGET, "zico")
+    budget = int(in_memory["peak_allocated_bytes"] * options.fraction)
+    runs = [in_memory, replay(options, path, budget, "zico"), replay(options, path, budget, "um")]
+    over = [r for r in runs if r["peak_resident_bytes"] > r["budget_bytes"]]
+    if options.json:
+        print(json.dumps({"trace": path, "iterations": options.iterations, "runs": runs}))
+    else:
+        name = os.path.basename(path).replace(".ztrace.gz", "")
+        print(f"{name}: peak {gib(in_memory['peak_allocated_bytes'])}; budget {gib(budget)} "
+              f"({options.fraction:g} of the peak) on a simulated H100 over PCIe Gen5, {options.iterations} iterations")
+        print(f"  {'run':<34} {'last iteration':>15} {'x in memory':>12} {'on the GPU at most':>19} {'faults':>9}")
+        labels = ["in memory", "zicoum's planner (zico)", "plain demand paging (um)"]
+        for label, r in zip(labels, runs):
+            print(f"  {label:<34} {r['last_iter_s'] * 1e3:>12.1f} ms {r['last_iter_s'] / in_memory['last_iter_s']:>11.2f}x "
+                  f"{gib(r['peak_resident_bytes']):>19} {r['faulted_pages']:>9}")
+        zico, um = runs[1], runs[2]
+        print(f"  zicoum's planner: {um['last_iter_s'] / zico['last_iter_s']:.2f}x faster than demand paging; "
+              f"the budget was {'exceeded' if over else 'kept'}")
+    return 1 if over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
