@@ -28,7 +28,8 @@ class ParseSizeTest(unittest.TestCase):
     def test_accepted_forms(self):
         for text, expected in [("4096", 4096), ("0", 0), ("512B", 512), ("1KiB", 1024), ("64MiB", 64 * MiB),
                                ("64m", 64 * MiB), ("2GiB", 2 << 30), ("6g", 6 << 30), ("1.5GB", 1_500_000_000),
-                               ("1KB", 1000), ("1TiB", 1 << 40)]:
+                               ("1KB", 1000), ("1TiB", 1 << 40), ("64Mi", 64 * MiB), ("20Gi", 20 << 30),
+                               ("512Ki", 512 << 10), ("1Ti", 1 << 40)]:
             with self.subTest(text=text):
                 self.assertEqual(zicoum.parse_size(text), expected)
 

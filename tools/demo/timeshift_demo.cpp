@@ -173,7 +173,7 @@ int parse_options(int argc, char** argv, Options* options) {
       }
     } else if (arg == "--budget") {
       const std::optional<uint64_t> size = zico::parse_size(value);
-      if (!size || *size == 0) return usage_error("--budget '" + value + "' is not valid; expected a size > 0, " + zico::kSizeForm);
+      if (!size || *size == 0) return usage_error(zico::size_above_zero_error("--budget", value));
       options->budget = *size;
     } else if (arg == "--iterations") {
       char* end = nullptr;

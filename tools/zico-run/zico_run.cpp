@@ -122,10 +122,7 @@ bool is_one_of(const std::string& value, std::initializer_list<std::string_view>
 std::optional<int> validate(const Options& options) {
   if (options.budget) {
     const std::optional<uint64_t> bytes = zico::parse_size(*options.budget);
-    if (!bytes || *bytes == 0) {
-      return usage_error("--budget '" + *options.budget + "' is not valid; expected " + zico::kSizeForm +
-                         ", greater than zero");
-    }
+    if (!bytes || *bytes == 0) return usage_error(zico::size_above_zero_error("--budget", *options.budget));
   }
   if (options.backend && !is_one_of(*options.backend, {"cuda", "sim"})) {
     return usage_error("--backend '" + *options.backend + "' is not valid; expected cuda or sim");

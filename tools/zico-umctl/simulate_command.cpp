@@ -252,7 +252,7 @@ int parse(int argc, char** argv, Options* options) {
   }
   if (!budget.empty()) {
     const std::optional<uint64_t> bytes = parse_size(budget);
-    if (!bytes) return usage_error(kCommand, size_error("--budget", budget));
+    if (!bytes || *bytes == 0) return usage_error(kCommand, size_above_zero_error("--budget", budget));
     if (*bytes < sim.chunk_bytes) {
       return usage_error(kCommand, "--budget '" + budget + "' is below one chunk (" + format_size(sim.chunk_bytes) + ")");
     }

@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
       const size_t eq = text.find('=');
       const std::optional<uint64_t> size = parse_size(eq == std::string::npos ? text : text.substr(eq + 1));
       if (!size || *size == 0) {
-        return usage_error("--budget '" + text + "' is not valid; expected [GPU=]SIZE with SIZE " + kSizeForm);
+        return usage_error(size_above_zero_error("--budget", text) + " (or GPU=SIZE for one GPU, e.g. 0=40GiB)");
       }
       if (eq == std::string::npos) {
         all_budget = *size;

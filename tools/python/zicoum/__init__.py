@@ -24,8 +24,8 @@ __all__ = [
 ]
 
 # Mirrors kSizeForm in umm/sizes.h (python_api_test checks they agree).
-SIZE_FORM = ("a number with an optional unit B, KiB, MiB, GiB, TiB (or K, M, G, T) or KB, MB, GB, TB, "
-             "e.g. 512MiB, 40GiB, 1.5GB")
+SIZE_FORM = ("a number with an optional unit B, KiB, MiB, GiB, TiB (or Ki, Mi, Gi, Ti, or K, M, G, T) or KB, MB, GB, "
+             "TB, e.g. 512MiB, 40Gi, 1.5GB")
 
 
 class Status(enum.IntEnum):
