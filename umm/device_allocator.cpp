@@ -50,8 +50,10 @@ Status DeviceAllocator::create(Driver& driver, DeviceId device, const AllocatorO
     return Status(Errc::kConfigError);
   }
   if (chunk > options.budget_bytes) {
-    *why = "the budget (" + format_size(options.budget_bytes) + ", ZICO_BUDGET) is smaller than one chunk (" +
-           format_size(chunk) + ", ZICO_CHUNK_SIZE or the device's granularity): nothing could ever be mapped";
+    // Named after the budget: the chunk may be the device's granularity, ZICO_CHUNK_SIZE or zico-umd's.
+    *why = "the budget (" + format_size(options.budget_bytes) + ", ZICO_BUDGET or zico-run --budget) is smaller than "
+           "one chunk (" + format_size(chunk) + "), the least that is mapped: nothing could ever be; use a budget of "
+           "at least " + format_size(chunk);
     return Status(Errc::kConfigError);
   }
   // Host bookkeeping grows with the number of chunks in the arena; cap it.
