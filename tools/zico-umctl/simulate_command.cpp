@@ -1,7 +1,6 @@
 #include "simulate_command.h"
 
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -13,6 +12,7 @@
 #include "exit_status.h"
 #include "job_model.h"
 #include "json_writer.h"
+#include "plot_file.h"
 #include "simulator.h"
 #include "sizes.h"
 #include "text_table.h"
@@ -484,11 +484,9 @@ bool write_plot(const std::string& path, const simulate::SimulationResult& r) {
   for (const simulate::BudgetStep& step : r.budget) budget.emplace_back(step.at_ns, step.bytes);
   simulate::TimelinePlotOptions plot;
   plot.title = std::string("simulate: ") + simulate::to_string(r.policy) + ", " + budget_text(r.budget);
-  std::ofstream file(path);
-  file << simulate::timeline_plot_svg(series, budget, plot);
-  file.close();
-  if (!file.good()) {
-    std::fprintf(stderr, "zico-umctl simulate: cannot write %s\n", path.c_str());
+  std::string error;
+  if (!plot::write_plot_file(path, simulate::timeline_plot_svg(series, budget, plot), &error)) {
+    std::fprintf(stderr, "zico-umctl simulate: %s\n", error.c_str());
     return false;
   }
   return true;
