@@ -56,6 +56,26 @@ TEST(TimelinePlot, IsAStandaloneSvgWithEscapedNamesAndABudgetLine) {
   EXPECT_LT(bottom, budget_entry);
 }
 
+// The highest y tick: the frame's top edge.
+double top_tick(const std::string& svg) {
+  double top = 0;
+  const std::string marker = "class=\"y-tick\"";
+  for (size_t at = svg.find(marker); at != std::string::npos; at = svg.find(marker, at + 1)) {
+    const size_t open = svg.find('>', at);
+    top = std::max(top, std::stod(svg.substr(open + 1, svg.find('<', open) - open - 1)));
+  }
+  return top;
+}
+
+TEST(TimelinePlot, ABudgetAtThePeakLiesBelowTheTopEdge) {
+  // The demo's case: the jobs fill the 20 GiB budget exactly.
+  const std::vector<TimelineSeries> full = {{"bert", {{0, 8 * kGiB}, {100 * kMs, 20 * kGiB}, {200 * kMs, 0}}}};
+  const std::string svg = timeline_plot_svg(full, {{0, 20 * kGiB}}, TimelinePlotOptions{});
+  EXPECT_GE(top_tick(svg), 21.0) << "the y axis leaves headroom above the budget line";
+  // The jobs' stacked peak is 7 GiB: an 8 GiB budget gets a 9 GiB top, not a step more.
+  EXPECT_EQ(top_tick(timeline_plot_svg(two_jobs(), {{0, 8 * kGiB}}, TimelinePlotOptions{})), 9.0);
+}
+
 TEST(TimelinePlot, WithoutBudgetThereIsNoBudgetLine) {
   const std::string svg = timeline_plot_svg(two_jobs(), {}, TimelinePlotOptions{});
   EXPECT_EQ(svg.find("id=\"budget\""), std::string::npos);
