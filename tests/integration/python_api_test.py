@@ -9,6 +9,7 @@ package should find by itself.
 import ctypes
 import os
 import re
+import subprocess
 import sys
 import unittest
 
@@ -70,6 +71,23 @@ class LibraryTest(unittest.TestCase):
         before = zicoum.stats()["iterations"]
         zicoum.mark_iteration()
         self.assertEqual(zicoum.stats()["iterations"], before + 1)
+
+
+class StartFailureTest(unittest.TestCase):
+    def test_the_reason_is_printed_once(self):
+        # A process of its own: libzicoum starts once per process. The reason
+        # is the exception's; the library's log line of it is not printed too.
+        program = ("import zicoum\n"
+                   "try:\n"
+                   "    zicoum.stats()\n"
+                   "except zicoum.ZicoError as error:\n"
+                   "    print(error)\n")
+        environment = dict(os.environ, ZICO_BUDGET="12XB")
+        run = subprocess.run([sys.executable, "-c", program], env=environment, capture_output=True, text=True,
+                             timeout=60)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("ZICO_BUDGET='12XB'", run.stdout)
+        self.assertNotIn("12XB", run.stderr)
 
 
 class BudgetTest(unittest.TestCase):
