@@ -50,10 +50,11 @@ Status DeviceAllocator::create(Driver& driver, DeviceId device, const AllocatorO
     return Status(Errc::kConfigError);
   }
   if (chunk > options.budget_bytes) {
-    // Named after the budget: the chunk may be the device's granularity, ZICO_CHUNK_SIZE or zico-umd's.
+    // A chunk given by the caller is ZICO_CHUNK_SIZE's, or zico-umd's under the daemon.
+    const char* chunk_from = options.chunk_bytes != 0 ? ", ZICO_CHUNK_SIZE or zico-umd's" : ", the device's granularity";
     *why = "the budget (" + format_size(options.budget_bytes) + ", ZICO_BUDGET or zico-run --budget) is smaller than "
-           "one chunk (" + format_size(chunk) + "), the least that is mapped: nothing could ever be; use a budget of "
-           "at least " + format_size(chunk);
+           "one chunk (" + format_size(chunk) + chunk_from + "), the least that is mapped: nothing could ever be; use "
+           "a budget of at least " + format_size(chunk);
     return Status(Errc::kConfigError);
   }
   // Host bookkeeping grows with the number of chunks in the arena; cap it.
