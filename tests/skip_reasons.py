@@ -4,7 +4,11 @@
 CTest lists a skipped test as "(Skipped)" and keeps its output only in
 Testing/Temporary/LastTest.log; ctest runs this script after the tests
 (CTEST_CUSTOM_POST_TEST, written by tests/CMakeLists.txt into the build
-tree's CTestCustom.cmake), so the reasons follow the results.
+tree's CTestCustom.cmake), so the reasons follow the results. At that point
+the run's log is still LastTest.log.tmp, and it records a skipped test as
+passed: a test counts as skipped here by what it printed, GoogleTest's
+"[  SKIPPED ]" (which is how CTest tells too) or a line beginning "SKIP:" or
+"skipped:", the form of every test here that exits 77.
 
 Usage: skip_reasons.py BUILD_DIR      print the reasons of the last run there
        skip_reasons.py --self-test
@@ -18,40 +22,45 @@ import tempfile
 
 MAX_REASON = 200
 BLOCK = re.compile(r"^\d+/\d+ Test: (?P<name>.+?)\n.*?^Output:\n-+\n(?P<output>.*?)^<end of output>", re.M | re.S)
+SCRIPT_SKIP = re.compile(r"^(SKIP|skipped):", re.I)
 
 
 def reason(output):
-    """The reason a skipped test gave: GoogleTest's message after 'Skipped', else its last line."""
+    """Why the test skipped, from what it printed; None when it did not skip."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if any(line.startswith("[  SKIPPED ]") for line in lines):
+        for i, line in enumerate(lines):
+            if line.endswith(": Skipped"):
+                message = []
+                for after in lines[i + 1:]:
+                    if after.startswith("[  SKIPPED ]"):
+                        break
+                    message.append(after)
+                return " ".join(message) or "(GoogleTest skipped it without a message)"
+        return "(GoogleTest skipped it without a message)"
     for i, line in enumerate(lines):
-        if line.endswith(": Skipped"):
-            message = []
-            for after in lines[i + 1:]:
-                if after.startswith("[  SKIPPED ]"):
-                    break
-                message.append(after)
-            if message:
-                return " ".join(message)
-    plain = [line for line in lines if not line.startswith("[")]
-    return plain[-1] if plain else "(it printed no reason)"
+        if SCRIPT_SKIP.match(line):
+            return " ".join(lines[i:])
+    return None
 
 
 def skipped_reasons(build):
     temporary = os.path.join(build, "Testing", "Temporary")
-    try:
-        with open(os.path.join(temporary, "LastTestsDisabled.log"), encoding="utf-8", errors="replace") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if ":" in line]
-        with open(os.path.join(temporary, "LastTest.log"), encoding="utf-8", errors="replace") as f:
-            log = f.read()
-    except OSError:
+    log = None
+    for name in ("LastTest.log.tmp", "LastTest.log"):  # the running ctest's, else the last one's
+        try:
+            with open(os.path.join(temporary, name), encoding="utf-8", errors="replace") as f:
+                log = f.read()
+            break
+        except OSError:
+            continue
+    if log is None:
         return []
-    outputs = {match["name"]: match["output"] for match in BLOCK.finditer(log)}
-    # Tests disabled in CMake never ran: they have no output.
     result = []
-    for name in names:
-        if name in outputs:
-            text = reason(outputs[name])
-            result.append((name, text if len(text) <= MAX_REASON else text[:MAX_REASON - 3] + "..."))
+    for match in BLOCK.finditer(log):
+        text = reason(match["output"])
+        if text is not None:
+            result.append((match["name"], text if len(text) <= MAX_REASON else text[:MAX_REASON - 3] + "..."))
     return result
 
 
@@ -82,7 +91,8 @@ Test time =   0.05 sec
 2/3 Test: torch_enable
 Output:
 ----------------------------------------------------------
-skipped: no torch (No module named 'torch')
+SKIP: python3 has no PyTorch:
+No module named 'torch'
 <end of output>
 3/3 Test: passes
 Output:
@@ -94,13 +104,13 @@ End testing: Nov 26 07:26 UTC
     with tempfile.TemporaryDirectory() as build:
         temporary = os.path.join(build, "Testing", "Temporary")
         os.makedirs(temporary)
-        with open(os.path.join(temporary, "LastTest.log"), "w") as f:
+        with open(os.path.join(temporary, "LastTest.log.tmp"), "w") as f:
             f.write(log)
-        with open(os.path.join(temporary, "LastTestsDisabled.log"), "w") as f:
-            f.write("1:Cuda.Maps\n2:torch_enable\n7:never_built\n")
+        with open(os.path.join(temporary, "LastTest.log"), "w") as f:
+            f.write("an older run's log, not read while the current one is open\n")
         got = skipped_reasons(build)
     want = [("Cuda.Maps", "no CUDA driver: dlopen(libcuda.so.1) failed"),
-            ("torch_enable", "skipped: no torch (No module named 'torch')")]
+            ("torch_enable", "SKIP: python3 has no PyTorch: No module named 'torch'")]
     if got != want:
         print(f"FAIL: {got} != {want}")
         return 1
