@@ -51,7 +51,8 @@ Status DeviceAllocator::create(Driver& driver, DeviceId device, const AllocatorO
   }
   if (chunk > options.budget_bytes) {
     // A chunk given by the caller is ZICO_CHUNK_SIZE's, or zico-umd's under the daemon.
-    const char* chunk_from = options.chunk_bytes != 0 ? ", ZICO_CHUNK_SIZE or zico-umd's" : ", the device's granularity";
+    const char* chunk_from =
+        options.chunk_bytes != 0 ? ", ZICO_CHUNK_SIZE or zico-umd's" : ", the device's granularity";
     *why = "the budget (" + format_size(options.budget_bytes) + ", ZICO_BUDGET or zico-run --budget) is smaller than "
            "one chunk (" + format_size(chunk) + chunk_from + "), the least that is mapped: nothing could ever be; use "
            "a budget of at least " + format_size(chunk);
