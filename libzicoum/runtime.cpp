@@ -201,7 +201,9 @@ Status Runtime::allocator(DeviceId device, DeviceAllocator** out) noexcept {
     creation_error_[index].clear();
     const Status status = DeviceAllocator::create(*driver_, device, options, &created, &why);
     if (!status.is_ok()) {
-      ZICO_LOG(kError, "%s", why.c_str());
+      // A setting the user can fix ends as a malformed variable's message does.
+      ZICO_LOG(kError, "%s%s", why.c_str(),
+               status.code() == Errc::kConfigError ? "; allocations will fail until it is fixed" : "");
       creation_status_[index] = status;
       creation_error_[index] = why;
       return status;

@@ -78,7 +78,7 @@ std::string bad_value(const char* name, const char* value, const char* accepted)
 Status parse_size_option(const char* name, const char* value, std::optional<uint64_t>* out, std::string* error) {
   const std::optional<uint64_t> parsed = parse_size(value);
   if (!parsed || *parsed == 0) {
-    *error = bad_value(name, value, (std::string(kSizeForm) + ", greater than zero").c_str());
+    *error = size_above_zero_error(std::string(name) + "=", value);
     return Status(Errc::kConfigError);
   }
   *out = parsed;

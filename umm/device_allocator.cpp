@@ -50,8 +50,12 @@ Status DeviceAllocator::create(Driver& driver, DeviceId device, const AllocatorO
     return Status(Errc::kConfigError);
   }
   if (chunk > options.budget_bytes) {
-    *why = "the budget (" + format_size(options.budget_bytes) + ", ZICO_BUDGET) is smaller than one chunk (" +
-           format_size(chunk) + ", ZICO_CHUNK_SIZE or the device's granularity): nothing could ever be mapped";
+    // A chunk given by the caller is ZICO_CHUNK_SIZE's, or zico-umd's under the daemon.
+    const char* chunk_from =
+        options.chunk_bytes != 0 ? ", ZICO_CHUNK_SIZE or zico-umd's" : ", the device's granularity";
+    *why = "the budget (" + format_size(options.budget_bytes) + ", ZICO_BUDGET or zico-run --budget) is smaller than "
+           "one chunk (" + format_size(chunk) + chunk_from + "), the least that is mapped: nothing could ever be; use "
+           "a budget of at least " + format_size(chunk);
     return Status(Errc::kConfigError);
   }
   // Host bookkeeping grows with the number of chunks in the arena; cap it.

@@ -13,12 +13,14 @@ struct Unit {
   uint64_t multiplier;
 };
 
-constexpr std::array<Unit, 14> kUnits{{
+// Kubernetes writes binary units without the B ("64Mi"); its "64M" is
+// decimal, but here M stays binary, as in docker and HAMi.
+constexpr std::array<Unit, 18> kUnits{{
     {"", 1}, {"b", 1},
-    {"k", uint64_t{1} << 10}, {"kib", uint64_t{1} << 10}, {"kb", 1000},
-    {"m", uint64_t{1} << 20}, {"mib", uint64_t{1} << 20}, {"mb", 1000'000},
-    {"g", uint64_t{1} << 30}, {"gib", uint64_t{1} << 30}, {"gb", 1000'000'000},
-    {"t", uint64_t{1} << 40}, {"tib", uint64_t{1} << 40}, {"tb", 1000'000'000'000},
+    {"k", uint64_t{1} << 10}, {"ki", uint64_t{1} << 10}, {"kib", uint64_t{1} << 10}, {"kb", 1000},
+    {"m", uint64_t{1} << 20}, {"mi", uint64_t{1} << 20}, {"mib", uint64_t{1} << 20}, {"mb", 1000'000},
+    {"g", uint64_t{1} << 30}, {"gi", uint64_t{1} << 30}, {"gib", uint64_t{1} << 30}, {"gb", 1000'000'000},
+    {"t", uint64_t{1} << 40}, {"ti", uint64_t{1} << 40}, {"tib", uint64_t{1} << 40}, {"tb", 1000'000'000'000},
 }};
 
 }  // namespace
@@ -60,6 +62,12 @@ std::optional<uint64_t> parse_size(std::string_view text) noexcept {
     return base + extra;
   }
   return std::nullopt;
+}
+
+std::string size_above_zero_error(std::string_view what, std::string_view text) {
+  std::string message(what);
+  if (!what.ends_with('=')) message += ' ';
+  return message + "'" + std::string(text) + "' is not a size above 0; expected " + kSizeForm;
 }
 
 std::string format_size(uint64_t bytes) {

@@ -1,8 +1,9 @@
 // Human-readable byte sizes: "512MiB", "40GiB", "1.5GB", "4096".
 //
 // Accepted form: a non-negative decimal number, optionally fractional, then an
-// optional unit. Binary units: KiB MiB GiB TiB, and the shorthands K M G T
-// (as in `docker -m 6g`), case-insensitive. Decimal units: KB MB GB TB.
+// optional unit, case-insensitive. Binary units: KiB MiB GiB TiB, Kubernetes'
+// Ki Mi Gi Ti, and the shorthands K M G T (as in `docker -m 6g`; Kubernetes
+// reads its M as decimal, this file as binary). Decimal units: KB MB GB TB.
 // "B" or no unit means bytes. Fractions are rounded down to whole bytes.
 #pragma once
 
@@ -15,8 +16,14 @@ namespace zico {
 
 // The accepted form, for error messages.
 inline constexpr const char* kSizeForm =
-    "a number with an optional unit B, KiB, MiB, GiB, TiB (or K, M, G, T) or KB, MB, GB, TB, "
-    "e.g. 512MiB, 40GiB, 1.5GB";
+    "a number with an optional unit B, KiB, MiB, GiB, TiB (or Ki, Mi, Gi, Ti, or K, M, G, T) or KB, MB, GB, TB, "
+    "e.g. 512MiB, 40Gi, 1.5GB";
+
+// The one wording of every tool for a size it cannot use, naming the value
+// and kSizeForm: "--budget '0' is not a size above 0; expected ...". `what`
+// is an option or a noun ("--budget", "budget"), or a variable ending in '='
+// ("ZICO_BUDGET=", written ZICO_BUDGET='0').
+[[nodiscard]] std::string size_above_zero_error(std::string_view what, std::string_view text);
 
 // nullopt when `text` is not a size or overflows 64 bits.
 [[nodiscard]] std::optional<uint64_t> parse_size(std::string_view text) noexcept;

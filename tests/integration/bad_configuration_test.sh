@@ -29,6 +29,21 @@ expect_rejected ZICO_BACKEND bogus
 expect_rejected ZICO_LOG loud
 expect_rejected ZICO_SIM_GRANULARITY 3MiB
 
+# Well-formed values the device cannot use: the line names the setting at
+# fault (not another one) and ends as a malformed value's does.
+expect_device_refuses() {  # VAR VALUE WANTED UNWANTED
+  local err
+  err=$(env -u ZICO_BACKEND -u ZICO_BUDGET -u ZICO_CHUNK_SIZE ZICO_BACKEND=sim "$1=$2" "$probe" 2>&1 >/dev/null)
+  if [[ $err != *"$3"* || $err != *"allocations will fail until it is fixed"* || ( -n $4 && $err == *"$4"* ) ]]; then
+    echo "FAIL $1=$2: stderr=[$err]"
+    failures=$((failures + 1))
+  else
+    echo "ok   $1=$2 -> $err"
+  fi
+}
+expect_device_refuses ZICO_CHUNK_SIZE 3MiB "ZICO_CHUNK_SIZE=3 MiB" ""
+expect_device_refuses ZICO_BUDGET 1B "ZICO_BUDGET" "ZICO_CHUNK_SIZE"
+
 # Control: a good configuration works and is silent.
 out=$(ZICO_BACKEND=sim ZICO_BUDGET=64MiB "$probe" 2>/tmp/zico_good_config.$$)
 err=$(cat /tmp/zico_good_config.$$)
@@ -38,5 +53,5 @@ if [[ $out != "cudaMalloc=0 cudaMemGetInfo=0 total=67108864 "* || -n $err ]]; th
   failures=$((failures + 1))
 fi
 
-echo "$((6 + 1 - failures)) passed, $failures failed"
+echo "$((6 + 2 + 1 - failures)) passed, $failures failed"
 exit $((failures > 0))

@@ -9,6 +9,7 @@ package should find by itself.
 import ctypes
 import os
 import re
+import subprocess
 import sys
 import unittest
 
@@ -28,7 +29,8 @@ class ParseSizeTest(unittest.TestCase):
     def test_accepted_forms(self):
         for text, expected in [("4096", 4096), ("0", 0), ("512B", 512), ("1KiB", 1024), ("64MiB", 64 * MiB),
                                ("64m", 64 * MiB), ("2GiB", 2 << 30), ("6g", 6 << 30), ("1.5GB", 1_500_000_000),
-                               ("1KB", 1000), ("1TiB", 1 << 40)]:
+                               ("1KB", 1000), ("1TiB", 1 << 40), ("64Mi", 64 * MiB), ("20Gi", 20 << 30),
+                               ("512Ki", 512 << 10), ("1Ti", 1 << 40)]:
             with self.subTest(text=text):
                 self.assertEqual(zicoum.parse_size(text), expected)
 
@@ -69,6 +71,23 @@ class LibraryTest(unittest.TestCase):
         before = zicoum.stats()["iterations"]
         zicoum.mark_iteration()
         self.assertEqual(zicoum.stats()["iterations"], before + 1)
+
+
+class StartFailureTest(unittest.TestCase):
+    def test_the_reason_is_printed_once(self):
+        # A process of its own: libzicoum starts once per process. The reason
+        # is the exception's; the library's log line of it is not printed too.
+        program = ("import zicoum\n"
+                   "try:\n"
+                   "    zicoum.stats()\n"
+                   "except zicoum.ZicoError as error:\n"
+                   "    print(error)\n")
+        environment = dict(os.environ, ZICO_BUDGET="12XB")
+        run = subprocess.run([sys.executable, "-c", program], env=environment, capture_output=True, text=True,
+                             timeout=60)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("ZICO_BUDGET='12XB'", run.stdout)
+        self.assertNotIn("12XB", run.stderr)
 
 
 class BudgetTest(unittest.TestCase):

@@ -164,6 +164,12 @@ grep -q '48 MiB' "$out" || fail "budget set 48MiB: the daemon's answer is not pr
 budget_is "budget set 48MiB: budget" 50331648
 wait_for grep -q '^total 50331648$' "$tmp/hold.out" || fail "the job's cudaMemGetInfo total did not follow the budget"
 
+# More than the device: refused by the daemon, with both sizes.
+run budget set 1TiB --socket "$socket"
+[[ $status == 1 ]] || fail "budget set 1TiB: exit $status, want 1"
+grep -q "1 TiB.*80 GiB" "$err" || fail "budget set 1TiB: the refusal lacks the budget and the device's size"
+budget_is "budget set 1TiB: budget changed" 50331648
+
 run budget set 48MB0 --socket "$socket"
 [[ $status == 2 ]] || fail "budget set 48MB0: exit $status, want 2"
 grep -q "'48MB0'" "$err" || fail "budget set 48MB0: message does not name the value"

@@ -25,7 +25,7 @@ run --help
 "$umctl" --help | grep -q "simulate" || fail "zico-umctl --help lists simulate"
 
 refuses "$bert" "needs --budget SIZE"
-refuses --budget 12XB "$bert" "'12XB' is not a size; expected a number"
+refuses --budget 12XB "$bert" "'12XB' is not a size above 0; expected a number"
 refuses --budget 1KiB "$bert" "'1KiB' is below one chunk"
 refuses --budget 12GiB --policy best "$bert" "'best' is not a policy; expected zico, fcfs, static"
 refuses --budget 12GiB --iterations 0 "$bert" "'0' is not a whole number from 1 to 100000"

@@ -56,6 +56,34 @@ TEST(TimelinePlot, IsAStandaloneSvgWithEscapedNamesAndABudgetLine) {
   EXPECT_LT(bottom, budget_entry);
 }
 
+// The number after `key="` at or after `from`.
+double number_after(const std::string& svg, const std::string& key, size_t from) {
+  const size_t at = svg.find(key + "=\"", from);
+  return at == std::string::npos ? -1 : std::stod(svg.substr(at + key.size() + 2));
+}
+
+// The top of the frame (the y axis: the vertical line from the frame's top to
+// its bottom), and where the budget line starts, in pixels from the top.
+double frame_top(const std::string& svg) {
+  double top = 1e9;
+  for (size_t at = svg.find("<line "); at != std::string::npos; at = svg.find("<line ", at + 1)) {
+    if (number_after(svg, "x1", at) == number_after(svg, "x2", at)) top = std::min(top, number_after(svg, "y1", at));
+  }
+  return top;
+}
+double budget_line_y(const std::string& svg) {
+  const size_t points = svg.find("points=\"", svg.find("id=\"budget\""));
+  return std::stod(svg.substr(svg.find(',', points) + 1));
+}
+
+TEST(TimelinePlot, ABudgetAtThePeakLiesBelowTheTopEdge) {
+  // The demo's case: the jobs fill the 20 GiB budget exactly.
+  const std::vector<TimelineSeries> full = {{"bert", {{0, 8 * kGiB}, {100 * kMs, 20 * kGiB}, {200 * kMs, 0}}}};
+  const std::string svg = timeline_plot_svg(full, {{0, 20 * kGiB}}, TimelinePlotOptions{});
+  EXPECT_GE(budget_line_y(svg), frame_top(svg) + 10) << "the budget line lies on the frame's top edge";
+  EXPECT_LE(budget_line_y(svg), frame_top(svg) + 100) << "too much headroom";
+}
+
 TEST(TimelinePlot, WithoutBudgetThereIsNoBudgetLine) {
   const std::string svg = timeline_plot_svg(two_jobs(), {}, TimelinePlotOptions{});
   EXPECT_EQ(svg.find("id=\"budget\""), std::string::npos);

@@ -148,5 +148,12 @@ TEST(TraceReader, ReadsGzipFilesAndRejectsCorruptOnes) {
   EXPECT_NE(error.find("/nonexistent/x.ztrace.gz"), std::string::npos) << error;
 }
 
+TEST(TraceReader, SaysAFolderIsAFolder) {
+  Trace trace;
+  std::string error;
+  EXPECT_EQ(read_trace_file("/tmp", &trace, &error).code(), Errc::kInvalidArgument);
+  EXPECT_NE(error.find("/tmp: is a directory"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace zico::trace

@@ -61,7 +61,7 @@ TEST(Config, ReadsEveryVariable) {
 
 TEST(Config, BadValuesNameTheVariableValueAndForm) {
   const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
-      {"ZICO_BUDGET", "12XB", "MiB"},       {"ZICO_BUDGET", "0", "greater than zero"},
+      {"ZICO_BUDGET", "12XB", "MiB"},       {"ZICO_BUDGET", "0", "ZICO_BUDGET='0' is not a size above 0"},
       {"ZICO_BUDGET", "-1", "MiB"},          {"ZICO_BACKEND", "rocm", "cuda or sim"},
       {"ZICO_LOG", "loud", "debug"},         {"ZICO_SIM_GRANULARITY", "3MiB", "power of two"},
       {"ZICO_SIM_DEVICES", "0", "1 to 64"},  {"ZICO_SIM_DEVICES", "2x", "1 to 64"},

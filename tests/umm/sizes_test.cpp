@@ -20,6 +20,23 @@ TEST(ParseSize, AcceptsDocumentedForms) {
   EXPECT_EQ(parse_size("0"), 0u) << "zero parses; callers that need > 0 reject it";
 }
 
+TEST(ParseSize, AcceptsKubernetesBinaryUnits) {
+  EXPECT_EQ(parse_size("512Ki"), uint64_t{512} << 10);
+  EXPECT_EQ(parse_size("64Mi"), uint64_t{64} << 20);
+  EXPECT_EQ(parse_size("20Gi"), uint64_t{20} << 30);
+  EXPECT_EQ(parse_size("1Ti"), uint64_t{1} << 40);
+  EXPECT_EQ(parse_size("1.5Gi"), uint64_t{3} << 29);
+  EXPECT_EQ(parse_size("64M"), uint64_t{64} << 20) << "M stays binary (Kubernetes reads it as decimal)";
+  EXPECT_FALSE(parse_size("64Mii").has_value());
+}
+
+TEST(SizeError, NamesTheValueAndTheForm) {
+  EXPECT_EQ(size_above_zero_error("--budget", "0"),
+            std::string("--budget '0' is not a size above 0; expected ") + kSizeForm);
+  EXPECT_EQ(size_above_zero_error("ZICO_BUDGET=", "-5GiB"),
+            std::string("ZICO_BUDGET='-5GiB' is not a size above 0; expected ") + kSizeForm);
+}
+
 TEST(ParseSize, RejectsMalformedInput) {
   for (const char* bad : {"", "12XB", "-1", "GiB", "1 GiB", "1.2.3", "0x10", "1GiBs", ".", "+5", "1e9"}) {
     EXPECT_FALSE(parse_size(bad).has_value()) << "'" << bad << "'";

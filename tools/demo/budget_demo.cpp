@@ -113,12 +113,26 @@ void print_stats() {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "Usage: %s [--torch-abi]\n"
+    "Fills a zicoum budget with 1 MiB blocks until cudaMalloc says no, frees half, allocates\n"
+    "again and churns random allocations, checking every block's data; exits 1 on a mismatch.\n"
+    "It reads device memory from the CPU, so it runs on the simulated backend:\n"
+    "  ZICO_BACKEND=sim ZICO_BUDGET=64MiB %s\n"
+    "  zico-run --backend sim --budget 64MiB -- budget_demo_cudart   (the build linked to libcudart)\n"
+    "\n"
+    "  --torch-abi   allocate through PyTorch's pluggable-allocator entry points instead\n"
+    "  -h, --help    print this help\n";
+
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--torch-abi") == 0) {
       g_torch_abi = true;
+    } else if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf(kUsage, argv[0], argv[0]);
+      return 0;
     } else {
-      std::fprintf(stderr, "usage: %s [--torch-abi]\n", argv[0]);
+      std::fprintf(stderr, "%s: unknown option '%s'\nTry '%s --help'.\n", argv[0], argv[i], argv[0]);
       return 2;
     }
   }

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 
+#include "plot_file.h"
 #include "timeline_plot.h"
 
 namespace zico::demo {
@@ -135,23 +135,16 @@ bool write_timeline_svg(const DemoSetup& setup, const std::vector<uint32_t>& pid
   }
   simulate::TimelinePlotOptions options;
   options.title = "zico-demo, " + phase.name + ": " + phase.description;
-  char subtitle[256];
+  char subtitle[320];
   std::snprintf(subtitle, sizeof subtitle,
-                "memory each job holds from zico-umd (sampled every 10 ms), in model bytes (x %g); peak %.2f GiB, "
-                "budget %.2f GiB; makespan %.1f s",
-                1 / setup.memory_scale, model_gib(setup, phase.peak_granted_bytes),
+                "memory each job holds from zico-umd (sampled every 10 ms), in model bytes (x %g); time in seconds "
+                "of the replay, %gx slower than the model; peak %.2f GiB, budget %.2f GiB; makespan %.1f s",
+                1 / setup.memory_scale, setup.time_scale, model_gib(setup, phase.peak_granted_bytes),
                 static_cast<double>(setup.budget_bytes) / kGiB, phase.makespan_s);
   options.subtitle = subtitle;
   const simulate::TimeSteps budget = {{0, setup.budget_bytes}};
   const std::string svg = simulate::timeline_plot_svg(series, budget, options);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << svg;
-  out.close();
-  if (!out) {
-    *why = "cannot write " + path;
-    return false;
-  }
-  return true;
+  return plot::write_plot_file(path, svg, why);
 }
 
 void print_table(const DemoSetup& setup, const PhaseRun& zico, const PhaseRun& fixed, double wall_s) {

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -75,7 +76,8 @@ constexpr const char* kUsage =
     "  --iterations N       iterations per job (default 12)\n"
     "  --time-scale X       wall seconds per model second (default 10)\n"
     "  --memory-scale F     bytes per model byte, e.g. 1/256 or 0.0039 (default 1/256)\n"
-    "  --out DIR            where zico-demo-zico.svg and zico-demo-static.svg go (default .)\n"
+    "  --out DIR            where zico-demo-zico.svg and zico-demo-static.svg go (default .);\n"
+    "                       DIR is created if its parent folder exists\n"
     "  --backend sim|cuda   the simulated GPU (default) or the real one\n"
     "  --turns              zico-umd --turns on in the zico phase: jobs that cannot run\n"
     "                       side by side take turns (a budget below the jobs' best overlap)\n"
@@ -174,7 +176,7 @@ int parse_options(int argc, char** argv, Options* options) {
       }
     } else if (arg == "--budget") {
       const std::optional<uint64_t> size = zico::parse_size(value);
-      if (!size || *size == 0) return usage_error("--budget '" + value + "' is not valid; expected a size > 0, " + zico::kSizeForm);
+      if (!size || *size == 0) return usage_error(zico::size_above_zero_error("--budget", value));
       options->budget = *size;
     } else if (arg == "--iterations") {
       char* end = nullptr;
@@ -447,10 +449,14 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::error_code dir_error;
-  std::filesystem::create_directories(options.out_dir, dir_error);
-  if (dir_error || !std::filesystem::is_directory(options.out_dir)) {
-    return usage_error("--out '" + options.out_dir + "' is not a directory that can be created");
+  // Only the last folder is created: a typo higher up fails here, not silently elsewhere.
+  if (::mkdir(options.out_dir.c_str(), 0777) != 0 && errno != EEXIST) {
+    const int error = errno;
+    return usage_error("--out '" + options.out_dir + "': cannot create it: " + std::strerror(error) +
+                       (error == ENOENT ? " (its parent folder does not exist)" : ""));
+  }
+  if (std::error_code ignored; !std::filesystem::is_directory(options.out_dir, ignored)) {
+    return usage_error("--out '" + options.out_dir + "' exists and is not a directory");
   }
 
   DemoSetup setup;

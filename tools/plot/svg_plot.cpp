@@ -49,6 +49,15 @@ double Frame::x(uint64_t time) const {
   return x0 + (x1 - x0) * static_cast<double>(clamped - t0) / static_cast<double>(span);
 }
 
+double y_top_for(double top_gib) {
+  if (!(top_gib > 0)) return 1;
+  const double wanted = top_gib * 1.05;
+  const double step = nice_step(wanted / 6);
+  double top = std::ceil(wanted / step - 1e-9) * step;
+  if (top < wanted) top += step;
+  return top;
+}
+
 double Frame::y(double bytes) const { return y1 - (y1 - y0) * (bytes / kBytesPerGiB) / y_top_gib; }
 
 std::string points_text(const std::vector<Point>& points) {

@@ -34,6 +34,10 @@ inline constexpr std::array<const char*, 7> kOkabeIto = {
 [[nodiscard]] double nice_step(double raw);
 // Decimals that a tick step needs to print exactly.
 [[nodiscard]] int decimals_for(double step);
+// The top of a y axis for data (and a budget line) reaching `top_gib`: a
+// whole number of nice steps, at least 5 % above it, so that a line at
+// `top_gib` never lies on the frame's top edge. 1 when there is no data.
+[[nodiscard]] double y_top_for(double top_gib);
 
 // The plot area (x0 left, y0 top) and what it shows: time t0..t0+span in
 // ns, bytes 0..y_top_gib GiB.

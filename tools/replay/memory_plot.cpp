@@ -175,11 +175,7 @@ std::string memory_plot_svg(const Trace& trace, const PlotOptions& options) {
     f.span = std::max<uint64_t>(1, trace.events.back().time - f.t0);
   }
   const double top_gib = static_cast<double>(std::max(peak, options.budget_bytes)) / kBytesPerGiB;
-  if (top_gib > 0) {
-    const double step = nice_step(top_gib / 6);
-    f.y_top_gib = std::ceil(top_gib / step - 1e-9) * step;
-    if (f.y_top_gib < top_gib) f.y_top_gib += step;
-  }
+  f.y_top_gib = plot::y_top_for(top_gib);
 
   const std::string w = std::to_string(width), h = std::to_string(height);
   std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + w + "\" height=\"" + h +

@@ -170,11 +170,7 @@ std::string timeline_plot_svg(const std::vector<TimelineSeries>& series, const T
   f.t0 = t0;
   f.span = std::max<uint64_t>(1, t1 - t0);
   const double top_gib = static_cast<double>(std::max(peak, budget_max)) / kBytesPerGiB;
-  if (top_gib > 0) {
-    const double step = nice_step(top_gib / 6);
-    f.y_top_gib = std::ceil(top_gib / step - 1e-9) * step;
-    if (f.y_top_gib < top_gib) f.y_top_gib += step;
-  }
+  f.y_top_gib = plot::y_top_for(top_gib);
 
   std::string subtitle = options.subtitle;
   if (subtitle.empty()) {

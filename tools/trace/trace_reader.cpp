@@ -1,5 +1,6 @@
 #include "trace_reader.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -300,6 +301,12 @@ Status parse_trace(std::string_view text, const std::string& name, Trace* out, s
 
 Status read_trace_file(const std::string& path, Trace* out, std::string* error) {
   const std::string name = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  // gzopen opens a folder, and its first read fails as if the data were corrupt.
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    *error = path + ": is a directory, not a trace file (its traces are " + path + "/*.ztrace.gz)";
+    return Status(Errc::kInvalidArgument);
+  }
   gzFile file = gzopen(path.c_str(), "rb");
   if (file == nullptr) {
     *error = path + ": cannot open: " + std::strerror(errno);

@@ -45,7 +45,7 @@ constexpr const char* kUsage =
     "  --library PATH      libzicoum.so to preload (default: $ZICO_LIBRARY, else\n"
     "                      ../lib/libzicoum.so beside zico-run)\n"
     "  --list-env          print every ZICO_* variable with its default and form\n"
-    "  --help              print this help\n"
+    "  -h, --help          print this help\n"
     "  --version           print the version\n"
     "\n"
     "Other ZICO_* variables in the environment pass through to COMMAND and are\n"
@@ -77,6 +77,10 @@ std::optional<int> parse_args(int argc, char** argv, Options* options) {
       if (i + 1 == argc) return usage_error("no command given after --");
       options->command = argv + i + 1;
       return std::nullopt;
+    }
+    if (arg == "-h") {
+      options->help = true;
+      continue;
     }
     if (!arg.starts_with("--")) {
       return usage_error("unexpected '" + std::string(arg) + "'; put the command after --, e.g. zico-run -- " +
@@ -122,10 +126,7 @@ bool is_one_of(const std::string& value, std::initializer_list<std::string_view>
 std::optional<int> validate(const Options& options) {
   if (options.budget) {
     const std::optional<uint64_t> bytes = zico::parse_size(*options.budget);
-    if (!bytes || *bytes == 0) {
-      return usage_error("--budget '" + *options.budget + "' is not valid; expected " + zico::kSizeForm +
-                         ", greater than zero");
-    }
+    if (!bytes || *bytes == 0) return usage_error(zico::size_above_zero_error("--budget", *options.budget));
   }
   if (options.backend && !is_one_of(*options.backend, {"cuda", "sim"})) {
     return usage_error("--backend '" + *options.backend + "' is not valid; expected cuda or sim");
@@ -298,6 +299,15 @@ int main(int argc, char** argv) {
 
   execvp(options.command[0], options.command);
   const int error = errno;
-  std::fprintf(stderr, "zico-run: '%s': %s\n", options.command[0], std::strerror(error));
+  // As for execvp, a name without a slash is looked for on PATH only.
+  std::string where;
+  if (error == ENOENT && std::strchr(options.command[0], '/') == nullptr) {
+    where = " (not found on PATH";
+    if (::access(options.command[0], F_OK) == 0) {
+      where += std::string("; for the file here, write ./") + options.command[0];
+    }
+    where += ")";
+  }
+  std::fprintf(stderr, "zico-run: '%s': %s%s\n", options.command[0], std::strerror(error), where.c_str());
   return error == ENOENT || error == ENOTDIR ? kNotFound : kCannotExecute;
 }

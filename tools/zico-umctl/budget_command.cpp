@@ -197,8 +197,7 @@ int parse_set(int argc, char** argv) {
     if (!min.empty() || !max.empty()) return usage_error(kCommand, "--min and --max set a job's limits: name it with --job ID");
     if (operands.empty()) return usage_error(kCommand, "budget set needs a SIZE (the node budget), e.g. 40GiB");
     const std::optional<uint64_t> size = parse_size(operands[0]);
-    if (!size) return usage_error(kCommand, size_error("budget", operands[0]));
-    if (*size == 0) return usage_error(kCommand, "budget '" + operands[0] + "' is 0; a node budget must be above 0");
+    if (!size || *size == 0) return usage_error(kCommand, size_above_zero_error("budget", operands[0]));
     options.node = *size;
     return run_set(options);
   }

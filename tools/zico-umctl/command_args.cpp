@@ -1,5 +1,6 @@
 #include "command_args.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -37,7 +38,9 @@ bool ArgReader::option(std::string_view name, std::string* value) {
 
 bool ArgReader::unknown_option() const {
   const std::string_view arg = current();
-  return !operands_only_ && arg.size() > 1 && arg[0] == '-';
+  // "-5GiB" is a negative number, a bad operand rather than an option.
+  const bool negative_number = arg.size() > 1 && (std::isdigit(static_cast<unsigned char>(arg[1])) || arg[1] == '.');
+  return !operands_only_ && arg.size() > 1 && arg[0] == '-' && !negative_number;
 }
 
 int usage_error(std::string_view command, const std::string& message) {

@@ -24,7 +24,8 @@ class ArgReader {
   // The current argument is the option `name`: its value goes to *value. A
   // missing or empty value ends the reading with error() set.
   [[nodiscard]] bool option(std::string_view name, std::string* value);
-  // The current argument looks like an option none of the above matched.
+  // The current argument looks like an option none of the above matched
+  // (a negative number such as -5GiB does not: it is an operand).
   [[nodiscard]] bool unknown_option() const;
 
   // Empty unless an option lacked its value: check it after the loop.

@@ -27,7 +27,7 @@ constexpr const char* kUsage =
     "  simulate jobs from traces sharing one virtual GPU under a memory policy\n"
     "  page     one job beyond its GPU's memory, under paging policies\n"
     "\n"
-    "'zico-umctl COMMAND --help' describes a command.\n";
+    "'zico-umctl COMMAND --help' (or 'zico-umctl help COMMAND') describes a command.\n";
 
 }  // namespace
 
@@ -35,6 +35,13 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fputs(kUsage, stderr);
     return 2;
+  }
+  // "help COMMAND" is "COMMAND --help".
+  char help_flag[] = "--help";
+  char* help_argv[] = {argv[0], argc > 2 ? argv[2] : nullptr, help_flag, nullptr};
+  if (std::string_view(argv[1]) == "help" && argc > 2) {
+    argc = 3;
+    argv = help_argv;
   }
   const std::string_view command = argv[1];
   if (command == "--help" || command == "-h" || command == "help") {

@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -13,6 +12,7 @@
 #include "lifetime_plan.h"
 #include "memory_plot.h"
 #include "planned_target.h"
+#include "plot_file.h"
 #include "replay.h"
 #include "sim_targets.h"
 #include "sizes.h"
@@ -280,10 +280,8 @@ int run_replay(int argc, char** argv) {
     if (!options.plot_dir.empty()) {
       const std::string base = traces[i].name.substr(0, traces[i].name.find('.'));
       const std::string path = options.plot_dir + "/" + base + ".svg";
-      std::ofstream file(path);
-      file << replay::memory_plot_svg(traces[i], replay::PlotOptions{});
-      if (!file.good()) {
-        std::fprintf(stderr, "zico-umctl replay: cannot write %s\n", path.c_str());
+      if (!plot::write_plot_file(path, replay::memory_plot_svg(traces[i], replay::PlotOptions{}), &error)) {
+        std::fprintf(stderr, "zico-umctl replay: %s\n", error.c_str());
         return 1;
       }
     }

@@ -1,7 +1,6 @@
 #include "simulate_command.h"
 
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -13,6 +12,7 @@
 #include "exit_status.h"
 #include "job_model.h"
 #include "json_writer.h"
+#include "plot_file.h"
 #include "simulator.h"
 #include "sizes.h"
 #include "text_table.h"
@@ -254,7 +254,7 @@ int parse(int argc, char** argv, Options* options) {
   }
   if (!budget.empty()) {
     const std::optional<uint64_t> bytes = parse_size(budget);
-    if (!bytes) return usage_error(kCommand, size_error("--budget", budget));
+    if (!bytes || *bytes == 0) return usage_error(kCommand, size_above_zero_error("--budget", budget));
     if (*bytes < sim.chunk_bytes) {
       return usage_error(kCommand, "--budget '" + budget + "' is below one chunk (" + format_size(sim.chunk_bytes) + ")");
     }
@@ -509,11 +509,9 @@ bool write_plot(const std::string& path, const simulate::SimulationResult& r) {
   for (const simulate::BudgetStep& step : r.budget) budget.emplace_back(step.at_ns, step.bytes);
   simulate::TimelinePlotOptions plot;
   plot.title = std::string("simulate: ") + simulate::to_string(r.policy) + ", " + budget_text(r.budget);
-  std::ofstream file(path);
-  file << simulate::timeline_plot_svg(series, budget, plot);
-  file.close();
-  if (!file.good()) {
-    std::fprintf(stderr, "zico-umctl simulate: cannot write %s\n", path.c_str());
+  std::string error;
+  if (!plot::write_plot_file(path, simulate::timeline_plot_svg(series, budget, plot), &error)) {
+    std::fprintf(stderr, "zico-umctl simulate: %s\n", error.c_str());
     return false;
   }
   return true;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -127,7 +128,7 @@ int main(int argc, char** argv) {
       const size_t eq = text.find('=');
       const std::optional<uint64_t> size = parse_size(eq == std::string::npos ? text : text.substr(eq + 1));
       if (!size || *size == 0) {
-        return usage_error("--budget '" + text + "' is not valid; expected [GPU=]SIZE with SIZE " + kSizeForm);
+        return usage_error(size_above_zero_error("--budget", text) + " (or GPU=SIZE for one GPU, e.g. 0=40GiB)");
       }
       if (eq == std::string::npos) {
         all_budget = *size;
@@ -242,6 +243,13 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<sharing::Daemon> daemon;
   if (!sharing::Daemon::create(*driver, options, &daemon, &error).is_ok()) {
+    // The default socket's folder is made by the systemd unit (RuntimeDirectory).
+    const std::filesystem::path folder = std::filesystem::path(options.socket_path).parent_path();
+    std::error_code ignored;
+    if (error.starts_with("cannot bind") && !folder.empty() && !std::filesystem::exists(folder, ignored)) {
+      error += "; create " + folder.string() + " (mkdir -m 0755 -p " + folder.string() +
+               ") or pass --socket PATH in a folder that exists";
+    }
     std::fprintf(stderr, "zico-umd: %s\n", error.c_str());
     return 1;
   }

@@ -15,6 +15,8 @@ To make PyTorch allocate through zicoum, see zicoum.torch.enable().
 import ctypes
 import enum
 import os
+import sys
+import tempfile
 import threading
 
 __all__ = [
@@ -24,8 +26,8 @@ __all__ = [
 ]
 
 # Mirrors kSizeForm in umm/sizes.h (python_api_test checks they agree).
-SIZE_FORM = ("a number with an optional unit B, KiB, MiB, GiB, TiB (or K, M, G, T) or KB, MB, GB, TB, "
-             "e.g. 512MiB, 40GiB, 1.5GB")
+SIZE_FORM = ("a number with an optional unit B, KiB, MiB, GiB, TiB (or Ki, Mi, Gi, Ti, or K, M, G, T) or KB, MB, GB, "
+             "TB, e.g. 512MiB, 40Gi, 1.5GB")
 
 
 class Status(enum.IntEnum):
@@ -155,15 +157,44 @@ def _library():
         return lib
 
 
+def _first_call(lib, function, args):
+    """The first call starts libzicoum, which logs on stderr why it could not start (a
+    malformed variable, no driver); ZicoError carries that reason, so its log line is
+    dropped here and every other line passes. Returns (status, detail)."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to keep clean
+        status = getattr(lib, function)(*args)
+        return status, lib.zico_last_error().decode(errors="replace") if status != Status.OK else ""
+    with tempfile.TemporaryFile() as captured:
+        try:
+            os.dup2(captured.fileno(), 2)
+            status = getattr(lib, function)(*args)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        detail = lib.zico_last_error().decode(errors="replace") if status != Status.OK else ""
+        captured.seek(0)
+        logged = captured.read().decode(errors="replace")
+    kept = [line for line in logged.splitlines(keepends=True) if not (detail and detail in line)]
+    if kept:
+        sys.stderr.write("".join(kept))
+        sys.stderr.flush()
+    return status, detail
+
+
 def _initializing_call(function, *args):
     """Calls a function that makes libzicoum read its settings; raises ZicoError on failure."""
     global _settings_read
     lib = _library()
     if _settings_read is None:
         _settings_read = _zico_environment(os.environ)
-    status = getattr(lib, function)(*args)
+        status, detail = _first_call(lib, function, args)
+    else:
+        status = getattr(lib, function)(*args)
+        detail = lib.zico_last_error().decode(errors="replace") if status != Status.OK else ""  # before another call
     if status != Status.OK:
-        detail = lib.zico_last_error().decode(errors="replace")  # before another call replaces it
         raise ZicoError(function, status, detail)
 
 

@@ -56,7 +56,7 @@ def _validated(budget, backend, log):
         except ValueError:
             valid = False
         if not valid:
-            raise ValueError(f"budget '{text}' is not valid; expected {zicoum.SIZE_FORM}, greater than zero")
+            raise ValueError(f"budget '{text}' is not a size above 0; expected {zicoum.SIZE_FORM}")
         settings["ZICO_BUDGET"] = text
     if backend is not None:
         if backend not in _BACKENDS:

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# What every command-line tool does alike, checked across them: sizes in
+# Kubernetes form, one wording for a size that is not one, -h and help,
+# output paths that cannot be written, and arguments that are not what the
+# tool expects (a folder as a trace, a command not on PATH).
+# Usage: cli_conventions_test.sh ZICO_RUN ZICO_UMCTL ZICO_UMD ZICO_DEMO BUDGET_DEMO TRACES_DIR
+set -u
+
+zico_run=$(readlink -f "$1")
+umctl=$2
+umd=$3
+demo=$4
+budget_demo=$5
+traces=$6
+bert=$traces/bert_base.ztrace.gz
+failures=0
+tmp=$(mktemp -d)
+out=$tmp/out
+err=$tmp/err
+trap 'rm -rf "$tmp"' EXIT
+
+fail() {
+  echo "FAIL: $*"
+  echo "--- stdout"; head -c 2000 "$out"
+  echo "--- stderr"; head -c 2000 "$err"
+  failures=$((failures + 1))
+}
+
+# Runs a command; output in $out and $err, exit status in $status.
+run() {
+  "$@" >"$out" 2>"$err"
+  status=$?
+}
+
+# expect STATUS TEXT WHAT: the last run exited STATUS and stderr holds TEXT.
+expect() {
+  [[ $status == "$1" ]] || fail "$3: exit $status, want $1"
+  grep -qF -- "$2" "$err" || fail "$3: stderr lacks '$2'"
+}
+
+# An inherited ZICO_* variable would change what these cases test.
+for name in $(env | sed -n 's/^\(ZICO_[A-Z_]*\)=.*/\1/p'); do unset "$name"; done
+export ZICO_BACKEND=sim
+
+# --- sizes in Kubernetes form are binary, everywhere -----------------------------
+run "$zico_run" --budget 64Mi -- printenv ZICO_BUDGET
+[[ $status == 0 && $(cat "$out") == 64Mi ]] || fail "zico-run --budget 64Mi"
+ZICO_BUDGET=64Mi run "$budget_demo"
+[[ $status == 0 ]] || fail "ZICO_BUDGET=64Mi budget_demo: exit $status"
+grep -q "total 64 MiB" "$out" || fail "ZICO_BUDGET=64Mi is not 64 MiB"
+run timeout 2 "$umd" --socket "$tmp/k8s.sock" --budget 64Mi
+grep -q "GPU 0: budget 64 MiB" "$err" || fail "zico-umd --budget 64Mi"
+run "$umctl" budget set 1Gi --socket "$tmp/none.sock"
+expect 3 "no zico-umd is running" "zico-umctl budget set 1Gi (parsed, then no daemon)"
+
+# --- one wording for a size that is not one ---------------------------------------
+wording="'0' is not a size above 0; expected a number with an optional unit"
+run "$zico_run" --budget 0 -- true
+expect 2 "--budget $wording" "zico-run --budget 0"
+run "$umd" --socket "$tmp/zero.sock" --budget 0
+expect 2 "--budget $wording" "zico-umd --budget 0"
+run "$umctl" budget set 0 --socket "$tmp/none.sock"
+expect 2 "budget $wording" "zico-umctl budget set 0"
+run "$umctl" simulate --budget 0 "$bert"
+expect 2 "--budget $wording" "zico-umctl simulate --budget 0"
+run "$demo" --budget 0
+expect 2 "--budget $wording" "zico-demo --budget 0"
+run "$umctl" budget set -5GiB --socket "$tmp/none.sock"
+expect 2 "budget '-5GiB' is not a size above 0" "zico-umctl budget set -5GiB"
+grep -q "unknown option" "$err" && fail "zico-umctl budget set -5GiB: called an option"
+
+# --- budgets against the device ----------------------------------------------------
+run timeout 5 "$umd" --socket "$tmp/big.sock" --budget 1TiB
+expect 1 "budget 1 TiB of GPU 0 is more than its 80 GiB of memory" "zico-umd --budget 1TiB"
+
+# --- help ---------------------------------------------------------------------------
+for flag in -h --help; do
+  run "$zico_run" "$flag"
+  [[ $status == 0 ]] && grep -q "^Usage: zico-run" "$out" || fail "zico-run $flag"
+done
+for command in status jobs budget simulate replay; do
+  run "$umctl" "$command" --help
+  cp "$out" "$tmp/direct"
+  run "$umctl" help "$command"
+  [[ $status == 0 ]] && cmp -s "$out" "$tmp/direct" || fail "zico-umctl help $command differs from $command --help"
+done
+run "$budget_demo" --help
+[[ $status == 0 ]] && grep -q "^Usage: " "$out" || fail "budget_demo --help"
+run "$budget_demo" --bogus
+expect 2 "'--bogus'" "budget_demo --bogus"
+run timeout 5 "$umd" --socket "$tmp/no-such-folder/zicoum.sock"
+expect 1 "create $tmp/no-such-folder" "zico-umd in a missing folder"
+grep -qF -- "--socket" "$err" || fail "zico-umd in a missing folder: no hint at --socket"
+
+# --- output paths -------------------------------------------------------------------
+missing=$tmp/no-such-folder
+run "$umctl" replay --plot-dir "$missing" "$bert"
+expect 1 "cannot write $missing/bert_base.svg: No such file or directory" "replay --plot-dir missing"
+run "$umctl" simulate --budget 20GiB --iterations 2 --plot "$missing/x.svg" "$bert"
+expect 1 "cannot write $missing/x.svg: No such file or directory" "simulate --plot in a missing folder"
+run "$demo" --out "$missing/deeper"
+expect 2 "'$missing/deeper': cannot create it: No such file or directory" "zico-demo --out under a missing folder"
+[[ ! -e $missing ]] || fail "zico-demo --out created the missing parent $missing"
+
+# --- arguments that are not what the tool expects ----------------------------------
+run "$umctl" replay "$traces"
+expect 2 "$traces: is a directory" "replay given a folder"
+echo 'not a program' >"$tmp/notes.txt"
+(cd "$tmp" && "$zico_run" -- notes.txt >"$out" 2>"$err")
+status=$?
+expect 127 "'notes.txt': No such file or directory (not found on PATH; for the file here, write ./notes.txt)" \
+  "zico-run -- a file here but not on PATH"
+
+[[ $failures == 0 ]] && echo "OK" || { echo "$failures failure(s)"; exit 1; }
