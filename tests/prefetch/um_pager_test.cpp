@@ -59,97 +59,87 @@ TEST(UmPager, RefusesWhatCannotWork) {
   ASSERT_TRUE(driver.managed_free(arena).is_ok());
 }
 
+// The zico pager over 8 pages of SimDriver's unified memory with a budget
+// of 4, and a stream of the application's for work that may still read
+// freed blocks.
+class PagerDiscards : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(driver_.managed_allocate(8 * kPage, &arena_).is_ok());
+    base_ = static_cast<std::byte*>(arena_);
+    UmPagerOptions options;
+    options.policy = "zico";
+    options.budget_bytes = 4 * kPage;
+    std::string why;
+    ASSERT_TRUE(UmPager::create(driver_, DeviceId{0}, VaRange{reinterpret_cast<uintptr_t>(arena_), 8 * kPage}, kPage,
+                                options, &pager_, &why)
+                    .is_ok())
+        << why;
+    ASSERT_TRUE(driver_.stream_create(DeviceId{0}, &busy_).is_ok());
+  }
+  void TearDown() override {
+    ASSERT_TRUE(driver_.stream_destroy(busy_).is_ok());
+    pager_.reset();
+    ASSERT_TRUE(driver_.managed_free(arena_).is_ok());
+  }
+  // A kernel that uses page `page` (and lets the pager look at its deferred discards).
+  void use(size_t page) {
+    const VaRange range{reinterpret_cast<uintptr_t>(base_ + page * kPage), kPage};
+    pager_->before_kernel(page, std::span<const VaRange>(&range, 1), 1000);
+    ASSERT_TRUE(driver_.run_kernel(std::span<const VaRange>(&range, 1), 1000).is_ok());
+    pager_->after_kernel();
+  }
+
+  SimDriver driver_;
+  void* arena_ = nullptr;
+  std::byte* base_ = nullptr;
+  std::unique_ptr<UmPager> pager_;
+  StreamHandle busy_;
+};
+
 // A block freed while a stream's queued kernels may still read it: the pages
 // it leaves dead are discarded only after that work, and not at all if they
 // hold live data again by then.
-TEST(UmPager, DiscardsWaitForTheWorkQueuedBeforeTheFree) {
-  SimDriver driver;
-  void* arena = nullptr;
-  ASSERT_TRUE(driver.managed_allocate(8 * kPage, &arena).is_ok());
-  const auto base = static_cast<std::byte*>(arena);
-  std::unique_ptr<UmPager> pager;
-  std::string why;
-  UmPagerOptions options;
-  options.policy = "zico";
-  options.budget_bytes = 4 * kPage;
-  ASSERT_TRUE(UmPager::create(driver, DeviceId{0}, VaRange{reinterpret_cast<uintptr_t>(arena), 8 * kPage}, kPage,
-                              options, &pager, &why)
-                  .is_ok())
-      << why;
-  StreamHandle busy;
-  ASSERT_TRUE(driver.stream_create(DeviceId{0}, &busy).is_ok());
-  const auto use = [&](size_t page) {
-    const VaRange range{reinterpret_cast<uintptr_t>(base + page * kPage), kPage};
-    pager->before_kernel(page, std::span<const VaRange>(&range, 1), 1000);
-    ASSERT_TRUE(driver.run_kernel(std::span<const VaRange>(&range, 1), 1000).is_ok());
-    pager->after_kernel();
-  };
+TEST_F(PagerDiscards, WaitForTheWorkQueuedBeforeTheFree) {
   for (size_t page : {0u, 1u}) {
-    pager->on_allocate(base + page * kPage, kPage);
-    std::memset(base + page * kPage, 0x42, kPage);
+    pager_->on_allocate(base_ + page * kPage, kPage);
+    std::memset(base_ + page * kPage, 0x42, kPage);
     use(page);
   }
-  driver.hold_stream(busy);  // work still queued on `busy` reads pages 0 and 1
+  driver_.hold_stream(busy_);  // work still queued on `busy` reads pages 0 and 1
   std::vector<std::byte> seen(2 * kPage);
-  ASSERT_TRUE(driver.copy_async(seen.data(), base, 2 * kPage, CopyKind::kDeviceToHost, busy).is_ok());
-  pager->on_free(base, busy);
-  pager->on_free(base + kPage, busy);
-  EXPECT_EQ(static_cast<int>(base[0]), 0x42) << "discarded before the queued work ran";
-  pager->on_allocate(base, kPage / 2);  // page 0 holds live data again; page 1 stays dead
-  ASSERT_TRUE(driver.release_stream(busy).is_ok());
+  ASSERT_TRUE(driver_.copy_async(seen.data(), base_, 2 * kPage, CopyKind::kDeviceToHost, busy_).is_ok());
+  pager_->on_free(base_, busy_);
+  pager_->on_free(base_ + kPage, busy_);
+  EXPECT_EQ(static_cast<int>(base_[0]), 0x42) << "discarded before the queued work ran";
+  pager_->on_allocate(base_, kPage / 2);  // page 0 holds live data again; page 1 stays dead
+  ASSERT_TRUE(driver_.release_stream(busy_).is_ok());
   EXPECT_EQ(seen[kPage + 1], std::byte{0x42}) << "the queued work read a discarded page";
-  use(2);  // the pager looks at its deferred discards
-  EXPECT_EQ(static_cast<int>(base[0]), 0x42) << "a page live again was discarded";
-  EXPECT_EQ(static_cast<int>(base[kPage]), 0) << "the dead page was never discarded";
-  EXPECT_EQ(pager->stats().discards, 1u);
-  ASSERT_TRUE(driver.stream_destroy(busy).is_ok());
-  pager.reset();
-  ASSERT_TRUE(driver.managed_free(arena).is_ok());
+  use(2);
+  EXPECT_EQ(static_cast<int>(base_[0]), 0x42) << "a page live again was discarded";
+  EXPECT_EQ(static_cast<int>(base_[kPage]), 0) << "the dead page was never discarded";
+  EXPECT_EQ(pager_->stats().discards, 1u);
 }
 
 // A block that work on other streams may still read (record_stream) keeps
 // its pages: not discarded by its own free, nor by an earlier free's discard
 // of the same page that completes later.
-TEST(UmPager, KeepsThePagesOfABlockOtherStreamsUse) {
-  SimDriver driver;
-  void* arena = nullptr;
-  ASSERT_TRUE(driver.managed_allocate(8 * kPage, &arena).is_ok());
-  const auto base = static_cast<std::byte*>(arena);
-  std::unique_ptr<UmPager> pager;
-  std::string why;
-  UmPagerOptions options;
-  options.policy = "zico";
-  options.budget_bytes = 4 * kPage;
-  ASSERT_TRUE(UmPager::create(driver, DeviceId{0}, VaRange{reinterpret_cast<uintptr_t>(arena), 8 * kPage}, kPage,
-                              options, &pager, &why)
-                  .is_ok())
-      << why;
-  StreamHandle busy;
-  ASSERT_TRUE(driver.stream_create(DeviceId{0}, &busy).is_ok());
-  const auto use = [&](size_t page) {
-    const VaRange range{reinterpret_cast<uintptr_t>(base + page * kPage), kPage};
-    pager->before_kernel(page, std::span<const VaRange>(&range, 1), 1000);
-    ASSERT_TRUE(driver.run_kernel(std::span<const VaRange>(&range, 1), 1000).is_ok());
-    pager->after_kernel();
-  };
-  pager->on_allocate(base, kPage / 2);
+TEST_F(PagerDiscards, KeepThePagesOfABlockOtherStreamsUse) {
+  pager_->on_allocate(base_, kPage / 2);
   use(0);
-  driver.hold_stream(busy);  // work queued on `busy` still reads the first block
+  driver_.hold_stream(busy_);  // work queued on `busy` still reads the first block
   std::vector<std::byte> seen(kPage / 2);
-  ASSERT_TRUE(driver.copy_async(seen.data(), base, kPage / 2, CopyKind::kDeviceToHost, busy).is_ok());
-  pager->on_free(base, busy);  // page 0's discard waits for `busy`
-  EXPECT_EQ(pager->stats().discards, 0u);
-  pager->on_allocate(base, kPage / 2);
-  std::memset(base, 0x55, kPage / 2);
+  ASSERT_TRUE(driver_.copy_async(seen.data(), base_, kPage / 2, CopyKind::kDeviceToHost, busy_).is_ok());
+  pager_->on_free(base_, busy_);  // page 0's discard waits for `busy`
+  EXPECT_EQ(pager_->stats().discards, 0u);
+  pager_->on_allocate(base_, kPage / 2);
+  std::memset(base_, 0x55, kPage / 2);
   use(0);
-  pager->on_free(base, std::nullopt, UmPager::kKeepPages);  // another stream still reads it
-  EXPECT_EQ(static_cast<int>(base[0]), 0x55) << "discarded at its free";
-  ASSERT_TRUE(driver.release_stream(busy).is_ok());
-  use(2);  // the pager looks at its deferred discards
-  EXPECT_EQ(static_cast<int>(base[0]), 0x55) << "the earlier free's discard reached a page another stream reads";
-  ASSERT_TRUE(driver.stream_destroy(busy).is_ok());
-  pager.reset();
-  ASSERT_TRUE(driver.managed_free(arena).is_ok());
+  pager_->on_free(base_, std::nullopt, UmPager::kKeepPages);  // another stream still reads it
+  EXPECT_EQ(static_cast<int>(base_[0]), 0x55) << "discarded at its free";
+  ASSERT_TRUE(driver_.release_stream(busy_).is_ok());
+  use(2);
+  EXPECT_EQ(static_cast<int>(base_[0]), 0x55) << "the earlier free's discard reached a page another stream reads";
 }
 
 TEST(UmPager, KeepsTheBudgetOnTheDeviceOnRandomStreams) {

@@ -15,6 +15,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include "probe_check.h"
 #include "zicoum/zicoum.h"
 
 extern int fake_launches;
@@ -22,14 +23,6 @@ extern char fake_kernel_pointer_int[1];
 extern char fake_kernel_struct[1];
 extern char fake_kernel_unknown[1];
 
-static int failures = 0;
-#define CHECK(condition, what)                                                 \
-  do {                                                                         \
-    if (!(condition)) {                                                        \
-      fprintf(stderr, "FAIL line %d: %s (%s)\n", __LINE__, what, #condition); \
-      ++failures;                                                              \
-    }                                                                          \
-  } while (0)
 
 static uint64_t resident(void) {
   zico_stats_t s;

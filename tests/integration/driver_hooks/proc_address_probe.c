@@ -10,6 +10,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include "probe_check.h"
 #include "zicoum/zicoum.h"
 
 #undef cuGetProcAddress
@@ -18,14 +19,6 @@ extern int fake_driver_allocations;
 CUresult fake_cuMemAlloc_v1(unsigned int* dptr, unsigned int bytesize);
 CUresult fake_other_function(void);
 
-static int failures = 0;
-#define CHECK(condition, what)                                          \
-  do {                                                                  \
-    if (!(condition)) {                                                 \
-      fprintf(stderr, "FAIL line %d: %s (%s)\n", __LINE__, what, #condition); \
-      ++failures;                                                       \
-    }                                                                   \
-  } while (0)
 
 static zico_stats_t stats(void) {
   zico_stats_t s = {sizeof s};
