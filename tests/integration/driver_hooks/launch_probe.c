@@ -23,7 +23,6 @@ extern char fake_kernel_pointer_int[1];
 extern char fake_kernel_struct[1];
 extern char fake_kernel_unknown[1];
 
-
 static uint64_t resident(void) {
   zico_stats_t s;
   memset(&s, 0, sizeof s);

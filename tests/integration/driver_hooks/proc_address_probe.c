@@ -19,7 +19,6 @@ extern int fake_driver_allocations;
 CUresult fake_cuMemAlloc_v1(unsigned int* dptr, unsigned int bytesize);
 CUresult fake_other_function(void);
 
-
 static zico_stats_t stats(void) {
   zico_stats_t s = {sizeof s};
   if (zico_get_stats(0, &s) != ZICO_OK) ++failures;
