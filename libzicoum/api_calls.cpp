@@ -82,22 +82,24 @@ Status api_free(void* ptr, StreamHandle stream) noexcept {
   }
   Runtime& runtime = *created;
   if (stream == kLegacyStream) stream = StreamHandle{};  // both name the legacy default stream
+  // Streams other than `stream` whose work may still use the block (record_stream).
+  const std::vector<StreamHandle> also_used_on = allocator->stream_uses(ptr);
   if (stream == kPerThreadStream) {
     // This handle names a different stream in every thread, so no fence could
     // be recorded on the right one later: wait for this thread's stream now.
+    // The other streams that used the block still need their fences, which
+    // deallocate records beside one on the legacy stream (standing in for
+    // this thread's stream, which is done).
     if (!runtime.driver()->stream_synchronize(stream).is_ok()) {
       (void)runtime.driver()->device_synchronize(allocator->device());
     }
-    stream = kNoPendingWork;
+    stream = also_used_on.empty() ? kNoPendingWork : StreamHandle{};
   }
   // Told before the free: once freed, another thread may get the same
   // address, and its allocation must not be taken for this free.
   if (sharing::NodeClient* node = runtime.node()) node->on_freed(allocator->device(), ptr);
   if (prefetch::UmPager* pager = runtime.pager(allocator->device())) {
-    // Work on other streams may read it too: its pages are kept, not discarded.
-    const auto discard = allocator->used_on_other_streams(ptr) ? prefetch::UmPager::kKeepPages
-                                                               : prefetch::UmPager::kDiscardDeadPages;
-    pager->on_free(ptr, stream == kNoPendingWork ? std::nullopt : std::optional<StreamHandle>(stream), discard);
+    pager->on_free(ptr, stream == kNoPendingWork ? std::nullopt : std::optional<StreamHandle>(stream), also_used_on);
   }
   const Status status = allocator->deallocate(ptr, stream);
   if (!status.is_ok()) describe_free_failure(ptr, status);

@@ -55,6 +55,8 @@ const Substitute kSubstitutes[] = {
     {"cuMemUnmap", 10020, fn(&cuMemUnmap), fn(&cuMemUnmap)},
     {"cuLaunchKernel", 4000, fn(&cuLaunchKernel), fn(&cuLaunchKernel_ptsz)},
     {"cuLaunchKernelEx", 11060, fn(&cuLaunchKernelEx), fn(&cuLaunchKernelEx_ptsz)},
+    {"cuModuleUnload", 2000, fn(&cuModuleUnload), fn(&cuModuleUnload)},
+    {"cuLibraryUnload", 12000, fn(&cuLibraryUnload), fn(&cuLibraryUnload)},
 };
 
 // After a successful lookup of `symbol` at `version`: libzicoum's function

@@ -27,7 +27,7 @@ cudaError_t runtime_launch(RealFunction<RuntimeLaunch>& real, const void* func, 
                            size_t shared_bytes, cudaStream_t stream) {
   const auto launch = real.get();
   if (launch == nullptr) return cudaErrorInvalidDeviceFunction;
-  ObservedLaunch observed(func, nullptr, true, shape_of(grid, block), args, nullptr);
+  ObservedLaunch observed(func, nullptr, true, shape_of(grid, block), args, nullptr, stream);
   return launch(func, grid, block, args, shared_bytes, stream);
 }
 
@@ -36,7 +36,8 @@ cudaError_t runtime_launch_ex(RealFunction<RuntimeLaunchEx>& real, const cudaLau
   const auto launch = real.get();
   if (launch == nullptr) return cudaErrorInvalidDeviceFunction;
   if (config == nullptr) return launch(config, func, args);  // the runtime's error to give
-  ObservedLaunch observed(func, nullptr, true, shape_of(config->gridDim, config->blockDim), args, nullptr);
+  ObservedLaunch observed(func, nullptr, true, shape_of(config->gridDim, config->blockDim), args, nullptr,
+                          config->stream);
   return launch(config, func, args);
 }
 
@@ -44,7 +45,7 @@ CUresult driver_launch(RealFunction<DriverLaunch>& real, CUfunction f, const Lau
                        CUstream stream, void** params, void** extra) {
   const auto launch = real.get();
   if (launch == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  ObservedLaunch observed(f, f, false, shape, params, extra);
+  ObservedLaunch observed(f, f, false, shape, params, extra, stream);
   return launch(f, shape.grid[0], shape.grid[1], shape.grid[2], shape.block[0], shape.block[1], shape.block[2],
                 shared_bytes, stream, params, extra);
 }
@@ -56,7 +57,7 @@ CUresult driver_launch_ex(RealFunction<DriverLaunchEx>& real, const CUlaunchConf
   if (config == nullptr) return launch(config, f, params, extra);
   const LaunchShape shape{{config->gridDimX, config->gridDimY, config->gridDimZ},
                           {config->blockDimX, config->blockDimY, config->blockDimZ}};
-  ObservedLaunch observed(f, f, false, shape, params, extra);
+  ObservedLaunch observed(f, f, false, shape, params, extra, config->hStream);
   return launch(config, f, params, extra);
 }
 
@@ -115,6 +116,25 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, vo
 CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
   static zico::RealFunction<zico::DriverLaunchEx> real("cuLaunchKernelEx_ptsz");
   return zico::driver_launch_ex(real, config, f, kernelParams, extra);
+}
+
+// Unloading may give a function's handle to a new one with other parameters.
+CUresult CUDAAPI cuModuleUnload(CUmodule hmod) {
+  static zico::RealFunction<decltype(&cuModuleUnload)> real("cuModuleUnload");
+  const auto unload = real.get();
+  if (unload == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  const CUresult result = unload(hmod);
+  zico::forget_launch_layouts();
+  return result;
+}
+
+CUresult CUDAAPI cuLibraryUnload(CUlibrary library) {
+  static zico::RealFunction<decltype(&cuLibraryUnload)> real("cuLibraryUnload");
+  const auto unload = real.get();
+  if (unload == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  const CUresult result = unload(library);
+  zico::forget_launch_layouts();
+  return result;
 }
 
 }  // extern "C"

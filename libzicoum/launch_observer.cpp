@@ -1,6 +1,7 @@
 #include "launch_observer.h"
 
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <shared_mutex>
@@ -58,27 +59,32 @@ ParamLayout ask_driver(const void* key, CUfunction function, bool runtime_stub) 
   return layout;
 }
 
-// Layouts by function, asked of the driver once each. Elements of an
-// unordered_map keep their addresses when it grows.
+// Layouts by function, asked of the driver once each, until a module unload
+// forgets them all. A launch keeps its layout alive while it reads.
 class Layouts {
  public:
   static Layouts& instance() {
     static Layouts* layouts = new Layouts();  // never destroyed: launches may come at exit
     return *layouts;
   }
-  const ParamLayout& get(const void* key, CUfunction function, bool runtime_stub) {
+  std::shared_ptr<const ParamLayout> get(const void* key, CUfunction function, bool runtime_stub) {
     {
       std::shared_lock lock(mutex_);
       if (auto it = layouts_.find(key); it != layouts_.end()) return it->second;
     }
-    ParamLayout layout = ask_driver(key, function, runtime_stub);  // outside the lock: it calls the driver
+    // Outside the lock: it calls the driver.
+    auto layout = std::make_shared<const ParamLayout>(ask_driver(key, function, runtime_stub));
     std::unique_lock lock(mutex_);
     return layouts_.try_emplace(key, std::move(layout)).first->second;
+  }
+  void clear() {
+    std::unique_lock lock(mutex_);
+    layouts_.clear();
   }
 
  private:
   std::shared_mutex mutex_;
-  std::unordered_map<const void*, ParamLayout> layouts_;
+  std::unordered_map<const void*, std::shared_ptr<const ParamLayout>> layouts_;
 };
 
 // Every aligned word of `data` that points into a zicoum arena.
@@ -120,16 +126,24 @@ uint64_t launch_id(const void* key, const LaunchShape& shape) noexcept {
   return h;
 }
 
+void forget_launch_layouts() noexcept {
+  try {
+    Layouts::instance().clear();
+  } catch (...) {
+  }
+}
+
 ObservedLaunch::ObservedLaunch(const void* key, CUfunction function, bool runtime_stub, const LaunchShape& shape,
-                               void** args, void** extra) noexcept {
+                               void** args, void** extra, CUstream stream) noexcept {
   const Runtime* runtime = Runtime::if_created();
   if (runtime == nullptr || runtime->config().mode != Mode::kUm || api_op_pending()) return;
   try {
+    if (api_capture_state(StreamHandle{reinterpret_cast<uintptr_t>(stream)}) != CaptureState::kNone) return;
     thread_local std::vector<const void*> used;
     used.clear();
-    const ParamLayout& layout = Layouts::instance().get(key, function, runtime_stub);
-    if (args != nullptr && layout.known) {
-      for (size_t i = 0; i < layout.sizes.size(); ++i) scan(args[i], layout.sizes[i], *runtime, &used);
+    const std::shared_ptr<const ParamLayout> layout = Layouts::instance().get(key, function, runtime_stub);
+    if (args != nullptr && layout->known) {
+      for (size_t i = 0; i < layout->sizes.size(); ++i) scan(args[i], layout->sizes[i], *runtime, &used);
     }
     if (extra != nullptr) scan_extra(extra, *runtime, &used);
     if (used.empty()) return;

@@ -15,8 +15,11 @@
 // through memory (pointer arrays on the device) are not seen: their pages
 // fault in and the pager learns of them from the next iteration's faults.
 //
-// In VMM mode, or before anything started zicoum, a launch costs one atomic
-// load and a branch on top of the real call.
+// A launch captured into a CUDA graph is not announced (it runs at each
+// replay, not now). Layouts are forgotten when a module or library is
+// unloaded (its functions' handles may be given to new ones). In VMM mode,
+// or before anything started zicoum, a launch costs one atomic load and a
+// branch on top of the real call.
 #pragma once
 
 #include <cstddef>
@@ -44,7 +47,7 @@ class ObservedLaunch {
   // host stub is resolved through cudaGetFuncBySymbol. `args`: kernelParams
   // (may be null); `extra`: the driver's extra list (may be null).
   ObservedLaunch(const void* key, CUfunction function, bool runtime_stub, const LaunchShape& shape, void** args,
-                 void** extra) noexcept;
+                 void** extra, CUstream stream) noexcept;
   ~ObservedLaunch();
   ObservedLaunch(const ObservedLaunch&) = delete;
   ObservedLaunch& operator=(const ObservedLaunch&) = delete;
@@ -52,6 +55,9 @@ class ObservedLaunch {
  private:
   bool begun_ = false;
 };
+
+// A module or library was unloaded: every parameter layout is asked again.
+void forget_launch_layouts() noexcept;
 
 // The execution ID of a launch (exposed for tests).
 [[nodiscard]] uint64_t launch_id(const void* key, const LaunchShape& shape) noexcept;

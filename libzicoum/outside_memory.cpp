@@ -35,8 +35,11 @@ struct Allocation {
 
 class OutsideMemory {
  public:
-  static OutsideMemory& instance() {
-    static OutsideMemory* memory = new OutsideMemory();  // never destroyed: frees may come at exit
+  // Never destroyed (frees may come from atexit handlers), and made without
+  // allocating, so that no exception can leave the hooks.
+  static OutsideMemory& instance() noexcept {
+    alignas(OutsideMemory) static unsigned char storage[sizeof(OutsideMemory)];
+    static OutsideMemory* memory = new (storage) OutsideMemory();
     return *memory;
   }
 
@@ -48,12 +51,18 @@ class OutsideMemory {
       // Unknown to us from now on: its charge stays (the budget errs safe).
     }
   }
-  void released(CUmemGenericAllocationHandle handle) {
+  // The real release runs under the lock: once it returns, the driver may
+  // give the same handle value to another thread's cuMemCreate, whose record
+  // must not be taken for this one.
+  CUresult release(CUmemGenericAllocationHandle handle, CUresult (*real)(CUmemGenericAllocationHandle)) {
     std::lock_guard lock(mutex_);
+    const CUresult result = real(handle);
+    if (result != CUDA_SUCCESS) return result;
     auto it = allocations_.find(handle);
-    if (it == allocations_.end()) return;
+    if (it == allocations_.end()) return result;
     it->second.released = true;
     settle(it);
+    return result;
   }
   void mapped(CUdeviceptr ptr, size_t size, CUmemGenericAllocationHandle handle) {
     std::lock_guard lock(mutex_);
@@ -113,11 +122,14 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, 
   zico::Runtime& runtime = zico::Runtime::instance();
   const zico::DeviceId device{prop->location.id};
   if (runtime.init_status().is_ok() && !runtime.charge_outside(device, size).is_ok()) {
-    ZICO_LOG(kWarn,
-             "cuMemCreate of %s on device %d refused: with the process's own driver allocations (%s) and "
-             "zicoum's, it would pass the budget (ZICO_BUDGET=%s)",
-             zico::format_size(size).c_str(), device.value, zico::format_size(runtime.outside_bytes(device)).c_str(),
-             zico::format_size(runtime.config().budget.value_or(0)).c_str());
+    try {
+      ZICO_LOG(kWarn,
+               "cuMemCreate of %s on device %d refused: with the process's own driver allocations (%s) and "
+               "zicoum's, it would pass the budget (ZICO_BUDGET=%s)",
+               zico::format_size(size).c_str(), device.value, zico::format_size(runtime.outside_bytes(device)).c_str(),
+               zico::format_size(runtime.config().budget.value_or(0)).c_str());
+    } catch (...) {
+    }
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   const CUresult result = create(handle, size, prop, flags);
@@ -134,9 +146,7 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
   static zico::RealFunction<decltype(&cuMemRelease)> real("cuMemRelease");
   const auto release = real.get();
   if (release == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  const CUresult result = release(handle);
-  if (result == CUDA_SUCCESS) zico::OutsideMemory::instance().released(handle);
-  return result;
+  return zico::OutsideMemory::instance().release(handle, release);
 }
 
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,

@@ -459,7 +459,10 @@ Status Runtime::charge_outside(DeviceId device, size_t bytes) noexcept {
   size_t& outside = outside_bytes_[device.value];
   const size_t after = outside + bytes;
   DeviceAllocator* allocator = nullptr;
-  if (outside_counts_against_budget() && this->allocator(device, &allocator).is_ok()) {
+  // Asked after the allocator exists: creating it may register with zico-umd,
+  // whose budget the allocator then follows instead.
+  if (outside_counts_against_budget() && this->allocator(device, &allocator).is_ok() &&
+      outside_counts_against_budget()) {
     const size_t budget = *config_.budget;
     const bool fits = after <= budget && allocator->set_budget(budget - after).is_ok() &&
                       allocator->stats().mapped_bytes <= budget - after;

@@ -51,10 +51,13 @@ UmPager::UmPager(Driver& driver, DeviceId device, VaRange arena, uint64_t page_b
       residency_(page_bytes, static_cast<uint32_t>(arena.bytes / page_bytes), options.budget_bytes),
       policy_(make_policy(options_.policy, residency_, options_.model)),
       pinned_(arena.bytes / page_bytes, 0),
-      discard_after_(arena.bytes / page_bytes, 0) {}
+      held_by_(arena.bytes / page_bytes, 0),
+      discard_when_released_(arena.bytes / page_bytes, 0) {}
 
 UmPager::~UmPager() {
-  for (DeferredDiscard& d : deferred_) (void)driver_.event_destroy(d.event);
+  for (const Hold& hold : holds_) {
+    for (const EventHandle event : hold.events) (void)driver_.event_destroy(event);
+  }
   (void)driver_.stream_destroy(stream_);
 }
 
@@ -75,7 +78,8 @@ void UmPager::on_allocate(const void* ptr, uint64_t bytes) {
   apply(decisions_);
 }
 
-void UmPager::on_free(const void* ptr, std::optional<StreamHandle> work_on, FreedPages freed) {
+void UmPager::on_free(const void* ptr, std::optional<StreamHandle> work_on,
+                      std::span<const StreamHandle> also_used_on) {
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard lock(mutex_);
   poll_deferred();
@@ -88,54 +92,64 @@ void UmPager::on_free(const void* ptr, std::optional<StreamHandle> work_on, Free
   for (PageId page = first_page(extent, page_bytes_); page <= last_page(extent, page_bytes_); ++page) {
     if (residency_.remove_live(page, bytes_on_page(extent, page_bytes_, page))) dead.push_back(page);
   }
+  // Work still queued that may read the block holds its pages first, so that
+  // the policy's discards below (and later frees') wait for it.
+  hold_pages(extent, work_on, also_used_on);
   decisions_.clear();
   policy_->on_free(block.id, extent, dead, &decisions_);
-  // Work still queued before the free may read the block: its dead pages are
-  // discarded once that work is done. Where it is done already (an idle
-  // stream), they are discarded in the decisions' order, so that a dead page
-  // the policy drops leaves without a copy.
-  DeferredDiscard d;
-  if (freed == kKeepPages) {
-    defer_discards_ = true;  // with no event to wait on: kept
-  } else if (work_on.has_value()) {
-    bool done = false;
-    if (!driver_.event_create(device_, &d.event).is_ok()) {
-      d.event = EventHandle{};
-    } else if (!driver_.event_record(d.event, *work_on).is_ok() || !driver_.event_query(d.event, &done).is_ok()) {
-      done = false;
-    }
-    defer_discards_ = !done;
-  }
-  deferring_.clear();
   apply(decisions_);
-  defer_discards_ = false;
-  if (deferring_.empty()) {
-    if (d.event.valid()) (void)driver_.event_destroy(d.event);
+}
+
+void UmPager::hold_pages(const BlockExtent& extent, std::optional<StreamHandle> work_on,
+                         std::span<const StreamHandle> also_used_on) {
+  Hold hold;
+  bool forever = false;  // an event could not be recorded: the pages stay held
+  const auto wait_for = [&](StreamHandle stream, bool skip_if_done) {
+    EventHandle event;
+    if (!driver_.event_create(device_, &event).is_ok()) {
+      forever = true;
+      return;
+    }
+    bool done = false;
+    if (!driver_.event_record(event, stream).is_ok()) {
+      forever = true;
+    } else if (!skip_if_done || !driver_.event_query(event, &done).is_ok() || !done) {
+      hold.events.push_back(event);
+      return;
+    }
+    (void)driver_.event_destroy(event);
+  };
+  if (work_on.has_value()) wait_for(*work_on, true);
+  for (const StreamHandle stream : also_used_on) wait_for(stream, false);
+  if (hold.events.empty() && !forever) return;
+  for (PageId page = first_page(extent, page_bytes_); page <= last_page(extent, page_bytes_); ++page) {
+    ++held_by_[page];
+    hold.pages.push_back(page);
+  }
+  if (forever) {
+    for (const EventHandle event : hold.events) (void)driver_.event_destroy(event);
     return;
   }
-  // This free's work decides for these pages, also over an earlier free's
-  // pending discard of them; with no event to wait on, nothing is discarded
-  // at all (only a copy more later).
-  d.seq = next_deferred_++;
-  for (const PageId page : deferring_) discard_after_[page] = d.seq;
-  if (!d.event.valid()) return;
-  d.pages = deferring_;
-  deferred_.push_back(std::move(d));
+  holds_.push_back(std::move(hold));
 }
 
 void UmPager::poll_deferred() {
-  while (!deferred_.empty()) {
-    DeferredDiscard& d = deferred_.front();
-    bool done = false;
-    if (!driver_.event_query(d.event, &done).is_ok()) done = false;
-    if (!done) return;
-    for (const PageId page : d.pages) {
-      if (discard_after_[page] != d.seq) continue;  // a later free's work is pending on it: that one decides
-      discard_after_[page] = 0;
+  for (auto it = holds_.begin(); it != holds_.end();) {
+    const bool done = std::all_of(it->events.begin(), it->events.end(), [&](EventHandle event) {
+      bool complete = false;
+      return driver_.event_query(event, &complete).is_ok() && complete;
+    });
+    if (!done) {
+      ++it;
+      continue;
+    }
+    for (const PageId page : it->pages) {
+      if (--held_by_[page] != 0 || !discard_when_released_[page]) continue;
+      discard_when_released_[page] = 0;
       if (!residency_.live(page) && residency_.has_data(page)) discard_now(page);
     }
-    (void)driver_.event_destroy(d.event);
-    deferred_.pop_front();
+    for (const EventHandle event : it->events) (void)driver_.event_destroy(event);
+    it = holds_.erase(it);
   }
 }
 
@@ -264,12 +278,11 @@ void UmPager::discard(PageId page) {
     return;
   }
   if (!residency_.has_data(page)) return;
-  if (defer_discards_) {
-    deferring_.push_back(page);
+  // Work queued before a free may still read it: discarded when that ends.
+  if (held_by_[page] != 0) {
+    discard_when_released_[page] = 1;
     return;
   }
-  // An earlier free's work may still read it: its deferred discard decides.
-  if (discard_after_[page] != 0) return;
   discard_now(page);
 }
 

@@ -74,16 +74,15 @@ class UmPager {
   // A block of the arena was allocated / is being freed (before its memory
   // can be reused). Pointers outside the arena are ignored. `work_on`: a
   // stream whose queued kernels may still use the block (a stream-ordered
-  // free), or nullopt when none can (the caller synchronized). Pages the free
-  // leaves dead are discarded only once that work is done (an event recorded
-  // on the stream), and only if nothing of a later free is still pending on
-  // them: a discard ordered before a kernel that reads the page would hand it
-  // zeros.
-  // kKeepPages: work on streams the caller cannot name may still read the
-  // block (record_stream), so none of its pages is discarded.
-  enum FreedPages { kDiscardDeadPages, kKeepPages };
+  // free), or nullopt when none can (the caller synchronized);
+  // `also_used_on`: other streams whose work may still read it
+  // (record_stream). Work still queued there holds every page of the block
+  // until an event recorded on each of those streams completes: a discard
+  // ordered before a kernel that reads the page would hand it zeros. So a
+  // held page is discarded by nobody (this free, or a later free that leaves
+  // it dead) until its last hold ends, and then only if it is still dead.
   void on_allocate(const void* ptr, uint64_t bytes);
-  void on_free(const void* ptr, std::optional<StreamHandle> work_on, FreedPages freed = kDiscardDeadPages);
+  void on_free(const void* ptr, std::optional<StreamHandle> work_on, std::span<const StreamHandle> also_used_on = {});
   // A kernel identified by `exec_id` (its function and launch shape, hashed)
   // is about to use `used` (pointers into blocks, any offset) and compute
   // for about `duration_ns` (0: unknown). Prefetches and evictions the policy
@@ -119,7 +118,12 @@ class UmPager {
   void evict(PageId page);
   void discard(PageId page);
   void discard_now(PageId page);
-  // Discards what deferred frees left dead once their streams' work is done.
+  // Holds every page of a freed block while work queued on `work_on` (if it
+  // is not done yet) or on `also_used_on` may still read it.
+  void hold_pages(const BlockExtent& extent, std::optional<StreamHandle> work_on,
+                  std::span<const StreamHandle> also_used_on);
+  // Ends the holds whose work is done, and discards the dead pages whose
+  // discard waited for them.
   void poll_deferred();
   void migrate(PageId page, bool to_host);
   void note_peak();
@@ -141,17 +145,17 @@ class UmPager {
   std::vector<uint64_t> pinned_;  // the kernel stamp that uses each page
   uint64_t kernel_stamp_ = 0;
   bool in_kernel_ = false;
-  // Discards waiting for the work queued before their free.
-  struct DeferredDiscard {
-    uint64_t seq = 0;
-    EventHandle event{};
+  // The pages of a freed block that work queued before the free (on the
+  // freeing stream, or on another that used the block) may still read.
+  struct Hold {
+    std::vector<EventHandle> events;  // one per stream with work pending
     std::vector<PageId> pages;
   };
-  bool defer_discards_ = false;   // while a free with work pending decides
-  std::vector<PageId> deferring_;  // that free's dead pages
-  std::deque<DeferredDiscard> deferred_;
-  std::vector<uint64_t> discard_after_;  // per page: the newest deferred discard holding it (0: none)
-  uint64_t next_deferred_ = 1;
+  std::deque<Hold> holds_;
+  // Per page: how many holds include it (a hold whose event could not be
+  // recorded never ends), and whether a discard waits for them to end.
+  std::vector<uint32_t> held_by_;
+  std::vector<uint8_t> discard_when_released_;
   std::vector<PageId> kernel_pages_;
   std::vector<uint32_t> kernel_blocks_;
   std::vector<PageId> faulted_;

@@ -439,9 +439,15 @@ Status DeviceAllocator::record_stream(void* ptr, StreamHandle stream) noexcept {
   }
 }
 
-bool DeviceAllocator::used_on_other_streams(const void* ptr) const noexcept {
+std::vector<StreamHandle> DeviceAllocator::stream_uses(const void* ptr) const noexcept {
   std::lock_guard lock(mutex_);
-  return stream_uses_.contains(reinterpret_cast<uintptr_t>(ptr));
+  auto it = stream_uses_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == stream_uses_.end()) return {};
+  try {
+    return it->second;
+  } catch (const std::bad_alloc&) {
+    return {};
+  }
 }
 
 // --- stream caches and fences --------------------------------------------------
@@ -503,6 +509,8 @@ void DeviceAllocator::fence_block(const CachedBlock& block, StreamHandle freed_o
     if (driver_.stream_capture_state(stream, &state).is_ok() && state != CaptureState::kNone) {
       ZICO_LOG(kWarn, "a block of %zu bytes freed while stream %#lx, which used it, captures a graph: never reused",
                block.bytes, static_cast<unsigned long>(stream.value));
+      // Its slot stays taken, or the page's last free would give the page back for others.
+      if (block.small) mark_small_live(block.addr);
       return;
     }
   }

@@ -121,12 +121,13 @@ class DeviceAllocator {
   [[nodiscard]] Status deallocate(void* ptr, StreamHandle stream) noexcept;
   // Work queued on `stream` may use the live block at `ptr` (which was
   // allocated for another stream): when the block is freed, it is not reused
-  // until that work is done. kNotFound outside the arena, kInvalidArgument
-  // for an address that is not a live block's start, kPerThreadStream (a
-  // different stream in every thread) or a stream capturing a graph.
+  // until that work is done (a block freed while such a stream captures a
+  // graph is never reused). kNotFound outside the arena, kInvalidArgument for
+  // an address that is not a live block's start.
   [[nodiscard]] Status record_stream(void* ptr, StreamHandle stream) noexcept;
-  // Whether record_stream() named streams for the live block at `ptr`.
-  [[nodiscard]] bool used_on_other_streams(const void* ptr) const noexcept;
+  // The streams record_stream() named for the live block at `ptr` (none if
+  // host memory for the copy runs out).
+  [[nodiscard]] std::vector<StreamHandle> stream_uses(const void* ptr) const noexcept;
   // `stream` is about to be destroyed (its handle may be reused by a new
   // stream): hand its cache over behind a fence now.
   void fence_stream(StreamHandle stream) noexcept;

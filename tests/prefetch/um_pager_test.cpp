@@ -125,6 +125,8 @@ TEST_F(PagerDiscards, WaitForTheWorkQueuedBeforeTheFree) {
 // its pages: not discarded by its own free, nor by an earlier free's discard
 // of the same page that completes later.
 TEST_F(PagerDiscards, KeepThePagesOfABlockOtherStreamsUse) {
+  StreamHandle reader;
+  ASSERT_TRUE(driver_.stream_create(DeviceId{0}, &reader).is_ok());
   pager_->on_allocate(base_, kPage / 2);
   use(0);
   driver_.hold_stream(busy_);  // work queued on `busy` still reads the first block
@@ -135,11 +137,37 @@ TEST_F(PagerDiscards, KeepThePagesOfABlockOtherStreamsUse) {
   pager_->on_allocate(base_, kPage / 2);
   std::memset(base_, 0x55, kPage / 2);
   use(0);
-  pager_->on_free(base_, std::nullopt, UmPager::kKeepPages);  // another stream still reads it
+  driver_.hold_stream(reader);  // another stream still reads the second block
+  std::vector<std::byte> read(kPage / 2);
+  ASSERT_TRUE(driver_.copy_async(read.data(), base_, kPage / 2, CopyKind::kDeviceToHost, reader).is_ok());
+  pager_->on_free(base_, std::nullopt, std::span<const StreamHandle>(&reader, 1));
   EXPECT_EQ(static_cast<int>(base_[0]), 0x55) << "discarded at its free";
   ASSERT_TRUE(driver_.release_stream(busy_).is_ok());
   use(2);
   EXPECT_EQ(static_cast<int>(base_[0]), 0x55) << "the earlier free's discard reached a page another stream reads";
+  ASSERT_TRUE(driver_.release_stream(reader).is_ok());
+  EXPECT_EQ(read[0], std::byte{0x55});
+  use(2);
+  EXPECT_EQ(static_cast<int>(base_[0]), 0) << "the dead page was never discarded once every stream was done";
+  ASSERT_TRUE(driver_.stream_destroy(reader).is_ok());
+}
+
+// Two blocks share a page; the first is freed while another stream still
+// reads it (the page stays live: the second block), the second on an idle
+// stream: the page, dead now, waits for the first block's reader.
+TEST_F(PagerDiscards, HoldAPageSharedWithABlockFreedEarlier) {
+  pager_->on_allocate(base_, kPage / 2);
+  pager_->on_allocate(base_ + kPage / 2, kPage / 2);
+  std::memset(base_, 0x66, kPage);
+  use(0);
+  driver_.hold_stream(busy_);  // reads the first block
+  std::vector<std::byte> read(kPage / 2);
+  ASSERT_TRUE(driver_.copy_async(read.data(), base_, kPage / 2, CopyKind::kDeviceToHost, busy_).is_ok());
+  pager_->on_free(base_, std::nullopt, std::span<const StreamHandle>(&busy_, 1));
+  pager_->on_free(base_ + kPage / 2, std::nullopt);
+  EXPECT_EQ(static_cast<int>(base_[0]), 0x66) << "a page another stream reads was discarded";
+  ASSERT_TRUE(driver_.release_stream(busy_).is_ok());
+  EXPECT_EQ(read[0], std::byte{0x66});
 }
 
 TEST(UmPager, KeepsTheBudgetOnTheDeviceOnRandomStreams) {

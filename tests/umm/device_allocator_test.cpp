@@ -191,11 +191,11 @@ TEST_F(DeviceAllocatorTest, RecordedStreamDelaysReuseUntilItsWorkIsDone) {
   for (const size_t bytes : {size_t{3 * kMiB}, size_t{4096}}) {
     auto* block = static_cast<uint8_t*>(alloc(bytes, a));
     ZICO_ASSERT_OK(allocator_->record_stream(block, b));
-    EXPECT_TRUE(allocator_->used_on_other_streams(block));
+    EXPECT_EQ(allocator_->stream_uses(block), std::vector<StreamHandle>{b});
     driver_->hold_stream(b);  // stream b still works on the block...
     ZICO_ASSERT_OK(driver_->memset_async(block, 0x44, bytes, b));
     ZICO_ASSERT_OK(allocator_->deallocate(block, a));  // ...when it is freed on a
-    EXPECT_FALSE(allocator_->used_on_other_streams(block));
+    EXPECT_TRUE(allocator_->stream_uses(block).empty());
     void* again = alloc(bytes, a);
     EXPECT_NE(again, block) << bytes << " bytes: reused on stream a while stream b may still write it";
     ZICO_ASSERT_OK(allocator_->deallocate(again, a));
@@ -233,7 +233,7 @@ TEST_F(DeviceAllocatorTest, RecordStreamNamesOnlyLiveBlocks) {
   EXPECT_EQ(allocator_->record_stream(large, s).code(), Errc::kInvalidArgument) << "freed";
   ZICO_ASSERT_OK(allocator_->record_stream(small, s));
   ZICO_ASSERT_OK(allocator_->deallocate(small, kNoPendingWork));
-  EXPECT_FALSE(allocator_->used_on_other_streams(small)) << "a synchronized free forgets the streams";
+  EXPECT_TRUE(allocator_->stream_uses(small).empty()) << "a synchronized free forgets the streams";
 }
 
 TEST_F(DeviceAllocatorTest, DestroyedStreamHandleReuseWaitsForTheOldWork) {
@@ -295,6 +295,29 @@ TEST_F(DeviceAllocatorTest, NoFenceIsRecordedOnACapturingStream) {
   void* q = alloc(4 * kMiB, other);                       // another stream misses its cache
   EXPECT_NE(q, p) << "a block cached by a capturing stream went to another stream";
   EXPECT_EQ(driver_->counters().captured_records, 0u);
+}
+
+// A block that a capturing stream used is never reused once freed (the
+// graph's replays may use it at any time): not even when the rest of its page
+// is freed and the allocator gives empty pages back.
+TEST_F(DeviceAllocatorTest, ABlockACapturingStreamUsedIsNeverReused) {
+  SimOptions sim;
+  sim.capturing_stream = 0x5000;
+  make(64 * kMiB, sim);
+  const StreamHandle s = new_stream();
+  for (const size_t bytes : {size_t{4096}, size_t{3 * kMiB}}) {
+    void* block = alloc(bytes, s);
+    ZICO_ASSERT_OK(allocator_->record_stream(block, StreamHandle{0x5000}));
+    ZICO_ASSERT_OK(allocator_->deallocate(block, s));
+    ZICO_ASSERT_OK(allocator_->trim());
+    std::vector<void*> again;
+    for (size_t i = 0; i < 48 * kMiB / bytes && i < 64; ++i) {
+      void* p = alloc(bytes, s);
+      EXPECT_NE(p, block) << bytes << " bytes: reused while a graph may use it";
+      again.push_back(p);
+    }
+    for (void* p : again) ZICO_ASSERT_OK(allocator_->deallocate(p, s));
+  }
 }
 
 TEST_F(DeviceAllocatorTest, HopelessRequestFailsWithoutFlushingTheCache) {
