@@ -22,6 +22,7 @@ namespace {
 // could not tell (then kernelParams, whose length is unknown, stay unread).
 struct ParamLayout {
   bool known = false;
+  bool ask_again = false;  // the driver could not answer this time (not: cannot tell)
   std::vector<uint32_t> sizes;
 };
 
@@ -38,7 +39,10 @@ ParamLayout ask_driver(const void* key, CUfunction function, bool runtime_stub) 
     static RealFunction<cudaError_t (*)(cudaFunction_t*, const void*)> real_by_symbol("cudaGetFuncBySymbol");
     cudaFunction_t resolved = nullptr;
     const auto by_symbol = real_by_symbol.get();
-    if (by_symbol == nullptr || by_symbol(&resolved, key) != cudaSuccess) return layout;
+    if (by_symbol == nullptr || by_symbol(&resolved, key) != cudaSuccess) {
+      layout.ask_again = by_symbol != nullptr;
+      return layout;
+    }
     function = reinterpret_cast<CUfunction>(resolved);
   }
   static RealFunction<CUresult (*)(CUfunction, size_t, size_t*, size_t*)> real_param_info("cuFuncGetParamInfo");
@@ -52,7 +56,10 @@ ParamLayout ask_driver(const void* key, CUfunction function, bool runtime_stub) 
       layout.known = true;
       return layout;
     }
-    if (result != CUDA_SUCCESS) break;
+    if (result != CUDA_SUCCESS) {
+      layout.ask_again = result != CUDA_ERROR_NOT_SUPPORTED && result != CUDA_ERROR_NOT_FOUND;
+      break;
+    }
     layout.sizes.push_back(static_cast<uint32_t>(size));
   }
   layout.sizes.clear();
@@ -74,6 +81,7 @@ class Layouts {
     }
     // Outside the lock: it calls the driver.
     auto layout = std::make_shared<const ParamLayout>(ask_driver(key, function, runtime_stub));
+    if (layout->ask_again) return layout;  // a passing failure is not remembered
     std::unique_lock lock(mutex_);
     return layouts_.try_emplace(key, std::move(layout)).first->second;
   }
