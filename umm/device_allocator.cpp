@@ -572,6 +572,18 @@ bool DeviceAllocator::other_caches_hold_blocks(StreamHandle stream) const {
 
 void DeviceAllocator::fence_stream(StreamHandle stream) noexcept {
   std::lock_guard lock(mutex_);
+  // Live blocks that this stream used (record_stream): an event recorded at
+  // their free would land on whatever new stream gets the handle, so the
+  // stream's work is waited for now (rare: frameworks pool their streams).
+  bool waited = false;
+  for (auto& [addr, streams] : stream_uses_) {
+    auto used = std::find(streams.begin(), streams.end(), stream);
+    if (used == streams.end()) continue;
+    if (!waited && !driver_.stream_synchronize(stream).is_ok()) (void)driver_.device_synchronize(device_);
+    waited = true;
+    streams.erase(used);
+  }
+  std::erase_if(stream_uses_, [](const auto& entry) { return entry.second.empty(); });
   try {
     auto it = std::find_if(caches_.begin(), caches_.end(), [stream](const auto& c) { return c->stream == stream; });
     if (it == caches_.end()) return;

@@ -129,7 +129,8 @@ class DeviceAllocator {
   // host memory for the copy runs out).
   [[nodiscard]] std::vector<StreamHandle> stream_uses(const void* ptr) const noexcept;
   // `stream` is about to be destroyed (its handle may be reused by a new
-  // stream): hand its cache over behind a fence now.
+  // stream): hand its cache over behind a fence now, and wait for its work if
+  // a live block was recorded for it.
   void fence_stream(StreamHandle stream) noexcept;
   // Rounded size of a live block, 0 if `ptr` is not one.
   [[nodiscard]] size_t block_size(const void* ptr) const noexcept;

@@ -220,6 +220,21 @@ TEST_F(DeviceAllocatorTest, RecordedStreamBlockReturnsOnceItsWorkIsDone) {
   ZICO_ASSERT_OK(allocator_->deallocate(again, a));
 }
 
+// The stream a block was recorded for is destroyed before the block is
+// freed: its work is waited for then, as its handle may go to a new stream.
+TEST_F(DeviceAllocatorTest, ADestroyedRecordedStreamIsWaitedFor) {
+  make(4 * kMiB);
+  const StreamHandle a = new_stream();
+  const StreamHandle b = new_stream();
+  auto* block = static_cast<uint8_t*>(alloc(4 * kMiB, a));
+  ZICO_ASSERT_OK(allocator_->record_stream(block, b));
+  driver_->hold_stream(b);
+  ZICO_ASSERT_OK(driver_->memset_async(block, 0x77, 4 * kMiB, b));
+  allocator_->fence_stream(b);  // the application destroys b
+  EXPECT_TRUE(allocator_->stream_uses(block).empty());
+  EXPECT_EQ(block[4 * kMiB - 1], 0x77) << "b's queued work ran before it was forgotten";
+}
+
 TEST_F(DeviceAllocatorTest, RecordStreamNamesOnlyLiveBlocks) {
   make(64 * kMiB);
   const StreamHandle s = new_stream();
