@@ -134,15 +134,14 @@ void UmPager::hold_pages(const BlockExtent& extent, std::optional<StreamHandle> 
 }
 
 void UmPager::poll_deferred() {
+  // Oldest first, stopping at the first hold still pending: a poll costs a
+  // query or two, not one per hold (a later hold only ends a little late).
   for (auto it = holds_.begin(); it != holds_.end();) {
     const bool done = std::all_of(it->events.begin(), it->events.end(), [&](EventHandle event) {
       bool complete = false;
       return driver_.event_query(event, &complete).is_ok() && complete;
     });
-    if (!done) {
-      ++it;
-      continue;
-    }
+    if (!done) break;
     for (const PageId page : it->pages) {
       if (--held_by_[page] != 0 || !discard_when_released_[page]) continue;
       discard_when_released_[page] = 0;
