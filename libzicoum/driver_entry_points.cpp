@@ -24,6 +24,7 @@
 #include "real_function.h"
 
 #undef cuGetProcAddress  // cuda.h renames it to the 12.0 ABI; the 11.3 one is a symbol of its own
+extern "C" CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
 
 namespace zico {
 namespace {
@@ -35,28 +36,33 @@ using RuntimeEntryPointByVersion = cudaError_t (*)(const char*, void**, unsigned
 
 struct Substitute {
   const char* symbol;  // the name callers ask for
-  int since;           // the CUDA version whose ABI libzicoum's function has
+  int since;           // the CUDA version whose ABI libzicoum's function has...
+  int until;           // ...up to this one, exclusive (0: still current)
   void* legacy;        // what the legacy default stream build gets
-  void* per_thread;    // what the per-thread default stream build gets
+  void* per_thread;    // what the per-thread default stream build gets...
+  int per_thread_since;  // ...from this version on (0: since `since`)
 };
 
 void* fn(auto function) { return reinterpret_cast<void*>(function); }
 
 const Substitute kSubstitutes[] = {
-    {"cuMemAlloc", 3020, fn(&cuMemAlloc_v2), fn(&cuMemAlloc_v2)},
-    {"cuMemFree", 3020, fn(&cuMemFree_v2), fn(&cuMemFree_v2)},
-    {"cuMemGetInfo", 3020, fn(&cuMemGetInfo_v2), fn(&cuMemGetInfo_v2)},
-    {"cuStreamDestroy", 4000, fn(&cuStreamDestroy_v2), fn(&cuStreamDestroy_v2)},
-    {"cuMemAllocAsync", 11020, fn(&cuMemAllocAsync), fn(&cuMemAllocAsync_ptsz)},
-    {"cuMemFreeAsync", 11020, fn(&cuMemFreeAsync), fn(&cuMemFreeAsync_ptsz)},
-    {"cuMemCreate", 10020, fn(&cuMemCreate), fn(&cuMemCreate)},
-    {"cuMemRelease", 10020, fn(&cuMemRelease), fn(&cuMemRelease)},
-    {"cuMemMap", 10020, fn(&cuMemMap), fn(&cuMemMap)},
-    {"cuMemUnmap", 10020, fn(&cuMemUnmap), fn(&cuMemUnmap)},
-    {"cuLaunchKernel", 4000, fn(&cuLaunchKernel), fn(&cuLaunchKernel_ptsz)},
-    {"cuLaunchKernelEx", 11060, fn(&cuLaunchKernelEx), fn(&cuLaunchKernelEx_ptsz)},
-    {"cuModuleUnload", 2000, fn(&cuModuleUnload), fn(&cuModuleUnload)},
-    {"cuLibraryUnload", 12000, fn(&cuLibraryUnload), fn(&cuLibraryUnload)},
+    {"cuMemAlloc", 3020, 0, fn(&cuMemAlloc_v2), fn(&cuMemAlloc_v2), 0},
+    {"cuMemFree", 3020, 0, fn(&cuMemFree_v2), fn(&cuMemFree_v2), 0},
+    {"cuMemGetInfo", 3020, 0, fn(&cuMemGetInfo_v2), fn(&cuMemGetInfo_v2), 0},
+    {"cuStreamDestroy", 4000, 0, fn(&cuStreamDestroy_v2), fn(&cuStreamDestroy_v2), 0},
+    {"cuMemAllocAsync", 11020, 0, fn(&cuMemAllocAsync), fn(&cuMemAllocAsync_ptsz), 0},
+    {"cuMemFreeAsync", 11020, 0, fn(&cuMemFreeAsync), fn(&cuMemFreeAsync_ptsz), 0},
+    {"cuMemCreate", 10020, 0, fn(&cuMemCreate), fn(&cuMemCreate), 0},
+    {"cuMemRelease", 10020, 0, fn(&cuMemRelease), fn(&cuMemRelease), 0},
+    {"cuMemMap", 10020, 0, fn(&cuMemMap), fn(&cuMemMap), 0},
+    {"cuMemUnmap", 10020, 0, fn(&cuMemUnmap), fn(&cuMemUnmap), 0},
+    {"cuLaunchKernel", 4000, 0, fn(&cuLaunchKernel), fn(&cuLaunchKernel_ptsz), 7000},
+    {"cuLaunchKernelEx", 11060, 0, fn(&cuLaunchKernelEx), fn(&cuLaunchKernelEx_ptsz), 0},
+    {"cuModuleUnload", 2000, 0, fn(&cuModuleUnload), fn(&cuModuleUnload), 0},
+    {"cuLibraryUnload", 12000, 0, fn(&cuLibraryUnload), fn(&cuLibraryUnload), 0},
+    // The lookup itself, so that what is found through it is swapped too.
+    {"cuGetProcAddress", 11030, 12000, fn(&cuGetProcAddress), fn(&cuGetProcAddress), 0},
+    {"cuGetProcAddress", 12000, 0, fn(&cuGetProcAddress_v2), fn(&cuGetProcAddress_v2), 0},
 };
 
 // After a successful lookup of `symbol` at `version`: libzicoum's function
@@ -64,8 +70,12 @@ const Substitute kSubstitutes[] = {
 void substitute(const char* symbol, int version, bool per_thread, void** pfn) {
   if (symbol == nullptr || pfn == nullptr || *pfn == nullptr) return;
   for (const Substitute& s : kSubstitutes) {
-    if (std::strcmp(symbol, s.symbol) != 0) continue;
-    if (version >= s.since) *pfn = per_thread ? s.per_thread : s.legacy;
+    if (std::strcmp(symbol, s.symbol) != 0 || version < s.since || (s.until != 0 && version >= s.until)) continue;
+    if (!per_thread) {
+      *pfn = s.legacy;
+    } else if (version >= s.per_thread_since) {
+      *pfn = s.per_thread;
+    }
     return;
   }
 }
@@ -89,7 +99,6 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVer
 }
 
 // The CUDA 11.3 ABI, without symbolStatus.
-CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
 CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
   static zico::RealFunction<CUresult (*)(const char*, void**, int, cuuint64_t)> real("cuGetProcAddress");
   const auto lookup = real.get();

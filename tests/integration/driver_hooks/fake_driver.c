@@ -73,6 +73,7 @@ static void* lookup(const char* symbol, int version) {
   if (strcmp(symbol, "cuLaunchKernel") == 0) return (void*)fake_other_function;
   if (strcmp(symbol, "cuLaunchKernelEx") == 0) return (void*)fake_other_function;
   if (strcmp(symbol, "cuCtxSynchronize") == 0) return (void*)fake_other_function;
+  if (strcmp(symbol, "cuGetProcAddress") == 0) return (void*)fake_other_function;
   return NULL;
 }
 

@@ -45,6 +45,11 @@ int main(void) {
         "a function zicoum does not define was swapped");
   CHECK(cuGetProcAddress_v2("cuNoSuchFunction", &f, 12000, 0, &found) == CUDA_ERROR_NOT_FOUND && f == NULL,
         "the driver's failure is passed on");
+  /* The lookup found through the lookup is zicoum's too, at each ABI. */
+  CHECK(cuGetProcAddress_v2("cuGetProcAddress", &f, 12000, 0, &found) == CUDA_SUCCESS &&
+            f == dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2"), "the lookup of the lookup is the driver's");
+  CHECK(cuGetProcAddress_v2("cuGetProcAddress", &f, 11030, 0, &found) == CUDA_SUCCESS &&
+            f == dlsym(RTLD_DEFAULT, "cuGetProcAddress"), "the 11.3 lookup of the lookup is the driver's");
   /* The 11.3 ABI of the lookup, for cuMemFree. */
   CHECK(cuGetProcAddress("cuMemFree", &f, 12000, 0) == CUDA_SUCCESS, "v1 lookup");
   if (f == NULL) return 1;
