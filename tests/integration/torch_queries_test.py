@@ -73,7 +73,18 @@ def main():
     import zicoum
     import zicoum.torch
 
-    zicoum.torch.enable(budget="64MiB", backend="sim")
+    try:
+        zicoum.torch.enable(budget="64MiB", backend="sim", mode="paged")
+        raise AssertionError("mode='paged' was accepted")
+    except ValueError as error:
+        assert "'paged'" in str(error) and "vmm or um" in str(error), error
+    zicoum.torch.enable(budget="64MiB", backend="sim", mode="vmm")
+    zicoum.torch.enable(budget="64MiB", backend="sim")  # the same settings: vmm is the default
+    try:
+        zicoum.torch.enable(budget="64MiB", backend="sim", mode="um")
+        raise AssertionError("enable() switched to UM mode after libzicoum read its settings")
+    except RuntimeError as error:
+        assert "ZICO_MODE=um" in str(error), error
     free, total = torch.cuda.mem_get_info()
     assert total == 64 * MiB, f"mem_get_info total {total}, expected the 64 MiB budget"
     assert free == total, (free, total)

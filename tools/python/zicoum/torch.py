@@ -22,8 +22,9 @@ import zicoum
 __all__ = ["enable"]
 
 _BACKENDS = ("cuda", "sim")
+_MODES = ("vmm", "um")
 _LOG_LEVELS = ("error", "warn", "info", "debug")
-_SETTINGS = ("ZICO_BACKEND", "ZICO_BUDGET", "ZICO_LOG")
+_SETTINGS = ("ZICO_BACKEND", "ZICO_BUDGET", "ZICO_LOG", "ZICO_MODE")
 
 # (settings, allocator) once enable() has succeeded.
 _enabled = None
@@ -36,7 +37,8 @@ def _effective(environment):
         budget = zicoum.parse_size(budget) if budget is not None else None
     except ValueError:
         pass  # compared as text; libzicoum itself will report it
-    return (environment.get("ZICO_BACKEND", "cuda"), budget, environment.get("ZICO_LOG", "warn"))
+    return (environment.get("ZICO_BACKEND", "cuda"), budget, environment.get("ZICO_LOG", "warn"),
+            environment.get("ZICO_MODE", "vmm"))
 
 
 def _describe(environment):
@@ -44,7 +46,7 @@ def _describe(environment):
     return " ".join(shown) if shown else "the default settings"
 
 
-def _validated(budget, backend, log):
+def _validated(budget, backend, log, mode=None):
     """The ZICO_* variables the arguments ask for; raises ValueError or TypeError."""
     settings = {}
     if budget is not None:
@@ -66,6 +68,10 @@ def _validated(budget, backend, log):
         if log not in _LOG_LEVELS:
             raise ValueError(f"log {log!r} is not valid; expected error, warn, info or debug")
         settings["ZICO_LOG"] = log
+    if mode is not None:
+        if mode not in _MODES:
+            raise ValueError(f"mode {mode!r} is not valid; expected vmm or um")
+        settings["ZICO_MODE"] = mode
     return settings
 
 
@@ -90,14 +96,18 @@ def _restore(saved):
             os.environ[name] = value
 
 
-def enable(budget=None, backend=None, log=None):
+def enable(budget=None, backend=None, log=None, mode=None):
     """Makes PyTorch allocate CUDA memory through zicoum; returns the installed
     torch.cuda.memory.CUDAPluggableAllocator.
 
     budget: cap on device memory per GPU, a size such as "6GiB" or a number of
     bytes (ZICO_BUDGET); backend: "cuda" or "sim" (ZICO_BACKEND); log: "error",
-    "warn", "info" or "debug" (ZICO_LOG). None leaves the variable as the
-    environment has it. Must be called before PyTorch's first CUDA allocation.
+    "warn", "info" or "debug" (ZICO_LOG); mode: "vmm" or "um" (ZICO_MODE: in
+    "um" the budget caps the pages on the GPU and the rest pages to host
+    memory; the pager learns PyTorch's kernels only when libzicoum is
+    preloaded, with zico-run, which sees their launches). None leaves the
+    variable as the environment has it. Must be called before PyTorch's first
+    CUDA allocation.
 
     Raises ValueError or TypeError for a bad argument (before anything else
     happens); ImportError if PyTorch cannot be imported; RuntimeError if
@@ -108,7 +118,7 @@ def enable(budget=None, backend=None, log=None):
     allocator. On failure the environment is left as it was.
     """
     global _enabled
-    overrides = _validated(budget, backend, log)
+    overrides = _validated(budget, backend, log, mode)
     requested = {name: os.environ[name] for name in _SETTINGS if name in os.environ}
     requested.update(overrides)
     if _enabled is not None:
