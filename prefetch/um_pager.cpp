@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "log.h"
+#include "sizes.h"
 
 namespace zico::prefetch {
 
@@ -183,6 +184,13 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   kernel_duration_ns_ = duration_ns;
   ++stats_.kernels;
 
+  // No plan keeps such a kernel within the budget: the driver pages it on
+  // demand while it runs, slowly but correctly. Said once, with the numbers.
+  if (kernel_pages_.size() * page_bytes_ > options_.budget_bytes && stats_.oversized_kernels++ == 0) {
+    ZICO_LOG(kWarn, "paging: a kernel uses %s of pages, more than the budget (ZICO_BUDGET=%s); the driver pages it "
+             "on demand while it runs (slow); a budget of at least its working set avoids that",
+             format_size(kernel_pages_.size() * page_bytes_).c_str(), format_size(options_.budget_bytes).c_str());
+  }
   const OpView view{exec_id, duration_ns, kernel_pages_, kernel_blocks_};
   decisions_.clear();
   policy_->on_op_start(view, &decisions_);

@@ -56,6 +56,7 @@ struct UmPagerStats {
   uint64_t live_discards = 0;        // refused: the page still holds live bytes
   uint64_t unknown_pointers = 0;     // ranges a kernel used that no live block holds
   uint64_t driver_errors = 0;        // migrations the driver refused (logged once)
+  uint64_t oversized_kernels = 0;    // used more pages than the budget holds (logged once): the driver paged them
   uint64_t peak_resident_bytes = 0;
 };
 

@@ -170,6 +170,21 @@ TEST_F(PagerDiscards, HoldAPageSharedWithABlockFreedEarlier) {
   EXPECT_EQ(read[0], std::byte{0x66});
 }
 
+// A kernel that needs more pages than the budget holds still runs (the
+// driver pages it while it runs), and the pager says so once.
+TEST_F(PagerDiscards, AKernelLargerThanTheBudgetIsCounted) {
+  pager_->on_allocate(base_, 6 * kPage);
+  const VaRange range{reinterpret_cast<uintptr_t>(base_), 6 * kPage};
+  for (int i = 0; i < 2; ++i) {
+    pager_->before_kernel(7, std::span<const VaRange>(&range, 1), 1000);
+    ASSERT_TRUE(driver_.run_kernel(std::span<const VaRange>(&range, 1), 1000).is_ok());
+    pager_->after_kernel();
+  }
+  EXPECT_EQ(pager_->stats().oversized_kernels, 2u);
+  use(7);  // a kernel within the budget is not counted
+  EXPECT_EQ(pager_->stats().oversized_kernels, 2u);
+}
+
 TEST(UmPager, KeepsTheBudgetOnTheDeviceOnRandomStreams) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     const AccessStream stream = random_training_stream(seed, 4, kPage);
