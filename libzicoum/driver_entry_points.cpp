@@ -80,6 +80,21 @@ void substitute(const char* symbol, int version, bool per_thread, void** pfn) {
   }
 }
 
+// One lookup: the real one answers, then libzicoum's function replaces the
+// driver's where substitute() says so. `rest` is what the lookup takes after
+// (symbol, pfn); `unavailable` is returned when the real lookup is missing.
+template <typename Fn, typename Result, typename... Rest>
+Result swap_after(RealFunction<Fn>& real, Result unavailable, Result success, int version, bool per_thread,
+                  const char* symbol, void** pfn, Rest... rest) {
+  const auto lookup = real.get();
+  if (lookup == nullptr) return unavailable;
+  const Result result = lookup(symbol, pfn, rest...);
+  if (result == success) substitute(symbol, version, per_thread, pfn);
+  return result;
+}
+
+int clamped(unsigned version) { return static_cast<int>(std::min(version, unsigned{INT_MAX})); }
+
 }  // namespace
 }  // namespace zico
 
@@ -89,25 +104,17 @@ extern "C" {
 CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
                                      CUdriverProcAddressQueryResult* symbolStatus) {
   static zico::RealFunction<decltype(&cuGetProcAddress_v2)> real("cuGetProcAddress_v2");
-  const auto lookup = real.get();
-  if (lookup == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  const CUresult result = lookup(symbol, pfn, cudaVersion, flags, symbolStatus);
-  if (result == CUDA_SUCCESS) {
-    zico::substitute(symbol, cudaVersion, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0, pfn);
-  }
-  return result;
+  return zico::swap_after(real, CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS, cudaVersion,
+                          (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0, symbol, pfn, cudaVersion,
+                          flags, symbolStatus);
 }
 
 // The CUDA 11.3 ABI, without symbolStatus.
 CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
   static zico::RealFunction<CUresult (*)(const char*, void**, int, cuuint64_t)> real("cuGetProcAddress");
-  const auto lookup = real.get();
-  if (lookup == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  const CUresult result = lookup(symbol, pfn, cudaVersion, flags);
-  if (result == CUDA_SUCCESS) {
-    zico::substitute(symbol, cudaVersion, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0, pfn);
-  }
-  return result;
+  return zico::swap_after(real, CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS, cudaVersion,
+                          (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0, symbol, pfn, cudaVersion,
+                          flags);
 }
 
 // The runtime asks the driver for the version it was built for, so every
@@ -116,13 +123,8 @@ CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersio
 cudaError_t CUDARTAPI cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
                                               cudaDriverEntryPointQueryResult* driverStatus) {
   static zico::RealFunction<zico::RuntimeEntryPoint> real("cudaGetDriverEntryPoint");
-  const auto lookup = real.get();
-  if (lookup == nullptr) return cudaErrorSymbolNotFound;
-  const cudaError_t result = lookup(symbol, funcPtr, flags, driverStatus);
-  if (result == cudaSuccess) {
-    zico::substitute(symbol, INT_MAX, (flags & cudaEnablePerThreadDefaultStream) != 0, funcPtr);
-  }
-  return result;
+  return zico::swap_after(real, cudaErrorSymbolNotFound, cudaSuccess, INT_MAX,
+                          (flags & cudaEnablePerThreadDefaultStream) != 0, symbol, funcPtr, flags, driverStatus);
 }
 
 cudaError_t CUDARTAPI cudaGetDriverEntryPoint_ptsz(const char* symbol, void** funcPtr, unsigned long long flags,
@@ -130,27 +132,17 @@ cudaError_t CUDARTAPI cudaGetDriverEntryPoint_ptsz(const char* symbol, void** fu
 cudaError_t CUDARTAPI cudaGetDriverEntryPoint_ptsz(const char* symbol, void** funcPtr, unsigned long long flags,
                                                    cudaDriverEntryPointQueryResult* driverStatus) {
   static zico::RealFunction<zico::RuntimeEntryPoint> real("cudaGetDriverEntryPoint_ptsz");
-  const auto lookup = real.get();
-  if (lookup == nullptr) return cudaErrorSymbolNotFound;
-  const cudaError_t result = lookup(symbol, funcPtr, flags, driverStatus);
-  if (result == cudaSuccess) {
-    zico::substitute(symbol, INT_MAX, (flags & cudaEnableLegacyStream) == 0, funcPtr);
-  }
-  return result;
+  return zico::swap_after(real, cudaErrorSymbolNotFound, cudaSuccess, INT_MAX, (flags & cudaEnableLegacyStream) == 0,
+                          symbol, funcPtr, flags, driverStatus);
 }
 
 cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr, unsigned int cudaVersion,
                                                        unsigned long long flags,
                                                        cudaDriverEntryPointQueryResult* driverStatus) {
   static zico::RealFunction<zico::RuntimeEntryPointByVersion> real("cudaGetDriverEntryPointByVersion");
-  const auto lookup = real.get();
-  if (lookup == nullptr) return cudaErrorSymbolNotFound;
-  const cudaError_t result = lookup(symbol, funcPtr, cudaVersion, flags, driverStatus);
-  if (result == cudaSuccess) {
-    zico::substitute(symbol, static_cast<int>(std::min(cudaVersion, unsigned{INT_MAX})),
-                     (flags & cudaEnablePerThreadDefaultStream) != 0, funcPtr);
-  }
-  return result;
+  return zico::swap_after(real, cudaErrorSymbolNotFound, cudaSuccess, zico::clamped(cudaVersion),
+                          (flags & cudaEnablePerThreadDefaultStream) != 0, symbol, funcPtr, cudaVersion, flags,
+                          driverStatus);
 }
 
 cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion_ptsz(const char* symbol, void** funcPtr,
@@ -160,14 +152,8 @@ cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion_ptsz(const char* symbol, 
                                                             unsigned int cudaVersion, unsigned long long flags,
                                                             cudaDriverEntryPointQueryResult* driverStatus) {
   static zico::RealFunction<zico::RuntimeEntryPointByVersion> real("cudaGetDriverEntryPointByVersion_ptsz");
-  const auto lookup = real.get();
-  if (lookup == nullptr) return cudaErrorSymbolNotFound;
-  const cudaError_t result = lookup(symbol, funcPtr, cudaVersion, flags, driverStatus);
-  if (result == cudaSuccess) {
-    zico::substitute(symbol, static_cast<int>(std::min(cudaVersion, unsigned{INT_MAX})),
-                     (flags & cudaEnableLegacyStream) == 0, funcPtr);
-  }
-  return result;
+  return zico::swap_after(real, cudaErrorSymbolNotFound, cudaSuccess, zico::clamped(cudaVersion),
+                          (flags & cudaEnableLegacyStream) == 0, symbol, funcPtr, cudaVersion, flags, driverStatus);
 }
 
 }  // extern "C"

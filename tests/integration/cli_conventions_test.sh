@@ -13,18 +13,7 @@ demo=$4
 budget_demo=$5
 traces=$6
 bert=$traces/bert_base.ztrace.gz
-failures=0
-tmp=$(mktemp -d)
-out=$tmp/out
-err=$tmp/err
-trap 'rm -rf "$tmp"' EXIT
-
-fail() {
-  echo "FAIL: $*"
-  echo "--- stdout"; head -c 2000 "$out"
-  echo "--- stderr"; head -c 2000 "$err"
-  failures=$((failures + 1))
-}
+source "$(dirname "$0")/../lib/cli_checks.sh"
 
 # Runs a command; output in $out and $err, exit status in $status.
 run() {
@@ -111,4 +100,4 @@ status=$?
 expect 127 "'notes.txt': No such file or directory (not found on PATH; for the file here, write ./notes.txt)" \
   "zico-run -- a file here but not on PATH"
 
-[[ $failures == 0 ]] && echo "OK" || { echo "$failures failure(s)"; exit 1; }
+finish

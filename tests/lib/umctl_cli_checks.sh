@@ -1,20 +1,9 @@
 # Shared by the zico-umctl command tests (sourced, not run): a scratch
-# folder, and checks that report failures and go on. Before sourcing, set
+# folder and checks (cli_checks.sh), and runs of one command. Before sourcing, set
 #   umctl    the zico-umctl binary
 #   command  the command under test (page, simulate...)
 # After the checks: finish (prints the count, exits 1 on any failure).
-failures=0
-tmp=$(mktemp -d)
-out=$tmp/out
-err=$tmp/err
-trap 'rm -rf "$tmp"' EXIT
-
-fail() {
-  echo "FAIL: $*"
-  echo "--- stdout"; head -c 2000 "$out"
-  echo "--- stderr"; cat "$err"
-  failures=$((failures + 1))
-}
+source "$(dirname "${BASH_SOURCE[0]}")/cli_checks.sh"
 
 # zico-umctl COMMAND ARGS..., output in $out and $err, exit status in $status.
 run() {
@@ -28,8 +17,4 @@ refuses() {
   run "${args[@]}"
   if [ "$status" -ne 2 ]; then fail "$command ${args[*]}: exit $status, expected 2"; return; fi
   grep -qF -- "$expect" "$err" || fail "$command ${args[*]}: stderr lacks '$expect'"
-}
-
-finish() {
-  [ "$failures" -eq 0 ] && echo "OK" || { echo "$failures failure(s)"; exit 1; }
 }

@@ -38,6 +38,12 @@ class DeviceAllocatorTest : public ::testing::Test {
     EXPECT_TRUE(driver_->stream_create(DeviceId{0}, &s).is_ok());
     return s;
   }
+  // `stream` is busy: a write of `value` over the block stays queued there
+  // until the stream is released or synchronized.
+  void busy_writing(void* block, size_t bytes, uint8_t value, StreamHandle stream) {
+    driver_->hold_stream(stream);
+    ZICO_ASSERT_OK(driver_->memset_async(block, value, bytes, stream));
+  }
   std::unique_ptr<SimDriver> driver_;
   std::unique_ptr<DeviceAllocator> allocator_;
 };
@@ -139,8 +145,7 @@ TEST_F(DeviceAllocatorTest, OtherStreamWaitsForTheFence) {
   const StreamHandle a = new_stream();
   const StreamHandle b = new_stream();
   auto* block = static_cast<uint8_t*>(alloc(3 * kMiB, a));
-  driver_->hold_stream(a);  // stream a is still busy writing the block...
-  ZICO_ASSERT_OK(driver_->memset_async(block, 0x11, 3 * kMiB, a));
+  busy_writing(block, 3 * kMiB, 0x11, a);  // stream a is still busy writing the block...
   ZICO_ASSERT_OK(allocator_->deallocate(block, a));  // ...when it is freed
   void* on_b = alloc(3 * kMiB, b);
   EXPECT_NE(on_b, block) << "handed to stream b while stream a may still write it";
@@ -153,8 +158,7 @@ TEST_F(DeviceAllocatorTest, BudgetPressureWaitsForFencesInsteadOfFailing) {
   const StreamHandle a = new_stream();
   const StreamHandle b = new_stream();
   auto* block = static_cast<uint8_t*>(alloc(4 * kMiB, a));
-  driver_->hold_stream(a);
-  ZICO_ASSERT_OK(driver_->memset_async(block, 0x22, 4 * kMiB, a));
+  busy_writing(block, 4 * kMiB, 0x22, a);
   ZICO_ASSERT_OK(allocator_->deallocate(block, a));
   // The only memory is a's freed block: b gets it once a's work has finished.
   auto* on_b = static_cast<uint8_t*>(alloc(4 * kMiB, b));
@@ -192,8 +196,7 @@ TEST_F(DeviceAllocatorTest, RecordedStreamDelaysReuseUntilItsWorkIsDone) {
     auto* block = static_cast<uint8_t*>(alloc(bytes, a));
     ZICO_ASSERT_OK(allocator_->record_stream(block, b));
     EXPECT_EQ(allocator_->stream_uses(block), std::vector<StreamHandle>{b});
-    driver_->hold_stream(b);  // stream b still works on the block...
-    ZICO_ASSERT_OK(driver_->memset_async(block, 0x44, bytes, b));
+    busy_writing(block, bytes, 0x44, b);  // stream b still works on the block...
     ZICO_ASSERT_OK(allocator_->deallocate(block, a));  // ...when it is freed on a
     EXPECT_TRUE(allocator_->stream_uses(block).empty());
     void* again = alloc(bytes, a);
@@ -211,8 +214,7 @@ TEST_F(DeviceAllocatorTest, RecordedStreamBlockReturnsOnceItsWorkIsDone) {
   const StreamHandle b = new_stream();
   auto* block = static_cast<uint8_t*>(alloc(4 * kMiB, a));
   ZICO_ASSERT_OK(allocator_->record_stream(block, b));
-  driver_->hold_stream(b);
-  ZICO_ASSERT_OK(driver_->memset_async(block, 0x44, 4 * kMiB, b));
+  busy_writing(block, 4 * kMiB, 0x44, b);
   ZICO_ASSERT_OK(allocator_->deallocate(block, a));
   auto* again = static_cast<uint8_t*>(alloc(4 * kMiB, a));
   ASSERT_EQ(again, block);
@@ -228,8 +230,7 @@ TEST_F(DeviceAllocatorTest, ADestroyedRecordedStreamIsWaitedFor) {
   const StreamHandle b = new_stream();
   auto* block = static_cast<uint8_t*>(alloc(4 * kMiB, a));
   ZICO_ASSERT_OK(allocator_->record_stream(block, b));
-  driver_->hold_stream(b);
-  ZICO_ASSERT_OK(driver_->memset_async(block, 0x77, 4 * kMiB, b));
+  busy_writing(block, 4 * kMiB, 0x77, b);
   allocator_->fence_stream(b);  // the application destroys b
   EXPECT_TRUE(allocator_->stream_uses(block).empty());
   EXPECT_EQ(block[4 * kMiB - 1], 0x77) << "b's queued work ran before it was forgotten";
@@ -255,8 +256,7 @@ TEST_F(DeviceAllocatorTest, DestroyedStreamHandleReuseWaitsForTheOldWork) {
   make(64 * kMiB);
   const StreamHandle s = new_stream();
   auto* block = static_cast<uint8_t*>(alloc(3 * kMiB, s));
-  driver_->hold_stream(s);
-  ZICO_ASSERT_OK(driver_->memset_async(block, 0x33, 3 * kMiB, s));
+  busy_writing(block, 3 * kMiB, 0x33, s);
   ZICO_ASSERT_OK(allocator_->deallocate(block, s));
   allocator_->fence_stream(s);  // the application destroys s; a new stream may get the same handle
   EXPECT_NE(alloc(3 * kMiB, s), block) << "the old stream's work may still be writing it";
