@@ -201,6 +201,13 @@ bool Ledger::set_claim(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t s
   return true;
 }
 
+bool Ledger::set_pageable(JobId job, uint32_t gpu, uint64_t floor_chunks) {
+  Impl::Use* use = impl_->find_use(job, gpu);
+  if (use == nullptr) return false;
+  use->page_floor = floor_chunks;
+  return true;
+}
+
 bool Ledger::may_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t settle_chunks,
                        uint64_t now_ns) const {
   if (gpu >= impl_->gpus.size()) return true;
@@ -222,7 +229,10 @@ bool Ledger::may_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t s
   // fit even once every other job came down to its settle waits for this
   // job's memory: holding the job at its gate would close the circle.
   // (With turns it is parked instead, if it holds more than its minimum.)
-  if (impl_->waits_for_job(g, job)) return !impl_->options.park_between || self.held <= self.min;
+  // A UM job is never parked: it starts (and pages).
+  if (impl_->waits_for_job(g, job)) {
+    return !impl_->options.park_between || self.page_floor != 0 || self.held <= self.min;
+  }
   // A job without a claim runs its iterations alone, and none starts
   // against one: nothing would protect either from the other.
   if (peak_chunks == 0 || unknown_mid_iteration) return false;
@@ -237,7 +247,8 @@ bool Ledger::turns_allow_start(JobId job, uint32_t gpu, uint64_t peak_chunks, ui
   if (it == g.users.end()) return true;
   const Impl::Use& self = it->second;
   if (self.parked) return false;
-  if (!impl_->options.park_between) return true;
+  // UM jobs do not take turns: they start capped and page.
+  if (!impl_->options.park_between || self.page_floor != 0) return true;
   // Its iteration cannot fit beside what the others keep: it waits for one
   // of them to be parked. Or this job's memory is in the way of another's
   // iteration and its turn is over: it is parked instead.

@@ -52,8 +52,9 @@
 //    left out (nothing is known of them). A peak above what the job can ever
 //    hold (its max, the budget less the others' minimums: a job that pages
 //    beyond it) counts as that much; otherwise the job could never finish
-//    and nothing would ever be safe. A request that fits but is not safe
-//    waits without blocking the queue. While every claim is true no
+//    and nothing would ever be safe. A Unified Memory job (set_pageable)
+//    counts at most what it holds or its floor: it pages the rest. A
+//    request that fits but is not safe waits without blocking the queue. While every claim is true no
 //    deadlock arises among the jobs that have one; a job that outgrows its
 //    claim, or jobs without claims, can still deadlock, and rule 5 breaks it.
 //
@@ -104,6 +105,8 @@
 //    parked for a starved job, and it may start beside one. Without turns
 //    (zico-umd without --turns), such jobs meet in mid-iteration and rule 5
 //    decides, a yield of everything a job holds at its peak, every iteration.
+//    A Unified Memory job (set_pageable) takes no turns: it pages instead,
+//    so it is never parked and never waits at its gate for one.
 #pragma once
 
 #include <cstdint>
@@ -198,6 +201,12 @@ class Ledger {
   // withdraws the claim (unknown). settle is taken as at most peak. False if
   // the job has not opened the GPU.
   bool set_claim(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t settle_chunks);
+  // A Unified Memory job: it can run holding floor_chunks, paging the rest,
+  // so rules 3 and 6 count its claim's peak as no more than what it holds
+  // or that floor, whichever is larger (it can finish its iteration with
+  // that), and it takes no turns (rule 6). 0: an ordinary job again. False
+  // if the job has not opened the GPU.
+  bool set_pageable(JobId job, uint32_t gpu, uint64_t floor_chunks);
 
   // The job waits at its iteration gate and needs nothing more than it
   // holds: its claim goes, and it is not in mid-iteration for may_start().

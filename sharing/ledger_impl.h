@@ -59,6 +59,8 @@ struct Ledger::Impl {
     uint64_t resume_ns = UINT64_MAX;  // kResume is due (UINT64_MAX: still giving back)
     uint64_t turn_until_ns = 0;
     uint64_t last_settle = 0;  // its latest claim's (kept_between)
+    // A Unified Memory job (set_pageable): it can run holding this much.
+    uint64_t page_floor = 0;
   };
 
   struct Gpu {

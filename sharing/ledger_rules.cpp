@@ -34,6 +34,9 @@ uint64_t Ledger::Impl::ceiling(const Gpu& gpu, JobId job) {
 }
 
 uint64_t Ledger::Impl::counted_peak(const Gpu& gpu, JobId job, uint64_t claim_peak) {
+  const Use& use = gpu.users.at(job);
+  // A UM job finishes with what it holds, or its floor, paging the rest.
+  if (use.page_floor != 0) claim_peak = std::min(claim_peak, std::max(use.page_floor, use.held));
   return std::min(claim_peak, ceiling(gpu, job));
 }
 
@@ -85,8 +88,10 @@ bool Ledger::Impl::safe(const Gpu& gpu, JobId job, uint64_t chunks, const Claim*
 }
 
 bool Ledger::Impl::can_finish(const Gpu& gpu, JobId job, const Use& use) {
+  // Its whole claim even for a UM job, which counted_peak would floor: a job
+  // that can page needs no grant to finish, so its growth waits its turn.
   return !use.between && use.claim_peak != 0 &&
-         sub_floor(counted_peak(gpu, job, use.claim_peak), use.held) <= free_of(gpu);
+         sub_floor(std::min(use.claim_peak, ceiling(gpu, job)), use.held) <= free_of(gpu);
 }
 
 uint64_t Ledger::Impl::incoming(const Gpu& gpu, JobId id, const Use& use) {
@@ -273,6 +278,7 @@ void Ledger::Impl::park(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<Ledge
   uint64_t most = 0;
   for (const auto& [id, use] : gpu.users) {
     if (!use.between || use.parked || use.waiting_requests > 0 || use.reclaim_outstanding) continue;
+    if (use.page_floor != 0) continue;  // a UM job pages instead
     if (use.held <= use.min || use.held - use.min <= most || jobs.at(id).frozen) continue;
     const bool starves_another = starved != 0 && (starved != id || starved_at_gate(gpu, id) != 0);
     if (!(starves_another && !in_turn(use, now_ns)) && !waits_for_job(gpu, id)) continue;

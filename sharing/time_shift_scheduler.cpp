@@ -1,12 +1,88 @@
 #include "time_shift_scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <optional>
 
 namespace zico::sharing {
 namespace {
 
 uint64_t add_saturating(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+// What a capped start is weighed on: the job's curve and paging cost, the
+// others' predicted aggregate per cell of `step` ns, and the limit.
+struct CappedSearch {
+  const DemandCurve& curve;
+  const PagingCost& paging;
+  const std::vector<uint64_t>& others;  // per cell
+  uint64_t step = 0;
+  uint64_t limit = 0;
+  double max_stretch = 1.0;
+
+  // The others' most over bin b of an iteration starting at cell d and
+  // lasting `stretch` times its period.
+  [[nodiscard]] uint64_t over(size_t d, size_t b, double stretch) const {
+    const double width = static_cast<double>(curve.bin_ns()) * stretch;
+    const size_t first = d + static_cast<size_t>(static_cast<double>(b) * width / static_cast<double>(step));
+    const size_t last = d + static_cast<size_t>((static_cast<double>(b + 1) * width - 1) / static_cast<double>(step));
+    uint64_t most = 0;
+    for (size_t c = first; c <= last && c < others.size(); ++c) most = std::max(most, others[c]);
+    return most;
+  }
+
+  // The largest cap under which the iteration started at cell d, running
+  // `stretch` times its period, fits beside the others.
+  [[nodiscard]] uint64_t largest_cap(size_t d, double stretch) const {
+    uint64_t cap = UINT64_MAX;
+    for (size_t b = 0; b < kDemandBins; ++b) {
+      const uint64_t room = limit - std::min(limit, over(d, b, stretch));
+      if (curve.bins[b] > room) cap = std::min(cap, room);
+    }
+    return cap;
+  }
+};
+
+struct CappedStart {
+  size_t cell = 0;
+  uint64_t cap_bytes = 0;
+  double stretch = 1.0;
+  uint64_t peak = 0;  // predicted aggregate
+};
+
+// Of the candidate starts, the capped one predicted to end first: at each,
+// the largest cap that fits (at least the floor, costing at most
+// max_stretch), found again where the longer iteration's bins fall until it
+// holds (a few rounds; the ledger's hard budget covers the rest).
+std::optional<CappedStart> earliest_capped_end(const CappedSearch& search, size_t candidates) {
+  std::optional<CappedStart> best;
+  double best_end = 0;
+  const auto period = static_cast<double>(search.curve.period_ns);
+  for (size_t d = 0; d < candidates; ++d) {
+    const double start = static_cast<double>(d * search.step);
+    if (best && start + period >= best_end) break;  // a cap never shortens an iteration
+    uint64_t cap = search.largest_cap(d, 1.0);
+    double stretch = 1.0;
+    for (int round = 0; round < 4 && cap >= search.paging.floor_bytes; ++round) {
+      const double longer = search.paging.stretch_at(cap);
+      if (longer == stretch || longer > search.max_stretch) break;
+      stretch = longer;
+      cap = std::min(cap, search.largest_cap(d, stretch));
+    }
+    if (cap < search.paging.floor_bytes) continue;
+    stretch = search.paging.stretch_at(cap);
+    if (stretch > search.max_stretch) continue;
+    const double end = start + period * stretch;
+    if (best && end >= best_end) continue;
+    uint64_t peak = 0;
+    for (size_t b = 0; b < kDemandBins; ++b) {
+      peak = std::max(peak, add_saturating(std::min(search.curve.bins[b], cap), search.over(d, b, stretch)));
+    }
+    best = CappedStart{d, cap, stretch, peak};
+    best_end = end;
+  }
+  return best;
+}
 
 }  // namespace
 
@@ -31,6 +107,13 @@ void TimeShiftScheduler::set_curve(JobId job, const DemandCurve& curve) {
   if (it == jobs_.end()) return;
   if (materially_different(it->second.curve, curve, options_.replan_tolerance)) ++generation_;
   it->second.curve = curve;
+}
+
+void TimeShiftScheduler::set_paging_cost(JobId job, const PagingCost& cost) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return;
+  it->second.paging = cost;
+  ++generation_;
 }
 
 void TimeShiftScheduler::set_held(JobId job, uint64_t bytes) {
@@ -59,7 +142,7 @@ uint64_t TimeShiftScheduler::predicted_max(const Job& job, uint64_t from, uint64
   // keep what it holds until it really ends.
   const uint64_t idle = std::max(curve.end_bytes, job.held);
   if (!job.in_iteration) return idle;
-  const uint64_t end = job.start_ns + curve.period_ns;
+  const uint64_t end = job.start_ns + iteration_ns(job);
   uint64_t most = 0;
   // Before its (planned) start the job waits at its end level.
   if (from < job.start_ns) most = idle;
@@ -67,11 +150,23 @@ uint64_t TimeShiftScheduler::predicted_max(const Job& job, uint64_t from, uint64
   const uint64_t lo = std::max(from, job.start_ns);
   const uint64_t hi = std::min(to, end);
   if (lo < hi) {
-    const size_t first = curve.bin_of(lo - job.start_ns);
-    const size_t last = curve.bin_of(hi - 1 - job.start_ns);
-    for (size_t b = first; b <= last; ++b) most = std::max(most, curve.bins[b]);
+    // A capped UM job runs through its curve more slowly, holding at most its cap.
+    const auto phase = [&](uint64_t t) {
+      const uint64_t since = t - job.start_ns;
+      return job.cap == 0 ? since : static_cast<uint64_t>(static_cast<double>(since) / job.stretch);
+    };
+    const size_t first = curve.bin_of(phase(lo));
+    const size_t last = curve.bin_of(phase(hi - 1));
+    uint64_t in_iteration = 0;
+    for (size_t b = first; b <= last; ++b) in_iteration = std::max(in_iteration, curve.bins[b]);
+    most = std::max(most, job.cap == 0 ? in_iteration : std::min(in_iteration, job.cap));
   }
   return most;
+}
+
+uint64_t TimeShiftScheduler::iteration_ns(const Job& job) {
+  if (job.cap == 0) return job.curve.period_ns;
+  return static_cast<uint64_t>(static_cast<double>(job.curve.period_ns) * job.stretch);
 }
 
 uint64_t TimeShiftScheduler::predicted_bytes(uint64_t t) const {
@@ -87,6 +182,8 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
   Job& job = it->second;
   // A new ask replaces the job's earlier plan.
   job.in_iteration = false;
+  job.cap = 0;
+  job.stretch = 1.0;
   if (budget_ == 0 || !job.curve.known()) {
     decision.predicted_peak = predicted_bytes(now_ns);
     return decision;
@@ -99,7 +196,7 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
   uint64_t horizon_end = now_ns;
   for (const auto& [id, other] : jobs_) {
     if (id == job_id || !other.in_iteration || !other.curve.known()) continue;
-    horizon_end = std::max(horizon_end, other.start_ns + other.curve.period_ns);
+    horizon_end = std::max(horizon_end, other.start_ns + iteration_ns(other));
   }
   uint64_t longest_delay =
       curve.period_ns > UINT64_MAX / std::max<uint64_t>(options_.max_delay_periods, 1)
@@ -113,7 +210,9 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
   const uint64_t max_candidates = std::max<size_t>(options_.max_candidates, 1);
   const uint64_t step = std::max(curve.bin_ns(), (horizon_end - now_ns) / max_candidates + 1);
   const size_t candidates = static_cast<size_t>((horizon_end - now_ns + step - 1) / step) + 1;
-  const size_t cells = candidates + kDemandBins;
+  // A capped UM iteration lasts up to max_stretch periods.
+  const double max_stretch = job.paging.known() ? std::max(1.0, options_.max_stretch) : 1.0;
+  const size_t cells = candidates + static_cast<size_t>(std::ceil(static_cast<double>(kDemandBins) * max_stretch));
 
   // The others' predicted aggregate, cell by cell on this job's bin grid
   // anchored at now: each cell holds the sum of the others' maxima over it,
@@ -153,16 +252,32 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
     }
   }
 
+  // Nothing fits as it is: a UM job may fit capped, paging the rest.
+  const bool fits = best_peak <= limit;
+  std::optional<CappedStart> capped;
+  if (!fits && job.paging.known()) {
+    const CappedSearch search{curve, job.paging, scratch_, step, limit, max_stretch};
+    capped = earliest_capped_end(search, candidates);
+  }
+  if (capped) {
+    best = capped->cell;
+    best_peak = capped->peak;
+    decision.cap_bytes = capped->cap_bytes;
+    decision.stretch = capped->stretch;
+  }
+
   decision.start_ns = now_ns + best * step;
   // Counted once per gate: a re-plan asks again for the same one.
   if (!job.asked) job.long_delays = best * step > curve.period_ns / 2 ? job.long_delays + 1 : 0;
   job.asked = true;
   decision.predicted_peak = best_peak;
-  decision.fits = best_peak <= limit;
+  decision.fits = fits || capped.has_value();
   // Remembered as planned, so that decisions for other jobs made before it
   // starts leave room for it.
   job.in_iteration = true;
   job.start_ns = decision.start_ns;
+  job.cap = decision.cap_bytes;
+  job.stretch = decision.stretch;
   return decision;
 }
 

@@ -27,6 +27,16 @@
 // is returned (fits = false): the hard budget in the ledger still holds, and
 // its deadlock rule serves one job when all wait.
 //
+// A job in Unified Memory mode (its PagingCost known) has one more way to
+// fit when nothing fits as it is: capping its resident bytes, paging the
+// rest, its iteration longer by PagingCost::stretch_at(cap). Each candidate
+// start is tried at the largest cap that fits beside the others (the capped
+// iteration's bins placed where its longer time puts them), at or above the
+// job's floor and costing at most max_stretch; the one predicted to end
+// first is taken (fits = true, with its cap). A capped job is predicted at
+// its curve clipped to the cap, over its longer iteration. Caps are only the
+// fallback: where a start fits as it is, the decision is the same as for
+// an ordinary job (docs/scheduling.md says what capping first cost).
 // Cost: a decision is O(N * C + H * B) for N jobs, B = kDemandBins, H the
 // candidate starts (at most max_candidates) and C = H + B cells: tens of
 // microseconds, once per iteration per job. Chunk requests never consult it.
@@ -41,6 +51,7 @@
 
 #include "demand_curve.h"
 #include "job_id.h"
+#include "paging_cost.h"
 
 namespace zico::sharing {
 
@@ -70,12 +81,23 @@ struct SchedulerOptions {
   // A new curve re-plans only when it differs by more than this fraction
   // (materially_different()): small drifts would move every gate.
   double replan_tolerance = 0.05;
+  // A UM job is capped only where its iteration would run at most this many
+  // times its time in memory; otherwise it starts uncapped at the least
+  // overflow like any job. The committed traces are memory-bound: a cap 3 %
+  // below gpt2_medium's peak already costs 8 % at 55 GB/s (docs/benchmarks.md),
+  // and with 1.25 or 2 the caps cost more than they saved in runs where an
+  // ordinary start at the least overflow, paced by the ledger, did well.
+  double max_stretch = 1.1;
 };
 
 struct StartDecision {
   uint64_t start_ns = 0;        // when the job should begin (>= the asking time)
   uint64_t predicted_peak = 0;  // aggregate bytes predicted over its iteration if it does
   bool fits = true;             // predicted_peak <= the budget less headroom
+  // A UM job's resident cap for the iteration (0: none) and its predicted
+  // iteration time over its time in memory at that cap.
+  uint64_t cap_bytes = 0;
+  double stretch = 1.0;
 };
 
 class TimeShiftScheduler {
@@ -95,6 +117,9 @@ class TimeShiftScheduler {
   // The job's learned curve (an unknown curve puts it back to learning). A
   // re-plan when it differs materially from the one in use.
   void set_curve(JobId job, const DemandCurve& curve);
+  // What it costs the job to run capped (a UM job); an empty cost makes it
+  // an ordinary job again. A re-plan.
+  void set_paging_cost(JobId job, const PagingCost& cost);
   // What the job holds now (used for jobs still learning).
   void set_held(JobId job, uint64_t bytes);
 
@@ -126,9 +151,14 @@ class TimeShiftScheduler {
     uint64_t held = 0;
     bool asked = false;         // asked at its current gate (cleared when it starts)
     uint32_t long_delays = 0;   // gates in a row whose first decision delayed it > half a period
+    PagingCost paging;          // known for a UM job
+    uint64_t cap = 0;           // the planned or current iteration's cap (0: none)
+    double stretch = 1.0;       // and its predicted stretch
   };
   // The most bytes job `job` is predicted to hold within [from, to).
   [[nodiscard]] static uint64_t predicted_max(const Job& job, uint64_t from, uint64_t to);
+  // Its planned or current iteration's length (a capped one runs longer).
+  [[nodiscard]] static uint64_t iteration_ns(const Job& job);
 
   SchedulerOptions options_;
   uint64_t budget_ = 0;

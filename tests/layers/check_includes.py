@@ -25,7 +25,7 @@ LAYER_FILES = [
     ("umm", ["umm/*"]),
     ("pager", ["prefetch/um_pager.*"]),
     ("prefetch", ["prefetch/*"]),
-    ("demand", ["sharing/demand_curve.*", "sharing/usage_tracker.*"]),
+    ("demand", ["sharing/demand_curve.*", "sharing/paging_cost.*", "sharing/usage_tracker.*"]),
     ("scheduling", ["sharing/ledger.*", "sharing/ledger_*", "sharing/time_shift_scheduler.*", "sharing/iteration_gates.*",
                     "sharing/job_id.h"]),
     ("protocol", ["sharing/protocol.*", "sharing/wire.*"]),

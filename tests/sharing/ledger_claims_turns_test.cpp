@@ -415,5 +415,56 @@ TEST(LedgerClaims, AClaimAboveWhatTheJobCanEverHoldCountsAsThatMuch) {
   EXPECT_EQ(b.ledger.check(), "");
 }
 
+// ---- Unified Memory jobs (set_pageable) -----------------------------------
+
+TEST(LedgerClaims, AUmJobIsCountedAtWhatItHoldsOrItsFloorNotItsPeak) {
+  // Job 1 holds 5 of the 8 it climbs to; job 2's 3 would leave 2 free, short
+  // of what either still needs (LedgerClaims above). A UM job 1 that can run
+  // holding 5, paging the rest, finishes with what it holds: the grant is safe.
+  Books b = mid_iteration_pair(true);
+  EXPECT_TRUE(b.ledger.set_pageable(1, 0, 5));
+  b.ask(2, 1, 3);
+  std::vector<LedgerAction> actions = b.ledger.pump(0);
+  ASSERT_EQ(actions.size(), 1u) << describe(actions);
+  EXPECT_TRUE(same(actions[0], Kind::kGrant, 2, 1, 3));
+  // A floor above what it holds counts: job 2's 4 would leave 1 free,
+  // enough for neither once job 1 needs 2 more to reach a floor of 7.
+  for (const uint64_t floor : {uint64_t{5}, uint64_t{7}}) {
+    Books other = mid_iteration_pair(true);
+    EXPECT_TRUE(other.ledger.set_pageable(1, 0, floor));
+    other.ask(2, 1, 4);
+    EXPECT_EQ(count(other.ledger.pump(0), Kind::kGrant), floor == 5 ? 1u : 0u) << "floor " << floor;
+  }
+  // Ordinary again.
+  EXPECT_TRUE(b.ledger.set_pageable(1, 0, 0));
+  EXPECT_FALSE(b.ledger.set_pageable(3, 0, 1)) << "job 3 never opened the GPU";
+  EXPECT_EQ(b.ledger.check(), "");
+}
+
+TEST(LedgerTurns, AUmJobIsNeitherParkedNorHeldAtItsGate) {
+  // As in AJobWhoseRestAWaitingRequestNeedsIsParkedNotStarted, but job 2
+  // pages: it starts (giving back what job 1 needs as it pages) and is not
+  // swapped out whole.
+  Books b(10);
+  b.join(1);
+  b.join(2);
+  b.hold(2, 1, 3);
+  EXPECT_TRUE(b.ledger.set_between_iterations(2, 0));
+  EXPECT_TRUE(b.ledger.set_pageable(2, 0, 2));
+  EXPECT_TRUE(b.ledger.set_claim(1, 0, 8, 1));
+  b.ask(1, 1, 8);
+  EXPECT_TRUE(b.ledger.may_start(2, 0, 6, 3, 0));
+  EXPECT_EQ(count(b.ledger.pump(0), Kind::kPark), 0u);
+  // Nor does a UM job wait at its gate for a turn: job 2 cannot start
+  // beside job 1's rest, and a UM job 1 starts rather than being parked.
+  TwoThatCannotCoRun t;
+  EXPECT_TRUE(t.b.ledger.set_pageable(1, 0, 2));
+  EXPECT_FALSE(t.b.ledger.may_start(2, 0, 9, 2, 0));
+  EXPECT_TRUE(t.b.ledger.set_between_iterations(2, 0, 9));
+  EXPECT_TRUE(t.b.ledger.turns_allow_start(1, 0, 5, 0));
+  EXPECT_TRUE(t.b.ledger.may_start(1, 0, 5, 3, 0));
+  EXPECT_EQ(count(t.b.ledger.pump(0), Kind::kPark), 0u);
+}
+
 }  // namespace
 }  // namespace zico::sharing

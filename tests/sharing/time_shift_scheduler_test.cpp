@@ -297,5 +297,68 @@ TEST(TimeShiftScheduler, TwoPeriodicJobsSettleIntoAFixedOffset) {
   EXPECT_GT(offset, 0u);
 }
 
+// A UM job's paging cost: it runs at 4 GiB (3x slower), at 9 GiB 1.08x, at
+// its 10 GiB peak in memory.
+PagingCost gentle_paging() {
+  PagingCost cost;
+  cost.floor_bytes = 4 * kGiB;
+  cost.points = {{4 * kGiB, 3.0}, {9 * kGiB, 1.08}, {10 * kGiB, 1.0}};
+  return cost;
+}
+
+// Job 1 began at 0; job 2 asks at 0. Under 10.5 GiB job 2's 10 GiB peak and
+// job 1's 1 GiB least never fit together: an ordinary job finds no start.
+TimeShiftScheduler pair_that_never_fits() {
+  return pair_first_started(10 * kGiB + kGiB / 2, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
+}
+
+TEST(TimeShiftScheduler, AJobThatCannotPageFindsNoStartWhereNothingFits) {
+  TimeShiftScheduler scheduler = pair_that_never_fits();
+  const StartDecision decision = scheduler.plan_start(2, 0);
+  EXPECT_FALSE(decision.fits);
+  EXPECT_EQ(decision.cap_bytes, 0u);
+}
+
+TEST(TimeShiftScheduler, AUmJobThatFitsNowhereStartsCappedWithinTheBudget) {
+  TimeShiftScheduler scheduler = pair_that_never_fits();
+  const PagingCost cost = gentle_paging();
+  scheduler.set_paging_cost(2, cost);
+  const StartDecision decision = scheduler.plan_start(2, 0);
+  ASSERT_TRUE(decision.fits);
+  EXPECT_GE(decision.cap_bytes, cost.least_cap_within(SchedulerOptions{}.max_stretch));
+  EXPECT_LT(decision.cap_bytes, 10 * kGiB);
+  EXPECT_DOUBLE_EQ(decision.stretch, cost.stretch_at(decision.cap_bytes));
+  EXPECT_LE(decision.stretch, SchedulerOptions{}.max_stretch);
+  EXPECT_LE(decision.predicted_peak, scheduler.budget());
+  // Planned capped, the job is predicted at its cap over its longer
+  // iteration, and the two together stay within the budget throughout.
+  const auto end = decision.start_ns + static_cast<uint64_t>(100.0 * kMs * decision.stretch);
+  EXPECT_LE(predicted_peak_over(scheduler, decision.start_ns, end), scheduler.budget());
+}
+
+TEST(TimeShiftScheduler, AUmJobIsNotCappedWherePagingCostsMoreThanAllowed) {
+  TimeShiftScheduler scheduler = pair_that_never_fits();
+  PagingCost steep = gentle_paging();
+  steep.points[1].stretch = 1.5;  // 9 GiB: 1.5x
+  scheduler.set_paging_cost(2, steep);
+  const StartDecision decision = scheduler.plan_start(2, 0);
+  EXPECT_FALSE(decision.fits);
+  EXPECT_EQ(decision.cap_bytes, 0u);
+}
+
+TEST(TimeShiftScheduler, AUmJobThatFitsAsItIsIsDecidedLikeAnyJob) {
+  const DemandCurve curve = triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB);
+  TimeShiftScheduler ordinary = pair_first_started(14 * kGiB, curve);
+  TimeShiftScheduler paging = pair_first_started(14 * kGiB, curve);
+  paging.set_paging_cost(2, gentle_paging());
+  const StartDecision expected = ordinary.plan_start(2, 0);
+  const StartDecision decision = paging.plan_start(2, 0);
+  ASSERT_TRUE(expected.fits);
+  EXPECT_GT(expected.start_ns, 0u);  // it waits, rather than paging
+  EXPECT_EQ(decision.start_ns, expected.start_ns);
+  EXPECT_EQ(decision.cap_bytes, 0u);
+  EXPECT_EQ(decision.stretch, 1.0);
+}
+
 }  // namespace
 }  // namespace zico::sharing

@@ -55,6 +55,13 @@ refuses --find-budget most "$bert" "'most' is not in (0, 1]; expected a share of
 refuses --find-budget 0.9 --budget 8GiB "$bert" "without --budget or --budget-schedule"
 refuses --find-budget 0.9 --budget-schedule 0s:8GiB "$bert" "without --budget or --budget-schedule"
 refuses --find-budget 0.9 --policy fcfs "$bert" "without --policy"
+refuses --budget 8GiB --mode paged "$bert" "--mode 'paged' is not a mode; expected vmm or um"
+# UM needs the trace's access records; a version 1 trace without ops has none.
+printf 'zicoum-trace 1\nmeta model noops\nmeta command test\nmeta source meta\nmeta batch 1\nmeta iterations 3\nmeta timing test\na 0 1048576 0 param -1\ni 0 0\na 1 1024 1 act -1\nf 1 5\ni 1 10\na 2 1024 11 act -1\nf 2 15\ni 2 20\na 3 1024 21 act -1\nf 3 25\nend 10\n' |
+  gzip >"$tmp/noops.ztrace.gz"
+run --budget 8GiB --iterations 3 "$tmp/noops.ztrace.gz"
+[ "$status" -eq 0 ] || fail "the trace without ops runs in vmm mode: exit $status ($(cat "$err"))"
+refuses --budget 8GiB --mode um "$tmp/noops.ztrace.gz" "--mode um: "
 
 # unlimited needs no budget; one policy's JSON is that policy's object.
 run --policy unlimited --iterations 3 --json "$bert"
@@ -139,6 +146,21 @@ run --find-budget 0.9 --utilization 0.5 --iterations 40 "$bert" "$vit"
 grep -qE "^least budget for zico at >= 0.9x unlimited: [0-9.]+ GiB \(2 jobs x 40 iterations\)" "$out" ||
   fail "find-budget headline"
 grep -q "exhaustive fixed-offset bound" "$out" && grep -q "budgets tried, in order" "$out" || fail "find-budget detail"
+
+# Unified Memory: gpt2_medium (peak 17 GiB) under 16 GiB fails as an ordinary
+# job and runs paged in um mode, within the budget, slower.
+gpt2m=$traces/gpt2_medium.ztrace.gz
+run --budget 16GiB --iterations 5 "$gpt2m"
+[ "$status" -eq 1 ] || fail "gpt2_medium under 16 GiB in vmm mode: exit $status, expected 1"
+run --budget 16GiB --iterations 5 --mode um --json "$gpt2m"
+[ "$status" -eq 0 ] || fail "gpt2_medium under 16 GiB in um mode: exit $status ($(cat "$err"))"
+check_json "um json" '
+j = d["jobs"][0]
+assert j["um"] is True and j["iterations"] == 5 and not j["failed"], j
+assert j["capped_iterations"] >= 4 and j["paging_s"] > 0 and j["mean_iter_s"] > j["solo_iter_s"], j
+assert j["peak_bytes"] <= 16 << 30 and d["budget_exceeded"] is False, (j["peak_bytes"], d["budget_exceeded"])'
+run --budget 16GiB --iterations 5 --mode um "$gpt2m"
+grep -qE "gpt2_medium \(um\): [45] of 5 iterations ran with part of its memory paged out, which added" "$out" || fail "um text line"
 
 # A job that cannot run under the budget fails the run: exit 1, the output complete and naming it.
 run --budget 1GiB "$traces/gpt2.ztrace.gz"

@@ -527,5 +527,100 @@ TEST(Simulator, ReducedTimelinesNeverStackAboveWhatWasHeld) {
   }
 }
 
+// ---- Unified Memory jobs -----------------------------------------------------
+
+// A climber (peak 6 GiB) that can run holding 2 GiB, 3x slower; at 5 GiB it
+// runs 1.2x slower.
+sharing::PagingCost climber_paging() {
+  sharing::PagingCost cost;
+  cost.floor_bytes = 2 * kGiB;
+  cost.points = {{2 * kGiB, 3.0}, {5 * kGiB, 1.2}, {6 * kGiB, 1.0}};
+  return cost;
+}
+
+SimulationResult run_um(const std::vector<JobModel>& jobs, std::vector<BudgetStep> steps, uint32_t iterations = 10) {
+  SimulationOptions options;
+  options.policy = Policy::kZico;
+  options.budget = std::move(steps);
+  options.iterations = iterations;
+  options.paging.assign(jobs.size(), climber_paging());
+  SimulationResult result;
+  std::string error;
+  EXPECT_TRUE(simulate(jobs, options, &result, &error).is_ok()) << error;
+  return result;
+}
+
+TEST(SimulatorUm, AJobPagesUnderABudgetBelowItsPeakWhereAnOrdinaryOneFails) {
+  const std::vector<JobModel> one = {model_of(climbing_job("a", 1 * kGiB, 1 * kGiB))};
+  const SimulationResult vmm = run(one, Policy::kZico, budget(5 * kGiB));
+  ASSERT_EQ(vmm.failed_jobs, 1u);
+  EXPECT_FALSE(vmm.jobs[0].um);
+
+  const SimulationResult um = run_um(one, budget(5 * kGiB));
+  ASSERT_EQ(um.failed_jobs, 0u) << um.jobs[0].failure;
+  const JobResult& j = um.jobs[0];
+  EXPECT_TRUE(j.um);
+  EXPECT_EQ(j.iterations, 10u);
+  EXPECT_EQ(j.capped_iterations, 10u);
+  EXPECT_LE(j.peak_bytes, 5 * kGiB);
+  EXPECT_FALSE(um.budget_exceeded);
+  // Slower by its paging, but by no more than a whole iteration at 1.2x.
+  EXPECT_GT(j.paging_s, 0);
+  EXPECT_GT(j.mean_iter_s, j.solo_iter_s);
+  EXPECT_LE(j.mean_iter_s, 1.2 * j.solo_iter_s + 1e-9);
+  EXPECT_NEAR(j.mean_iter_s * j.iterations, j.solo_iter_s * j.iterations + j.paging_s, 1e-6);
+}
+
+TEST(SimulatorUm, ABudgetCutBelowAJobsNeedPagesItInsteadOfStoppingIt) {
+  const std::vector<JobModel> one = {model_of(climbing_job("a", 1 * kGiB, 1 * kGiB))};
+  const std::vector<BudgetStep> cut = {{0, 8 * kGiB}, {350 * kMs, 5 * kGiB}};
+  const SimulationResult vmm = run(one, Policy::kZico, cut);
+  EXPECT_EQ(vmm.failed_jobs, 1u);
+  const SimulationResult um = run_um(one, cut);
+  ASSERT_EQ(um.failed_jobs, 0u) << um.jobs[0].failure;
+  EXPECT_EQ(um.jobs[0].iterations, 10u);
+  EXPECT_FALSE(um.budget_exceeded);
+  // At the cut the job holds 6 GiB and would keep it until its frees at 60
+  // ms; asked back, it pages the excess out at once, and stays under.
+  EXPECT_LT(um.longest_over_budget_s, 0.001);
+  EXPECT_LE(peak_sum_after(um, 350 * kMs + 1), 5 * kGiB);
+}
+
+TEST(SimulatorUm, ABudgetBelowTheLargestOpFailsTheJobSayingSo) {
+  const std::vector<JobModel> one = {model_of(climbing_job("a", 1 * kGiB, 1 * kGiB))};
+  const SimulationResult um = run_um(one, budget(kGiB + kGiB / 2));
+  ASSERT_EQ(um.failed_jobs, 1u);
+  EXPECT_NE(um.jobs[0].failure.find("more than the budget"), std::string::npos) << um.jobs[0].failure;
+}
+
+TEST(SimulatorUm, RefusesPagingCostsThatDoNotFitTheJobs) {
+  SimulationOptions options;
+  options.budget = budget(5 * kGiB);
+  sharing::PagingCost rising = climber_paging();
+  rising.points[2].stretch = 2.0;
+  options.paging = {rising};
+  SimulationResult result;
+  std::string error;
+  const std::vector<JobModel> one = {model_of(climbing_job("a", 1 * kGiB, 1 * kGiB))};
+  EXPECT_FALSE(simulate(one, options, &result, &error).is_ok());
+  EXPECT_NE(error.find("job 0 (a): paging cost point 2"), std::string::npos) << error;
+  options.paging = {climber_paging(), climber_paging()};
+  EXPECT_FALSE(simulate(one, options, &result, &error).is_ok());
+  EXPECT_NE(error.find("2 paging costs for 1 jobs"), std::string::npos) << error;
+}
+
+TEST(SimulatorUm, OtherPoliciesRunUmJobsAsOrdinaryOnes) {
+  SimulationOptions options;
+  options.policy = Policy::kSequential;
+  options.budget = budget(5 * kGiB);
+  options.iterations = 3;
+  options.paging = {climber_paging()};
+  SimulationResult result;
+  std::string error;
+  ASSERT_TRUE(simulate({model_of(climbing_job("a", 1 * kGiB, 1 * kGiB))}, options, &result, &error).is_ok()) << error;
+  EXPECT_EQ(result.failed_jobs, 1u);
+  EXPECT_FALSE(result.jobs[0].um);
+}
+
 }  // namespace
 }  // namespace zico::simulate

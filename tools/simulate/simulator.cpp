@@ -68,6 +68,14 @@ struct Job {
   uint64_t pending_request = 0;
   uint64_t swapped_chunks = 0;
   bool parking = false;  // kPark: back to its gate after the swap in
+  // Unified Memory: the cost of capping it (known for a UM job), the cap
+  // in force (chunks, 0: none), the stretch it runs at, and the gate's
+  // decision for the iteration it will start.
+  const sharing::PagingCost* paging = nullptr;
+  uint64_t cap = 0;
+  double stretch = 1.0;
+  bool capped_this_iteration = false;
+  uint64_t planned_cap_bytes = 0;
   std::unique_ptr<sharing::UsageTracker> tracker;  // zico
   double stalled_ns = 0;          // time in stall phases that have ended
   uint64_t last_progress_ns = 0;  // the latest time the tracker was given
@@ -80,6 +88,7 @@ struct Job {
     return next < events.size() ? static_cast<double>(events[next].offset_ns) : static_cast<double>(length_ns);
   }
   [[nodiscard]] bool active() const { return phase != Phase::kDone && phase != Phase::kFailed; }
+  [[nodiscard]] bool pages() const { return paging != nullptr; }
 };
 
 // Phases in which a job does not run for want of memory or its turn.
@@ -109,6 +118,9 @@ class Engine {
       j.result.solo_iter_s = static_cast<double>(models[i].steady_period_ns) / kNsPerSecond;
       j.reservation = chunks_for(models[i].peak_bytes);
       if (options.policy == Policy::kZico) j.tracker = std::make_unique<sharing::UsageTracker>();
+      const bool pageable_policy = options.policy == Policy::kZico || options.policy == Policy::kFcfs;
+      if (pageable_policy && i < options.paging.size() && options.paging[i].known()) j.paging = &options.paging[i];
+      j.result.um = j.paging != nullptr;
     }
     if (options.policy != Policy::kUnlimited) budget_steps_ = options.budget;
     budget_bytes_ = budget_steps_.empty() ? 0 : budget_steps_.front().bytes;
@@ -158,13 +170,14 @@ class Engine {
   bool step() {
     double running_load = 0;
     for (const auto& j : jobs_) {
-      if (j->phase == Phase::kRunning) running_load += j->result.utilization;
+      // A paging job's kernels are spread over its stretched time.
+      if (j->phase == Phase::kRunning) running_load += j->result.utilization / j->stretch;
     }
     const double slowdown = std::max(1.0, running_load);
     double next = std::numeric_limits<double>::infinity();
     for (const auto& j : jobs_) {
       if (j->phase == Phase::kRunning) {
-        next = std::min(next, now_ + std::max(0.0, j->target() - j->pos) * slowdown);
+        next = std::min(next, now_ + std::max(0.0, j->target() - j->pos) * slowdown * j->stretch);
       } else if (j->phase == Phase::kGate || j->phase == Phase::kSwapOut || j->phase == Phase::kSwapIn) {
         next = std::min(next, j->wake);
       }
@@ -179,8 +192,9 @@ class Engine {
       if (j->phase != Phase::kRunning) continue;
       // The job that set `next` lands exactly on its target, whatever the rounding.
       const double target = j->target();
-      const bool arrives = now_ + std::max(0.0, target - j->pos) * slowdown <= next;
-      j->pos += dt / slowdown;
+      const bool arrives = now_ + std::max(0.0, target - j->pos) * slowdown * j->stretch <= next;
+      j->pos += dt / (slowdown * j->stretch);
+      j->result.paging_s += seconds(dt * (1.0 - 1.0 / j->stretch));
       if (arrives || j->pos >= target - kEpsilonNs) j->pos = target;
     }
     now_ = next;
@@ -297,6 +311,7 @@ class Engine {
       }
     }
     if (zico()) scheduler_.add_job(j.id);
+    if (zico() && j.pages()) scheduler_.set_paging_cost(j.id, *j.paging);
     if (options_.policy == Policy::kStatic) set_held(j, j.reservation);
     load(j, -1);
   }
@@ -331,6 +346,7 @@ class Engine {
         j.result.iterations += 1;
         j.last_iteration_end = now_;
       }
+      uncap(j);
       if (j.segment + 1 >= static_cast<int64_t>(options_.iterations)) {
         complete(j);
         return;
@@ -346,6 +362,7 @@ class Engine {
       j.result.longest_learned_iter_s = std::max(j.result.longest_learned_iter_s, seconds(static_cast<double>(period)));
       sync_curve(j);
       const sharing::StartDecision decision = scheduler_.plan_start(j.id, now_ns());
+      planned(j, decision);
       if (decision.start_ns > now_ns()) {
         enter_gate(j);
         j.wake = static_cast<double>(decision.start_ns);
@@ -370,7 +387,9 @@ class Engine {
   // change, for at most kMaxBlockedNs (a claim can be wrong) before it starts
   // anyway and the ledger's hard budget governs.
   bool try_start(Job& j) {
-    const uint64_t peak_bytes = j.tracker->next_iteration_peak_bytes();
+    uint64_t peak_bytes = j.tracker->next_iteration_peak_bytes();
+    // A UM job the gate capped claims only its cap.
+    if (j.pages() && j.planned_cap_bytes != 0) peak_bytes = std::min(peak_bytes, j.planned_cap_bytes);
     const uint64_t peak = peak_bytes == 0 ? 0 : std::max(j.held, chunks_for(peak_bytes));
     if (!ledger_.may_start(j.id, 0, peak, chunks_for(j.tracker->curve().end_bytes), now_ns())) {
       if (j.phase != Phase::kGate) enter_gate(j);
@@ -413,7 +432,93 @@ class Engine {
 
   void start_iteration(Job& j) {
     scheduler_.started(j.id, now_ns());
+    if (j.pages() && j.planned_cap_bytes != 0) cap_at(j, j.planned_cap_bytes / options_.chunk_bytes);
     update_claim(j);
+  }
+
+  // --- Unified Memory -------------------------------------------------------
+
+  // Caps a UM job's resident chunks (never below its floor) and returns what
+  // it holds above the cap: its pager evicts that.
+  void cap_at(Job& j, uint64_t chunks) {
+    chunks = std::max(chunks, floor_chunks(j));
+    if (j.cap != 0 && chunks >= j.cap) return;
+    set_cap(j, chunks);
+    if (j.held > chunks) {
+      std::string why;
+      if (!ledger_.returned(j.id, 0, j.held - chunks, false, now_ns(), &why).is_ok()) {
+        fail(j, "ledger refused a return: " + why);
+        return;
+      }
+      set_held(j, chunks);
+      pump();
+    }
+  }
+
+  void set_cap(Job& j, uint64_t chunks) {
+    j.cap = chunks;
+    j.stretch = j.paging->stretch_at(chunks * options_.chunk_bytes);
+    if (!j.capped_this_iteration) {
+      j.capped_this_iteration = true;
+      j.result.capped_iterations += 1;
+    }
+  }
+
+  // What a running UM job gives back when the ledger asks: above the
+  // budget (after a cut) all it holds above its floor, whatever that costs;
+  // otherwise, in a capped iteration, what it holds above its worth floor.
+  [[nodiscard]] uint64_t pageable_chunks(const Job& j) const {
+    if (!j.pages() || j.phase != Phase::kRunning) return 0;
+    const bool over = budget_bytes_ > 0 && total_held_ * options_.chunk_bytes > budget_bytes_;
+    const uint64_t floor = over ? floor_chunks(j) : j.cap != 0 ? worth_floor_chunks(j) : j.held;
+    return j.held > floor ? j.held - floor : 0;
+  }
+
+  // The gate's decision for a UM job: the cap of the iteration it will
+  // start. A capped iteration pages: the ledger counts it at no more than
+  // its worth floor (Ledger::set_pageable), and it does not take turns.
+  void planned(Job& j, const sharing::StartDecision& decision) {
+    if (!j.pages()) return;
+    j.planned_cap_bytes = decision.cap_bytes;
+    (void)ledger_.set_pageable(j.id, 0, decision.cap_bytes != 0 ? worth_floor_chunks(j) : 0);
+  }
+
+  void uncap(Job& j) {
+    j.cap = 0;
+    j.stretch = 1.0;
+    j.capped_this_iteration = false;
+    j.planned_cap_bytes = 0;
+  }
+
+  // The least a UM job can run at: its largest op's pages.
+  [[nodiscard]] uint64_t floor_chunks(const Job& j) const {
+    return j.pages() ? std::max<uint64_t>(1, chunks_for(j.paging->floor_bytes)) : 0;
+  }
+
+  // The least a UM job pages down to for another job's sake: where it runs
+  // no slower than the scheduler would cap it (SchedulerOptions::max_stretch).
+  [[nodiscard]] uint64_t worth_floor_chunks(const Job& j) const {
+    if (!j.pages()) return 0;
+    return std::max(floor_chunks(j), chunks_for(j.paging->least_cap_within(sharing::SchedulerOptions{}.max_stretch)));
+  }
+
+  // What the job needs resident now: its live bytes, at most its cap.
+  [[nodiscard]] uint64_t resident_need(const Job& j) const {
+    const uint64_t need = chunks_for(j.live);
+    return j.cap != 0 ? std::min(need, j.cap) : need;
+  }
+
+  // A request of a capped UM iteration the ledger did not grant at once:
+  // rather than wait, the job runs on capped at what it holds, if that is at
+  // least its worth floor.
+  void page_instead_of_waiting(Job& j) {
+    if (!j.pages() || j.cap == 0 || j.phase != Phase::kWaiting || j.pending_request == 0) return;
+    if (j.held < worth_floor_chunks(j)) return;
+    (void)ledger_.cancel(j.id, j.pending_request, now_ns());
+    j.pending_request = 0;
+    cap_at(j, j.held);
+    if (j.phase == Phase::kWaiting) enter(j, Phase::kRunning);
+    pump();
   }
 
   // The ledger's claim for the job, from its tracker's outlook (what the
@@ -425,7 +530,8 @@ class Engine {
       (void)ledger_.set_claim(j.id, 0, 0, 0);
       return;
     }
-    const uint64_t peak = std::max(j.held, chunks_for(remaining));
+    uint64_t peak = std::max(j.held, chunks_for(remaining));
+    if (j.cap != 0) peak = std::max(j.held, std::min(peak, j.cap));
     (void)ledger_.set_claim(j.id, 0, peak, chunks_for(j.tracker->curve().end_bytes));
   }
 
@@ -459,7 +565,14 @@ class Engine {
         sync_curve(j);
       }
     }
-    const uint64_t need = chunks_for(j.live);
+    // A UM job pages what the budget can never hold (the ledger would deny
+    // it), if its largest op fits.
+    const uint64_t budget_chunks = budget_bytes_ / options_.chunk_bytes;
+    if (j.pages() && budget_chunks != 0 && resident_need(j) > budget_chunks && budget_chunks >= floor_chunks(j)) {
+      cap_at(j, budget_chunks);
+      if (!j.active()) return;
+    }
+    const uint64_t need = resident_need(j);
     switch (options_.policy) {
       case Policy::kStatic: return;  // it holds its reservation throughout
       case Policy::kSequential: set_held(j, need); return;
@@ -469,6 +582,7 @@ class Engine {
       enter(j, Phase::kWaiting);
       if (zico()) update_claim(j);
       request(j, need - j.held);
+      page_instead_of_waiting(j);
     } else if (need < j.held) {
       std::string why;
       if (!ledger_.returned(j.id, 0, j.held - need, false, now_ns(), &why).is_ok()) {
@@ -526,10 +640,17 @@ class Engine {
                     ", more than the budget " + format_size(budget_bytes_) + " lets it hold (ledger: " +
                     action.reason + ")");
         return;
-      case LedgerAction::Kind::kReclaim:
-        // A perfectly packing job has no idle chunk to give.
-        (void)ledger_.returned(j.id, 0, 0, true, now_ns(), &why);
+      case LedgerAction::Kind::kReclaim: {
+        // A perfectly packing job has no idle chunk to give; a UM job can
+        // page some of what it holds out.
+        const uint64_t give = std::min(action.chunks, pageable_chunks(j));
+        (void)ledger_.returned(j.id, 0, give, true, now_ns(), &why);
+        if (give != 0) {
+          set_cap(j, j.held - give);
+          set_held(j, j.cap);
+        }
         return;
+      }
       case LedgerAction::Kind::kPark:
         j.parking = true;
         j.blocked = false;
@@ -599,6 +720,7 @@ class Engine {
     for (Job* j : gated) {
       if (j->phase != Phase::kGate) continue;
       const sharing::StartDecision decision = scheduler_.plan_start(j->id, now_ns());
+      planned(*j, decision);
       if (decision.start_ns > now_ns()) {
         j->wake = static_cast<double>(decision.start_ns);
         j->blocked = false;
@@ -839,6 +961,15 @@ Status simulate(const std::vector<JobModel>& jobs, const SimulationOptions& opti
       if (i > 0 && options.budget[i].at_ns <= options.budget[i - 1].at_ns) {
         return invalid(error, "budget schedule times must increase strictly");
       }
+    }
+  }
+  if (options.paging.size() > jobs.size()) {
+    return invalid(error, std::to_string(options.paging.size()) + " paging costs for " + std::to_string(jobs.size()) +
+                              " jobs");
+  }
+  for (size_t i = 0; i < options.paging.size(); ++i) {
+    if (const std::string why = options.paging[i].invalid(); !why.empty()) {
+      return invalid(error, "job " + std::to_string(i) + " (" + jobs[i].name + "): " + why);
     }
   }
   if (options.policy == Policy::kStatic && options.static_plan) {

@@ -77,6 +77,31 @@
 //  - sequential: one job at a time, in the order given, alone on the GPU.
 //    Held is the job's need.
 //
+// Unified Memory jobs (SimulationOptions::paging: a job with a known
+// PagingCost, sharing/paging_cost.h). Under zico and fcfs such a job's
+// memory can leave the GPU while it runs: what it holds is its resident
+// bytes, at most its cap, and it pages the rest:
+//  - what the budget itself can never hold: its cap is the budget, if that
+//    holds its largest op (PagingCost::floor_bytes; below, the ledger
+//    refuses it like any job);
+//  - where the gate capped its iteration (the scheduler's fallback when no
+//    start fits as it is, time_shift_scheduler.h): the ledger counts it at
+//    its worth floor (the least cap costing at most
+//    SchedulerOptions::max_stretch; Ledger::set_pageable), it takes no
+//    turns, and a request not granted at once is cancelled and the job runs
+//    on capped at what it holds, if that is at least its worth floor;
+//  - asked back (kReclaim) while it runs: what it holds above its floor
+//    after a budget cut left the GPU above the budget, otherwise, in a
+//    capped iteration, above its worth floor.
+// While capped at c the job advances through its trace time
+// PagingCost::stretch_at(c) times slower (compute sharing on top, its
+// kernels spread over the longer time); the paging's transfers use the copy
+// engines, not compute, so they do not slow the other jobs. The stretch is
+// spread evenly over the rest of the iteration (a live pager's stalls
+// gather around its peak) and comes from one job paging alone on the link;
+// neither the concentration nor two jobs paging at once contending for the
+// link is modelled. The other policies run UM jobs as ordinary ones.
+//
 // A budget schedule (steps at virtual times, the first at 0) changes the
 // budget of the ledger and of the scheduler as it goes; static and sequential
 // apply it to the admission of jobs not yet started only.
@@ -106,6 +131,7 @@
 #include <vector>
 
 #include "job_model.h"
+#include "paging_cost.h"
 #include "status.h"
 
 namespace zico::simulate {
@@ -149,6 +175,9 @@ struct SimulationOptions {
   size_t max_timeline_points = size_t{1} << 16;
   // kStatic: run this plan instead of searching for the best one.
   std::optional<StaticPlan> static_plan;
+  // By job index: a known cost makes that job a Unified Memory job (see
+  // above); missing or empty entries are ordinary (VMM) jobs.
+  std::vector<sharing::PagingCost> paging;
 };
 
 // (virtual ns, bytes held from then on)
@@ -173,6 +202,11 @@ struct JobResult {
   uint64_t peak_bytes = 0;  // the most it held
   uint64_t yields = 0;       // parks (zico) included
   uint64_t gate_delays = 0;  // iterations that started later than asked
+  // Unified Memory jobs: iterations that ran capped (from the gate or a
+  // request not granted at once), and the time its paging added.
+  bool um = false;
+  uint64_t capped_iterations = 0;
+  double paging_s = 0;
   // zico: the longest period among the curves its tracker learned (0 if it
   // learned none). On the progress clock this is the iteration's running
   // time, at most solo_iter_s times the compute slowdown: stalls inside an
@@ -206,7 +240,8 @@ struct SimulationResult {
 // Runs `jobs` (job j gets id j + 1) under `options`. Errors
 // (kInvalidArgument, *error says which option is wrong): no jobs, a missing
 // or malformed budget, iterations 0, a utilization outside (0, 1], a
-// bandwidth or chunk size of 0, a static plan that is not an order of the jobs.
+// bandwidth or chunk size of 0, a static plan that is not an order of the jobs,
+// more paging costs than jobs or one that is not valid (PagingCost::invalid).
 [[nodiscard]] Status simulate(const std::vector<JobModel>& jobs, const SimulationOptions& options,
                               SimulationResult* out, std::string* error);
 

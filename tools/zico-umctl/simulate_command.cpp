@@ -12,6 +12,7 @@
 #include "exit_status.h"
 #include "job_model.h"
 #include "json_writer.h"
+#include "paging_cost_curve.h"
 #include "plot_file.h"
 #include "simulator.h"
 #include "sizes.h"
@@ -29,7 +30,7 @@ constexpr const char* kCommand = "simulate";
 constexpr const char* kUsage =
     "Usage: zico-umctl simulate [--json] (--budget SIZE | --budget-schedule T:SIZE,...)\n"
     "                           [--policy POLICY] [--iterations N] [--utilization U]\n"
-    "                           [--host-bandwidth SIZE/s] [--plot FILE.svg] TRACE...\n"
+    "                           [--host-bandwidth SIZE/s] [--mode vmm|um] [--plot FILE.svg] TRACE...\n"
     "       zico-umctl simulate [--json] --find-budget R [--iterations N] [--utilization U]\n"
     "                           [--host-bandwidth SIZE/s] [--plot FILE.svg] TRACE...\n"
     "Simulate training jobs sharing one GPU: each TRACE (docs/trace-format.md) is one job,\n"
@@ -53,7 +54,13 @@ constexpr const char* kUsage =
     "  --utilization U            the busy fraction of every job, in (0, 1]; default: each\n"
     "                             trace's (1 for serialised-op traces: two jobs at 1 share the\n"
     "                             GPU at half speed each, at 0.5 neither slows down)\n"
-    "  --host-bandwidth SIZE/s    swap speed after a yield (default 25GB/s, PCIe Gen4)\n"
+    "  --host-bandwidth SIZE/s    swap speed after a yield, and paging's link in um mode\n"
+    "                             (default 25GB/s, PCIe Gen4)\n"
+    "  --mode vmm|um              vmm (default): jobs hold what they allocate (ZICO_MODE=vmm)\n"
+    "                             um: jobs in Unified Memory (ZICO_MODE=um); under zico and fcfs\n"
+    "                             a job may run with part of its memory paged out, slower by\n"
+    "                             what its trace costs the paging planner at that cap\n"
+    "                             (zico-umctl page); the traces need access records\n"
     "  --find-budget R            instead of a budget and policy: the least budget at which zico\n"
     "                             keeps the jobs at R x their unlimited throughput, R in (0, 1],\n"
     "                             between the largest job's own peak and unlimited's: 16 steps\n"
@@ -90,6 +97,7 @@ struct Options {
   std::string plot;
   std::vector<std::string> traces;
   std::optional<double> find_budget;  // the throughput target of --find-budget
+  bool um = false;                    // --mode um
 };
 
 struct Outcome {
@@ -177,7 +185,7 @@ bool parse_schedule(const std::string& text, uint64_t chunk, std::vector<simulat
 
 // 0: print the help and exit 0; -1: parsed; otherwise the usage error's exit.
 int parse(int argc, char** argv, Options* options) {
-  std::string budget, schedule, policy, iterations, utilization, bandwidth, find_budget;
+  std::string budget, schedule, policy, iterations, utilization, bandwidth, find_budget, mode;
   ArgReader args(argc, argv);
   while (args.next()) {
     if (args.flag("--help") || args.flag("-h")) return 0;
@@ -186,7 +194,8 @@ int parse(int argc, char** argv, Options* options) {
     } else if (args.option("--budget", &budget) || args.option("--budget-schedule", &schedule) ||
                args.option("--policy", &policy) || args.option("--iterations", &iterations) ||
                args.option("--utilization", &utilization) || args.option("--host-bandwidth", &bandwidth) ||
-               args.option("--plot", &options->plot) || args.option("--find-budget", &find_budget)) {
+               args.option("--plot", &options->plot) || args.option("--find-budget", &find_budget) ||
+               args.option("--mode", &mode)) {
       continue;
     } else if (args.unknown_option()) {
       return usage_error(kCommand, "unknown option '" + std::string(args.current()) + "'");
@@ -197,6 +206,10 @@ int parse(int argc, char** argv, Options* options) {
   if (!args.error().empty()) return usage_error(kCommand, args.error());
 
   simulate::SimulationOptions& sim = options->sim;
+  if (!mode.empty() && mode != "vmm" && mode != "um") {
+    return usage_error(kCommand, "--mode '" + mode + "' is not a mode; expected vmm or um");
+  }
+  options->um = mode == "um";
   if (!find_budget.empty()) {
     const std::optional<double> r = parse_seconds(find_budget);  // the same plain decimal form
     if (!r || *r <= 0 || *r > 1) {
@@ -308,6 +321,12 @@ void print_result(const Outcome& o, const std::vector<std::string>& traces) {
                    duration(j.delay_s), format_size(j.peak_bytes), std::to_string(j.yields)});
   }
   std::fputs(table.render("  ").c_str(), stdout);
+  for (const simulate::JobResult& j : r.jobs) {
+    if (!j.um) continue;
+    std::printf("  %s (um): %llu of %u iterations ran with part of its memory paged out, which added %s\n",
+                j.name.c_str(), static_cast<unsigned long long>(j.capped_iterations), j.iterations,
+                duration(j.paging_s).c_str());
+  }
   for (size_t i = 0; i < r.jobs.size(); ++i) {
     if (r.jobs[i].failed) std::printf("  %s (%s) failed: %s\n", r.jobs[i].name.c_str(), traces[i].c_str(), r.jobs[i].failure.c_str());
   }
@@ -454,6 +473,10 @@ void write_result_json(JsonWriter& json, const Outcome& o, const std::vector<std
     json.field("longest_learned_iter_s", j.longest_learned_iter_s);
     json.field("peak_bytes", j.peak_bytes);
     json.field("yields", j.yields);
+    json.key("um");
+    json.boolean(j.um);
+    json.field("capped_iterations", j.capped_iterations);
+    json.field("paging_s", j.paging_s);
     json.end_object();
   }
   json.end_array();
@@ -648,6 +671,17 @@ int run_find_budget(const std::vector<simulate::JobModel>& models, const Options
   return kExitOk;
 }
 
+// Paging runs on the same link as the simulator's swaps: the transfer
+// model's copy and fault-path rates scaled to --host-bandwidth.
+page::PagingCostOptions paging_cost_options(const simulate::SimulationOptions& sim) {
+  page::PagingCostOptions options;
+  const double scale = sim.host_bytes_per_second / options.model.h2d_bytes_per_s;
+  options.model.h2d_bytes_per_s = sim.host_bytes_per_second;
+  options.model.d2h_bytes_per_s *= scale;
+  options.model.fault_bytes_per_s *= scale;
+  return options;
+}
+
 }  // namespace
 
 int run_simulate(int argc, char** argv) {
@@ -670,6 +704,13 @@ int run_simulate(int argc, char** argv) {
     }
     // The same model twice gets "#2", so tables and legends tell them apart.
     if (const int n = ++seen[models[i].name]; n > 1) models[i].name += " #" + std::to_string(n);
+    if (options.um) {
+      options.sim.paging.emplace_back();
+      if (!page::measure_paging_cost(trace, paging_cost_options(options.sim), &options.sim.paging.back(), &error)) {
+        std::fprintf(stderr, "zico-umctl simulate: --mode um: %s\n", error.c_str());
+        return kExitUsage;
+      }
+    }
   }
 
   if (options.find_budget) return run_find_budget(models, options);
