@@ -183,9 +183,9 @@ void print_table(const DemoSetup& setup, const PhaseRun& zico, const PhaseRun& f
               " allocations; reserve: its peak alone under zicoum's allocator; start: when that fit)\n\n");
 
   std::printf("%-8s %9s %7s %7s %10s %9s %8s %14s %10s\n", "phase", "makespan", "it/s", "it/s*", "peak held",
-              "reserved", "budget", "budget kept", "deadlocks");
+              "reserved", "budget", "budget kept", "yields");
   std::printf("%-8s %9s %7s %7s %10s %9s %8s %14s %10s\n", "", "s", "", "", "GiB*", "GiB*", "GiB*", "(samples)",
-              "broken");
+              "to host");
   for (const PhaseRun* phase : {&zico, &fixed}) {
     char kept[32];
     std::snprintf(kept, sizeof kept, "%s (%zu)", phase->samples_over_budget == 0 ? "yes" : "NO", phase->samples.size());

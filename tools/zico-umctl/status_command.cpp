@@ -17,8 +17,10 @@ namespace {
 constexpr const char* kUsage =
     "Usage: zico-umctl status [--json] [--socket PATH]\n"
     "Show zico-umd: its pid and uptime, per GPU the budget, the memory granted to jobs, the\n"
-    "pool of chunks it created, what jobs wait for, and chunks granted, returned and deadlocks\n"
-    "broken since it started; and how many jobs it serves.\n"
+    "pool of chunks it created, what jobs wait for, and since it started the chunks granted and\n"
+    "returned and the yields (YIELDS: jobs all waiting on each other, one of which moved its\n"
+    "memory to the host for a while so the others could go on; JSON \"deadlocks\"); and how\n"
+    "many jobs it serves.\n"
     "\n"
     "  --json          on stdout: {\"daemon_pid\":N,\"uptime_s\":F,\"gpus\":[GPU...],\"job_count\":N,\n"
     "                  \"job_rows\":N,\"jobs\":[JOB...]} (job_rows > the JOBs listed: the daemon sends 128)\n"
@@ -42,7 +44,7 @@ void print_text(const proto::StatusReply& status) {
                    {"WAITING", Align::kRight},
                    {"GRANTS", Align::kRight},
                    {"RETURNS", Align::kRight},
-                   {"DEADLOCKS", Align::kRight}});
+                   {"YIELDS", Align::kRight}});
   for (const proto::GpuStatus& gpu : status.gpus) {
     table.add_row({std::to_string(gpu.index), format_size(gpu.budget_bytes), format_size(gpu.granted_bytes),
                    format_size(gpu.pool_bytes), format_size(gpu.waiting_bytes), std::to_string(gpu.grants),
