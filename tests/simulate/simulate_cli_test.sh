@@ -161,6 +161,9 @@ assert j["capped_iterations"] >= 4 and j["paging_s"] > 0 and j["mean_iter_s"] > 
 assert j["peak_bytes"] <= 16 << 30 and d["budget_exceeded"] is False, (j["peak_bytes"], d["budget_exceeded"])'
 run --budget 16GiB --iterations 5 --mode um "$gpt2m"
 grep -qE "gpt2_medium \(um\): [45] of 5 iterations ran with part of its memory paged out, which added" "$out" || fail "um text line"
+# Against policies that failed a job, zico's line says so instead of a ratio.
+run --budget 16GiB --iterations 5 --mode um --policy all "$gpt2m" "$bert"
+grep -q "zico's throughput: sequential failed a job, static failed a job, [0-9.]*x fcfs" "$out" || fail "failed policies"
 
 # A job that cannot run under the budget fails the run: exit 1, the output complete and naming it.
 run --budget 1GiB "$traces/gpt2.ztrace.gz"
