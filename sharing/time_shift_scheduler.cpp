@@ -10,6 +10,9 @@ namespace {
 
 uint64_t add_saturating(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
+// The most SchedulerOptions::max_stretch is taken as.
+constexpr double kMaxStretch = 8.0;
+
 // What a capped start is weighed on: the job's curve and paging cost, the
 // others' predicted aggregate per cell of `step` ns, and the limit.
 struct CappedSearch {
@@ -69,7 +72,8 @@ std::optional<CappedStart> earliest_capped_end(const CappedSearch& search, size_
       stretch = longer;
       cap = std::min(cap, search.largest_cap(d, stretch));
     }
-    if (cap < search.paging.floor_bytes) continue;
+    // A cap at or above the peak caps nothing: that start does not fit.
+    if (cap < search.paging.floor_bytes || cap >= search.curve.peak()) continue;
     stretch = search.paging.stretch_at(cap);
     if (stretch > search.max_stretch) continue;
     const double end = start + period * stretch;
@@ -78,6 +82,7 @@ std::optional<CappedStart> earliest_capped_end(const CappedSearch& search, size_
     for (size_t b = 0; b < kDemandBins; ++b) {
       peak = std::max(peak, add_saturating(std::min(search.curve.bins[b], cap), search.over(d, b, stretch)));
     }
+    if (peak > search.limit) continue;  // the rounds did not settle where it fits
     best = CappedStart{d, cap, stretch, peak};
     best_end = end;
   }
@@ -109,11 +114,12 @@ void TimeShiftScheduler::set_curve(JobId job, const DemandCurve& curve) {
   it->second.curve = curve;
 }
 
-void TimeShiftScheduler::set_paging_cost(JobId job, const PagingCost& cost) {
+bool TimeShiftScheduler::set_paging_cost(JobId job, const PagingCost& cost) {
   auto it = jobs_.find(job);
-  if (it == jobs_.end()) return;
+  if (it == jobs_.end() || !cost.invalid().empty()) return false;
   it->second.paging = cost;
   ++generation_;
+  return true;
 }
 
 void TimeShiftScheduler::set_held(JobId job, uint64_t bytes) {
@@ -211,7 +217,8 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
   const uint64_t step = std::max(curve.bin_ns(), (horizon_end - now_ns) / max_candidates + 1);
   const size_t candidates = static_cast<size_t>((horizon_end - now_ns + step - 1) / step) + 1;
   // A capped UM iteration lasts up to max_stretch periods.
-  const double max_stretch = job.paging.known() ? std::max(1.0, options_.max_stretch) : 1.0;
+  // At most kMaxStretch: a capped iteration's cells are allocated up front.
+  const double max_stretch = job.paging.known() ? std::clamp(options_.max_stretch, 1.0, kMaxStretch) : 1.0;
   const size_t cells = candidates + static_cast<size_t>(std::ceil(static_cast<double>(kDemandBins) * max_stretch));
 
   // The others' predicted aggregate, cell by cell on this job's bin grid

@@ -83,10 +83,11 @@ struct SchedulerOptions {
   double replan_tolerance = 0.05;
   // A UM job is capped only where its iteration would run at most this many
   // times its time in memory; otherwise it starts uncapped at the least
-  // overflow like any job. The committed traces are memory-bound: a cap 3 %
+  // overflow like any job. The committed traces are memory-bound: a cap 6 %
   // below gpt2_medium's peak already costs 8 % at 55 GB/s (docs/benchmarks.md),
   // and with 1.25 or 2 the caps cost more than they saved in runs where an
   // ordinary start at the least overflow, paced by the ledger, did well.
+  // Taken as at most 8.
   double max_stretch = 1.1;
 };
 
@@ -118,8 +119,9 @@ class TimeShiftScheduler {
   // re-plan when it differs materially from the one in use.
   void set_curve(JobId job, const DemandCurve& curve);
   // What it costs the job to run capped (a UM job); an empty cost makes it
-  // an ordinary job again. A re-plan.
-  void set_paging_cost(JobId job, const PagingCost& cost);
+  // an ordinary job again. A re-plan. False (nothing changes) for an
+  // unknown job or a cost that is not valid (PagingCost::invalid).
+  bool set_paging_cost(JobId job, const PagingCost& cost);
   // What the job holds now (used for jobs still learning).
   void set_held(JobId job, uint64_t bytes);
 

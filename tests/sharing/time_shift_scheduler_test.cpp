@@ -322,7 +322,7 @@ TEST(TimeShiftScheduler, AJobThatCannotPageFindsNoStartWhereNothingFits) {
 TEST(TimeShiftScheduler, AUmJobThatFitsNowhereStartsCappedWithinTheBudget) {
   TimeShiftScheduler scheduler = pair_that_never_fits();
   const PagingCost cost = gentle_paging();
-  scheduler.set_paging_cost(2, cost);
+  ASSERT_TRUE(scheduler.set_paging_cost(2, cost));
   const StartDecision decision = scheduler.plan_start(2, 0);
   ASSERT_TRUE(decision.fits);
   EXPECT_GE(decision.cap_bytes, cost.least_cap_within(SchedulerOptions{}.max_stretch));
@@ -336,11 +336,22 @@ TEST(TimeShiftScheduler, AUmJobThatFitsNowhereStartsCappedWithinTheBudget) {
   EXPECT_LE(predicted_peak_over(scheduler, decision.start_ns, end), scheduler.budget());
 }
 
+TEST(TimeShiftScheduler, AnInvalidPagingCostIsRefused) {
+  TimeShiftScheduler scheduler = pair_that_never_fits();
+  PagingCost faster = gentle_paging();
+  faster.points[1].stretch = 0.5;
+  EXPECT_FALSE(scheduler.set_paging_cost(2, faster));
+  EXPECT_FALSE(scheduler.set_paging_cost(7, gentle_paging())) << "no such job";
+  const StartDecision decision = scheduler.plan_start(2, 0);
+  EXPECT_FALSE(decision.fits);
+  EXPECT_EQ(decision.cap_bytes, 0u);
+}
+
 TEST(TimeShiftScheduler, AUmJobIsNotCappedWherePagingCostsMoreThanAllowed) {
   TimeShiftScheduler scheduler = pair_that_never_fits();
   PagingCost steep = gentle_paging();
   steep.points[1].stretch = 1.5;  // 9 GiB: 1.5x
-  scheduler.set_paging_cost(2, steep);
+  ASSERT_TRUE(scheduler.set_paging_cost(2, steep));
   const StartDecision decision = scheduler.plan_start(2, 0);
   EXPECT_FALSE(decision.fits);
   EXPECT_EQ(decision.cap_bytes, 0u);
@@ -350,7 +361,7 @@ TEST(TimeShiftScheduler, AUmJobThatFitsAsItIsIsDecidedLikeAnyJob) {
   const DemandCurve curve = triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB);
   TimeShiftScheduler ordinary = pair_first_started(14 * kGiB, curve);
   TimeShiftScheduler paging = pair_first_started(14 * kGiB, curve);
-  paging.set_paging_cost(2, gentle_paging());
+  ASSERT_TRUE(paging.set_paging_cost(2, gentle_paging()));
   const StartDecision expected = ordinary.plan_start(2, 0);
   const StartDecision decision = paging.plan_start(2, 0);
   ASSERT_TRUE(expected.fits);

@@ -56,6 +56,7 @@ refuses --find-budget 0.9 --budget 8GiB "$bert" "without --budget or --budget-sc
 refuses --find-budget 0.9 --budget-schedule 0s:8GiB "$bert" "without --budget or --budget-schedule"
 refuses --find-budget 0.9 --policy fcfs "$bert" "without --policy"
 refuses --budget 8GiB --mode paged "$bert" "--mode 'paged' is not a mode; expected vmm or um"
+refuses --find-budget 0.9 --mode um "$bert" "give it without --mode um"
 # UM needs the trace's access records; a version 1 trace without ops has none.
 printf 'zicoum-trace 1\nmeta model noops\nmeta command test\nmeta source meta\nmeta batch 1\nmeta iterations 3\nmeta timing test\na 0 1048576 0 param -1\ni 0 0\na 1 1024 1 act -1\nf 1 5\ni 1 10\na 2 1024 11 act -1\nf 2 15\ni 2 20\na 3 1024 21 act -1\nf 3 25\nend 10\n' |
   gzip >"$tmp/noops.ztrace.gz"

@@ -586,6 +586,22 @@ TEST(SimulatorUm, ABudgetCutBelowAJobsNeedPagesItInsteadOfStoppingIt) {
   EXPECT_LE(peak_sum_after(um, 350 * kMs + 1), 5 * kGiB);
 }
 
+TEST(SimulatorUm, TwoJobsAboveTheBudgetBothPageAndComplete) {
+  // Two climbers (6 GiB peaks) under 5.1-5.9 GiB: each pages to the budget;
+  // where they hold each other up one yields, and back in it asks for no
+  // more than the budget holds (its 6 GiB the ledger would deny).
+  const std::vector<JobModel> two = two_climbers();
+  uint64_t yields = 0;
+  for (uint64_t tenths = 1; tenths <= 9; ++tenths) {
+    const uint64_t bytes = 5 * kGiB + kGiB * tenths / 10;
+    const SimulationResult um = run_um(two, budget(bytes));
+    EXPECT_EQ(um.failed_jobs, 0u) << bytes << ": " << um.jobs[0].failure << um.jobs[1].failure;
+    EXPECT_FALSE(um.budget_exceeded) << bytes;
+    yields += um.yields;
+  }
+  EXPECT_GT(yields, 0u);
+}
+
 TEST(SimulatorUm, ABudgetBelowTheLargestOpFailsTheJobSayingSo) {
   const std::vector<JobModel> one = {model_of(climbing_job("a", 1 * kGiB, 1 * kGiB))};
   const SimulationResult um = run_um(one, budget(kGiB + kGiB / 2));

@@ -76,6 +76,7 @@ struct Job {
   double stretch = 1.0;
   bool capped_this_iteration = false;
   uint64_t planned_cap_bytes = 0;
+  double paging_ns = 0;  // time its paging added so far
   std::unique_ptr<sharing::UsageTracker> tracker;  // zico
   double stalled_ns = 0;          // time in stall phases that have ended
   uint64_t last_progress_ns = 0;  // the latest time the tracker was given
@@ -194,7 +195,7 @@ class Engine {
       const double target = j->target();
       const bool arrives = now_ + std::max(0.0, target - j->pos) * slowdown * j->stretch <= next;
       j->pos += dt / (slowdown * j->stretch);
-      j->result.paging_s += seconds(dt * (1.0 - 1.0 / j->stretch));
+      j->paging_ns += dt * (1.0 - 1.0 / j->stretch);
       if (arrives || j->pos >= target - kEpsilonNs) j->pos = target;
     }
     now_ = next;
@@ -267,7 +268,8 @@ class Engine {
           pump();
           return;
         }
-        const uint64_t need = chunks_for(j.live);
+        const uint64_t need = need_within_budget(j);
+        if (!j.active()) return;
         if (need == 0) {
           enter(j, Phase::kRunning);
           return;
@@ -311,7 +313,7 @@ class Engine {
       }
     }
     if (zico()) scheduler_.add_job(j.id);
-    if (zico() && j.pages()) scheduler_.set_paging_cost(j.id, *j.paging);
+    if (zico() && j.pages()) (void)scheduler_.set_paging_cost(j.id, *j.paging);  // validated in simulate()
     if (options_.policy == Policy::kStatic) set_held(j, j.reservation);
     load(j, -1);
   }
@@ -453,15 +455,23 @@ class Engine {
       set_held(j, chunks);
       pump();
     }
+    if (zico() && j.active()) update_claim(j);  // its claim is no more than the cap now
   }
 
+  // Caps never rise within an iteration: what was paged out stays out
+  // until the iteration ends.
   void set_cap(Job& j, uint64_t chunks) {
-    j.cap = chunks;
-    j.stretch = j.paging->stretch_at(chunks * options_.chunk_bytes);
-    if (!j.capped_this_iteration) {
+    j.cap = j.cap != 0 ? std::min(j.cap, chunks) : chunks;
+    j.stretch = paged_stretch(j, j.cap);
+    if (!j.capped_this_iteration && j.segment >= 0) {
       j.capped_this_iteration = true;
       j.result.capped_iterations += 1;
     }
+  }
+
+  // How much longer the job's trace time runs while capped at `chunks`.
+  [[nodiscard]] double paged_stretch(const Job& j, uint64_t chunks) const {
+    return j.paging->stretch_at(chunks * options_.chunk_bytes);
   }
 
   // What a running UM job gives back when the ledger asks: above the
@@ -496,7 +506,8 @@ class Engine {
   }
 
   // The least a UM job pages down to for another job's sake: where it runs
-  // no slower than the scheduler would cap it (SchedulerOptions::max_stretch).
+  // no slower than the scheduler would cap it (SchedulerOptions::max_stretch;
+  // the simulator's scheduler runs with the default options).
   [[nodiscard]] uint64_t worth_floor_chunks(const Job& j) const {
     if (!j.pages()) return 0;
     return std::max(floor_chunks(j), chunks_for(j.paging->least_cap_within(sharing::SchedulerOptions{}.max_stretch)));
@@ -506,6 +517,16 @@ class Engine {
   [[nodiscard]] uint64_t resident_need(const Job& j) const {
     const uint64_t need = chunks_for(j.live);
     return j.cap != 0 ? std::min(need, j.cap) : need;
+  }
+
+  // The same, after a UM job has capped itself at what the budget itself
+  // can hold (more, the ledger would deny), if that holds its largest op.
+  uint64_t need_within_budget(Job& j) {
+    const uint64_t budget_chunks = budget_bytes_ / options_.chunk_bytes;
+    if (j.pages() && budget_chunks != 0 && resident_need(j) > budget_chunks && budget_chunks >= floor_chunks(j)) {
+      cap_at(j, budget_chunks);
+    }
+    return resident_need(j);
   }
 
   // A request of a capped UM iteration the ledger did not grant at once:
@@ -536,9 +557,10 @@ class Engine {
   }
 
   // The job's progress clock, which its tracker runs on: the virtual time
-  // less all the time it has stalled so far, never decreasing.
+  // less all the time it has stalled so far, paging included (the
+  // scheduler stretches a capped job's curve itself), never decreasing.
   uint64_t progress_ns(Job& j) {
-    double stalled_ns = j.stalled_ns;
+    double stalled_ns = j.stalled_ns + j.paging_ns;
     if (stalled(j.phase)) stalled_ns += now_ - j.since;
     const double progress = std::max(0.0, now_ - stalled_ns);
     j.last_progress_ns = std::max(j.last_progress_ns, static_cast<uint64_t>(progress));
@@ -565,14 +587,8 @@ class Engine {
         sync_curve(j);
       }
     }
-    // A UM job pages what the budget can never hold (the ledger would deny
-    // it), if its largest op fits.
-    const uint64_t budget_chunks = budget_bytes_ / options_.chunk_bytes;
-    if (j.pages() && budget_chunks != 0 && resident_need(j) > budget_chunks && budget_chunks >= floor_chunks(j)) {
-      cap_at(j, budget_chunks);
-      if (!j.active()) return;
-    }
-    const uint64_t need = resident_need(j);
+    const uint64_t need = need_within_budget(j);
+    if (!j.active()) return;
     switch (options_.policy) {
       case Policy::kStatic: return;  // it holds its reservation throughout
       case Policy::kSequential: set_held(j, need); return;
@@ -647,7 +663,8 @@ class Engine {
         (void)ledger_.returned(j.id, 0, give, true, now_ns(), &why);
         if (give != 0) {
           set_cap(j, j.held - give);
-          set_held(j, j.cap);
+          set_held(j, j.held - give);
+          if (zico()) update_claim(j);
         }
         return;
       }
@@ -661,7 +678,8 @@ class Engine {
         j.wake = now_ + swap_ns(j.held);
         return;
       case LedgerAction::Kind::kResume: {
-        const uint64_t need = chunks_for(j.live);
+        const uint64_t need = need_within_budget(j);
+        if (!j.active()) return;
         if (need == 0) {
           back_to_gate(j);
           return;
@@ -839,6 +857,7 @@ class Engine {
       JobResult& result = j->result;
       result.held = std::move(held[j->id - 1]);
       result.delay_s = result.queue_s + result.gate_s + result.wait_s + result.swap_s;
+      result.paging_s = seconds(j->paging_ns);
       result.mean_iter_s = result.iterations > 0 ? seconds(j->last_iteration_end) / result.iterations : 0;
       r.makespan_s = std::max(r.makespan_s, result.end_s);
       r.yields += result.yields;

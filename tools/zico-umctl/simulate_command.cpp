@@ -223,6 +223,10 @@ int parse(int argc, char** argv, Options* options) {
     if (!policy.empty()) {
       return usage_error(kCommand, "--find-budget runs zico against unlimited; give it without --policy");
     }
+    if (mode == "um") {
+      return usage_error(kCommand, "--find-budget searches from the largest job's own peak up, for ordinary "
+                                   "jobs; give it without --mode um");
+    }
     options->find_budget = *r;
   }
   if (policy.empty() || policy == "all") {
@@ -713,10 +717,15 @@ int run_simulate(int argc, char** argv) {
     // The same model twice gets "#2", so tables and legends tell them apart.
     if (const int n = ++seen[models[i].name]; n > 1) models[i].name += " #" + std::to_string(n);
     if (options.um) {
-      options.sim.paging.emplace_back();
-      if (!page::measure_paging_cost(trace, paging_cost_options(options.sim), &options.sim.paging.back(), &error)) {
+      sharing::PagingCost& cost = options.sim.paging.emplace_back();
+      if (!page::measure_paging_cost(trace, paging_cost_options(options.sim), &cost, &error)) {
         std::fprintf(stderr, "zico-umctl simulate: --mode um: %s\n", error.c_str());
         return kExitUsage;
+      }
+      // The paging simulator runs the ops back to back; the job's trace time
+      // also holds its gaps, which paging does not lengthen.
+      for (sharing::PagingCost::Point& point : cost.points) {
+        point.stretch = 1 + (point.stretch - 1) * models[i].utilization;
       }
     }
   }
