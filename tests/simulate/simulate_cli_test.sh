@@ -159,7 +159,11 @@ check_json "um json" '
 j = d["jobs"][0]
 assert j["um"] is True and j["iterations"] == 5 and not j["failed"], j
 assert j["capped_iterations"] >= 4 and j["paging_s"] > 0 and j["mean_iter_s"] > j["solo_iter_s"], j
-assert j["peak_bytes"] <= 16 << 30 and d["budget_exceeded"] is False, (j["peak_bytes"], d["budget_exceeded"])'
+assert j["peak_bytes"] <= 16 << 30 and d["budget_exceeded"] is False, (j["peak_bytes"], d["budget_exceeded"])
+c = j["paging_cost"]
+caps = [p[0] for p in c["points"]]
+assert c["floor_bytes"] > 0 and caps[0] == c["floor_bytes"] and caps == sorted(set(caps)), c
+assert c["points"][0][1] > 1 and c["points"][-1][1] == 1, c'
 run --budget 16GiB --iterations 5 --mode um "$gpt2m"
 grep -qE "gpt2_medium \(um\): [45] of 5 iterations ran with part of its memory paged out, which added" "$out" || fail "um text line"
 # Against policies that failed a job, zico's line says so instead of a ratio.

@@ -416,7 +416,7 @@ void print_comparison(const std::map<Policy, Outcome>& outcomes) {
 }
 
 void write_result_json(JsonWriter& json, const Outcome& o, const std::vector<std::string>& traces,
-                       const std::map<Policy, Outcome>* all) {
+                       const std::map<Policy, Outcome>* all, const std::vector<sharing::PagingCost>* paging = nullptr) {
   const simulate::SimulationResult& r = o.result;
   json.begin_object();
   json.field("policy", simulate::to_string(r.policy));
@@ -489,6 +489,23 @@ void write_result_json(JsonWriter& json, const Outcome& o, const std::vector<std
     json.boolean(j.um);
     json.field("capped_iterations", j.capped_iterations);
     json.field("paging_s", j.paging_s);
+    if (paging != nullptr && i < paging->size() && (*paging)[i].known()) {
+      // What its paging costs, as the run used it: {"floor_bytes", "points": [[cap_bytes, stretch]...]}.
+      const sharing::PagingCost& cost = (*paging)[i];
+      json.key("paging_cost");
+      json.begin_object();
+      json.field("floor_bytes", cost.floor_bytes);
+      json.key("points");
+      json.begin_array();
+      for (const sharing::PagingCost::Point& point : cost.points) {
+        json.begin_array();
+        json.value(point.cap_bytes);
+        json.value(point.stretch, 4);
+        json.end_array();
+      }
+      json.end_array();
+      json.end_object();
+    }
     json.end_object();
   }
   json.end_array();
@@ -760,11 +777,11 @@ int run_simulate(int argc, char** argv) {
       json.begin_object();
       for (const Policy p : options.policies) {
         json.key(simulate::to_string(p));
-        write_result_json(json, outcomes.at(p), options.traces, &outcomes);
+        write_result_json(json, outcomes.at(p), options.traces, &outcomes, &options.sim.paging);
       }
       json.end_object();
     } else {
-      write_result_json(json, outcomes.begin()->second, options.traces, nullptr);
+      write_result_json(json, outcomes.begin()->second, options.traces, nullptr, &options.sim.paging);
     }
     std::printf("%s\n", json.text().c_str());
     return verdict;
