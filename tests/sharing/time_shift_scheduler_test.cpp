@@ -308,8 +308,20 @@ PagingCost gentle_paging() {
 
 // Job 1 began at 0; job 2 asks at 0. Under 10.5 GiB job 2's 10 GiB peak and
 // job 1's 1 GiB least never fit together: an ordinary job finds no start.
+// UM jobs may be capped where that costs up to 10 %.
+constexpr double kMaxStretch = 1.1;
 TimeShiftScheduler pair_that_never_fits() {
-  return pair_first_started(10 * kGiB + kGiB / 2, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
+  SchedulerOptions options;
+  options.headroom = 0;
+  options.max_stretch = kMaxStretch;
+  TimeShiftScheduler scheduler(options);
+  scheduler.set_budget(10 * kGiB + kGiB / 2);
+  for (JobId job : {1, 2}) {
+    scheduler.add_job(job);
+    scheduler.set_curve(job, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
+  }
+  scheduler.started(1, 0);
+  return scheduler;
 }
 
 TEST(TimeShiftScheduler, AJobThatCannotPageFindsNoStartWhereNothingFits) {
@@ -325,10 +337,10 @@ TEST(TimeShiftScheduler, AUmJobThatFitsNowhereStartsCappedWithinTheBudget) {
   ASSERT_TRUE(scheduler.set_paging_cost(2, cost));
   const StartDecision decision = scheduler.plan_start(2, 0);
   ASSERT_TRUE(decision.fits);
-  EXPECT_GE(decision.cap_bytes, cost.least_cap_within(SchedulerOptions{}.max_stretch));
+  EXPECT_GE(decision.cap_bytes, cost.least_cap_within(kMaxStretch));
   EXPECT_LT(decision.cap_bytes, 10 * kGiB);
   EXPECT_DOUBLE_EQ(decision.stretch, cost.stretch_at(decision.cap_bytes));
-  EXPECT_LE(decision.stretch, SchedulerOptions{}.max_stretch);
+  EXPECT_LE(decision.stretch, kMaxStretch);
   EXPECT_LE(decision.predicted_peak, scheduler.budget());
   // Planned capped, the job is predicted at its cap over its longer
   // iteration, and the two together stay within the budget throughout.
@@ -345,6 +357,22 @@ TEST(TimeShiftScheduler, AnInvalidPagingCostIsRefused) {
   const StartDecision decision = scheduler.plan_start(2, 0);
   EXPECT_FALSE(decision.fits);
   EXPECT_EQ(decision.cap_bytes, 0u);
+}
+
+TEST(TimeShiftScheduler, ByDefaultOnlyACapThatCostsNothingIsTaken) {
+  const DemandCurve curve = triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB);
+  for (const bool free : {false, true}) {
+    TimeShiftScheduler scheduler = two_jobs_without_headroom(10 * kGiB + kGiB / 2);
+    for (JobId job : {1, 2}) scheduler.set_curve(job, curve);
+    scheduler.started(1, 0);
+    PagingCost cost = gentle_paging();
+    if (free) cost.points[1].stretch = 1.0;  // the planner hides paging down to 9 GiB
+    ASSERT_TRUE(scheduler.set_paging_cost(2, cost));
+    const StartDecision decision = scheduler.plan_start(2, 0);
+    EXPECT_EQ(decision.fits, free);
+    EXPECT_EQ(decision.cap_bytes != 0, free);
+    EXPECT_EQ(decision.stretch, 1.0);
+  }
 }
 
 TEST(TimeShiftScheduler, AUmJobIsNotCappedWherePagingCostsMoreThanAllowed) {
