@@ -54,9 +54,9 @@ struct CappedStart {
 };
 
 // Of the candidate starts, the capped one predicted to end first: at each,
-// the largest cap that fits (at least the floor, costing at most
-// max_stretch), found again where the longer iteration's bins fall until it
-// holds (a few rounds; the ledger's hard budget covers the rest).
+// the largest cap that fits (at least the floor, below the peak, costing at
+// most max_stretch), found again where the longer iteration's bins fall
+// until it holds (a few rounds; a start where it does not is passed over).
 std::optional<CappedStart> earliest_capped_end(const CappedSearch& search, size_t candidates) {
   std::optional<CappedStart> best;
   double best_end = 0;
@@ -82,7 +82,7 @@ std::optional<CappedStart> earliest_capped_end(const CappedSearch& search, size_
     for (size_t b = 0; b < kDemandBins; ++b) {
       peak = std::max(peak, add_saturating(std::min(search.curve.bins[b], cap), search.over(d, b, stretch)));
     }
-    if (peak > search.limit) continue;  // the rounds did not settle where it fits
+    if (peak > search.limit) continue;
     best = CappedStart{d, cap, stretch, peak};
     best_end = end;
   }

@@ -440,8 +440,8 @@ class Engine {
 
   // --- Unified Memory -------------------------------------------------------
 
-  // Caps a UM job's resident chunks (never below its floor) and returns what
-  // it holds above the cap: its pager evicts that.
+  // Caps a UM job's resident chunks (never below its floor) and gives back
+  // what it holds above the cap: its pager evicts that.
   void cap_at(Job& j, uint64_t chunks) {
     chunks = std::max(chunks, floor_chunks(j));
     if (j.cap != 0 && chunks >= j.cap) return;
@@ -462,16 +462,11 @@ class Engine {
   // until the iteration ends.
   void set_cap(Job& j, uint64_t chunks) {
     j.cap = j.cap != 0 ? std::min(j.cap, chunks) : chunks;
-    j.stretch = paged_stretch(j, j.cap);
+    j.stretch = j.paging->stretch_at(j.cap * options_.chunk_bytes);
     if (!j.capped_this_iteration && j.segment >= 0) {
       j.capped_this_iteration = true;
       j.result.capped_iterations += 1;
     }
-  }
-
-  // How much longer the job's trace time runs while capped at `chunks`.
-  [[nodiscard]] double paged_stretch(const Job& j, uint64_t chunks) const {
-    return j.paging->stretch_at(chunks * options_.chunk_bytes);
   }
 
   // What a running UM job gives back when the ledger asks: above the
