@@ -12,8 +12,8 @@
 //
 // Below `floor_bytes` the job cannot run at all (its largest op's pages must
 // be resident at once). Between the points the stretch is interpolated
-// linearly; at or above the last point it is that point's, which is 1 when
-// the last cap is the job's peak.
+// linearly; at or above the last point it is that point's (measured at every
+// page the job touches, where it pages nothing: 1).
 #pragma once
 
 #include <cstdint>
