@@ -446,15 +446,7 @@ class Engine {
     chunks = std::max(chunks, floor_chunks(j));
     if (j.cap != 0 && chunks >= j.cap) return;
     set_cap(j, chunks);
-    if (j.held > chunks) {
-      std::string why;
-      if (!ledger_.returned(j.id, 0, j.held - chunks, false, now_ns(), &why).is_ok()) {
-        fail(j, "ledger refused a return: " + why);
-        return;
-      }
-      set_held(j, chunks);
-      pump();
-    }
+    if (j.held > chunks) keep_only(j, chunks);
     if (zico() && j.active()) update_claim(j);  // its claim is no more than the cap now
   }
 
@@ -595,14 +587,19 @@ class Engine {
       request(j, need - j.held);
       page_instead_of_waiting(j);
     } else if (need < j.held) {
-      std::string why;
-      if (!ledger_.returned(j.id, 0, j.held - need, false, now_ns(), &why).is_ok()) {
-        fail(j, "ledger refused a return: " + why);
-        return;
-      }
-      set_held(j, need);
-      pump();
+      keep_only(j, need);
     }
+  }
+
+  // The job gives back what it holds above `chunks`.
+  void keep_only(Job& j, uint64_t chunks) {
+    std::string why;
+    if (!ledger_.returned(j.id, 0, j.held - chunks, false, now_ns(), &why).is_ok()) {
+      fail(j, "ledger refused a return: " + why);
+      return;
+    }
+    set_held(j, chunks);
+    pump();
   }
 
   // The job has entered kWaiting or kSwapWait.
