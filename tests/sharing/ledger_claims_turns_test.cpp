@@ -263,17 +263,26 @@ TEST(LedgerTurns, JobsThatFitBesideEachOthersRestAreNeverParked) {
   EXPECT_TRUE(b.ledger.pump(0).empty());
 }
 
-TEST(LedgerTurns, AJobWhoseRestAWaitingRequestNeedsIsParkedNotStarted) {
-  // Job 1, in mid-iteration, waits for 8 with 7 free: only job 2, resting
-  // at its gate, can give the eighth (without parking it would start, and the
-  // two would deadlock; LedgerClaims above).
+// Budget 10. Job 1, in mid-iteration, waits for 8 with 7 free: only job 2,
+// resting at its gate with 3 (a UM job if `pageable`), can give the eighth.
+Books one_waits_for_the_others_rest(bool pageable) {
   Books b(10);
   b.join(1);
   b.join(2);
   b.hold(2, 1, 3);
   EXPECT_TRUE(b.ledger.set_between_iterations(2, 0));
+  if (pageable) {
+    EXPECT_TRUE(b.ledger.set_pageable(2, 0, 2));
+  }
   EXPECT_TRUE(b.ledger.set_claim(1, 0, 8, 1));
   b.ask(1, 1, 8);
+  return b;
+}
+
+TEST(LedgerTurns, AJobWhoseRestAWaitingRequestNeedsIsParkedNotStarted) {
+  // Without parking job 2 would start, and the two would deadlock
+  // (LedgerClaims above).
+  Books b = one_waits_for_the_others_rest(false);
   EXPECT_FALSE(b.ledger.may_start(2, 0, 6, 3, 0));
   std::vector<LedgerAction> actions = b.ledger.pump(0);
   ASSERT_EQ(actions.size(), 1u) << describe(actions);
@@ -445,14 +454,7 @@ TEST(LedgerTurns, AUmJobIsNeitherParkedNorHeldAtItsGate) {
   // As in AJobWhoseRestAWaitingRequestNeedsIsParkedNotStarted, but job 2
   // pages: it starts (giving back what job 1 needs as it pages) and is not
   // swapped out whole.
-  Books b(10);
-  b.join(1);
-  b.join(2);
-  b.hold(2, 1, 3);
-  EXPECT_TRUE(b.ledger.set_between_iterations(2, 0));
-  EXPECT_TRUE(b.ledger.set_pageable(2, 0, 2));
-  EXPECT_TRUE(b.ledger.set_claim(1, 0, 8, 1));
-  b.ask(1, 1, 8);
+  Books b = one_waits_for_the_others_rest(true);
   EXPECT_TRUE(b.ledger.may_start(2, 0, 6, 3, 0));
   EXPECT_EQ(count(b.ledger.pump(0), Kind::kPark), 0u);
   // Nor does a UM job wait at its gate for a turn: job 2 cannot start
