@@ -28,6 +28,11 @@ bool Residency::remove_live(PageId page, uint64_t bytes) {
   return p.live_bytes == 0;
 }
 
+void Residency::set_budget_pages(uint32_t pages) {
+  assert(occupied_ <= pages);
+  budget_pages_ = pages;
+}
+
 void Residency::queue(PageId page) {
   assert(pages_[page].state == PageState::kAbsent);
   pages_[page].state = PageState::kQueued;

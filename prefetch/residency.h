@@ -76,6 +76,9 @@ class Residency {
   void leave(PageId page);                         // kLeaving -> kAbsent (frees the slot)
   void drop(PageId page);                          // kResident -> kAbsent at once (no copy needed)
   void unqueue(PageId page);                       // kQueued -> kAbsent
+  // The budget changed (a node manager lends the job more or asks some back).
+  // The executor evicts first: occupied pages never exceed the new budget.
+  void set_budget_pages(uint32_t pages);
 
  private:
   struct Page {

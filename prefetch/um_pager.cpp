@@ -186,10 +186,11 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
 
   // No plan keeps such a kernel within the budget: the driver pages it on
   // demand while it runs, slowly but correctly. Said once, with the numbers.
-  if (kernel_pages_.size() * page_bytes_ > options_.budget_bytes && stats_.oversized_kernels++ == 0) {
-    ZICO_LOG(kWarn, "paging: a kernel uses %s of pages, more than the budget (ZICO_BUDGET=%s); the driver pages it "
+  const uint64_t budget = uint64_t{residency_.budget_pages()} * page_bytes_;
+  if (kernel_pages_.size() * page_bytes_ > budget && stats_.oversized_kernels++ == 0) {
+    ZICO_LOG(kWarn, "paging: a kernel uses %s of pages, more than the budget (%s); the driver pages it "
              "on demand while it runs (slow); a budget of at least its working set avoids that",
-             format_size(kernel_pages_.size() * page_bytes_).c_str(), format_size(options_.budget_bytes).c_str());
+             format_size(kernel_pages_.size() * page_bytes_).c_str(), format_size(budget).c_str());
   }
   const OpView view{exec_id, duration_ns, kernel_pages_, kernel_blocks_};
   decisions_.clear();
@@ -202,16 +203,7 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   for (const PageId page : kernel_pages_) {
     if (residency_.state(page) != PageState::kAbsent) continue;
     while (residency_.free_pages() == 0) {
-      PageId victim = 0;
-      bool found = false;
-      for (const auto& [migrated, candidate] : residency_.by_migration()) {
-        if (pinned(candidate)) continue;
-        victim = candidate;
-        found = true;
-        break;
-      }
-      if (!found) break;  // the kernel alone needs more than the budget: the driver's eviction decides
-      evict(victim);
+      if (!evict_oldest_unpinned()) break;  // the kernel alone needs more than the budget: the driver's eviction decides
       ++stats_.room_evictions;
     }
     if (residency_.free_pages() == 0) continue;
@@ -274,6 +266,24 @@ void UmPager::prefetch(PageId page) {
   ++stats_.prefetches;
 }
 
+bool UmPager::evict_oldest_unpinned() {
+  for (const auto& [migrated, candidate] : residency_.by_migration()) {
+    if (pinned(candidate)) continue;
+    evict(candidate);
+    return true;
+  }
+  return false;
+}
+
+uint64_t UmPager::set_budget(uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  poll_deferred();
+  const auto target = static_cast<uint32_t>(std::min<uint64_t>(bytes / page_bytes_, UINT32_MAX));
+  while (residency_.occupied_pages() > target && evict_oldest_unpinned()) ++stats_.budget_evictions;
+  residency_.set_budget_pages(std::max(target, residency_.occupied_pages()));
+  return uint64_t{residency_.budget_pages()} * page_bytes_;
+}
+
 void UmPager::evict(PageId page) {
   residency_.drop(page);
   migrate(page, true);
@@ -324,7 +334,10 @@ UmPagerStats UmPager::stats() const {
   return stats_;
 }
 
-uint64_t UmPager::budget_bytes() const { return uint64_t{residency_.budget_pages()} * page_bytes_; }
+uint64_t UmPager::budget_bytes() const {
+  std::lock_guard lock(mutex_);
+  return uint64_t{residency_.budget_pages()} * page_bytes_;
+}
 
 uint64_t UmPager::resident_bytes() const {
   std::lock_guard lock(mutex_);

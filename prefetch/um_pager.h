@@ -57,6 +57,7 @@ struct UmPagerStats {
   uint64_t unknown_pointers = 0;     // ranges a kernel used that no live block holds
   uint64_t driver_errors = 0;        // migrations the driver refused (logged once)
   uint64_t oversized_kernels = 0;    // used more pages than the budget holds (logged once): the driver paged them
+  uint64_t budget_evictions = 0;     // pages sent to the host because the budget shrank
   uint64_t peak_resident_bytes = 0;
 };
 
@@ -97,6 +98,12 @@ class UmPager {
   // An iteration boundary (zico_mark_iteration, or detected).
   void on_iteration();
 
+  // A new budget (whole pages; a node manager lent more or asks some back).
+  // Shrinking evicts the least recently migrated pages first, never those of
+  // the kernel running now; returns the budget it has after: more than asked
+  // only while that kernel's pages hold it up.
+  uint64_t set_budget(uint64_t bytes);
+
   [[nodiscard]] UmPagerStats stats() const;
   [[nodiscard]] uint64_t budget_bytes() const;
   [[nodiscard]] uint64_t resident_bytes() const;
@@ -128,6 +135,8 @@ class UmPager {
   void poll_deferred();
   void migrate(PageId page, bool to_host);
   void note_peak();
+  // Evicts the least recently migrated page no running kernel uses; false if none.
+  bool evict_oldest_unpinned();
   [[nodiscard]] bool pinned(PageId page) const { return in_kernel_ && pinned_[page] == kernel_stamp_; }
 
   Driver& driver_;

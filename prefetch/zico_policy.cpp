@@ -8,12 +8,19 @@ ZicoPolicy::ZicoPolicy(const Residency& residency, const TransferModel& /*model*
     : residency_(residency),
       pinned_(residency.page_count(), 0),
       prefetched_(residency.page_count(), 0),
-      evicted_(residency.page_count(), 0),
-      // About 64 MiB (a millisecond of copying) of spare slots, at most a
-      // 64th of the budget.
-      spare_pages_(static_cast<uint32_t>(std::min<uint64_t>(
-          residency.budget_pages() / 64, std::max<uint64_t>(4, (uint64_t{64} << 20) / residency.page_bytes())))) {
+      evicted_(residency.page_count(), 0) {
   index_.reset(residency.page_count(), 1);
+}
+
+uint32_t ZicoPolicy::spare_pages() const {
+  // About 64 MiB (a millisecond of copying), at most a 64th of the budget.
+  return static_cast<uint32_t>(std::min<uint64_t>(
+      residency_.budget_pages() / 64, std::max<uint64_t>(4, (uint64_t{64} << 20) / residency_.page_bytes())));
+}
+
+void ZicoPolicy::build_plan() {
+  planned_budget_ = residency_.budget_pages();
+  plan_.build(learned_, planned_budget_ - spare_pages(), residency_.page_count());
 }
 
 int64_t ZicoPolicy::available_slots() const {
@@ -65,10 +72,15 @@ void ZicoPolicy::begin_iteration() {
     if (learned_.empty()) {
       std::swap(learned_, recording_);
       learned_.finish(residency_.page_count());
-      plan_.build(learned_, residency_.budget_pages() - spare_pages_, residency_.page_count());
+      build_plan();
       changed = true;
     } else if (recording_.same_as(learned_)) {
       returns_ = 0;  // as predicted
+      // The budget changed since the plan was made: the same iteration, planned again.
+      if (planned_budget_ != residency_.budget_pages()) {
+        build_plan();
+        changed = true;
+      }
     } else if (period_ == 2) {
       // The alternation broke: start over from the next iteration.
       period_ = 1;
@@ -86,7 +98,7 @@ void ZicoPolicy::begin_iteration() {
       if (++returns_ >= 2) {
         learned_.append(previous_);
         learned_.finish(residency_.page_count());
-        plan_.build(learned_, residency_.budget_pages() - spare_pages_, residency_.page_count());
+        build_plan();
         previous_.clear();
         previous_plan_.clear();
         period_ = 2;
@@ -101,7 +113,7 @@ void ZicoPolicy::begin_iteration() {
       std::swap(previous_plan_, plan_);
       std::swap(learned_, recording_);
       learned_.finish(residency_.page_count());
-      plan_.build(learned_, residency_.budget_pages() - spare_pages_, residency_.page_count());
+      build_plan();
       returns_ = 0;
       changed = true;
     }

@@ -110,7 +110,11 @@ class ZicoPolicy final : public PagingPolicy {
   std::vector<uint64_t> prefetched_;
   std::vector<uint64_t> evicted_;
   uint64_t stamp_ = 0;
-  const uint32_t spare_pages_;  // slots the plan leaves to fetches ahead of their victims
+  uint32_t planned_budget_ = 0;  // the budget plan_ was built for: built again when it changes
+  // Slots the plan leaves to fetches ahead of their victims.
+  [[nodiscard]] uint32_t spare_pages() const;
+  // Builds plan_ for learned_ and the budget as it is now.
+  void build_plan();
 };
 
 }  // namespace zico::prefetch

@@ -185,6 +185,37 @@ TEST_F(PagerDiscards, AKernelLargerThanTheBudgetIsCounted) {
   EXPECT_EQ(pager_->stats().oversized_kernels, 2u);
 }
 
+// A node manager lends the job more or asks some back: a smaller budget
+// sends the least recently migrated pages to the host at once, never those of
+// the kernel running now, and the data comes back intact; a larger one lets
+// more pages stay.
+TEST_F(PagerDiscards, ABudgetChangeEvictsDownToItAtOnce) {
+  for (size_t page = 0; page < 8; ++page) pager_->on_allocate(base_ + page * kPage, kPage);
+  for (size_t page = 0; page < 4; ++page) {
+    std::memset(base_ + page * kPage, static_cast<int>(0x10 + page), kPage);
+    use(page);
+  }
+  ASSERT_EQ(pager_->resident_bytes(), 4 * kPage);
+  EXPECT_EQ(pager_->set_budget(2 * kPage), 2 * kPage);
+  EXPECT_EQ(pager_->resident_bytes(), 2 * kPage);
+  EXPECT_EQ(driver_.managed_stats().resident_bytes, 2 * kPage) << "the device kept pages the pager gave up";
+  EXPECT_EQ(pager_->stats().budget_evictions, 2u);
+  // While a kernel runs, its pages stay: the budget shrinks only to them.
+  const VaRange running[] = {{reinterpret_cast<uintptr_t>(base_ + 2 * kPage), kPage},
+                             {reinterpret_cast<uintptr_t>(base_ + 3 * kPage), kPage}};
+  pager_->before_kernel(99, running, 1000);
+  EXPECT_EQ(pager_->set_budget(kPage), 2 * kPage) << "the running kernel's pages were evicted";
+  pager_->after_kernel();
+  EXPECT_EQ(pager_->set_budget(kPage), kPage);
+  EXPECT_EQ(pager_->set_budget(6 * kPage), 6 * kPage);
+  for (size_t page = 0; page < 6; ++page) use(page);
+  EXPECT_GT(pager_->resident_bytes(), 4 * kPage) << "the larger budget did not let the pages stay";
+  EXPECT_LE(driver_.managed_stats().peak_resident_bytes, 6 * kPage);
+  for (size_t page = 0; page < 4; ++page) {
+    EXPECT_EQ(static_cast<int>(base_[page * kPage + 7]), 0x10 + static_cast<int>(page)) << "page " << page;
+  }
+}
+
 TEST(UmPager, KeepsTheBudgetOnTheDeviceOnRandomStreams) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     const AccessStream stream = random_training_stream(seed, 4, kPage);
