@@ -69,6 +69,13 @@
 //    its minimum, and a frozen job is not asked at all. The shortfall is what the head lacks (its chunks plus the
 //    others' unmet minimums, less the free budget) or, above the budget, the
 //    excess even with no waiter, less what is on its way back.
+//    A Unified Memory job (set_pageable) gives back by paging out: its
+//    request waits without blocking the queue (it runs on meanwhile) and is
+//    served only while no ordinary job's request waits; it
+//    is asked even while it waits, down to max(minimum, floor), but never
+//    for another UM job's request (that would trade one job's paging for
+//    another's) nor for its own; the head is then the first ordinary
+//    job's request, if one waits.
 //
 // 5. Deadlock: a request still waits after serving (its head does not fit,
 //    or is not safe), nothing is on its way back on the GPU, and every job
@@ -77,7 +84,9 @@
 //    minimum must not hide a deadlock among the others; a frozen job gives
 //    back only when it goes and is left out.) Only waiters holding more than
 //    their minimum can be victims: a victim at its minimum would get its
-//    chunks straight back through exception 2a. Policy kYield: of those, the
+//    chunks straight back through exception 2a. A UM job is never a victim
+//    (it does not wait: it pages); reclaim reaches what it holds above its
+//    floor. Policy kYield: of those, the
 //    one holding the most chunks (ties: the youngest) gets kYield, once per
 //    request it has waiting on the GPU; its requests leave the queue and it
 //    must return everything and ask again (at the back). Policy kFail: the

@@ -48,6 +48,12 @@ bool Ledger::Impl::fits(const Gpu& gpu, const Request& r) {
   return add_sat(r.chunks, others_unmet(gpu, r.job)) <= free_of(gpu);
 }
 
+bool Ledger::Impl::defers(const Gpu& gpu, const Request& r) {
+  if (gpu.users.at(r.job).page_floor == 0) return false;
+  return std::any_of(gpu.queue.begin(), gpu.queue.end(),
+                     [&](const Request& other) { return gpu.users.at(other.job).page_floor == 0; });
+}
+
 bool Ledger::Impl::safe(const Gpu& gpu, JobId job, uint64_t chunks, const Claim* starting) const {
   std::vector<Pending>& pending = pending_scratch;
   pending.clear();
@@ -173,7 +179,9 @@ bool Ledger::Impl::serve_one(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<
   size_t blocker = gpu.queue.size();
   for (size_t i = 0; i < gpu.queue.size(); ++i) {
     const Request& r = gpu.queue[i];
+    if (defers(gpu, r)) continue;
     if (!fits(gpu, r)) {
+      if (gpu.users.at(r.job).page_floor != 0) continue;  // a UM job pages while it waits: it blocks nobody
       blocker = i;
       break;
     }
@@ -193,7 +201,7 @@ bool Ledger::Impl::serve_one(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<
   for (size_t i = blocker + 1; i < gpu.queue.size(); ++i) {
     const Request& r = gpu.queue[i];
     const Use& use = gpu.users.at(r.job);
-    if (r.job == blocking.job || !fits(gpu, r) || !safe(gpu, r.job, r.chunks)) continue;
+    if (r.job == blocking.job || defers(gpu, r) || !fits(gpu, r) || !safe(gpu, r.job, r.chunks)) continue;
     if (can_finish(gpu, r.job, use) || (patient && use.held > use.min)) {
       grant(gpu, g, i, now_ns, out);
       return true;
@@ -210,6 +218,12 @@ bool Ledger::Impl::break_deadlock(Gpu& gpu, uint32_t g, uint64_t now_ns, std::ve
     if (incoming(gpu, id, use) > 0) return false;  // memory is on its way back: no jam (yet)
     if (use.held <= use.min) continue;  // its chunks are guaranteed, not part of the jam
     if (jobs.at(id).frozen) continue;   // gives back only when it goes; not part of the jam either
+    if (use.page_floor != 0) {
+      // A UM job runs on while it waits (it pages): reclaim reaches what it
+      // holds above its floor, and the rest is not part of the jam.
+      if (use.held > std::max(use.min, use.page_floor)) return false;
+      continue;
+    }
     if (use.waiting_requests == 0) return false;  // reclaim can reach it
     if (found) {
       const uint64_t best = gpu.users.at(victim).held;
@@ -316,20 +330,34 @@ void Ledger::Impl::resume(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<Led
 
 void Ledger::Impl::reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
   // Enough to bring granted to the budget and, if a request waits, to fit
-  // the head including the room it must leave for the others' minimums.
-  uint64_t needed = gpu.granted;
-  if (!gpu.queue.empty()) {
-    const Request& head = gpu.queue.front();
-    needed = add_sat(needed, add_sat(head.chunks, others_unmet(gpu, head.job)));
+  // the head including the room it must leave for the others' minimums. A
+  // UM job's request blocks nobody (serve_one): the head is the first
+  // request of an ordinary job, if one waits.
+  const Request* head = gpu.queue.empty() ? nullptr : &gpu.queue.front();
+  for (const Request& r : gpu.queue) {
+    if (gpu.users.at(r.job).page_floor == 0) {
+      head = &r;
+      break;
+    }
   }
+  uint64_t needed = gpu.granted;
+  if (head != nullptr) needed = add_sat(needed, add_sat(head->chunks, others_unmet(gpu, head->job)));
   uint64_t shortfall = sub_floor(needed, gpu.budget);
   // Chunks already on their way back are not asked for twice.
   for (const auto& [id, use] : gpu.users) shortfall = sub_floor(shortfall, incoming(gpu, id, use));
   if (shortfall == 0) return;
 
+  // A UM job gives back by paging out (not idle memory): it is asked while
+  // it waits too (it runs on), down to its floor, but never to serve
+  // another UM job's wish to hold more, which would only trade one job's
+  // paging for another's.
+  const bool for_um_wish = gpu.granted <= gpu.budget && head != nullptr && gpu.users.at(head->job).page_floor != 0;
+  const auto keeps = [](const Use& use) { return std::max(use.min, use.page_floor); };
   std::vector<JobId> candidates;
   for (const auto& [id, use] : gpu.users) {
-    if (use.waiting_requests > 0 || use.held <= use.min || incoming(gpu, id, use) > 0) continue;
+    const bool pages = use.page_floor != 0;
+    if (pages && (for_um_wish || (head != nullptr && head->job == id))) continue;
+    if ((use.waiting_requests > 0 && !pages) || use.held <= keeps(use) || incoming(gpu, id, use) > 0) continue;
     if (jobs.at(id).frozen) continue;
     if (use.ever_asked && (now_ns < use.last_asked_ns || now_ns - use.last_asked_ns < options.reclaim_retry_ns)) {
       continue;
@@ -346,7 +374,7 @@ void Ledger::Impl::reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<Le
   for (JobId id : candidates) {
     if (shortfall == 0) break;
     Use& use = gpu.users.at(id);
-    const uint64_t ask = std::min(use.held - use.min, shortfall);
+    const uint64_t ask = std::min(use.held - keeps(use), shortfall);
     use.reclaim_outstanding = true;
     use.reclaim_asked = ask;
     use.ever_asked = true;

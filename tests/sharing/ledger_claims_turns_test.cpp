@@ -468,5 +468,61 @@ TEST(LedgerTurns, AUmJobIsNeitherParkedNorHeldAtItsGate) {
   EXPECT_EQ(count(t.b.ledger.pump(0), Kind::kPark), 0u);
 }
 
+TEST(LedgerUm, AUmJobsRequestBlocksNobodyAndReclaimReachesItWhileItWaits) {
+  // Budget 10: UM job 1 (floor 2) holds 6 and wishes for 3 more; job 2
+  // holds 2. Job 2's 2 fit behind job 1's wish, which does not: granted.
+  Books b(10);
+  b.join(1);
+  b.join(2);
+  EXPECT_TRUE(b.ledger.set_pageable(1, 0, 2));
+  b.hold(1, 1, 6);
+  b.hold(2, 1, 2);
+  b.ask(1, 2, 3);
+  b.ask(2, 2, 2);
+  std::vector<LedgerAction> actions = b.ledger.pump(0);
+  ASSERT_GE(actions.size(), 1u) << describe(actions);
+  EXPECT_TRUE(same(actions[0], Kind::kGrant, 2, 2, 2)) << describe(actions);
+  // The wish may take what an ordinary job holds idle, never the UM job's own pages.
+  for (const LedgerAction& a : actions) {
+    EXPECT_FALSE(a.kind == Kind::kReclaim && a.job == 1) << "a UM job was asked to page out for its own wish";
+  }
+  b.give(2, 0, count(actions, Kind::kReclaim) == 1);  // job 2 has nothing idle
+  // Job 2 needs 3 more with nothing free: job 1, waiting but running on,
+  // is asked to page out 3 (it keeps its floor), and nobody yields.
+  b.ask(2, 3, 3);
+  actions = b.ledger.pump(0);
+  ASSERT_EQ(count(actions, Kind::kReclaim), 1u) << describe(actions);
+  EXPECT_TRUE(same(actions.back(), Kind::kReclaim, 1, 0, 3)) << describe(actions);
+  EXPECT_EQ(count(actions, Kind::kYield), 0u) << describe(actions);
+  b.give(1, 3, true);
+  actions = b.ledger.pump(0);
+  EXPECT_EQ(count(actions, Kind::kGrant), 1u) << describe(actions);
+  EXPECT_TRUE(same(actions[0], Kind::kGrant, 2, 3, 3)) << describe(actions);
+  EXPECT_EQ(b.ledger.check(), "");
+}
+
+TEST(LedgerUm, AUmJobsWishTakesNothingFromAnotherUmJobButABudgetCutDoes) {
+  Books b(10);
+  b.join(1);
+  b.join(2);
+  EXPECT_TRUE(b.ledger.set_pageable(1, 0, 2));
+  EXPECT_TRUE(b.ledger.set_pageable(2, 0, 3));
+  b.hold(1, 1, 6);
+  b.hold(2, 1, 4);
+  b.ask(2, 2, 3);
+  std::vector<LedgerAction> actions = b.ledger.pump(0);
+  EXPECT_TRUE(actions.empty()) << describe(actions);  // no reclaim of job 1, no yield of either
+  // Over the budget after a cut to 5: each is asked down to its floor at most.
+  std::string why;
+  ASSERT_TRUE(b.ledger.set_budget(0, 5, &why).is_ok()) << why;
+  actions = b.ledger.pump(0);
+  EXPECT_EQ(count(actions, Kind::kReclaim), 2u) << describe(actions);
+  for (const LedgerAction& a : actions) {
+    if (a.kind != Kind::kReclaim) continue;
+    EXPECT_LE(a.chunks, a.job == 1 ? 4u : 1u) << describe(actions);
+  }
+  EXPECT_EQ(b.ledger.check(), "");
+}
+
 }  // namespace
 }  // namespace zico::sharing
