@@ -22,6 +22,17 @@ namespace zico {
 
 namespace {
 std::atomic<Runtime*> g_created{nullptr};
+
+// A UM job's pager as zico-umd's client sees it: the resident grants are its budget.
+class PagerShare final : public sharing::ResidentPages {
+ public:
+  explicit PagerShare(prefetch::UmPager& pager) : pager_(pager) {}
+  uint64_t limit_to(uint64_t bytes) noexcept override { return pager_.set_budget(bytes); }
+  uint64_t floor_bytes() const noexcept override { return pager_.floor_bytes(); }
+
+ private:
+  prefetch::UmPager& pager_;
+};
 }  // namespace
 
 Runtime& Runtime::instance() noexcept {
@@ -165,7 +176,8 @@ Status Runtime::allocator(DeviceId device, DeviceAllocator** out) noexcept {
     }
     if (!status.is_ok()) {
       ZICO_LOG(kError, "%s", why.c_str());
-      creation_status_[index] = status;
+      // Waiting on zico-umd (out of memory) may end: the next allocation asks again.
+      if (status.code() != Errc::kOutOfMemory) creation_status_[index] = status;
       creation_error_[index] = why;
       return status;
     }
@@ -223,15 +235,14 @@ Status Runtime::allocator(DeviceId device, DeviceAllocator** out) noexcept {
 Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique_ptr<DeviceAllocator>* allocator,
                           std::string* why) {
   const std::string name = "device " + std::to_string(device.value);
-  if (node_ != nullptr || !node_error_.empty()) {
-    *why = name + ": ZICO_MODE=um does not run under zico-umd (its budgets lend physical chunks); "
-           "use ZICO_MODE=vmm, or ZICO_SOCKET=off to run outside the node's budget";
-    return Status(Errc::kNotSupported);
-  }
   if (!caps.managed_memory) {
     *why = name + " has no managed (unified) memory, which ZICO_MODE=um needs; use ZICO_MODE=vmm";
     return Status(Errc::kNotSupported);
   }
+  bool under_node = false;
+  size_t node_chunk = 0;
+  uint64_t lent = 0;
+  ZICO_RETURN_IF_ERROR(open_pageable(device, &under_node, &node_chunk, &lent, why));
   if (managed_driver_ == nullptr) managed_driver_ = std::make_unique<ManagedArenaDriver>(*driver_);
   AllocatorOptions options;
   // The allocator's budget binds mapped bytes, which here are virtual: the
@@ -247,7 +258,9 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
     *why = name + ": cannot read the device's free memory for the UM arena; set ZICO_ARENA_SIZE";
     return Status(Errc::kDriverError);
   }
-  const size_t chunk = config_.chunk_size.value_or(caps.granularity);
+  // Under zico-umd a page is one of its chunks: grants are whole pages.
+  if (under_node) options.chunk_bytes = node_chunk;
+  const size_t chunk = under_node ? node_chunk : config_.chunk_size.value_or(caps.granularity);
   options.arena_bytes = config_.arena_size.value_or(chunk != 0 ? device_free / chunk * chunk : device_free);
   if (Status status = DeviceAllocator::create(*managed_driver_, device, options, allocator, why); !status.is_ok()) {
     *why = name + ": " + *why;
@@ -255,7 +268,7 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
   }
   prefetch::UmPagerOptions pager_options;
   pager_options.policy = config_.paging_policy;
-  pager_options.budget_bytes = config_.budget.value_or(caps.total_memory);
+  pager_options.budget_bytes = under_node ? lent : config_.budget.value_or(caps.total_memory);
   std::unique_ptr<prefetch::UmPager> pager;
   if (Status status = prefetch::UmPager::create(*driver_, device, (*allocator)->arena(), (*allocator)->chunk_bytes(),
                                                 pager_options, &pager, why);
@@ -267,7 +280,34 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
   ZICO_LOG(kInfo, "device %d: unified memory, arena %s, %s on the GPU at most, paging policy %s", device.value,
            format_size((*allocator)->arena().bytes).c_str(), format_size(pager->budget_bytes()).c_str(),
            config_.paging_policy.c_str());
+  if (under_node) {
+    // The daemon's grants set the pager's budget from now on, up to ZICO_BUDGET if one is set.
+    node_->attach_pages(device, new PagerShare(*pager), config_.budget.value_or(UINT64_MAX));  // forever
+    node_->attach(device, allocator->get());
+  }
   pagers_[static_cast<size_t>(device.value)].store(pager.release(), std::memory_order_release);  // forever
+  return Status::ok();
+}
+
+Status Runtime::open_pageable(DeviceId device, bool* opened, size_t* chunk_bytes, uint64_t* lent, std::string* why) {
+  *opened = false;
+  // Not registered although a daemon listens: ask again; no memory before it answers.
+  if (!node_error_.empty()) connect_to_node();
+  if (!node_error_.empty()) {
+    *why = node_error_;
+    return Status(Errc::kOutOfMemory);
+  }
+  if (node_ == nullptr) return Status::ok();
+  const std::string name = "device " + std::to_string(device.value);
+  if (Status status = node_->open_pageable_gpu(device, chunk_bytes, lent, why); !status.is_ok()) {
+    if (status.code() == Errc::kNotFound && node_->connected()) {
+      ZICO_LOG(kInfo, "%s runs standalone: %s", name.c_str(), why->c_str());
+      return Status::ok();
+    }
+    *why = name + ": " + *why + "; no memory until zico-umd lends some";
+    return status.code() == Errc::kOutOfMemory ? status : Status(Errc::kOutOfMemory);
+  }
+  *opened = true;
   return Status::ok();
 }
 
@@ -346,9 +386,20 @@ void Runtime::pause_point() noexcept {
   } catch (const std::bad_alloc&) {
     return;
   }
+  std::vector<DeviceId> paged_out;  // UM devices: their pages left the GPU, their grants went back
+  try {
+    paged_out.reserve(kMaxDevices);
+  } catch (const std::bad_alloc&) {
+    return;
+  }
   for (int device = 0; device < kMaxDevices; ++device) {
     DeviceAllocator* allocator = existing_allocator(DeviceId{device});
     if (allocator == nullptr) continue;
+    if (pager(DeviceId{device}) != nullptr) {
+      node->page_out(DeviceId{device});
+      paged_out.push_back(DeviceId{device});
+      continue;
+    }
     BackingStore* store = nullptr;
     Status status = backing_store(DeviceId{device}, to, &store);
     if (status.is_ok()) status = allocator->suspend(*store);
@@ -358,8 +409,9 @@ void Runtime::pause_point() noexcept {
       ZICO_LOG(kError, "device %d: cannot suspend to %s (%s); the job runs on with all its memory", device,
                to_string(to), status.message().c_str());
       const bool restored = restore(paused);
+      const bool paged_in = page_in(paged_out);
       node->report_failed();
-      if (!restored) ZICO_LOG(kError, "suspension failed and rolled back only in part: see the lines above");
+      if (!restored || !paged_in) ZICO_LOG(kError, "suspension failed and rolled back only in part: see the lines above");
       return;
     }
     paused.push_back(allocator);
@@ -367,12 +419,29 @@ void Runtime::pause_point() noexcept {
   ZICO_LOG(kInfo, "suspended by zico-umd (%zu device(s) evicted to %s)", paused.size(), to_string(to));
   node->report_suspended(true);
   node->wait_for_resume();
-  if (restore(paused)) {
+  const bool restored = restore(paused);
+  if (page_in(paged_out) && restored) {
     node->report_suspended(false);
     ZICO_LOG(kInfo, "resumed");
   } else {
     node->report_failed();
   }
+}
+
+bool Runtime::page_in(const std::vector<DeviceId>& paged_out) noexcept try {
+  bool all = true;
+  for (const DeviceId device : paged_out) {
+    std::string why;
+    // Its pages come back as its kernels use them; a first grant is all it waits for.
+    if (Status status = node()->page_in(device, &why); !status.is_ok()) {
+      ZICO_LOG(kError, "device %d: no memory lent after the resumption (%s); its kernels page on demand",
+               device.value, why.c_str());
+      all = false;
+    }
+  }
+  return all;
+} catch (const std::bad_alloc&) {
+  return false;
 }
 
 bool Runtime::restore(const std::vector<DeviceAllocator*>& paused) noexcept {

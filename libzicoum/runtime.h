@@ -89,6 +89,8 @@ class Runtime {
   Runtime() noexcept;
   // Resumes each allocator (see pause_point); false if one could not be.
   bool restore(const std::vector<DeviceAllocator*>& paused) noexcept;
+  // A UM job's devices after the resumption: each is lent a first chunk again.
+  bool page_in(const std::vector<DeviceId>& paged_out) noexcept;
   // Registers with zico-umd if its socket exists (config_.socket_path). A
   // daemon that refuses or does not answer within ZICO_WAIT_TIMEOUT leaves
   // node_error_ set: no allocator is created until a later call gets in.
@@ -98,10 +100,14 @@ class Runtime {
   // for yields (*borrowed). Standalone (ok, not borrowed) without a daemon or
   // for a GPU it does not manage; an error (*why) when it does not open it.
   Status borrow_from_node(DeviceId device, AllocatorOptions* options, bool* borrowed, std::string* why);
-  // UM mode: the allocator on a managed arena, and its pager. With
-  // create_mutex_ held.
+  // UM mode: the allocator on a managed arena, and its pager. Under
+  // zico-umd the pager's budget is what the daemon lends (resident grants,
+  // see node_client.h). With create_mutex_ held.
   Status create_um(DeviceId device, const Capabilities& caps, std::unique_ptr<DeviceAllocator>* allocator,
                    std::string* why);
+  // UM mode under zico-umd: opens the device as pageable (*opened; not
+  // when the daemon does not manage it) with its chunk size and first grant.
+  Status open_pageable(DeviceId device, bool* opened, size_t* chunk_bytes, uint64_t* lent, std::string* why);
 
   Status init_status_;
   std::string init_error_;

@@ -177,6 +177,7 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   }
   std::sort(kernel_pages_.begin(), kernel_pages_.end());
   kernel_pages_.erase(std::unique(kernel_pages_.begin(), kernel_pages_.end()), kernel_pages_.end());
+  largest_kernel_pages_ = std::max(largest_kernel_pages_, kernel_pages_.size());
   ++kernel_stamp_;
   in_kernel_ = true;
   for (const PageId page : kernel_pages_) pinned_[page] = kernel_stamp_;
@@ -337,6 +338,11 @@ UmPagerStats UmPager::stats() const {
 uint64_t UmPager::budget_bytes() const {
   std::lock_guard lock(mutex_);
   return uint64_t{residency_.budget_pages()} * page_bytes_;
+}
+
+uint64_t UmPager::floor_bytes() const {
+  std::lock_guard lock(mutex_);
+  return uint64_t{largest_kernel_pages_} * page_bytes_;
 }
 
 uint64_t UmPager::resident_bytes() const {

@@ -106,6 +106,9 @@ class UmPager {
 
   [[nodiscard]] UmPagerStats stats() const;
   [[nodiscard]] uint64_t budget_bytes() const;
+  // The least budget the job runs with, no driver paging inside a kernel:
+  // the largest kernel's working set so far (0 before the first kernel).
+  [[nodiscard]] uint64_t floor_bytes() const;
   [[nodiscard]] uint64_t resident_bytes() const;
   // The pager's stream: the job's kernels must not start before the
   // migrations issued for them (the caller orders its stream after it).
@@ -171,6 +174,7 @@ class UmPager {
   std::vector<PageId> faulted_;
   uint64_t kernel_exec_id_ = 0;
   uint64_t kernel_duration_ns_ = 0;
+  size_t largest_kernel_pages_ = 0;
   Decisions decisions_;
   UmPagerStats stats_;
 };

@@ -133,7 +133,9 @@ void Daemon::Impl::audit_job(Job& job) {
     return;
   }
   for (size_t g = 0; g < job.gpus.size(); ++g) {
-    if (!job.gpus[g].open) continue;
+    // A UM job's pages are the driver's to move: a kernel faults in pages
+    // beyond what its pager keeps for a moment. Its pager keeps the grant.
+    if (!job.gpus[g].open || job.gpus[g].pageable) continue;
     uint64_t bytes = 0;
     const Status status = driver.process_memory(job.peer.pid, gpus[g].device, &bytes);
     if (status.code() == Errc::kNotSupported) {

@@ -97,6 +97,9 @@ struct Daemon::Impl final : GateGuard {
     // (peak 0: unknown).
     uint64_t gate_peak = 0;
     uint64_t gate_settle = 0;
+    // A UM job's GPU (OpenGpu.pageable): its chunks are resident grants,
+    // counted in `unowned`; no pool chunk is lent to it.
+    bool pageable = false;
   };
   struct Job {
     uint64_t id = 0;
@@ -230,9 +233,14 @@ struct Daemon::Impl final : GateGuard {
   Status take_chunks(Gpu& gpu, uint32_t uid, uint64_t count, std::vector<uint32_t>* ids, std::string* why);
   Status zero(Gpu& gpu, PoolChunk& chunk);
   // Releases the free chunks' physical memory (all of them, or while the
-  // pool is larger than the budget): after a grant failed for want of
-  // memory or descriptors, and after a budget cut.
+  // pool is larger than the budget less what UM jobs may keep resident):
+  // after a grant failed for want of memory or descriptors, after a budget
+  // cut, and after a resident grant.
   void release_free(uint32_t gpu, bool beyond_budget_only);
+  // A UM job's grant: no chunk, a share of the GPU for its pages.
+  bool grant_resident(Job& job, const LedgerAction& action);
+  // What UM jobs may keep resident on the GPU, in chunks.
+  [[nodiscard]] uint64_t resident_chunks(uint32_t gpu) const;
 
   // --- audit ------------------------------------------------------------------
   // Compares each job's process's real holdings with what it was lent (see

@@ -72,9 +72,20 @@ Status Daemon::Impl::take_chunks(Gpu& gpu, uint32_t uid, uint64_t count, std::ve
   return Status::ok();
 }
 
+uint64_t Daemon::Impl::resident_chunks(uint32_t gpu) const {
+  uint64_t chunks = 0;
+  for (const auto& [id, job] : jobs) {
+    if (gpu < job.gpus.size() && job.gpus[gpu].pageable) chunks += job.gpus[gpu].unowned;
+  }
+  return chunks;
+}
+
 void Daemon::Impl::release_free(uint32_t g, bool beyond_budget_only) {
   Gpu& gpu = gpus[g];
-  const uint64_t keep = beyond_budget_only ? ledger.gpu(g).budget : 0;
+  // UM jobs' pages take their share of the device: the pool keeps the rest.
+  const uint64_t budget = ledger.gpu(g).budget;
+  const uint64_t resident = resident_chunks(g);
+  const uint64_t keep = beyond_budget_only ? budget - std::min(budget, resident) : 0;
   for (uint32_t id : gpu.free_ids) {
     if (gpu.live <= keep) break;
     PoolChunk& chunk = gpu.chunks[id - 1];
@@ -85,10 +96,22 @@ void Daemon::Impl::release_free(uint32_t g, bool beyond_budget_only) {
   }
 }
 
+bool Daemon::Impl::grant_resident(Job& job, const LedgerAction& action) {
+  job.gpus[action.gpu].unowned += action.chunks;
+  record_holding(job, action.gpu);  // before the job can use it
+  gpus[action.gpu].bytes_moved += action.chunks * gpus[action.gpu].chunk_bytes;
+  release_free(action.gpu, true);  // idle pool chunks must not crowd out its pages
+  if (job.fd >= 0 && !send(job.fd, proto::ResidentGrant{action.request_id, action.gpu, action.chunks})) {
+    close_connection(job.fd, "cannot send a resident grant", true);
+  }
+  return true;  // granted in the books all the same
+}
+
 bool Daemon::Impl::grant(const LedgerAction& action) {
   auto it = jobs.find(action.job);
   if (it == jobs.end()) return false;
   Job& job = it->second;
+  if (job.gpus[action.gpu].pageable) return grant_resident(job, action);
   Gpu& gpu = gpus[action.gpu];
   std::vector<uint32_t> ids;
   std::string why;

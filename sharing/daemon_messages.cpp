@@ -133,7 +133,9 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
       return "a new job claims to hold " + std::to_string(open->held_chunks) + " chunks";
     }
     uint64_t held = open->held_chunks;
-    if (held != 0 && !reserved) {
+    // A UM job's grants carry no memory to look for: what it says it may
+    // keep resident stands (within the budget, checked above).
+    if (held != 0 && !reserved && !open->pageable) {
       held = provable_holding(job, gpu, held);
       if (held < open->held_chunks) {
         ZICO_LOG(kWarn, "job %llu (pid %d) says it holds %llu chunks of GPU %u; %llu are all it can be shown to hold",
@@ -144,6 +146,9 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
     if (!job.gpus[gpu].open && !ledger.open(job.id, gpu, held, &why).is_ok()) return why;
     job.gpus[gpu].open = true;
     job.gpus[gpu].unowned = held;
+    // Its floor is one chunk until its Reports say more.
+    job.gpus[gpu].pageable = open->pageable;
+    (void)ledger.set_pageable(job.id, gpu, open->pageable ? 1 : 0);
     gates.open(job.id, gpu);
     record_holding(job, gpu);
     Ledger::JobView view;
@@ -200,12 +205,23 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
   if (const auto* ret = std::get_if<proto::Return>(&message)) return on_return(job, *ret);
   if (const auto* report = std::get_if<proto::Report>(&message)) {
     if (report->gpu >= gpus.size() || !job.gpus[report->gpu].open) return "Report for a GPU the job has not opened";
-    job.gpus[report->gpu].report = *report;
+    JobGpu& use = job.gpus[report->gpu];
+    use.report = *report;
+    const uint64_t chunk = gpus[report->gpu].chunk_bytes;
+    if (use.pageable) {
+      // A UM job's blocks may exceed what it keeps on the GPU (they page);
+      // its floor, never above the budget, is what the ledger lets it shrink to.
+      const uint64_t floor = report->floor_bytes / chunk + (report->floor_bytes % chunk != 0 ? 1 : 0);
+      (void)ledger.set_pageable(job.id, report->gpu, std::clamp<uint64_t>(floor, 1, ledger.gpu(report->gpu).budget));
+      use.report.persistent_bytes = std::min(use.report.persistent_bytes, use.report.allocated_bytes);
+      return "";
+    }
     // A job's word about its usage is bounded by what it holds.
-    const uint64_t held_bytes = lent_chunks(job, report->gpu) * gpus[report->gpu].chunk_bytes;
-    proto::Report& stored = job.gpus[report->gpu].report;
+    const uint64_t held_bytes = lent_chunks(job, report->gpu) * chunk;
+    proto::Report& stored = use.report;
     stored.allocated_bytes = std::min(stored.allocated_bytes, held_bytes);
     stored.persistent_bytes = std::min(stored.persistent_bytes, stored.allocated_bytes);
+    stored.floor_bytes = 0;
     return "";
   }
   if (const auto* mark = std::get_if<proto::IterationMark>(&message)) {

@@ -350,37 +350,46 @@ void Ledger::Impl::reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<Le
   // A UM job gives back by paging out (not idle memory): it is asked while
   // it waits too (it runs on), down to its floor, but never to serve
   // another UM job's wish to hold more, which would only trade one job's
-  // paging for another's.
-  const bool for_um_wish = gpu.granted <= gpu.budget && head != nullptr && gpu.users.at(head->job).page_floor != 0;
-  const auto keeps = [](const Use& use) { return std::max(use.min, use.page_floor); };
-  std::vector<JobId> candidates;
-  for (const auto& [id, use] : gpu.users) {
-    const bool pages = use.page_floor != 0;
-    if (pages && (for_um_wish || (head != nullptr && head->job == id))) continue;
-    if ((use.waiting_requests > 0 && !pages) || use.held <= keeps(use) || incoming(gpu, id, use) > 0) continue;
-    if (jobs.at(id).frozen) continue;
-    if (use.ever_asked && (now_ns < use.last_asked_ns || now_ns - use.last_asked_ns < options.reclaim_retry_ns)) {
-      continue;
+  // paging for another's. Above the budget (a cut) the budget wins: UM jobs
+  // are then asked below their floors too, down to one chunk, once what
+  // is above the floors is on its way.
+  const bool over = gpu.granted > gpu.budget;
+  const bool for_um_wish = !over && head != nullptr && gpu.users.at(head->job).page_floor != 0;
+  for (const bool below_floors : {false, true}) {
+    if (below_floors && (!over || shortfall == 0)) break;
+    const auto keeps = [below_floors](const Use& use) {
+      return std::max(use.min, use.page_floor == 0 ? 0 : below_floors ? 1 : use.page_floor);
+    };
+    std::vector<JobId> candidates;
+    for (const auto& [id, use] : gpu.users) {
+      const bool pages = use.page_floor != 0;
+      if (below_floors && !pages) continue;
+      if (pages && (for_um_wish || (!over && head != nullptr && head->job == id))) continue;
+      if ((use.waiting_requests > 0 && !pages) || use.held <= keeps(use) || incoming(gpu, id, use) > 0) continue;
+      if (jobs.at(id).frozen) continue;
+      if (use.ever_asked && (now_ns < use.last_asked_ns || now_ns - use.last_asked_ns < options.reclaim_retry_ns)) {
+        continue;
+      }
+      candidates.push_back(id);
     }
-    candidates.push_back(id);
-  }
-  // Biggest holders first: they most likely have idle chunks, and fewer
-  // jobs are disturbed.
-  std::sort(candidates.begin(), candidates.end(), [&](JobId a, JobId b) {
-    const uint64_t ha = gpu.users.at(a).held;
-    const uint64_t hb = gpu.users.at(b).held;
-    return ha != hb ? ha > hb : younger(a, b);
-  });
-  for (JobId id : candidates) {
-    if (shortfall == 0) break;
-    Use& use = gpu.users.at(id);
-    const uint64_t ask = std::min(use.held - keeps(use), shortfall);
-    use.reclaim_outstanding = true;
-    use.reclaim_asked = ask;
-    use.ever_asked = true;
-    use.last_asked_ns = now_ns;
-    shortfall -= ask;
-    out->push_back({LedgerAction::Kind::kReclaim, id, g, 0, ask, Errc::kOk, {}});
+    // Biggest holders first: they most likely have idle chunks, and fewer
+    // jobs are disturbed.
+    std::sort(candidates.begin(), candidates.end(), [&](JobId a, JobId b) {
+      const uint64_t ha = gpu.users.at(a).held;
+      const uint64_t hb = gpu.users.at(b).held;
+      return ha != hb ? ha > hb : younger(a, b);
+    });
+    for (JobId id : candidates) {
+      if (shortfall == 0) break;
+      Use& use = gpu.users.at(id);
+      const uint64_t ask = std::min(use.held - keeps(use), shortfall);
+      use.reclaim_outstanding = true;
+      use.reclaim_asked = ask;
+      use.ever_asked = true;
+      use.last_asked_ns = now_ns;
+      shortfall -= ask;
+      out->push_back({LedgerAction::Kind::kReclaim, id, g, 0, ask, Errc::kOk, {}});
+    }
   }
 }
 

@@ -153,7 +153,7 @@ Status NodeClient::Impl::handshake(int socket, int timeout_ms, std::string* why)
   ZICO_RETURN_IF_ERROR(expect(&welcome));
   for (auto& gpu : gpus) {
     if (gpu->chunk_bytes == 0) continue;  // never opened
-    if (!wire::send_message(socket, proto::OpenGpu{gpu->uuid, gpu->held}, {}, &error)) {
+    if (!wire::send_message(socket, proto::OpenGpu{gpu->uuid, gpu->held, gpu->pageable}, {}, &error)) {
       *why = "reopening GPU " + std::to_string(gpu->device.value) + " with zico-umd failed: " + error;
       return Status(Errc::kOsError);
     }
@@ -182,6 +182,9 @@ void NodeClient::Impl::disconnect_locked(const std::string& reason, bool daemon_
     if (gpu->open_now) gpu->local_limit = cut_off ? 0 : gpu->held;
     gpu->open_now = false;
   }
+  // A UM job's wishes end with the connection (nobody waits for them).
+  std::erase_if(pending, [](const auto& entry) { return entry.second.wish; });
+  for (auto& gpu : gpus) gpu->wish = 0;
   for (auto& [id, request] : pending) {
     if (request.state == Pending::State::kWaiting) request.state = Pending::State::kLost;
   }
@@ -282,61 +285,69 @@ NodeClient::~NodeClient() {
   if (impl_->wake_fd >= 0) ::close(impl_->wake_fd);
 }
 
+Status NodeClient::Impl::open(DeviceId device, bool pageable, size_t* slot_out, std::string* why) {
+  Capabilities caps;
+  if (Status status = driver.capabilities(device, &caps); !status.is_ok()) {
+    *why = "cannot query device " + std::to_string(device.value) + ": " + status.message();
+    return status;
+  }
+  // The trackers' side reads the list of GPUs under pattern_mu alone.
+  std::unique_lock patterns(pattern_mu);
+  std::unique_lock lock(mu);
+  Gpu* raw = nullptr;
+  size_t slot = gpus.size();
+  // Asked before, and not answered in time: the answer may have come
+  // since, or come yet.
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    if (gpus[i]->device != device) continue;
+    raw = gpus[i].get();
+    slot = i;
+  }
+  if (fd.load() < 0) {
+    *why = "zico-umd is unreachable";
+    return Status(Errc::kNotFound);
+  }
+  if (raw == nullptr) {
+    auto gpu = std::make_unique<Gpu>();
+    gpu->device = device;
+    gpu->uuid = caps.uuid;
+    gpu->pageable = pageable;
+    gpu->source = std::make_unique<LentChunkSource>(*this, slot);
+    raw = gpu.get();
+    gpus.push_back(std::move(gpu));
+  }
+  // Ask (again, on a new connection, if the last one ended unanswered).
+  if (!raw->answered && std::find(awaiting_open.begin(), awaiting_open.end(), slot) == awaiting_open.end()) {
+    awaiting_open.push_back(slot);
+    if (!send_locked(proto::OpenGpu{caps.uuid, 0, raw->pageable}, why)) return Status(Errc::kOsError);
+  }
+  patterns.unlock();
+  const bool answered = cv.wait_for(lock, std::chrono::milliseconds(wait_timeout_ms(options)),
+                                    [&] { return raw->answered || fd.load() < 0; });
+  if (answered && raw->answered && !raw->open_now) {
+    *why = "zico-umd does not manage device " + std::to_string(device.value);
+    return Status(Errc::kNotFound);
+  }
+  if (!answered || !raw->open_now) {
+    *why = "zico-umd did not open device " + std::to_string(device.value);
+    return Status(Errc::kOsError);
+  }
+  if (raw->chunk_bytes == 0 || raw->chunk_bytes % caps.granularity != 0) {
+    *why = "zico-umd uses " + format_size(raw->chunk_bytes) + " chunks, not a multiple of device " +
+           std::to_string(device.value) + "'s granularity " + format_size(caps.granularity);
+    return Status(Errc::kInvalidArgument);
+  }
+  *slot_out = slot;
+  return Status::ok();
+}
+
 Status NodeClient::open_gpu(DeviceId device, size_t* chunk_bytes, ChunkSource** source, std::string* why) {
   try {
-    Capabilities caps;
-    if (Status status = impl_->driver.capabilities(device, &caps); !status.is_ok()) {
-      *why = "cannot query device " + std::to_string(device.value) + ": " + status.message();
-      return status;
-    }
-    // The trackers' side reads the list of GPUs under pattern_mu alone.
-    std::unique_lock patterns(impl_->pattern_mu);
-    std::unique_lock lock(impl_->mu);
-    Impl::Gpu* raw = nullptr;
-    size_t slot = impl_->gpus.size();
-    // Asked before, and not answered in time: the answer may have come
-    // since, or come yet.
-    for (size_t i = 0; i < impl_->gpus.size(); ++i) {
-      if (impl_->gpus[i]->device != device) continue;
-      raw = impl_->gpus[i].get();
-      slot = i;
-    }
-    if (impl_->fd.load() < 0) {
-      *why = "zico-umd is unreachable";
-      return Status(Errc::kNotFound);
-    }
-    if (raw == nullptr) {
-      auto gpu = std::make_unique<Impl::Gpu>();
-      gpu->device = device;
-      gpu->uuid = caps.uuid;
-      gpu->source = std::make_unique<LentChunkSource>(*impl_, slot);
-      raw = gpu.get();
-      impl_->gpus.push_back(std::move(gpu));
-    }
-    // Ask (again, on a new connection, if the last one ended unanswered).
-    if (!raw->answered &&
-        std::find(impl_->awaiting_open.begin(), impl_->awaiting_open.end(), slot) == impl_->awaiting_open.end()) {
-      impl_->awaiting_open.push_back(slot);
-      if (!impl_->send_locked(proto::OpenGpu{caps.uuid, 0}, why)) return Status(Errc::kOsError);
-    }
-    patterns.unlock();
-    const bool answered = impl_->cv.wait_for(lock, std::chrono::milliseconds(wait_timeout_ms(impl_->options)),
-                                             [&] { return raw->answered || impl_->fd.load() < 0; });
-    if (answered && raw->answered && !raw->open_now) {
-      *why = "zico-umd does not manage device " + std::to_string(device.value);
-      return Status(Errc::kNotFound);
-    }
-    if (!answered || !raw->open_now) {
-      *why = "zico-umd did not open device " + std::to_string(device.value);
-      return Status(Errc::kOsError);
-    }
-    if (raw->chunk_bytes == 0 || raw->chunk_bytes % caps.granularity != 0) {
-      *why = "zico-umd uses " + format_size(raw->chunk_bytes) + " chunks, not a multiple of device " +
-             std::to_string(device.value) + "'s granularity " + format_size(caps.granularity);
-      return Status(Errc::kInvalidArgument);
-    }
-    *chunk_bytes = raw->chunk_bytes;
-    *source = raw->source.get();
+    size_t slot = 0;
+    ZICO_RETURN_IF_ERROR(impl_->open(device, false, &slot, why));
+    std::lock_guard lock(impl_->mu);
+    *chunk_bytes = impl_->gpus[slot]->chunk_bytes;
+    *source = impl_->gpus[slot]->source.get();
     return Status::ok();
   } catch (const std::bad_alloc&) {
     return Status(Errc::kOutOfMemory);
@@ -386,6 +397,10 @@ bool NodeClient::on_allocated(DeviceId device, const void* ptr, size_t bytes) no
       return false;  // the pattern is a hint; the allocation itself succeeded
     }
     Impl::refresh_outlook(*gpu);
+    if (gpu->pageable) {
+      std::lock_guard books(impl_->mu);
+      impl_->wish_locked(*gpu, tracker.live_bytes());
+    }
     const bool at_boundary = gpu->gate_pending || (!tracker.explicit_marks() && tracker.iterations() != before);
     gpu->gate_pending = false;
     return at_boundary;
@@ -420,7 +435,8 @@ void NodeClient::iteration_gate(bool explicit_mark, const std::function<void()>&
   {
     std::lock_guard lock(impl.mu);
     for (auto& gpu : impl.gpus) {
-      if (gpu->open_now && gpu->allocator != nullptr) allocators.push_back(gpu->allocator);
+      if (gpu->open_now && gpu->allocator != nullptr && !gpu->pageable) allocators.push_back(gpu->allocator);
+      impl.settle_pageable_locked(*gpu);  // a UM job's pages above its live blocks
     }
   }
   for (DeviceAllocator* allocator : allocators) {

@@ -17,6 +17,14 @@
 // "unowned" for the new daemon: giving one back just lowers the count) and
 // waiting requests are sent again.
 //
+// A Unified Memory job (ZICO_MODE=um) opens its GPU as pageable: what it
+// borrows is how much of its managed memory may be on the GPU (resident
+// grants, no chunks travel), and its pager (ResidentPages) keeps it there.
+// It asks for more as its live blocks grow, without waiting (it pages
+// meanwhile), gives back what is above its live blocks at each iteration
+// boundary, and answers a reclaim by paging out down to its floor (its
+// largest kernel's working set).
+//
 // A forked child (e.g. a data-loader worker) closes its copy of the socket, so
 // the daemon sees the job's end when the parent ends.
 #pragma once
@@ -45,6 +53,18 @@ struct NodeClientOptions {
   // Who may run the daemon: a listener owned by another uid than root, this
   // one or the job's own is not trusted (it could read the job's memory).
   uint32_t daemon_uid = 0;
+};
+
+// A UM job's pages on one GPU, as the client sees them (the runtime's pager).
+class ResidentPages {
+ public:
+  virtual ~ResidentPages() = default;
+  // Keep at most `bytes` of the job's pages on the GPU: what is above goes
+  // to the host at once. Returns what it may keep now: more than asked only
+  // while a running kernel's pages hold it up.
+  virtual uint64_t limit_to(uint64_t bytes) noexcept = 0;
+  // The least it can run with: its largest kernel's working set so far.
+  [[nodiscard]] virtual uint64_t floor_bytes() const noexcept = 0;
 };
 
 // All the waits for memory inside one allocation call share one
@@ -76,6 +96,19 @@ class NodeClient {
   [[nodiscard]] Status open_gpu(DeviceId device, size_t* chunk_bytes, ChunkSource** source, std::string* why);
   // The allocator of `device`, for reclaims and reports.
   void attach(DeviceId device, DeviceAllocator* allocator);
+
+  // A UM job's GPU (see above). *chunk_bytes: the unit of its grants (its
+  // pages should divide it). It is lent one chunk first, within the wait
+  // timeout, before its pager exists: *lent, the pager's first budget.
+  [[nodiscard]] Status open_pageable_gpu(DeviceId device, size_t* chunk_bytes, uint64_t* lent, std::string* why);
+  // The pager of a pageable GPU; `most_bytes` caps what it asks for (its
+  // ZICO_BUDGET; the share the daemon allows binds too).
+  void attach_pages(DeviceId device, ResidentPages* pages, uint64_t most_bytes);
+  // zico-umctl suspend of a UM job: every page leaves the GPU and the
+  // grants go back; after the resumption it asks again (waiting up to the
+  // wait timeout for a first chunk).
+  void page_out(DeviceId device);
+  [[nodiscard]] Status page_in(DeviceId device, std::string* why);
 
   [[nodiscard]] bool connected() const;
   // The most the job could hold on `device` as the daemon last said: the

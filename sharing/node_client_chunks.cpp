@@ -77,8 +77,6 @@ void NodeClient::Impl::refresh_outlook(Gpu& gpu) {
 
 namespace {
 
-uint64_t chunks_for(uint64_t bytes, uint64_t chunk) { return bytes / chunk + (bytes % chunk != 0 ? 1 : 0); }
-
 struct ClaimChunks {
   uint32_t peak = 0;
   uint32_t settle = 0;
@@ -203,6 +201,11 @@ Status NodeClient::Impl::obtain(size_t slot, size_t count, Patience patience, st
       }
     }
     // No daemon: keep within what this job held when it left.
+    if (gpu.held + count <= gpu.local_limit && gpu.pageable) {
+      gpu.held += count;  // its pages are its own: nothing to create
+      if (gpu.pages != nullptr) (void)gpu.pages->limit_to(gpu.held * gpu.chunk_bytes);
+      return Status::ok();
+    }
     if (gpu.held + count <= gpu.local_limit) {
       const size_t first = out->size();
       for (size_t i = 0; i < count; ++i) {

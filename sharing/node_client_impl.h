@@ -2,6 +2,7 @@
 //   node_client.cpp          connecting, reconnecting, forks, the public NodeClient
 //   node_client_link.cpp     the link thread: the daemon's messages, usage reports
 //   node_client_chunks.cpp   the chunk source: borrowing, claims, giving back
+//   node_client_resident.cpp a UM job's GPUs: resident grants for its pager
 #pragma once
 
 #include <atomic>
@@ -30,6 +31,10 @@
 namespace zico::sharing {
 
 class LentChunkSource;
+
+[[nodiscard]] inline uint64_t chunks_for(uint64_t bytes, uint64_t chunk) {
+  return bytes / chunk + (bytes % chunk != 0 ? 1 : 0);
+}
 
 struct NodeClient::Impl {
   [[nodiscard]] static uint64_t now_ns() {
@@ -60,6 +65,12 @@ struct NodeClient::Impl {
     bool answered = false;      // the daemon answered OpenGpu
     DeviceAllocator* allocator = nullptr;
     std::unique_ptr<LentChunkSource> source;
+    // A UM job's GPU (open_pageable_gpu): `held` counts resident grants,
+    // which `pages` must stay within; one wish for more at a time.
+    bool pageable = false;
+    ResidentPages* pages = nullptr;
+    uint64_t most_bytes = UINT64_MAX;
+    uint64_t wish = 0;  // the request id of the wish under way, 0: none
     // Guarded by pattern_mu, not mu: fed on every allocation.
     UsageTracker tracker;
     uint64_t sent_version = 0;     // tracker curve version last sent...
@@ -81,6 +92,7 @@ struct NodeClient::Impl {
     size_t gpu_slot = 0;
     uint64_t chunks = 0;
     enum class State : uint8_t { kWaiting, kGranted, kDenied, kYield, kLost } state = State::kWaiting;
+    bool wish = false;  // a UM job's ask for more that nobody waits for
     std::vector<SourcedChunk> received;
     std::string reason;
   };
@@ -143,6 +155,20 @@ struct NodeClient::Impl {
   void handle(const proto::Message& message, std::vector<int>& fds);
   void on_grant(const proto::Grant& grant, std::vector<int>& fds);
   void on_reclaim(const proto::Reclaim& reclaim);
+
+  // --- a UM job's GPUs (node_client_resident.cpp) -------------------------------
+  void on_resident_grant(const proto::ResidentGrant& grant);
+  // Pages out down to `keep` chunks (at least what a running kernel holds)
+  // and returns the rest; the number returned.
+  uint64_t shrink_locked(Gpu& gpu, uint64_t keep, bool reclaim_reply);
+  // Asks for what `live_bytes` of blocks would need on the GPU, within its
+  // caps, unless a wish is under way.
+  void wish_locked(Gpu& gpu, uint64_t live_bytes);
+  // The chunks a pageable GPU must keep: its floor, at least one.
+  [[nodiscard]] static uint64_t floor_chunks(const Gpu& gpu);
+  // A pageable GPU's share of an iteration boundary: what is above its live
+  // blocks (and its floor) goes back.
+  void settle_pageable_locked(Gpu& gpu);
   void send_reports();
 
   // --- claims -------------------------------------------------------------------
@@ -156,6 +182,7 @@ struct NodeClient::Impl {
 
   // --- chunk source -----------------------------------------------------------
   Status obtain(size_t slot, size_t count, Patience patience, std::vector<SourcedChunk>* out);
+  Status open(DeviceId device, bool pageable, size_t* slot, std::string* why);
   void give_back(size_t slot, std::span<const uint64_t> ids);
   // Tells the daemon (if connected) that these chunks are unmapped.
   void return_ids_locked(Gpu& gpu, std::span<const uint64_t> ids);

@@ -80,16 +80,35 @@ void NodeClient::Impl::handle(const proto::Message& message, std::vector<int>& f
     on_reclaim(*reclaim);
     return;
   }
+  if (const auto* resident = std::get_if<proto::ResidentGrant>(&message)) {
+    on_resident_grant(*resident);
+    return;
+  }
   std::lock_guard lock(mu);
   if (const auto* deny = std::get_if<proto::Deny>(&message)) {
     auto it = pending.find(deny->request_id);
-    if (it != pending.end() && it->second.state == Pending::State::kWaiting) {
+    if (it != pending.end() && it->second.wish) {
+      // A UM job's wish for more: it runs on with what it holds.
+      if (it->second.gpu_slot < gpus.size()) gpus[it->second.gpu_slot]->wish = 0;
+      pending.erase(it);
+    } else if (it != pending.end() && it->second.state == Pending::State::kWaiting) {
       it->second.state = Pending::State::kDenied;
       it->second.reason = deny->reason;
       cv.notify_all();
     }
   } else if (const auto* yield = std::get_if<proto::Yield>(&message)) {
     auto it = pending.find(yield->request_id);
+    if (Gpu* gpu = gpu_by_index(yield->gpu); gpu != nullptr && gpu->pageable) {
+      // The daemon never asks a UM job to yield (it pages instead); should
+      // one come, every page leaves and the job asks again as it runs.
+      ZICO_LOG(kWarn, "zico-umd asked a UM job to yield on GPU %u; it pages everything out", yield->gpu);
+      if (it != pending.end() && it->second.wish) {
+        gpu->wish = 0;
+        pending.erase(it);
+        it = pending.end();
+      }
+      (void)shrink_locked(*gpu, 0, false);
+    }
     if (it != pending.end() && it->second.state == Pending::State::kWaiting) {
       it->second.state = Pending::State::kYield;
       cv.notify_all();
@@ -197,6 +216,13 @@ void NodeClient::Impl::on_reclaim(const proto::Reclaim& reclaim) {
   {
     std::lock_guard lock(mu);
     if (Gpu* gpu = gpu_by_index(reclaim.gpu)) {
+      if (gpu->pageable) {
+        // Paged out at once: a UM job's answer never waits. The daemon
+        // asks below its floor (Report.floor_bytes) only to bring the GPU
+        // back within a budget that was cut.
+        (void)shrink_locked(*gpu, gpu->held - std::min(reclaim.chunks, gpu->held), true);
+        return;
+      }
       allocator = gpu->allocator;
       chunk = gpu->chunk_bytes;
     }
@@ -228,8 +254,9 @@ void NodeClient::Impl::send_reports() {
     if (!allocator->try_stats(&stats)) continue;  // busy: next time
     std::lock_guard lock(mu);
     if (!gpu->open_now) continue;
+    const uint64_t floor = gpu->pageable && gpu->pages != nullptr ? gpu->pages->floor_bytes() : 0;
     (void)send_locked(proto::Report{gpu->index, stats.allocated_bytes, stats.last_iteration_low_bytes,
-                                    stats.iterations});
+                                    stats.iterations, floor});
   }
 }
 

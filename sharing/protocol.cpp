@@ -56,6 +56,7 @@ ZICO_PROTO_TRAITS(Goodbye, kGoodbye, "Goodbye");
 ZICO_PROTO_TRAITS(IterationMark, kIterationMark, "IterationMark");
 ZICO_PROTO_TRAITS(Curve, kCurve, "Curve");
 ZICO_PROTO_TRAITS(Proceed, kProceed, "Proceed");
+ZICO_PROTO_TRAITS(ResidentGrant, kResidentGrant, "ResidentGrant");
 #undef ZICO_PROTO_TRAITS
 
 // Type of each variant alternative, by index: type_of() is one lookup, and a
@@ -282,7 +283,8 @@ bool fields(C& c, M& m) {
 
 template <class C, Is<OpenGpu> M>
 bool fields(C& c, M& m) {
-  return c.uuid("OpenGpu.uuid", m.uuid) && c.u64("OpenGpu.held_chunks", m.held_chunks);
+  return c.uuid("OpenGpu.uuid", m.uuid) && c.u64("OpenGpu.held_chunks", m.held_chunks) &&
+         c.boolean("OpenGpu.pageable", m.pageable);
 }
 
 template <class C, Is<Request> M>
@@ -328,7 +330,8 @@ bool fields(C& c, M& m) {
 template <class C, Is<Report> M>
 bool fields(C& c, M& m) {
   return c.u32("Report.gpu", m.gpu) && c.u64("Report.allocated_bytes", m.allocated_bytes) &&
-         c.u64("Report.persistent_bytes", m.persistent_bytes) && c.u64("Report.iterations", m.iterations);
+         c.u64("Report.persistent_bytes", m.persistent_bytes) && c.u64("Report.iterations", m.iterations) &&
+         c.u64("Report.floor_bytes", m.floor_bytes);
 }
 
 template <class C, Is<JobState> M>
@@ -414,6 +417,13 @@ template <class C, Is<Grant> M>
 bool fields(C& c, M& m) {
   return c.u64("Grant.request_id", m.request_id) && c.nonzero("Grant.request_id", m.request_id) &&
          c.u32("Grant.gpu", m.gpu) && c.boolean("Grant.last", m.last) && chunk_ids(c, "Grant.ids", m.ids, 1);
+}
+
+template <class C, Is<ResidentGrant> M>
+bool fields(C& c, M& m) {
+  return c.u64("ResidentGrant.request_id", m.request_id) && c.nonzero("ResidentGrant.request_id", m.request_id) &&
+         c.u32("ResidentGrant.gpu", m.gpu) && c.u64("ResidentGrant.chunks", m.chunks) &&
+         c.nonzero("ResidentGrant.chunks", m.chunks);
 }
 
 template <class C, Is<Deny> M>
@@ -585,6 +595,7 @@ const char* to_string(Type type) {
     case Type::kIterationMark: return "IterationMark";
     case Type::kCurve: return "Curve";
     case Type::kProceed: return "Proceed";
+    case Type::kResidentGrant: return "ResidentGrant";
   }
   return "unknown";
 }

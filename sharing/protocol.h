@@ -33,11 +33,13 @@ namespace zico::proto {
 inline constexpr uint32_t kMagic = 0x4F43495A;  // "ZICO" little-endian
 // 2: the time-shift messages (IterationMark, Curve, Proceed). 3: claims on Request.
 // 4: claims on IterationMark (the iteration the job would begin).
-inline constexpr uint16_t kVersion = 6;
+// 7: Unified Memory jobs (OpenGpu.pageable, Report.floor_bytes, ResidentGrant).
+inline constexpr uint16_t kVersion = 7;
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxPayload = 60 * 1024;
 inline constexpr size_t kMaxString = 255;
 // Chunk ids (and descriptors) per kGrant / kReturn message; below SCM_MAX_FD (253).
+// Only kGrant carries descriptors.
 inline constexpr size_t kMaxChunksPerMessage = 128;
 // GPUs one message may list: a node's GPUs in a kStatus reply, a job's in
 // an IterationMark's claims.
@@ -68,6 +70,7 @@ enum class Type : uint16_t {
   kSuspend = 39,
   kResume = 40,
   kProceed = 41,
+  kResidentGrant = 42,
   // zico-umctl <-> daemon
   kStatusQuery = 64,
   kStatus = 65,
@@ -95,9 +98,14 @@ struct Hello {
 // The job starts using a GPU. held_chunks: chunks it already holds on it
 // (after a daemon restart; 0 otherwise). They are counted as granted and
 // have no id ("unowned"): returning one just lowers the count.
+// pageable: a Unified Memory job (ZICO_MODE=um). Its memory is managed and
+// pages; what the daemon lends it is how much may be on the GPU, counted in
+// chunks that carry no memory: its requests are answered by kResidentGrant
+// (no descriptors), and it gives back with kReturn's unowned count.
 struct OpenGpu {
   GpuUuid uuid{};
   uint64_t held_chunks = 0;
+  bool pageable = false;
 };
 
 // Asks for `chunks` more chunks of the GPU (the daemon's index).
@@ -136,6 +144,9 @@ struct Report {
   uint64_t allocated_bytes = 0;   // live blocks
   uint64_t persistent_bytes = 0;  // live across the last iteration (low-water mark)
   uint64_t iterations = 0;        // iteration marks so far
+  // A pageable GPU: the least it can run with on the GPU (its largest
+  // kernel's working set so far; 0 before its first kernel). 0 otherwise.
+  uint64_t floor_bytes = 0;
 };
 
 // kFailed: the job could not do what it was asked and runs on: after a
@@ -206,6 +217,14 @@ struct Grant {
   uint32_t gpu = 0;
   bool last = true;
   std::vector<uint32_t> ids;  // 1..kMaxChunksPerMessage, each != 0
+};
+
+// A pageable GPU's answer to a request (OpenGpu.pageable): the job may now
+// keep `chunks` more chunks' worth of its pages on the GPU.
+struct ResidentGrant {
+  uint64_t request_id = 0;
+  uint32_t gpu = 0;
+  uint64_t chunks = 0;  // >= 1
 };
 
 // A request that will not be served. errc: zico::Errc value (kOutOfMemory
@@ -330,7 +349,8 @@ struct Goodbye {
 
 using Message = std::variant<Hello, OpenGpu, Request, Cancel, Return, Report, Welcome, GpuOpened, Grant,
                              Deny, Reclaim, Yield, Limits, StatusQuery, StatusReply, SetBudget, Result,
-                             Goodbye, JobState, Suspend, Resume, JobControl, IterationMark, Curve, Proceed>;
+                             Goodbye, JobState, Suspend, Resume, JobControl, IterationMark, Curve, Proceed,
+                             ResidentGrant>;
 
 [[nodiscard]] Type type_of(const Message& message);
 [[nodiscard]] const char* to_string(Type type);

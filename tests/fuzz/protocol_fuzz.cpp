@@ -77,6 +77,8 @@ int main(int argc, char** argv) {
       Goodbye{"bye"},
       IterationMark{3, {{0, 12, 4}, {1, 0, 0}}},
       Proceed{3},
+      ResidentGrant{4, 0, 16},
+      OpenGpu{uuid, 0, true},
   };
   for (const Message& message : seeds) {
     std::vector<uint8_t> input;

@@ -521,6 +521,14 @@ TEST(LedgerUm, AUmJobsWishTakesNothingFromAnotherUmJobButABudgetCutDoes) {
     if (a.kind != Kind::kReclaim) continue;
     EXPECT_LE(a.chunks, a.job == 1 ? 4u : 1u) << describe(actions);
   }
+  // The floors (2 + 3) fit a budget of 5. At 4 the budget wins: once they
+  // are back to their floors, one is asked below its floor for the last chunk.
+  b.give(1, 4, true);
+  b.give(2, 1, true);
+  ASSERT_TRUE(b.ledger.set_budget(0, 4, &why).is_ok()) << why;
+  actions = b.ledger.pump(1'000'000'000);
+  ASSERT_EQ(count(actions, Kind::kReclaim), 1u) << describe(actions);
+  EXPECT_EQ(actions.back().chunks, 1u) << describe(actions);
   EXPECT_EQ(b.ledger.check(), "");
 }
 

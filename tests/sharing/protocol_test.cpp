@@ -87,10 +87,12 @@ TEST(ProtocolTest, TypeNames) {
   EXPECT_STREQ(to_string(Type::kIterationMark), "IterationMark");
   EXPECT_STREQ(to_string(Type::kCurve), "Curve");
   EXPECT_STREQ(to_string(Type::kProceed), "Proceed");
+  EXPECT_STREQ(to_string(Type::kResidentGrant), "ResidentGrant");
   EXPECT_STREQ(to_string(static_cast<Type>(10)), "unknown");
   EXPECT_EQ(static_cast<int>(type_of(Message{IterationMark{}})), 8);
   EXPECT_EQ(static_cast<int>(type_of(Message{Curve{}})), 9);
   EXPECT_EQ(static_cast<int>(type_of(Message{Proceed{}})), 41);
+  EXPECT_EQ(static_cast<int>(type_of(Message{ResidentGrant{}})), 42);
   EXPECT_EQ(type_of(Message{SetBudget{}}), Type::kSetBudget);
   EXPECT_EQ(type_of(Message{JobState{}}), Type::kJobState);
   EXPECT_EQ(static_cast<int>(type_of(Message{JobState{}})), 7);
@@ -117,11 +119,11 @@ TEST(ProtocolRejectTest, WrongMagic) {
 TEST(ProtocolRejectTest, WrongVersionNamesBoth) {
   std::vector<uint8_t> bytes = encoded(Welcome{1});
   bytes[4] = 5;
-  EXPECT_EQ(rejection(bytes), "protocol version 5 (this side speaks version 6)");
+  EXPECT_EQ(rejection(bytes), "protocol version 5 (this side speaks version 7)");
   bytes[4] = 3;
-  EXPECT_EQ(rejection(bytes), "protocol version 3 (this side speaks version 6)");
+  EXPECT_EQ(rejection(bytes), "protocol version 3 (this side speaks version 7)");
   bytes[4] = 1;
-  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 6)");
+  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 7)");
 }
 
 TEST(ProtocolRejectTest, UnknownType) {
@@ -265,6 +267,8 @@ TEST(ProtocolTest, JobControlLayouts) {
 TEST(ProtocolRejectTest, IterationGateFields) {
   EXPECT_EQ(refusal(IterationMark{0}), "IterationMark.sequence is 0 (must be != 0)");
   EXPECT_EQ(refusal(Proceed{0}), "Proceed.sequence is 0 (must be != 0)");
+  EXPECT_EQ(refusal(ResidentGrant{0, 0, 1}), "ResidentGrant.request_id is 0 (must be != 0)");
+  EXPECT_EQ(refusal(ResidentGrant{1, 0, 0}), "ResidentGrant.chunks is 0 (must be != 0)");
   Curve curve;
   curve.curve.period_ns = kMaxCurvePeriodNs + 1;
   EXPECT_EQ(refusal(curve), "Curve.period_ns is 3600000000001 (at most 3600000000000)");

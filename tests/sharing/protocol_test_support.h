@@ -17,13 +17,15 @@
 // message. Test-only: the protocol itself never compares messages.
 namespace zico::proto {
 inline auto tie(const Hello& m) { return std::tie(m.resume_job_id, m.name); }
-inline auto tie(const OpenGpu& m) { return std::tie(m.uuid, m.held_chunks); }
+inline auto tie(const OpenGpu& m) { return std::tie(m.uuid, m.held_chunks, m.pageable); }
 inline auto tie(const Request& m) {
   return std::tie(m.request_id, m.gpu, m.chunks, m.claim_peak_chunks, m.claim_settle_chunks);
 }
 inline auto tie(const Cancel& m) { return std::tie(m.request_id); }
 inline auto tie(const Return& m) { return std::tie(m.gpu, m.reclaim_reply, m.unowned, m.ids); }
-inline auto tie(const Report& m) { return std::tie(m.gpu, m.allocated_bytes, m.persistent_bytes, m.iterations); }
+inline auto tie(const Report& m) {
+  return std::tie(m.gpu, m.allocated_bytes, m.persistent_bytes, m.iterations, m.floor_bytes);
+}
 inline auto tie(const JobState& m) { return std::tie(m.state); }
 inline auto tie(const Welcome& m) { return std::tie(m.job_id); }
 inline auto tie(const GpuOpened& m) { return std::tie(m.gpu, m.chunk_bytes, m.min_bytes, m.max_bytes); }
@@ -56,6 +58,7 @@ inline auto tie(const Curve& m) {
                   c.end_bytes);
 }
 inline auto tie(const Proceed& m) { return std::tie(m.sequence); }
+inline auto tie(const ResidentGrant& m) { return std::tie(m.request_id, m.gpu, m.chunks); }
 
 #define ZICO_TEST_EQUALITY(T) \
   inline bool operator==(const T& a, const T& b) { return tie(a) == tie(b); }
@@ -87,6 +90,7 @@ ZICO_TEST_EQUALITY(GateClaim)
 ZICO_TEST_EQUALITY(IterationMark)
 ZICO_TEST_EQUALITY(Curve)
 ZICO_TEST_EQUALITY(Proceed)
+ZICO_TEST_EQUALITY(ResidentGrant)
 #undef ZICO_TEST_EQUALITY
 }  // namespace zico::proto
 
@@ -114,11 +118,12 @@ inline std::vector<Message> samples() {
                 1ull << 30, 123456789, 77, JobRunState::kSuspendRequested};
   return {
       Hello{0x0102030405060708ull, "python3 train.py --lr 0.1"},
-      OpenGpu{uuid_from(1), 17},
+      OpenGpu{uuid_from(1), 17, false},
+      OpenGpu{uuid_from(2), 0, true},
       Request{0xFFFFFFFFFFFFFFFFull, 2, 300, 0xFFFFFFFFu, 700},
       Cancel{99},
       Return{1, true, 5, {7, 8, 0xFFFFFFFFu}},
-      Report{1, 1ull << 40, 1ull << 39, 12345},
+      Report{1, 1ull << 40, 1ull << 39, 12345, 3ull << 30},
       JobState{JobRunState::kSuspended},
       JobState{JobRunState::kFailed},
       Welcome{0xDEADBEEFull},
@@ -139,6 +144,7 @@ inline std::vector<Message> samples() {
       IterationMark{0x0102030405060708ull, {{2, 0xFFFFFFFFu, 700}, {0, 5, 5}, {7, 0, 0}}},
       curve,
       Proceed{0x0807060504030201ull},
+      ResidentGrant{0x0102030405060708ull, 3, 0xFFFFFFFFFFull},
   };
 }
 

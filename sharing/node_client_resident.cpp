@@ -1,0 +1,150 @@
+// The job's client for a UM job's GPUs (ZICO_MODE=um): resident grants for
+// its pager, asked for as its live blocks grow, given back at iteration
+// boundaries and when the daemon reclaims (by paging out, down to its floor).
+#include "node_client_impl.h"
+
+#include <algorithm>
+
+namespace zico::sharing {
+
+uint64_t NodeClient::Impl::floor_chunks(const Gpu& gpu) {
+  const uint64_t floor = gpu.pages != nullptr ? gpu.pages->floor_bytes() : 0;
+  return std::max<uint64_t>(1, chunks_for(floor, gpu.chunk_bytes));
+}
+
+void NodeClient::Impl::on_resident_grant(const proto::ResidentGrant& grant) {
+  std::lock_guard lock(mu);
+  Gpu* gpu = gpu_by_index(grant.gpu);
+  auto it = pending.find(grant.request_id);
+  if (gpu == nullptr || !gpu->pageable || it == pending.end() || it->second.chunks != grant.chunks ||
+      it->second.state != Pending::State::kWaiting) {
+    // Not asked for like this (a confused daemon, or a waiter that gave up):
+    // the daemon counts it as ours, so it goes straight back.
+    if (gpu != nullptr && gpu->pageable) {
+      for (uint64_t left = grant.chunks; left > 0;) {
+        const auto count = static_cast<uint32_t>(std::min<uint64_t>(left, UINT32_MAX));
+        (void)send_locked(proto::Return{gpu->index, false, count, {}});
+        left -= count;
+      }
+    }
+    if (it != pending.end() && it->second.state == Pending::State::kWaiting) {
+      it->second.state = Pending::State::kDenied;
+      it->second.reason = "zico-umd granted a different amount than asked";
+      if (it->second.wish) {
+        if (gpu != nullptr) gpu->wish = 0;
+        pending.erase(it);
+      }
+      cv.notify_all();
+    }
+    return;
+  }
+  gpu->held += grant.chunks;
+  if (gpu->pages != nullptr) (void)gpu->pages->limit_to(gpu->held * gpu->chunk_bytes);
+  if (it->second.wish) {
+    gpu->wish = 0;
+    pending.erase(it);
+  } else {
+    it->second.state = Pending::State::kGranted;
+    cv.notify_all();
+  }
+}
+
+uint64_t NodeClient::Impl::shrink_locked(Gpu& gpu, uint64_t keep, bool reclaim_reply) {
+  uint64_t kept = gpu.held;
+  if (keep < gpu.held && gpu.open_now) {
+    const uint64_t may = gpu.pages != nullptr ? gpu.pages->limit_to(keep * gpu.chunk_bytes) : 0;
+    kept = std::min(gpu.held, std::max(keep, chunks_for(may, gpu.chunk_bytes)));
+  }
+  const uint64_t given = gpu.held - kept;
+  gpu.held = kept;
+  if (!gpu.open_now) return 0;
+  uint64_t left = given;
+  do {
+    const auto count = static_cast<uint32_t>(std::min<uint64_t>(left, UINT32_MAX));
+    if (count == 0 && !reclaim_reply) break;
+    (void)send_locked(proto::Return{gpu.index, reclaim_reply, count, {}});
+    reclaim_reply = false;
+    left -= count;
+  } while (left > 0);
+  return given;
+}
+
+void NodeClient::Impl::wish_locked(Gpu& gpu, uint64_t live_bytes) {
+  if (!gpu.pageable || !gpu.open_now || gpu.wish != 0 || gpu.pages == nullptr || fd.load() < 0 || stopping) return;
+  const uint64_t share = gpu.node_budget_bytes == 0 ? gpu.max_bytes : std::min(gpu.node_budget_bytes, gpu.max_bytes);
+  const uint64_t cap = std::min(gpu.most_bytes, share) / gpu.chunk_bytes;
+  const uint64_t want = std::min(chunks_for(live_bytes, gpu.chunk_bytes), cap);
+  if (want <= gpu.held) return;
+  const uint64_t count = std::min<uint64_t>(want - gpu.held, UINT32_MAX);
+  const uint64_t id = ++next_request;
+  Pending& wish = pending[id];
+  for (size_t slot = 0; slot < gpus.size(); ++slot) {
+    if (gpus[slot].get() == &gpu) wish.gpu_slot = slot;
+  }
+  wish.chunks = count;
+  wish.wish = true;
+  proto::Request message{id, gpu.index, static_cast<uint32_t>(count)};
+  claim_for(gpu, count, &message);
+  if (!send_locked(message)) {
+    pending.erase(id);
+    return;
+  }
+  gpu.wish = id;
+}
+
+void NodeClient::Impl::settle_pageable_locked(Gpu& gpu) {
+  if (!gpu.pageable || !gpu.open_now) return;
+  const uint64_t live = chunks_for(gpu.outlook_live_bytes.load(std::memory_order_relaxed), gpu.chunk_bytes);
+  const uint64_t keep = std::max(floor_chunks(gpu), live);
+  if (keep < gpu.held) (void)shrink_locked(gpu, keep, false);
+}
+
+Status NodeClient::open_pageable_gpu(DeviceId device, size_t* chunk_bytes, uint64_t* lent, std::string* why) {
+  try {
+    size_t slot = 0;
+    ZICO_RETURN_IF_ERROR(impl_->open(device, true, &slot, why));
+    ZICO_RETURN_IF_ERROR(page_in(device, why));
+    std::lock_guard lock(impl_->mu);
+    *chunk_bytes = impl_->gpus[slot]->chunk_bytes;
+    *lent = impl_->gpus[slot]->held * impl_->gpus[slot]->chunk_bytes;
+    return Status::ok();
+  } catch (const std::bad_alloc&) {
+    return Status(Errc::kOutOfMemory);
+  }
+}
+
+void NodeClient::attach_pages(DeviceId device, ResidentPages* pages, uint64_t most_bytes) {
+  std::lock_guard lock(impl_->mu);
+  for (auto& gpu : impl_->gpus) {
+    if (gpu->device != device || !gpu->pageable) continue;
+    gpu->pages = pages;
+    gpu->most_bytes = std::max(most_bytes, gpu->chunk_bytes);
+  }
+}
+
+void NodeClient::page_out(DeviceId device) {
+  std::lock_guard lock(impl_->mu);
+  for (auto& gpu : impl_->gpus) {
+    if (gpu->device == device && gpu->pageable) (void)impl_->shrink_locked(*gpu, 0, false);
+  }
+}
+
+Status NodeClient::page_in(DeviceId device, std::string* why) {
+  size_t slot = SIZE_MAX;
+  {
+    std::lock_guard lock(impl_->mu);
+    for (size_t i = 0; i < impl_->gpus.size(); ++i) {
+      if (impl_->gpus[i]->device == device && impl_->gpus[i]->pageable) slot = i;
+    }
+    if (slot == SIZE_MAX) return Status::ok();
+    if (impl_->gpus[slot]->held != 0) return Status::ok();
+  }
+  std::vector<SourcedChunk> none;
+  if (Status status = impl_->obtain(slot, 1, Patience::kDefault, &none); !status.is_ok()) {
+    *why = take_last_failure();
+    return status;
+  }
+  return Status::ok();
+}
+
+}  // namespace zico::sharing
