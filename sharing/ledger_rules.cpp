@@ -181,9 +181,18 @@ bool Ledger::Impl::serve_one(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<
     const Request& r = gpu.queue[i];
     if (defers(gpu, r)) continue;
     if (!fits(gpu, r)) {
-      if (gpu.users.at(r.job).page_floor != 0) continue;  // a UM job pages while it waits: it blocks nobody
-      blocker = i;
-      break;
+      if (gpu.users.at(r.job).page_floor == 0) {
+        blocker = i;
+        break;
+      }
+      // A UM job pages while it waits: it blocks nobody, and what room
+      // there is serves part of its request (it asks again for the rest).
+      const uint64_t room = sub_floor(free_of(gpu), others_unmet(gpu, r.job));
+      if (room == 0 || !safe(gpu, r.job, room)) continue;
+      gpu.users.at(r.job).waiting_chunks -= r.chunks - room;
+      gpu.queue[i].chunks = room;
+      grant(gpu, g, i, now_ns, out);
+      return true;
     }
     if (safe(gpu, r.job, r.chunks)) {
       grant(gpu, g, i, now_ns, out);
@@ -348,23 +357,38 @@ void Ledger::Impl::reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<Le
   if (shortfall == 0) return;
 
   // A UM job gives back by paging out (not idle memory): it is asked while
-  // it waits too (it runs on), down to its floor, but never to serve
-  // another UM job's wish to hold more, which would only trade one job's
-  // paging for another's. Above the budget (a cut) the budget wins: UM jobs
-  // are then asked below their floors too, down to one chunk, once what
-  // is above the floors is on its way.
+  // it waits too (it runs on), down to its floor; for another UM job's wish
+  // only what it holds above an equal share of what ordinary jobs leave
+  // (more would only trade one job's paging for another's), and never for
+  // its own. Above the budget (a cut) the budget wins: UM jobs are then
+  // asked below their floors too, down to one chunk, once what is above
+  // the floors is on its way.
   const bool over = gpu.granted > gpu.budget;
   const bool for_um_wish = !over && head != nullptr && gpu.users.at(head->job).page_floor != 0;
+  uint64_t um_share = 0;
+  if (for_um_wish) {
+    uint64_t ordinary = 0;
+    uint64_t um_jobs = 0;
+    for (const auto& [id, use] : gpu.users) {
+      if (use.page_floor == 0) {
+        ordinary = add_sat(ordinary, use.held);
+      } else {
+        ++um_jobs;
+      }
+    }
+    um_share = sub_floor(gpu.budget, ordinary) / um_jobs;
+  }
   for (const bool below_floors : {false, true}) {
     if (below_floors && (!over || shortfall == 0)) break;
-    const auto keeps = [below_floors](const Use& use) {
-      return std::max(use.min, use.page_floor == 0 ? 0 : below_floors ? 1 : use.page_floor);
+    const auto keeps = [below_floors, um_share](const Use& use) {
+      if (use.page_floor == 0) return use.min;
+      return std::max({use.min, below_floors ? uint64_t{1} : use.page_floor, um_share});
     };
     std::vector<JobId> candidates;
     for (const auto& [id, use] : gpu.users) {
       const bool pages = use.page_floor != 0;
       if (below_floors && !pages) continue;
-      if (pages && (for_um_wish || (!over && head != nullptr && head->job == id))) continue;
+      if (pages && !over && head != nullptr && head->job == id) continue;
       if ((use.waiting_requests > 0 && !pages) || use.held <= keeps(use) || incoming(gpu, id, use) > 0) continue;
       if (jobs.at(id).frozen) continue;
       if (use.ever_asked && (now_ns < use.last_asked_ns || now_ns - use.last_asked_ns < options.reclaim_retry_ns)) {

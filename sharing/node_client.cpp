@@ -399,7 +399,8 @@ bool NodeClient::on_allocated(DeviceId device, const void* ptr, size_t bytes) no
     Impl::refresh_outlook(*gpu);
     if (gpu->pageable) {
       std::lock_guard books(impl_->mu);
-      impl_->wish_locked(*gpu, tracker.live_bytes());
+      // What the iteration will need at its peak, once the tracker knows: asked for once, early.
+      impl_->wish_locked(*gpu, std::max(tracker.live_bytes(), gpu->outlook_peak_bytes.load(std::memory_order_relaxed)));
     }
     const bool at_boundary = gpu->gate_pending || (!tracker.explicit_marks() && tracker.iterations() != before);
     gpu->gate_pending = false;

@@ -16,8 +16,10 @@ void NodeClient::Impl::on_resident_grant(const proto::ResidentGrant& grant) {
   std::lock_guard lock(mu);
   Gpu* gpu = gpu_by_index(grant.gpu);
   auto it = pending.find(grant.request_id);
-  if (gpu == nullptr || !gpu->pageable || it == pending.end() || it->second.chunks != grant.chunks ||
-      it->second.state != Pending::State::kWaiting) {
+  // A wish may be served in part (what room there was); a waiter's ask in full.
+  const bool as_asked = it != pending.end() && (it->second.wish ? grant.chunks <= it->second.chunks
+                                                                : grant.chunks == it->second.chunks);
+  if (gpu == nullptr || !gpu->pageable || !as_asked || it->second.state != Pending::State::kWaiting) {
     // Not asked for like this (a confused daemon, or a waiter that gave up):
     // the daemon counts it as ours, so it goes straight back.
     if (gpu != nullptr && gpu->pageable) {
