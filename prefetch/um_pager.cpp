@@ -281,6 +281,11 @@ uint64_t UmPager::set_budget(uint64_t bytes) {
   poll_deferred();
   const auto target = static_cast<uint32_t>(std::min<uint64_t>(bytes / page_bytes_, UINT32_MAX));
   while (residency_.occupied_pages() > target && evict_oldest_unpinned()) ++stats_.budget_evictions;
+  // Nothing stays: the running kernel's pages fault back if it still uses them.
+  while (target == 0 && !residency_.by_migration().empty()) {
+    evict(residency_.by_migration().begin()->second);
+    ++stats_.budget_evictions;
+  }
   residency_.set_budget_pages(std::max(target, residency_.occupied_pages()));
   return uint64_t{residency_.budget_pages()} * page_bytes_;
 }

@@ -101,7 +101,8 @@ class UmPager {
   // A new budget (whole pages; a node manager lent more or asks some back).
   // Shrinking evicts the least recently migrated pages first, never those of
   // the kernel running now; returns the budget it has after: more than asked
-  // only while that kernel's pages hold it up.
+  // only while that kernel's pages hold it up. 0 sends every page to the
+  // host, that kernel's too (a suspension: what it still uses faults back).
   uint64_t set_budget(uint64_t bytes);
 
   [[nodiscard]] UmPagerStats stats() const;

@@ -71,6 +71,7 @@ struct NodeClient::Impl {
     ResidentPages* pages = nullptr;
     uint64_t most_bytes = UINT64_MAX;
     uint64_t wish = 0;  // the request id of the wish under way, 0: none
+    bool paged_out = false;  // suspended (page_out): no wishes, a late grant goes back
     // Guarded by pattern_mu, not mu: fed on every allocation.
     UsageTracker tracker;
     uint64_t sent_version = 0;     // tracker curve version last sent...

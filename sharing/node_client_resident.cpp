@@ -19,7 +19,8 @@ void NodeClient::Impl::on_resident_grant(const proto::ResidentGrant& grant) {
   // A wish may be served in part (what room there was); a waiter's ask in full.
   const bool as_asked = it != pending.end() && (it->second.wish ? grant.chunks <= it->second.chunks
                                                                 : grant.chunks == it->second.chunks);
-  if (gpu == nullptr || !gpu->pageable || !as_asked || it->second.state != Pending::State::kWaiting) {
+  const bool late = gpu != nullptr && gpu->paged_out && it != pending.end() && it->second.wish;
+  if (gpu == nullptr || !gpu->pageable || !as_asked || late || it->second.state != Pending::State::kWaiting) {
     // Not asked for like this (a confused daemon, or a waiter that gave up):
     // the daemon counts it as ours, so it goes straight back.
     if (gpu != nullptr && gpu->pageable) {
@@ -31,7 +32,7 @@ void NodeClient::Impl::on_resident_grant(const proto::ResidentGrant& grant) {
     }
     if (it != pending.end() && it->second.state == Pending::State::kWaiting) {
       it->second.state = Pending::State::kDenied;
-      it->second.reason = "zico-umd granted a different amount than asked";
+      it->second.reason = late ? "suspended meanwhile" : "zico-umd granted a different amount than asked";
       if (it->second.wish) {
         if (gpu != nullptr) gpu->wish = 0;
         pending.erase(it);
@@ -72,7 +73,10 @@ uint64_t NodeClient::Impl::shrink_locked(Gpu& gpu, uint64_t keep, bool reclaim_r
 }
 
 void NodeClient::Impl::wish_locked(Gpu& gpu, uint64_t live_bytes) {
-  if (!gpu.pageable || !gpu.open_now || gpu.wish != 0 || gpu.pages == nullptr || fd.load() < 0 || stopping) return;
+  if (!gpu.pageable || !gpu.open_now || gpu.paged_out || gpu.wish != 0 || gpu.pages == nullptr || fd.load() < 0 ||
+      stopping) {
+    return;
+  }
   const uint64_t share = gpu.node_budget_bytes == 0 ? gpu.max_bytes : std::min(gpu.node_budget_bytes, gpu.max_bytes);
   const uint64_t cap = std::min(gpu.most_bytes, share) / gpu.chunk_bytes;
   const uint64_t want = std::min(chunks_for(live_bytes, gpu.chunk_bytes), cap);
@@ -127,7 +131,9 @@ void NodeClient::attach_pages(DeviceId device, ResidentPages* pages, uint64_t mo
 void NodeClient::page_out(DeviceId device) {
   std::lock_guard lock(impl_->mu);
   for (auto& gpu : impl_->gpus) {
-    if (gpu->device == device && gpu->pageable) (void)impl_->shrink_locked(*gpu, 0, false);
+    if (gpu->device != device || !gpu->pageable) continue;
+    gpu->paged_out = true;
+    (void)impl_->shrink_locked(*gpu, 0, false);
   }
 }
 
@@ -139,6 +145,7 @@ Status NodeClient::page_in(DeviceId device, std::string* why) {
       if (impl_->gpus[i]->device == device && impl_->gpus[i]->pageable) slot = i;
     }
     if (slot == SIZE_MAX) return Status::ok();
+    impl_->gpus[slot]->paged_out = false;
     if (impl_->gpus[slot]->held != 0) return Status::ok();
   }
   std::vector<SourcedChunk> none;

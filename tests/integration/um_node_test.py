@@ -10,6 +10,8 @@ jobs' summed peaks. Checked:
     budget), and never lent more than the budget, polled all along;
   - a budget cut to 4 GiB while they run is followed: what is lent falls to
     the new budget (they page out) and they complete all the same;
+  - zico-umctl suspend of a UM job sends its pages to the host and gives its
+    share back (suspended, nothing held); resumed, it completes;
   - the VMM job keeps its memory and its data through all of it.
 
 Usage: um_node_test.py ZICO_UMD ZICO_UMCTL ZICO_RUN TRACE_JOB HOLD_MEMORY TRACE
@@ -27,6 +29,12 @@ GiB = 1 << 30
 def fail(message):
     print(f"FAIL: {message}", file=sys.stderr)
     sys.exit(1)
+
+
+def control(umctl, socket, action, job_id):
+    result = subprocess.run([umctl, action, str(job_id), "--socket", socket], capture_output=True, text=True)
+    if result.returncode != 0:
+        fail(f"zico-umctl {action} {job_id}: {result.stderr}")
 
 
 def main():
@@ -58,6 +66,7 @@ def main():
             budget = 6 * GiB
             most_lent = {}  # pid -> the most the daemon lent it
             cut = False
+            suspended, resumed = None, False
             while any(job.poll() is None for job in um_jobs):
                 status = subprocess.run([umctl, "status", "--json", "--socket", socket], capture_output=True,
                                         text=True)
@@ -78,9 +87,21 @@ def main():
                         fail("budget set 4GiB: " + result.stderr)
                     budget, cut = 4 * GiB, True
                     cut_at = time.monotonic()
+                if cut and suspended is None and time.monotonic() - cut_at > 0.3:
+                    # zico-umctl suspend: a UM job sends every page to the host and gives its share back.
+                    suspended = next(job for job in state["jobs"] if job["pid"] == um_jobs[0].pid)["id"]
+                    control(umctl, socket, "suspend", suspended)
+                    suspend_at = time.monotonic()
+                if suspended is not None and not resumed:
+                    row = next((job for job in state["jobs"] if job["id"] == suspended), None)
+                    if row is not None and row["state"] == "suspended" and row["granted_bytes"] == 0:
+                        control(umctl, socket, "resume", suspended)
+                        resumed = True
+                    elif time.monotonic() - suspend_at > 10:
+                        fail(f"the UM job did not suspend with nothing held: {row}")
                 time.sleep(0.02)
-            if not cut:
-                fail("the UM jobs ended before the budget cut: nothing was checked under it")
+            if not cut or not resumed:
+                fail("the UM jobs ended before the budget cut, or the suspension, was checked")
             for job in um_jobs:
                 out, err = job.communicate()
                 if job.returncode != 0:

@@ -205,6 +205,8 @@ TEST_F(PagerDiscards, ABudgetChangeEvictsDownToItAtOnce) {
                              {reinterpret_cast<uintptr_t>(base_ + 3 * kPage), kPage}};
   pager_->before_kernel(99, running, 1000);
   EXPECT_EQ(pager_->set_budget(kPage), 2 * kPage) << "the running kernel's pages were evicted";
+  EXPECT_EQ(pager_->set_budget(0), 0u) << "a suspension kept the running kernel's pages";
+  EXPECT_EQ(driver_.managed_stats().resident_bytes, 0u);
   pager_->after_kernel();
   EXPECT_EQ(pager_->set_budget(kPage), kPage);
   EXPECT_EQ(pager_->set_budget(6 * kPage), 6 * kPage);
