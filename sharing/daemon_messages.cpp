@@ -333,6 +333,11 @@ proto::StatusReply Daemon::Impl::status() const {
     s.grants = view.grants;
     s.reclaims = view.returns;
     s.deadlocks = view.deadlocks;
+    if (g < events.gpus.size()) {
+      s.parks = events.gpus[g].parks;
+      s.denials = events.gpus[g].denials;
+      s.timeouts = events.gpus[g].timeouts;
+    }
     reply.gpus.push_back(s);
   }
   std::vector<const Job*> ordered;
@@ -362,6 +367,7 @@ proto::StatusReply Daemon::Impl::status() const {
       s.wait_ns = view.wait_ns;
       s.iterations = job->gpus[g].report.iterations;
       s.state = job->state;
+      s.pageable = job->gpus[g].pageable;
       reply.jobs.push_back(s);
     }
   }

@@ -470,7 +470,9 @@ bool fields(C& c, M& m) {
          c.u64("GpuStatus.chunk_bytes", m.chunk_bytes) && c.u64("GpuStatus.budget_bytes", m.budget_bytes) &&
          c.u64("GpuStatus.granted_bytes", m.granted_bytes) && c.u64("GpuStatus.pool_bytes", m.pool_bytes) &&
          c.u64("GpuStatus.waiting_bytes", m.waiting_bytes) && c.u64("GpuStatus.grants", m.grants) &&
-         c.u64("GpuStatus.reclaims", m.reclaims) && c.u64("GpuStatus.deadlocks", m.deadlocks);
+         c.u64("GpuStatus.reclaims", m.reclaims) && c.u64("GpuStatus.deadlocks", m.deadlocks) &&
+         c.u64("GpuStatus.parks", m.parks) && c.u64("GpuStatus.denials", m.denials) &&
+         c.u64("GpuStatus.timeouts", m.timeouts);
 }
 
 template <class C, Is<JobStatus> M>
@@ -481,7 +483,8 @@ bool fields(C& c, M& m) {
          c.u64("JobStatus.max_bytes", m.max_bytes) && c.u64("JobStatus.allocated_bytes", m.allocated_bytes) &&
          c.u64("JobStatus.persistent_bytes", m.persistent_bytes) &&
          c.u64("JobStatus.waiting_bytes", m.waiting_bytes) && c.u64("JobStatus.wait_ns", m.wait_ns) &&
-         c.u64("JobStatus.iterations", m.iterations) && c.enumeration("JobStatus.state", m.state, kMaxJobRunState);
+         c.u64("JobStatus.iterations", m.iterations) && c.enumeration("JobStatus.state", m.state, kMaxJobRunState) &&
+         c.boolean("JobStatus.pageable", m.pageable);
 }
 
 template <class C, Is<StatusReply> M>

@@ -33,7 +33,8 @@ namespace zico::proto {
 inline constexpr uint32_t kMagic = 0x4F43495A;  // "ZICO" little-endian
 // 2: the time-shift messages (IterationMark, Curve, Proceed). 3: claims on Request.
 // 4: claims on IterationMark (the iteration the job would begin).
-// 7: Unified Memory jobs (OpenGpu.pageable, Report.floor_bytes, ResidentGrant).
+// 7: Unified Memory jobs (OpenGpu.pageable, Report.floor_bytes, ResidentGrant,
+//    JobStatus.pageable); GpuStatus.parks, denials and timeouts.
 inline constexpr uint16_t kVersion = 7;
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxPayload = 60 * 1024;
@@ -289,6 +290,9 @@ struct GpuStatus {
   uint64_t grants = 0;          // chunks granted since start
   uint64_t reclaims = 0;        // chunks given back since start
   uint64_t deadlocks = 0;       // deadlocks broken since start
+  uint64_t parks = 0;           // jobs parked in host memory for another's iteration (--turns)
+  uint64_t denials = 0;         // requests refused
+  uint64_t timeouts = 0;        // requests a job withdrew after its wait timeout
 };
 
 struct JobStatus {
@@ -306,6 +310,7 @@ struct JobStatus {
   uint64_t wait_ns = 0;         // total time spent waiting for chunks
   uint64_t iterations = 0;
   JobRunState state = JobRunState::kRunning;
+  bool pageable = false;        // a UM job: it is lent resident bytes (OpenGpu.pageable)
 };
 
 // One JobStatus per (job, GPU) the job opened.

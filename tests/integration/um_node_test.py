@@ -79,6 +79,9 @@ def main():
                     fail(f"the daemon lent {gpu['granted_bytes']} bytes, budget {gpu['budget_bytes']}")
                 for job in state["jobs"]:
                     most_lent[job["pid"]] = max(most_lent.get(job["pid"], 0), job["granted_bytes"])
+                    want = "vmm" if job["pid"] == holder.pid else "um"
+                    if job["mode"] != want:
+                        fail(f"job {job['pid']} shows mode {job['mode']}, not {want}")
                 lent_now = [job for job in state["jobs"] if job["granted_bytes"] > 0]
                 if not cut and len(lent_now) == 3:  # both UM jobs run under the daemon, beside the VMM one
                     result = subprocess.run([umctl, "budget", "set", "4GiB", "--socket", socket],

@@ -95,9 +95,9 @@ run status --json --socket "$socket"
 [[ $status == 0 ]] || fail "status --json: exit $status"
 check_json "status --json: shape and values" '
 gpu_keys = {"index", "uuid", "chunk_bytes", "budget_bytes", "granted_bytes", "pool_bytes", "waiting_bytes",
-            "grants", "returns", "deadlocks"}
+            "grants", "returns", "deadlocks", "parks", "denials", "timeouts"}
 job_keys = {"id", "pid", "uid", "name", "gpu", "granted_bytes", "min_bytes", "max_bytes", "allocated_bytes",
-            "persistent_bytes", "waiting_bytes", "wait_s", "iterations", "state"}
+            "persistent_bytes", "waiting_bytes", "wait_s", "iterations", "state", "mode"}
 assert isinstance(d["daemon_pid"], int) and d["daemon_pid"] > 0, d
 assert isinstance(d["uptime_s"], float), d
 g = d["gpus"][0]
@@ -111,7 +111,8 @@ j = jobs[0]
 assert job_keys <= j.keys(), j.keys()
 assert j["name"] == "hold_memory 8MiB" and j["gpu"] == 0, j  # program and first argument
 assert j["granted_bytes"] >= 8 << 20, j
-assert j["max_bytes"] is None and j["state"] == "running", j
+assert j["max_bytes"] is None and j["state"] == "running" and j["mode"] == "vmm", j
+assert g["parks"] == 0 and g["denials"] == 0 and g["timeouts"] == 0, g
 ' "$hold_pid"
 job_id=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["jobs"][0]["id"])' "$out" 2>/dev/null)
 [[ $job_id =~ ^[0-9]+$ ]] || { fail "no job id in status --json"; job_id=1; }
@@ -120,6 +121,7 @@ run status --socket "$socket"
 [[ $status == 0 ]] || fail "status: exit $status"
 grep -q "^zico-umd pid [0-9]*, up .*, 1 job$" "$out" || fail "status: no daemon line with 1 job"
 grep -Eq '^ +0 +64 MiB +8 MiB ' "$out" || fail "status: no line for GPU 0 with budget and granted"
+head -n 2 "$out" | tail -n 1 | grep -Eq 'YIELDS +PARKS +DENIED +TIMEOUTS$' || fail "status: no PARKS, DENIED, TIMEOUTS"
 
 # The socket from the environment, as jobs find it.
 ZICO_SOCKET=$socket run status
@@ -128,9 +130,9 @@ ZICO_SOCKET=$socket run status
 # --- jobs ------------------------------------------------------------------------
 run jobs --socket "$socket"
 [[ $status == 0 ]] || fail "jobs: exit $status"
-head -n 1 "$out" | grep -Eq '^ *ID +PID +USER +NAME +GPU +HELD +PERSISTENT +TRANSIENT +WAITING +WAIT +STATE +MIN +MAX$' ||
+head -n 1 "$out" | grep -Eq '^ *ID +PID +USER +NAME +GPU +HELD +PERSISTENT +TRANSIENT +WAITING +WAIT +STATE +MODE +MIN +MAX$' ||
   fail "jobs: header"
-grep -Eq "^ *$job_id +$hold_pid +[^ ]+ +hold_memory 8MiB +0 +8 MiB .* running +0 B +unlimited$" "$out" ||
+grep -Eq "^ *$job_id +$hold_pid +[^ ]+ +hold_memory 8MiB +0 +8 MiB .* running +vmm +0 B +unlimited$" "$out" ||
   fail "jobs: no line for the job"
 
 run jobs --json --socket "$socket"

@@ -161,6 +161,17 @@ TEST(ProtocolRejectTest, OversizePayload) {
   EXPECT_NE(rejection(bytes).find("payload_bytes is 4294967295"), std::string::npos);
 }
 
+TEST(ProtocolRoundTripTest, TheDaemonsLargestStatusFitsOneMessage) {
+  // zico-umd lists at most 128 job rows (daemon_impl.h, kStatusJobs), every GPU.
+  StatusReply status;
+  status.gpus.resize(kMaxStatusGpus);
+  status.jobs.resize(128);
+  for (JobStatus& job : status.jobs) job.name = std::string(kMaxString, 'j');
+  std::vector<uint8_t> bytes;
+  std::string why;
+  EXPECT_TRUE(encode(status, &bytes, &why)) << why;
+}
+
 TEST(ProtocolRejectTest, EncoderRefusesOversizePayload) {
   StatusReply status;
   status.jobs.resize(kMaxStatusJobs);
@@ -256,12 +267,14 @@ TEST(ProtocolTest, JobControlLayouts) {
   EXPECT_EQ(payload(Resume{}), (std::vector<uint8_t>{}));
   EXPECT_EQ(payload(JobControl{JobAction::kSuspend, 0x0102030405060708ull, StoreKind::kHost}),
             (std::vector<uint8_t>{0, 8, 7, 6, 5, 4, 3, 2, 1, 0}));
-  // JobStatus.state is the last byte of its entry, before the two counts.
+  // JobStatus.state and .pageable are the last bytes of its entry, before the two counts.
   StatusReply status;
   status.jobs.push_back(JobStatus{});
   status.jobs.back().state = JobRunState::kSuspended;
+  status.jobs.back().pageable = true;
   const std::vector<uint8_t> bytes = payload(status);
-  EXPECT_EQ(bytes[bytes.size() - 17], 2);
+  EXPECT_EQ(bytes[bytes.size() - 18], 2);
+  EXPECT_EQ(bytes[bytes.size() - 17], 1);
 }
 
 TEST(ProtocolRejectTest, IterationGateFields) {
@@ -303,7 +316,7 @@ TEST(ProtocolRejectTest, JobRunStateRange) {
   EXPECT_EQ(refusal(status), "JobStatus.state is 7 (must be 0..3)");
   status.jobs[1].state = JobRunState::kSuspended;
   bytes = encoded(status);
-  const size_t state_at = bytes.size() - 17;  // before job_count and job_rows
+  const size_t state_at = bytes.size() - 18;  // before pageable, job_count and job_rows
   ASSERT_EQ(bytes[state_at], 2);
   bytes[state_at] = 4;
   EXPECT_EQ(rejection(bytes), "JobStatus.state is 4 (must be 0..3)");

@@ -39,11 +39,12 @@ inline auto tie(const Resume&) { return std::tie(); }
 inline auto tie(const StatusQuery&) { return std::tie(); }
 inline auto tie(const GpuStatus& m) {
   return std::tie(m.index, m.uuid, m.chunk_bytes, m.budget_bytes, m.granted_bytes, m.pool_bytes, m.waiting_bytes,
-                  m.grants, m.reclaims, m.deadlocks);
+                  m.grants, m.reclaims, m.deadlocks, m.parks, m.denials, m.timeouts);
 }
 inline auto tie(const JobStatus& m) {
   return std::tie(m.id, m.pid, m.uid, m.gpu, m.name, m.granted_bytes, m.min_bytes, m.max_bytes,
-                  m.allocated_bytes, m.persistent_bytes, m.waiting_bytes, m.wait_ns, m.iterations, m.state);
+                  m.allocated_bytes, m.persistent_bytes, m.waiting_bytes, m.wait_ns, m.iterations, m.state,
+                  m.pageable);
 }
 inline auto tie(const StatusReply& m) { return std::tie(m.daemon_pid, m.uptime_ns, m.gpus, m.jobs, m.job_count, m.job_rows); }
 inline auto tie(const SetBudget& m) { return std::tie(m.target, m.gpu, m.job_id, m.bytes); }
@@ -113,9 +114,9 @@ inline std::vector<Message> samples() {
   curve.curve.transient_bytes = 3ull << 30;
   curve.curve.workspace_bytes = 1ull << 20;
   curve.curve.end_bytes = (1ull << 30) + 7;
-  GpuStatus gpu{3, uuid_from(7), 2 << 20, 40ull << 30, 12ull << 30, 16ull << 30, 1ull << 30, 900, 40, 2};
+  GpuStatus gpu{3, uuid_from(7), 2 << 20, 40ull << 30, 12ull << 30, 16ull << 30, 1ull << 30, 900, 40, 2, 5, 6, 7};
   JobStatus job{42, 1234, 1000, 3, "train.py", 8ull << 30, 2ull << 30, 20ull << 30, 7ull << 30, 5ull << 30,
-                1ull << 30, 123456789, 77, JobRunState::kSuspendRequested};
+                1ull << 30, 123456789, 77, JobRunState::kSuspendRequested, true};
   return {
       Hello{0x0102030405060708ull, "python3 train.py --lr 0.1"},
       OpenGpu{uuid_from(1), 17, false},

@@ -21,11 +21,12 @@ constexpr const char* kUsage =
     "  TRANSIENT   live now but not across the last iteration (allocated - persistent)\n"
     "  WAITING     asked for and not yet granted; WAIT: total time it spent waiting\n"
     "  STATE       running, suspend-requested or suspended\n"
+    "  MODE        vmm, or um: a Unified Memory job, lent room for its pages (they may exceed HELD)\n"
     "  MIN, MAX    its limits on the GPU (zico-umctl budget set --job)\n"
     "\n"
     "  --json          on stdout: {\"job_rows\":N,\"jobs\":[{\"id\",\"pid\",\"uid\",\"name\",\"gpu\",\"granted_bytes\",\n"
     "                  \"min_bytes\",\"max_bytes\" (null: unlimited),\"allocated_bytes\",\"persistent_bytes\",\n"
-    "                  \"transient_bytes\",\"waiting_bytes\",\"wait_s\",\"iterations\",\"state\"}...]}\n"
+    "                  \"transient_bytes\",\"waiting_bytes\",\"wait_s\",\"iterations\",\"state\",\"mode\"}...]}\n"
     "%s"
     "\n"
     "Exit status: 0, 1 if zico-umd failed to answer, 2 for bad usage, 3 if no zico-umd runs.\n";
@@ -47,6 +48,7 @@ void print_text(const proto::StatusReply& status) {
                    {"WAITING", Align::kRight},
                    {"WAIT", Align::kRight},
                    {"STATE", Align::kLeft},
+                   {"MODE", Align::kLeft},
                    {"MIN", Align::kRight},
                    {"MAX", Align::kRight}});
   for (const proto::JobStatus& job : status.jobs) {
@@ -54,7 +56,7 @@ void print_text(const proto::StatusReply& status) {
                    std::to_string(job.gpu), format_size(job.granted_bytes), format_size(job.persistent_bytes),
                    format_size(transient_bytes(job)), format_size(job.waiting_bytes),
                    format_duration(static_cast<double>(job.wait_ns) / 1e9), run_state_name(job.state),
-                   format_size(job.min_bytes), format_limit(job.max_bytes)});
+                   job.pageable ? "um" : "vmm", format_size(job.min_bytes), format_limit(job.max_bytes)});
   }
   std::fputs(table.render().c_str(), stdout);
   std::fputs(cut_note(status).c_str(), stdout);

@@ -18,14 +18,17 @@ constexpr const char* kUsage =
     "Usage: zico-umctl status [--json] [--socket PATH]\n"
     "Show zico-umd: its pid and uptime, per GPU the budget, the memory granted to jobs, the\n"
     "pool of chunks it created, what jobs wait for, and since it started the chunks granted and\n"
-    "returned and the yields (YIELDS: jobs all waiting on each other, one of which moved its\n"
-    "memory to the host for a while so the others could go on; JSON \"deadlocks\"); and how\n"
-    "many jobs it serves.\n"
+    "returned, the yields (YIELDS: jobs all waiting on each other, one of which moved its\n"
+    "memory to the host for a while so the others could go on; JSON \"deadlocks\"), the jobs\n"
+    "parked in host memory to let another's iteration run (PARKS, zico-umd --turns on), the\n"
+    "requests refused (DENIED) and those that waited past their ZICO_WAIT_TIMEOUT (TIMEOUTS);\n"
+    "and how many jobs it serves.\n"
     "\n"
     "  --json          on stdout: {\"daemon_pid\":N,\"uptime_s\":F,\"gpus\":[GPU...],\"job_count\":N,\n"
     "                  \"job_rows\":N,\"jobs\":[JOB...]} (job_rows > the JOBs listed: the daemon sends 128)\n"
     "                  GPU: {\"index\",\"uuid\",\"chunk_bytes\",\"budget_bytes\",\"granted_bytes\",\n"
-    "                  \"pool_bytes\",\"waiting_bytes\",\"grants\",\"returns\",\"deadlocks\"}\n"
+    "                  \"pool_bytes\",\"waiting_bytes\",\"grants\",\"returns\",\"deadlocks\",\"parks\",\n"
+    "                  \"denials\",\"timeouts\"}\n"
     "                  JOB: as in 'zico-umctl jobs --json'\n"
     "%s"
     "\n"
@@ -44,11 +47,15 @@ void print_text(const proto::StatusReply& status) {
                    {"WAITING", Align::kRight},
                    {"GRANTS", Align::kRight},
                    {"RETURNS", Align::kRight},
-                   {"YIELDS", Align::kRight}});
+                   {"YIELDS", Align::kRight},
+                   {"PARKS", Align::kRight},
+                   {"DENIED", Align::kRight},
+                   {"TIMEOUTS", Align::kRight}});
   for (const proto::GpuStatus& gpu : status.gpus) {
     table.add_row({std::to_string(gpu.index), format_size(gpu.budget_bytes), format_size(gpu.granted_bytes),
                    format_size(gpu.pool_bytes), format_size(gpu.waiting_bytes), std::to_string(gpu.grants),
-                   std::to_string(gpu.reclaims), std::to_string(gpu.deadlocks)});
+                   std::to_string(gpu.reclaims), std::to_string(gpu.deadlocks), std::to_string(gpu.parks),
+                   std::to_string(gpu.denials), std::to_string(gpu.timeouts)});
   }
   std::fputs(table.render().c_str(), stdout);
 }

@@ -77,6 +77,9 @@ void write_gpu_json(JsonWriter& json, const proto::GpuStatus& gpu) {
   json.field("grants", gpu.grants);
   json.field("returns", gpu.reclaims);  // chunks given back, whatever the reason
   json.field("deadlocks", gpu.deadlocks);
+  json.field("parks", gpu.parks);
+  json.field("denials", gpu.denials);
+  json.field("timeouts", gpu.timeouts);
   json.end_object();
 }
 
@@ -98,6 +101,7 @@ void write_job_json(JsonWriter& json, const proto::JobStatus& job) {
   json.value(static_cast<double>(job.wait_ns) / 1e9, 3);
   json.field("iterations", job.iterations);
   json.field("state", run_state_name(job.state));
+  json.field("mode", job.pageable ? "um" : "vmm");
   json.end_object();
 }
 
