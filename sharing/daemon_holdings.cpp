@@ -133,9 +133,7 @@ void Daemon::Impl::audit_job(Job& job) {
     return;
   }
   for (size_t g = 0; g < job.gpus.size(); ++g) {
-    // A UM job's pages are the driver's to move: a kernel faults in pages
-    // beyond what its pager keeps for a moment. Its pager keeps the grant.
-    if (!job.gpus[g].open || job.gpus[g].pageable) continue;
+    if (!job.gpus[g].open) continue;
     uint64_t bytes = 0;
     const Status status = driver.process_memory(job.peer.pid, gpus[g].device, &bytes);
     if (status.code() == Errc::kNotSupported) {
@@ -154,7 +152,10 @@ void Daemon::Impl::audit_job(Job& job) {
     }
     const auto gpu = static_cast<uint32_t>(g);
     const uint64_t chunk = gpus[g].chunk_bytes;
-    const uint64_t lent = lent_chunks(job, gpu);
+    // A UM job's kernel may fault in pages beyond what its pager keeps, up
+    // to its working set (its floor), for a moment: that much is not held against it.
+    const uint64_t tolerated = job.gpus[g].pageable ? job.gpus[g].floor_chunks : 0;
+    const uint64_t lent = lent_chunks(job, gpu) + tolerated;
     const uint64_t holds = bytes / chunk + (bytes % chunk != 0 ? 1 : 0);
     const uint64_t excess = holds > lent ? holds - lent : 0;
     // Never charged beyond what it could have asked for: a process that

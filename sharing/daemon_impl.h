@@ -100,7 +100,13 @@ struct Daemon::Impl final : GateGuard {
     // A UM job's GPU (OpenGpu.pageable): its chunks are resident grants,
     // counted in `unowned`; no pool chunk is lent to it.
     bool pageable = false;
+    uint64_t floor_chunks = 0;  // a UM job's floor, from its reports (the audit's tolerance)
   };
+  // What a job's GPU cannot do without: its persistent memory, none for a
+  // UM job (it pages). No budget or maximum goes below it.
+  [[nodiscard]] static uint64_t must_stay(const JobGpu& gpu) {
+    return gpu.pageable ? 0 : gpu.report.persistent_bytes;
+  }
   struct Job {
     uint64_t id = 0;
     int fd = -1;        // -1: connection gone, waiting for the process to exit

@@ -212,7 +212,8 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
       // A UM job's blocks may exceed what it keeps on the GPU (they page);
       // its floor, never above the budget, is what the ledger lets it shrink to.
       const uint64_t floor = report->floor_bytes / chunk + (report->floor_bytes % chunk != 0 ? 1 : 0);
-      (void)ledger.set_pageable(job.id, report->gpu, std::clamp<uint64_t>(floor, 1, ledger.gpu(report->gpu).budget));
+      use.floor_chunks = std::clamp<uint64_t>(floor, 1, ledger.gpu(report->gpu).budget);
+      (void)ledger.set_pageable(job.id, report->gpu, use.floor_chunks);
       use.report.persistent_bytes = std::min(use.report.persistent_bytes, use.report.allocated_bytes);
       return "";
     }
@@ -397,7 +398,7 @@ proto::Result Daemon::Impl::set_budget(const Connection& connection, const proto
                                                 " of memory");
     }
     uint64_t persistent = 0;
-    for (const auto& [id, job] : jobs) persistent += job.gpus[request.gpu].report.persistent_bytes;
+    for (const auto& [id, job] : jobs) persistent += must_stay(job.gpus[request.gpu]);
     if (request.bytes < persistent) {
       return refuse(Errc::kInvalidArgument, "budget " + format_size(request.bytes) + " is below the jobs' persistent memory (" +
                                                 format_size(persistent) + ") on GPU " + std::to_string(request.gpu));
@@ -432,7 +433,7 @@ proto::Result Daemon::Impl::set_budget(const Connection& connection, const proto
     return refuse(Errc::kInvalidArgument, "permission denied: job " + std::to_string(job.id) + " belongs to uid " +
                                               std::to_string(job.peer.uid));
   }
-  const uint64_t persistent = job.gpus[request.gpu].report.persistent_bytes;
+  const uint64_t persistent = must_stay(job.gpus[request.gpu]);
   JobGpu& allowed = job.gpus[request.gpu];
   const bool admin = is_admin(connection.peer);
   const auto bytes_text = [&](uint64_t limit) {

@@ -218,7 +218,8 @@ bool Ledger::may_start(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t s
   bool others_mid_iteration = false;
   bool unknown_mid_iteration = false;
   for (const auto& [id, use] : g.users) {
-    if (id == job || use.between || impl_->jobs.at(id).frozen) continue;
+    // A UM job finishes its iteration with what it holds (it pages): never in danger.
+    if (id == job || use.between || impl_->jobs.at(id).frozen || use.page_floor != 0) continue;
     const bool unknown = use.claim_peak == 0;
     if (unknown || use.waiting_requests > 0 || use.claim_peak > use.held) others_mid_iteration = true;
     if (unknown) unknown_mid_iteration = true;

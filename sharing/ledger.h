@@ -70,12 +70,16 @@
 //    others' unmet minimums, less the free budget) or, above the budget, the
 //    excess even with no waiter, less what is on its way back.
 //    A Unified Memory job (set_pageable) gives back by paging out: its
-//    request waits without blocking the queue (it runs on meanwhile) and is
-//    served only while no ordinary job's request waits; it
-//    is asked even while it waits, down to max(minimum, floor), but never
-//    for another UM job's request (that would trade one job's paging for
-//    another's) nor for its own; the head is then the first ordinary
-//    job's request, if one waits.
+//    request waits without blocking the queue (it runs on meanwhile), is
+//    served only while no ordinary job's request waits, and in part from
+//    whatever room there is; it never keeps an ordinary job at its gate
+//    for a turn. It is asked even while it waits, down to max(minimum,
+//    floor); for another UM job's request only what it holds above an
+//    equal share of what ordinary jobs leave (more would trade one job's
+//    paging for another's), never for its own. The head is the first
+//    ordinary job's request, if one waits. For an ordinary job's request,
+//    and above the budget, UM jobs are asked below their floors too, down
+//    to one chunk, once what is above the floors is on its way.
 //
 // 5. Deadlock: a request still waits after serving (its head does not fit,
 //    or is not safe), nothing is on its way back on the GPU, and every job
@@ -85,8 +89,8 @@
 //    back only when it goes and is left out.) Only waiters holding more than
 //    their minimum can be victims: a victim at its minimum would get its
 //    chunks straight back through exception 2a. A UM job is never a victim
-//    (it does not wait: it pages); reclaim reaches what it holds above its
-//    floor. Policy kYield: of those, the
+//    (it does not wait: it pages); reclaim reaches what it holds above one
+//    chunk. Policy kYield: of those, the
 //    one holding the most chunks (ties: the youngest) gets kYield, once per
 //    request it has waiting on the GPU; its requests leave the queue and it
 //    must return everything and ask again (at the back). Policy kFail: the
@@ -239,7 +243,9 @@ class Ledger {
   // others' rest); the ledger's rules then decide who goes on. A job told
   // no waits at its gate and asks again after the others give back (a
   // caller bounds that wait: a claim can be wrong). Also yes for an unknown
-  // job or GPU. With turns (above), no for a parked job, for a job that
+  // job or GPU. A UM job in mid-iteration is never in danger (it finishes
+  // with what it holds), and its waiting request needs nobody's memory: it
+  // counts for neither. With turns (above), no for a parked job, for a job that
   // starves beside the others' rest, and, outside its turn, for a job in the
   // way of one that starves; and a waiting request that needs this job's
   // memory parks it rather than lets it start.

@@ -107,7 +107,7 @@ uint64_t Ledger::Impl::incoming(const Gpu& gpu, JobId id, const Use& use) {
 
 bool Ledger::Impl::waits_for_job(const Gpu& gpu, JobId job) {
   for (const Request& r : gpu.queue) {
-    if (r.job == job) continue;
+    if (r.job == job || gpu.users.at(r.job).page_floor != 0) continue;  // a UM job runs on meanwhile
     uint64_t could_free = free_of(gpu);
     for (const auto& [id, use] : gpu.users) {
       if (id == job || id == r.job || use.claim_peak == 0) continue;
@@ -150,7 +150,14 @@ bool Ledger::Impl::deny_impossible(Gpu& gpu, uint32_t g, uint64_t now_ns, std::v
       ++i;
       continue;
     }
-    const Use& use = gpu.users.at(r.job);
+    Use& use = gpu.users.at(r.job);
+    // A UM job's wish beyond what it may ever hold is cut to that (it pages the rest).
+    if (const uint64_t most = ceiling(gpu, r.job); use.page_floor != 0 && use.held < most) {
+      use.waiting_chunks -= r.chunks - (most - use.held);
+      gpu.queue[i].chunks = most - use.held;
+      ++i;
+      continue;
+    }
     std::string reason = "GPU " + std::to_string(g) + ": asks for " + std::to_string(r.chunks) +
                          " chunks while holding " + std::to_string(use.held) + ", but the job can hold at most " +
                          std::to_string(ceiling(gpu, r.job)) + " (its max " +
@@ -228,9 +235,10 @@ bool Ledger::Impl::break_deadlock(Gpu& gpu, uint32_t g, uint64_t now_ns, std::ve
     if (use.held <= use.min) continue;  // its chunks are guaranteed, not part of the jam
     if (jobs.at(id).frozen) continue;   // gives back only when it goes; not part of the jam either
     if (use.page_floor != 0) {
-      // A UM job runs on while it waits (it pages): reclaim reaches what it
-      // holds above its floor, and the rest is not part of the jam.
-      if (use.held > std::max(use.min, use.page_floor)) return false;
+      // A UM job runs on while it waits (it pages), and reclaim reaches
+      // what it holds above one chunk (below its floor for an ordinary job
+      // that needs it): not part of the jam.
+      if (use.held > std::max<uint64_t>(use.min, 1)) return false;
       continue;
     }
     if (use.waiting_requests == 0) return false;  // reclaim can reach it
@@ -360,9 +368,11 @@ void Ledger::Impl::reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<Le
   // it waits too (it runs on), down to its floor; for another UM job's wish
   // only what it holds above an equal share of what ordinary jobs leave
   // (more would only trade one job's paging for another's), and never for
-  // its own. Above the budget (a cut) the budget wins: UM jobs are then
-  // asked below their floors too, down to one chunk, once what is above
-  // the floors is on its way.
+  // its own. Above the budget (a cut), or for an ordinary job's request
+  // (which cannot page), UM jobs are then asked below their floors too,
+  // down to one chunk, once what is above the floors is on its way: the
+  // budget and ordinary jobs come first, a UM job runs on however little
+  // it holds (its kernels fault what they need).
   const bool over = gpu.granted > gpu.budget;
   const bool for_um_wish = !over && head != nullptr && gpu.users.at(head->job).page_floor != 0;
   uint64_t um_share = 0;
@@ -378,8 +388,9 @@ void Ledger::Impl::reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<Le
     }
     um_share = sub_floor(gpu.budget, ordinary) / um_jobs;
   }
+  const bool for_ordinary = head != nullptr && gpu.users.at(head->job).page_floor == 0;
   for (const bool below_floors : {false, true}) {
-    if (below_floors && (!over || shortfall == 0)) break;
+    if (below_floors && (!(over || for_ordinary) || shortfall == 0)) break;
     const auto keeps = [below_floors, um_share](const Use& use) {
       if (use.page_floor == 0) return use.min;
       return std::max({use.min, below_floors ? uint64_t{1} : use.page_floor, um_share});

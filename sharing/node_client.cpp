@@ -399,8 +399,13 @@ bool NodeClient::on_allocated(DeviceId device, const void* ptr, size_t bytes) no
     Impl::refresh_outlook(*gpu);
     if (gpu->pageable) {
       std::lock_guard books(impl_->mu);
-      // What the iteration will need at its peak, once the tracker knows: asked for once, early.
-      impl_->wish_locked(*gpu, std::max(tracker.live_bytes(), gpu->outlook_peak_bytes.load(std::memory_order_relaxed)));
+      // What the iteration will need at its peak, once the tracker knows:
+      // asked for once, early. No memory to ask with: it runs on as it is.
+      try {
+        impl_->wish_locked(*gpu,
+                           std::max(tracker.live_bytes(), gpu->outlook_peak_bytes.load(std::memory_order_relaxed)));
+      } catch (const std::bad_alloc&) {
+      }
     }
     const bool at_boundary = gpu->gate_pending || (!tracker.explicit_marks() && tracker.iterations() != before);
     gpu->gate_pending = false;
@@ -435,9 +440,12 @@ void NodeClient::iteration_gate(bool explicit_mark, const std::function<void()>&
   std::vector<DeviceAllocator*> allocators;
   {
     std::lock_guard lock(impl.mu);
-    for (auto& gpu : impl.gpus) {
-      if (gpu->open_now && gpu->allocator != nullptr && !gpu->pageable) allocators.push_back(gpu->allocator);
-      impl.settle_pageable_locked(*gpu);  // a UM job's pages above its live blocks
+    try {
+      for (auto& gpu : impl.gpus) {
+        if (gpu->open_now && gpu->allocator != nullptr && !gpu->pageable) allocators.push_back(gpu->allocator);
+        impl.settle_pageable_locked(*gpu);  // a UM job's pages above its live blocks
+      }
+    } catch (const std::bad_alloc&) {
     }
   }
   for (DeviceAllocator* allocator : allocators) {

@@ -107,7 +107,7 @@ class NodeClient {
   // zico-umctl suspend of a UM job: every page leaves the GPU and the
   // grants go back; after the resumption it asks again (waiting up to the
   // wait timeout for a first chunk).
-  void page_out(DeviceId device);
+  void page_out(DeviceId device) noexcept;
   [[nodiscard]] Status page_in(DeviceId device, std::string* why);
 
   [[nodiscard]] bool connected() const;

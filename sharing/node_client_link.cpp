@@ -88,8 +88,12 @@ void NodeClient::Impl::handle(const proto::Message& message, std::vector<int>& f
   if (const auto* deny = std::get_if<proto::Deny>(&message)) {
     auto it = pending.find(deny->request_id);
     if (it != pending.end() && it->second.wish) {
-      // A UM job's wish for more: it runs on with what it holds.
-      if (it->second.gpu_slot < gpus.size()) gpus[it->second.gpu_slot]->wish = 0;
+      // A UM job's wish for more: it runs on with what it holds, and asks
+      // again only after a while (a refusal now is likely a refusal then).
+      if (it->second.gpu_slot < gpus.size()) {
+        gpus[it->second.gpu_slot]->wish = 0;
+        gpus[it->second.gpu_slot]->no_wish_before_ns = now_ns() + options.reconnect_interval_ns;
+      }
       pending.erase(it);
     } else if (it != pending.end() && it->second.state == Pending::State::kWaiting) {
       it->second.state = Pending::State::kDenied;

@@ -74,7 +74,7 @@ uint64_t NodeClient::Impl::shrink_locked(Gpu& gpu, uint64_t keep, bool reclaim_r
 
 void NodeClient::Impl::wish_locked(Gpu& gpu, uint64_t live_bytes) {
   if (!gpu.pageable || !gpu.open_now || gpu.paged_out || gpu.wish != 0 || gpu.pages == nullptr || fd.load() < 0 ||
-      stopping) {
+      stopping || now_ns() < gpu.no_wish_before_ns) {
     return;
   }
   const uint64_t share = gpu.node_budget_bytes == 0 ? gpu.max_bytes : std::min(gpu.node_budget_bytes, gpu.max_bytes);
@@ -125,15 +125,22 @@ void NodeClient::attach_pages(DeviceId device, ResidentPages* pages, uint64_t mo
     if (gpu->device != device || !gpu->pageable) continue;
     gpu->pages = pages;
     gpu->most_bytes = std::max(most_bytes, gpu->chunk_bytes);
+    (void)pages->limit_to(gpu->held * gpu->chunk_bytes);  // what is lent now, whatever came since it was made
   }
 }
 
-void NodeClient::page_out(DeviceId device) {
+void NodeClient::page_out(DeviceId device) noexcept {
   std::lock_guard lock(impl_->mu);
   for (auto& gpu : impl_->gpus) {
     if (gpu->device != device || !gpu->pageable) continue;
     gpu->paged_out = true;
-    (void)impl_->shrink_locked(*gpu, 0, false);
+    try {
+      // A grant for its wish still under way goes straight back (on_resident_grant).
+      (void)impl_->shrink_locked(*gpu, 0, false);
+    } catch (const std::bad_alloc&) {
+      // No memory to tell the daemon: the pages leave all the same.
+      if (gpu->pages != nullptr) (void)gpu->pages->limit_to(0);
+    }
   }
 }
 

@@ -543,5 +543,56 @@ TEST(LedgerUm, AUmJobsWishTakesFromAnotherUmJobOnlyAboveAnEqualShare) {
   EXPECT_EQ(b.ledger.check(), "");
 }
 
+TEST(LedgerUm, AnOrdinaryJobIsNeverStarvedByUmFloors) {
+  // UM job 1 holds its floor of 8 of 10; ordinary job 2 holds 2 and needs 2
+  // more. Job 1 is asked below its floor (it pages its kernels); job 2 is
+  // neither refused nor made to yield.
+  for (const DeadlockPolicy policy : {DeadlockPolicy::kYield, DeadlockPolicy::kFail}) {
+    LedgerOptions options;
+    options.deadlock_policy = policy;
+    Books b(10, options);
+    b.join(1);
+    b.join(2);
+    EXPECT_TRUE(b.ledger.set_pageable(1, 0, 8));
+    b.hold(1, 1, 8);
+    b.hold(2, 1, 2);
+    b.ask(2, 2, 2);
+    uint64_t asked = 0;
+    for (uint64_t now = 0; now < 1'000'000'000 && asked < 2; now += 200'000'000) {
+      const std::vector<LedgerAction> actions = b.ledger.pump(now);
+      EXPECT_EQ(count(actions, Kind::kYield) + count(actions, Kind::kDeny), 0u) << describe(actions);
+      for (const LedgerAction& a : actions) {
+        if (a.kind != Kind::kReclaim) continue;
+        EXPECT_EQ(a.job, 1u) << describe(actions);
+        asked += a.chunks;
+        b.give(a.job, a.chunks, true, now);
+      }
+    }
+    EXPECT_EQ(asked, 2u);
+    const std::vector<LedgerAction> actions = b.ledger.pump(1'000'000'000);
+    ASSERT_EQ(actions.size(), 1u) << describe(actions);
+    EXPECT_TRUE(same(actions[0], Kind::kGrant, 2, 2, 2)) << describe(actions);
+    EXPECT_EQ(b.ledger.check(), "");
+  }
+}
+
+TEST(LedgerUm, AUmWishKeepsNoOrdinaryJobAtItsGate) {
+  // With turns, a request another job's rest is needed for keeps that job
+  // at its gate (LedgerTurns); a UM job's wish does not: it runs on.
+  LedgerOptions options;
+  options.park_between = true;
+  Books b(10, options);
+  b.join(1);
+  b.join(2);
+  EXPECT_TRUE(b.ledger.set_pageable(2, 0, 1));
+  b.hold(1, 1, 6);
+  b.hold(2, 1, 3);
+  EXPECT_TRUE(b.ledger.set_between_iterations(1, 0));
+  b.ask(2, 2, 4);
+  EXPECT_EQ(count(b.ledger.pump(0), Kind::kPark), 0u);
+  EXPECT_TRUE(b.ledger.may_start(1, 0, 6, 2, 0)) << "a UM wish held an ordinary job at its gate";
+  EXPECT_EQ(count(b.ledger.pump(0), Kind::kPark), 0u);
+}
+
 }  // namespace
 }  // namespace zico::sharing
