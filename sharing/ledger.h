@@ -79,7 +79,7 @@
 //    paging for another's), never for its own. The head is the first
 //    ordinary job's request, if one waits. For an ordinary job's request,
 //    and above the budget, UM jobs are asked below their floors too, down
-//    to one chunk, once what is above the floors is on its way.
+//    to their minimum, once what is above the floors is on its way.
 //
 // 5. Deadlock: a request still waits after serving (its head does not fit,
 //    or is not safe), nothing is on its way back on the GPU, and every job
@@ -89,8 +89,8 @@
 //    back only when it goes and is left out.) Only waiters holding more than
 //    their minimum can be victims: a victim at its minimum would get its
 //    chunks straight back through exception 2a. A UM job is never a victim
-//    (it does not wait: it pages); reclaim reaches what it holds above one
-//    chunk. Policy kYield: of those, the
+//    (it does not wait: it pages); reclaim reaches what it holds above its
+//    minimum. Policy kYield: of those, the
 //    one holding the most chunks (ties: the youngest) gets kYield, once per
 //    request it has waiting on the GPU; its requests leave the queue and it
 //    must return everything and ask again (at the back). Policy kFail: the

@@ -236,9 +236,9 @@ bool Ledger::Impl::break_deadlock(Gpu& gpu, uint32_t g, uint64_t now_ns, std::ve
     if (jobs.at(id).frozen) continue;   // gives back only when it goes; not part of the jam either
     if (use.page_floor != 0) {
       // A UM job runs on while it waits (it pages), and reclaim reaches
-      // what it holds above one chunk (below its floor for an ordinary job
-      // that needs it): not part of the jam.
-      if (use.held > std::max<uint64_t>(use.min, 1)) return false;
+      // what it holds above its minimum (below its floor for an ordinary
+      // job that needs it): not part of the jam.
+      if (use.held > use.min) return false;
       continue;
     }
     if (use.waiting_requests == 0) return false;  // reclaim can reach it
@@ -370,9 +370,9 @@ void Ledger::Impl::reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<Le
   // (more would only trade one job's paging for another's), and never for
   // its own. Above the budget (a cut), or for an ordinary job's request
   // (which cannot page), UM jobs are then asked below their floors too,
-  // down to one chunk, once what is above the floors is on its way: the
-  // budget and ordinary jobs come first, a UM job runs on however little
-  // it holds (its kernels fault what they need).
+  // down to their minimum, once what is above the floors is on its way:
+  // the budget and ordinary jobs come first, a UM job runs on however
+  // little it holds (its kernels fault what they need).
   const bool over = gpu.granted > gpu.budget;
   const bool for_um_wish = !over && head != nullptr && gpu.users.at(head->job).page_floor != 0;
   uint64_t um_share = 0;
@@ -393,7 +393,7 @@ void Ledger::Impl::reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<Le
     if (below_floors && (!(over || for_ordinary) || shortfall == 0)) break;
     const auto keeps = [below_floors, um_share](const Use& use) {
       if (use.page_floor == 0) return use.min;
-      return std::max({use.min, below_floors ? uint64_t{1} : use.page_floor, um_share});
+      return std::max({use.min, below_floors ? uint64_t{0} : use.page_floor, um_share});
     };
     std::vector<JobId> candidates;
     for (const auto& [id, use] : gpu.users) {

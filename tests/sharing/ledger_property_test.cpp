@@ -29,12 +29,16 @@ struct SimJob {
   uint64_t next_request = 1;
   std::array<bool, kGpus> parked{};
   bool frozen = false;
+  bool pageable = false;  // a UM job (Iterations::kUmJobs): set_pageable on each GPU it opens
 };
 
 // What the random daemon's jobs do besides asking and giving back: with
 // claims, they also claim, wait at their gates (and ask may_start), get
-// frozen and thawed; parks (turns) then happen and are carried out.
-enum class Iterations : uint8_t { kNone, kClaimsAndTurns };
+// frozen and thawed; parks (turns) then happen and are carried out. With UM
+// jobs, besides, a third of the jobs page (set_pageable, a random floor):
+// their requests may be cut or served in part, they may be asked while they
+// wait, and they are never parked nor made to yield.
+enum class Iterations : uint8_t { kNone, kClaimsAndTurns, kUmJobs };
 
 class Daemon {
  public:
@@ -95,12 +99,15 @@ class Daemon {
     ASSERT_TRUE(ledger_.open(id, gpu, held, &why).is_ok()) << why;
     jobs_[id].open[gpu] = true;
     jobs_[id].held[gpu] = held;
+    if (jobs_[id].pageable) {
+      EXPECT_TRUE(ledger_.set_pageable(id, gpu, pick(1, std::max<uint64_t>(1, ledger_.gpu(gpu).budget / 4))));
+    }
   }
 
   void add_job() {
     const JobId id = next_job_++;
     ASSERT_TRUE(ledger_.add_job(id, 1000, id));
-    jobs_[id];
+    jobs_[id].pageable = iterations_ == Iterations::kUmJobs && pick(0, 2) == 0;
     for (uint32_t g = 0; g < kGpus; ++g) {
       if (pick(0, 1) == 0) continue;
       // Now and then a job "reconnects" holding chunks, even past the budget.
@@ -153,7 +160,7 @@ class Daemon {
     const uint32_t gpu = any_gpu();
     const uint64_t budget = ledger_.gpu(gpu).budget;
     std::string why;
-    if (iterations_ == Iterations::kClaimsAndTurns && pick(0, 3) == 0) {
+    if (iterations_ != Iterations::kNone && pick(0, 3) == 0) {
       iterate(id, gpu, budget);
     } else if (dice < 30) {
       // Mostly modest asks; sometimes more than can ever be had.
@@ -213,6 +220,7 @@ class Daemon {
         SimJob& job = jobs_[a.job];
         const uint64_t budget = before[a.gpu].budget;
         if (a.kind == Kind::kPark) {
+          EXPECT_FALSE(job.pageable) << "parked a UM job: " << describe(actions);
           EXPECT_FALSE(job.frozen) << "parked a frozen job: " << describe(actions);
           EXPECT_FALSE(job.parked[a.gpu]) << "parked twice: " << describe(actions);
           EXPECT_EQ(job.asked[a.gpu], 0u) << "parked a job with a reclaim outstanding: " << describe(actions);
@@ -238,7 +246,7 @@ class Daemon {
           EXPECT_GE(a.chunks, 1u);
           EXPECT_LE(a.chunks + v.min, job.held[a.gpu]) << "asked below its minimum: " << describe(actions);
           for (const auto& [rid, w] : job.waiting) {
-            EXPECT_NE(w.first, a.gpu) << "asked a waiting job: " << describe(actions);
+            EXPECT_TRUE(w.first != a.gpu || job.pageable) << "asked a waiting job: " << describe(actions);
           }
           job.asked[a.gpu] = a.chunks;
           continue;
@@ -248,18 +256,24 @@ class Daemon {
         const uint64_t chunks = it->second.second;
         job.waiting.erase(it);
         if (a.kind == Kind::kGrant) {
-          EXPECT_EQ(a.chunks, chunks);
-          EXPECT_LE(granted[a.gpu] + chunks, budget) << "a grant broke the budget: " << describe(actions);
+          // A UM job's request may be cut to its ceiling or served in part.
+          if (job.pageable) {
+            EXPECT_TRUE(a.chunks >= 1 && a.chunks <= chunks) << describe(actions);
+          } else {
+            EXPECT_EQ(a.chunks, chunks);
+          }
+          const uint64_t chunks_granted = a.chunks;
+          EXPECT_LE(granted[a.gpu] + chunks_granted, budget) << "a grant broke the budget: " << describe(actions);
           uint64_t unmet = 0;  // the others' minimums must stay reachable
           for (auto& [other_id, other] : jobs_) {
             if (other_id == a.job || !other.open[a.gpu]) continue;
             const uint64_t min = view(other_id, a.gpu).min;
             unmet += min > other.held[a.gpu] ? min - other.held[a.gpu] : 0;
           }
-          EXPECT_LE(granted[a.gpu] + chunks + unmet, budget) << "no room left for minimums: " << describe(actions);
-          EXPECT_LE(job.held[a.gpu] + chunks, view(a.job, a.gpu).max) << describe(actions);
-          granted[a.gpu] += chunks;
-          job.held[a.gpu] += chunks;
+          EXPECT_LE(granted[a.gpu] + chunks_granted + unmet, budget) << "no room left for minimums: " << describe(actions);
+          EXPECT_LE(job.held[a.gpu] + chunks_granted, view(a.job, a.gpu).max) << describe(actions);
+          granted[a.gpu] += chunks_granted;
+          job.held[a.gpu] += chunks_granted;
         } else if (a.kind == Kind::kDeny) {
           EXPECT_EQ(a.errc, Errc::kOutOfMemory);
           const bool deadlock = a.reason.find("deadlock") != std::string::npos;
@@ -274,6 +288,7 @@ class Daemon {
           denials_ += 1;
         } else {
           EXPECT_EQ(policy_, DeadlockPolicy::kYield);
+          EXPECT_FALSE(job.pageable) << "a UM job was made to yield: " << describe(actions);
           EXPECT_EQ(a.chunks, job.held[a.gpu]) << describe(actions);
           yields.push_back(a);
           yield_sizes_[{a.job, a.request_id}] = chunks;
@@ -314,15 +329,21 @@ class Daemon {
         ASSERT_EQ(ledger_.job(id, g, now_, &v), job.open[g]);
         if (!job.open[g]) continue;
         ASSERT_EQ(v.held, job.held[g]) << "job " << id << " GPU " << g;
-        ASSERT_EQ(v.waiting, chunks[g]) << "job " << id << " GPU " << g;
-        waiting[g] += chunks[g];
+        // A UM job's requests may have been cut to its ceiling meanwhile.
+        if (job.pageable) {
+          ASSERT_LE(v.waiting, chunks[g]) << "job " << id << " GPU " << g;
+          ASSERT_EQ(v.waiting == 0, chunks[g] == 0) << "job " << id << " GPU " << g;
+        } else {
+          ASSERT_EQ(v.waiting, chunks[g]) << "job " << id << " GPU " << g;
+        }
+        waiting[g] += v.waiting;
       }
     }
     for (uint32_t g = 0; g < kGpus; ++g) ASSERT_EQ(ledger_.gpu(g).waiting, waiting[g]);
   }
 
   // Liveness: jobs stop asking and answer reclaims in full, keeping what
-  // they are granted; then every waiting request ends, and (checked in pump)
+  // they are granted; then every ordinary job's waiting request ends, and (checked in pump)
   // only impossible ones, or kFail victims, end denied. Every other time the
   // jobs first give back everything; otherwise waiters start out holding
   // chunks, which is where deadlocks come from.
@@ -354,12 +375,36 @@ class Daemon {
           if (job.asked[g] > 0) give(id, g, std::min(job.asked[g], job.held[g]), true);
         }
       }
-      if (ledger_.gpu(0).waiting == 0 && ledger_.gpu(1).waiting == 0) {
+      // A UM job's request may wait for ever (it runs on, paging): only
+      // ordinary jobs' requests must end. Then the UM jobs withdraw theirs.
+      uint64_t ordinary_waiting = 0;
+      for (const auto& [id, job] : jobs_) {
+        if (!job.pageable) ordinary_waiting += job.waiting.size();
+      }
+      if (ordinary_waiting == 0) {
+        for (auto& [id, job] : jobs_) {
+          for (const auto& [rid, w] : job.waiting) EXPECT_TRUE(ledger_.cancel(id, rid, now_));
+          job.waiting.clear();
+        }
+        EXPECT_EQ(ledger_.gpu(0).waiting + ledger_.gpu(1).waiting, 0u);
         drains_ += 1;
         return;
       }
     }
-    ADD_FAILURE() << "requests still wait: GPU 0 " << ledger_.gpu(0).waiting << ", GPU 1 " << ledger_.gpu(1).waiting;
+    std::string state;
+    for (auto& [id, job] : jobs_) {
+      for (uint32_t g = 0; g < kGpus; ++g) {
+        if (!job.open[g]) continue;
+        const Ledger::JobView v = view(id, g);
+        state += " [job " + std::to_string(id) + " gpu " + std::to_string(g) + (job.pageable ? " um" : "") +
+                 " held " + std::to_string(v.held) + " min " + std::to_string(v.min) + " max " +
+                 (v.max == UINT64_MAX ? std::string("-") : std::to_string(v.max)) + " waiting " +
+                 std::to_string(v.waiting) + (job.frozen ? " frozen" : "") + " asked " + std::to_string(job.asked[g]) + "]";
+      }
+    }
+    ADD_FAILURE() << "requests still wait: GPU 0 " << ledger_.gpu(0).waiting << ", GPU 1 " << ledger_.gpu(1).waiting
+                  << " (budgets " << ledger_.gpu(0).budget << ", " << ledger_.gpu(1).budget << ", granted "
+                  << ledger_.gpu(0).granted << ", " << ledger_.gpu(1).granted << "):" << state;
   }
 
  public:
@@ -404,6 +449,18 @@ TEST(LedgerProperty, RandomDaemonWithClaimsTurnsAndFrozenJobsKeepsBooksAndLivene
     EXPECT_GT(daemon.yields_, 0u);
     EXPECT_GT(daemon.parks_, 0u) << "the run should reach turns";
     EXPECT_GT(daemon.resumes_, 0u);
+    EXPECT_EQ(daemon.drains_, 8u);
+  }
+}
+
+// The same with UM jobs among the others.
+TEST(LedgerProperty, RandomDaemonWithUmJobsKeepsBooksAndLiveness) {
+  for (uint64_t seed : {9u, 10u, 11u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Daemon daemon(DeadlockPolicy::kYield, seed, Iterations::kUmJobs);
+    daemon.run(20'000);
+    EXPECT_GT(daemon.grants_, 0u);
+    EXPECT_GT(daemon.yields_, 0u);
     EXPECT_EQ(daemon.drains_, 8u);
   }
 }
