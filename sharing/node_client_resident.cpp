@@ -1,6 +1,6 @@
 // The job's client for a UM job's GPUs (ZICO_MODE=um): resident grants for
 // its pager, asked for as its live blocks grow, given back at iteration
-// boundaries and when the daemon reclaims (by paging out, down to its floor).
+// boundaries and when the daemon reclaims (by paging out as much as it asks).
 #include "node_client_impl.h"
 
 #include <algorithm>
