@@ -170,6 +170,13 @@ grep -qE "gpt2_medium \(um\): [45] of 5 iterations ran with part of its memory p
 run --budget 16GiB --iterations 5 --mode um --policy all "$gpt2m" "$bert"
 grep -q "zico's throughput: sequential failed a job, static failed a job, [0-9.]*x fcfs" "$out" || fail "failed policies"
 
+# UM jobs where the gate caps one and the ledger then leaves it short of its worth floor: it waits
+# as an ordinary job does, and every job completes (summed peaks / 1.45).
+mobilenet=$traces/mobilenet_v2.ztrace.gz
+run --budget 19831826361 --iterations 50 --utilization 0.5 --mode um --json "$bert" "$mobilenet" "$vit"
+[ "$status" -eq 0 ] || fail "bert_base+mobilenet_v2+vit_b_16 in um mode: exit $status ($(cat "$err"))"
+check_json "um triple" 'assert d["failed_jobs"] == 0 and sum(j["capped_iterations"] for j in d["jobs"]) > 0, d["jobs"]'
+
 # A job that cannot run under the budget fails the run: exit 1, the output complete and naming it.
 run --budget 1GiB "$traces/gpt2.ztrace.gz"
 [ "$status" -eq 1 ] || fail "a failed job: exit $status, expected 1"

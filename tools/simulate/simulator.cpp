@@ -461,14 +461,15 @@ class Engine {
     }
   }
 
-  // What a running UM job gives back when the ledger asks: above the
-  // budget (after a cut) all it holds above its floor, whatever that costs;
-  // otherwise, in a capped iteration, what it holds above its worth floor.
+  // What a running UM job can give back when the ledger asks: in a capped
+  // iteration (pageable to the ledger) or above the budget (after a cut),
+  // as much as it is asked, whatever that costs, as zico-umd's UM jobs do
+  // (the ledger asks down to the floor it was told first); otherwise nothing.
+  // Left below its worth floor, it waits for more as an ordinary job does.
   [[nodiscard]] uint64_t pageable_chunks(const Job& j) const {
     if (!j.pages() || j.phase != Phase::kRunning) return 0;
     const bool over = budget_bytes_ > 0 && total_held_ * options_.chunk_bytes > budget_bytes_;
-    const uint64_t floor = over ? floor_chunks(j) : j.cap != 0 ? worth_floor_chunks(j) : j.held;
-    return j.held > floor ? j.held - floor : 0;
+    return over || j.cap != 0 ? j.held : 0;
   }
 
   // The gate's decision for a UM job: the cap of the iteration it will
@@ -477,6 +478,8 @@ class Engine {
   void planned(Job& j, const sharing::StartDecision& decision) {
     if (!j.pages()) return;
     j.planned_cap_bytes = decision.cap_bytes;
+    // A job waiting for memory waits as an ordinary job (page_instead_of_waiting).
+    if (j.phase == Phase::kWaiting) return;
     (void)ledger_.set_pageable(j.id, 0, decision.cap_bytes != 0 ? worth_floor_chunks(j) : 0);
   }
 
@@ -518,10 +521,15 @@ class Engine {
 
   // A request of a capped UM iteration the ledger did not grant at once:
   // rather than wait, the job runs on capped at what it holds, if that is at
-  // least its worth floor.
+  // least its worth floor. Below it the job waits as an ordinary job does:
+  // the ledger's rules for a pageable job assume it never waits.
   void page_instead_of_waiting(Job& j) {
     if (!j.pages() || j.cap == 0 || j.phase != Phase::kWaiting || j.pending_request == 0) return;
-    if (j.held < worth_floor_chunks(j)) return;
+    if (j.held < worth_floor_chunks(j)) {
+      (void)ledger_.set_pageable(j.id, 0, 0);
+      pump();  // as an ordinary waiter it may complete a deadlock the ledger now breaks
+      return;
+    }
     (void)ledger_.cancel(j.id, j.pending_request, now_ns());
     j.pending_request = 0;
     cap_at(j, j.held);
@@ -635,6 +643,12 @@ class Engine {
         set_held(j, j.held + action.chunks);
         if (action.request_id != j.pending_request) return;
         j.pending_request = 0;
+        if (j.pages() && j.cap != 0) {
+          // Pageable again if it waited as an ordinary job; served in part,
+          // it runs capped at what it holds.
+          (void)ledger_.set_pageable(j.id, 0, worth_floor_chunks(j));
+          if (j.held < resident_need(j)) cap_at(j, j.held);
+        }
         if (j.phase == Phase::kWaiting) {
           enter(j, Phase::kRunning);
         } else if (j.phase == Phase::kSwapWait) {
