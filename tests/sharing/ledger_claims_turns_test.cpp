@@ -468,15 +468,23 @@ TEST(LedgerTurns, AUmJobIsNeitherParkedNorHeldAtItsGate) {
   EXPECT_EQ(count(t.b.ledger.pump(0), Kind::kPark), 0u);
 }
 
+// Jobs 1 and 2 on a GPU of 10 chunks holding held1 and held2; a floor of 0
+// leaves a job ordinary, any other makes it a UM job (set_pageable).
+Books um_pair(uint64_t floor1, uint64_t held1, uint64_t floor2, uint64_t held2, LedgerOptions options = {}) {
+  Books b(10, options);
+  b.join(1);
+  b.join(2);
+  EXPECT_TRUE(floor1 == 0 || b.ledger.set_pageable(1, 0, floor1));
+  EXPECT_TRUE(floor2 == 0 || b.ledger.set_pageable(2, 0, floor2));
+  b.hold(1, 1, held1);
+  b.hold(2, 1, held2);
+  return b;
+}
+
 TEST(LedgerUm, AUmJobsRequestBlocksNobodyAndReclaimReachesItWhileItWaits) {
   // Budget 10: UM job 1 (floor 2) holds 6 and wishes for 3 more; job 2
   // holds 2. Job 2's 2 fit behind job 1's wish, which does not: granted.
-  Books b(10);
-  b.join(1);
-  b.join(2);
-  EXPECT_TRUE(b.ledger.set_pageable(1, 0, 2));
-  b.hold(1, 1, 6);
-  b.hold(2, 1, 2);
+  Books b = um_pair(2, 6, 0, 2);
   b.ask(1, 2, 3);
   b.ask(2, 2, 2);
   std::vector<LedgerAction> actions = b.ledger.pump(0);
@@ -502,13 +510,7 @@ TEST(LedgerUm, AUmJobsRequestBlocksNobodyAndReclaimReachesItWhileItWaits) {
 }
 
 TEST(LedgerUm, AUmJobsWishTakesFromAnotherUmJobOnlyAboveAnEqualShare) {
-  Books b(10);
-  b.join(1);
-  b.join(2);
-  EXPECT_TRUE(b.ledger.set_pageable(1, 0, 2));
-  EXPECT_TRUE(b.ledger.set_pageable(2, 0, 3));
-  b.hold(1, 1, 6);
-  b.hold(2, 1, 4);
+  Books b = um_pair(2, 6, 3, 4);
   // Job 2 wishes for 3 more: job 1 pages out only what it holds above half the budget.
   b.ask(2, 2, 3);
   std::vector<LedgerAction> actions = b.ledger.pump(0);
@@ -550,12 +552,7 @@ TEST(LedgerUm, AnOrdinaryJobIsNeverStarvedByUmFloors) {
   for (const DeadlockPolicy policy : {DeadlockPolicy::kYield, DeadlockPolicy::kFail}) {
     LedgerOptions options;
     options.deadlock_policy = policy;
-    Books b(10, options);
-    b.join(1);
-    b.join(2);
-    EXPECT_TRUE(b.ledger.set_pageable(1, 0, 8));
-    b.hold(1, 1, 8);
-    b.hold(2, 1, 2);
+    Books b = um_pair(8, 8, 0, 2, options);
     b.ask(2, 2, 2);
     uint64_t asked = 0;
     for (uint64_t now = 0; now < 1'000'000'000 && asked < 2; now += 200'000'000) {
@@ -581,12 +578,7 @@ TEST(LedgerUm, AUmWishKeepsNoOrdinaryJobAtItsGate) {
   // at its gate (LedgerTurns); a UM job's wish does not: it runs on.
   LedgerOptions options;
   options.park_between = true;
-  Books b(10, options);
-  b.join(1);
-  b.join(2);
-  EXPECT_TRUE(b.ledger.set_pageable(2, 0, 1));
-  b.hold(1, 1, 6);
-  b.hold(2, 1, 3);
+  Books b = um_pair(0, 6, 1, 3, options);
   EXPECT_TRUE(b.ledger.set_between_iterations(1, 0));
   b.ask(2, 2, 4);
   EXPECT_EQ(count(b.ledger.pump(0), Kind::kPark), 0u);
