@@ -212,7 +212,7 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
       // A UM job's blocks may exceed what it keeps on the GPU (they page);
       // its floor, never above the budget, is what the ledger lets it shrink to.
       const uint64_t floor = report->floor_bytes / chunk + (report->floor_bytes % chunk != 0 ? 1 : 0);
-      use.floor_chunks = std::clamp<uint64_t>(floor, 1, ledger.gpu(report->gpu).budget);
+      use.floor_chunks = std::max<uint64_t>(1, std::min(floor, ledger.gpu(report->gpu).budget));
       (void)ledger.set_pageable(job.id, report->gpu, use.floor_chunks);
       use.report.persistent_bytes = std::min(use.report.persistent_bytes, use.report.allocated_bytes);
       return "";
