@@ -162,6 +162,11 @@ Status Ledger::returned(JobId job, uint32_t gpu, uint64_t chunks, bool reclaim_r
     use->reclaim_asked = 0;
     use->ever_asked = true;
     use->last_asked_ns = now_ns;
+    // A UM job that paged out for others: its own waiting requests go to the
+    // back, behind those it paged out for (not straight back to it).
+    if (use->page_floor != 0 && chunks != 0) {
+      std::stable_partition(g.queue.begin(), g.queue.end(), [job](const Impl::Request& r) { return r.job != job; });
+    }
   }
   if (g.yielding && g.yield_victim == job && use->held == 0) {
     g.yielding = false;

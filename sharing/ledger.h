@@ -71,9 +71,10 @@
 //    excess even with no waiter, less what is on its way back.
 //    A Unified Memory job (set_pageable) gives back by paging out: its
 //    request waits without blocking the queue (it runs on meanwhile), is
-//    served only while no ordinary job's request waits, and in part from
-//    whatever room there is; it never keeps an ordinary job at its gate
-//    for a turn. It is asked even while it waits, down to max(minimum,
+//    served in its turn, or in part from whatever room there is while no
+//    ordinary job's request waits; it never keeps an ordinary job at its
+//    gate for a turn. Once it has paged out for a reclaim its requests go
+//    to the back of the queue (what it gave must not come straight back). It is asked even while it waits, down to max(minimum,
 //    floor); for another UM job's request only what it holds above an
 //    equal share of what ordinary jobs leave (more would trade one job's
 //    paging for another's), never for its own. The head is the first

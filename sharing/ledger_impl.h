@@ -118,9 +118,6 @@ struct Ledger::Impl {
   // Granting keeps granted <= budget (free is 0 above it) and leaves room for
   // the others' minimums. The max is covered by possible(), checked first.
   static bool fits(const Gpu& gpu, const Request& r);
-  // A UM job's request (it runs on while it waits) goes after every ordinary
-  // job's: it never takes what an ordinary waiting request needs.
-  static bool defers(const Gpu& gpu, const Request& r);
 
   // The banker's check: would granting `chunks` to `job` leave every job
   // with a claim able to finish its iteration, one after another? Frozen jobs

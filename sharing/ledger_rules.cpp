@@ -48,12 +48,6 @@ bool Ledger::Impl::fits(const Gpu& gpu, const Request& r) {
   return add_sat(r.chunks, others_unmet(gpu, r.job)) <= free_of(gpu);
 }
 
-bool Ledger::Impl::defers(const Gpu& gpu, const Request& r) {
-  if (gpu.users.at(r.job).page_floor == 0) return false;
-  return std::any_of(gpu.queue.begin(), gpu.queue.end(),
-                     [&](const Request& other) { return gpu.users.at(other.job).page_floor == 0; });
-}
-
 bool Ledger::Impl::safe(const Gpu& gpu, JobId job, uint64_t chunks, const Claim* starting) const {
   std::vector<Pending>& pending = pending_scratch;
   pending.clear();
@@ -186,16 +180,19 @@ bool Ledger::Impl::serve_one(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<
   size_t blocker = gpu.queue.size();
   for (size_t i = 0; i < gpu.queue.size(); ++i) {
     const Request& r = gpu.queue[i];
-    if (defers(gpu, r)) continue;
     if (!fits(gpu, r)) {
       if (gpu.users.at(r.job).page_floor == 0) {
         blocker = i;
         break;
       }
       // A UM job pages while it waits: it blocks nobody, and what room
-      // there is serves part of its request (it asks again for the rest).
+      // there is serves part of its request (it asks again for the rest),
+      // unless an ordinary job's request waits for that room.
       const uint64_t room = sub_floor(free_of(gpu), others_unmet(gpu, r.job));
-      if (room == 0 || !safe(gpu, r.job, room)) continue;
+      const bool ordinary_waits = std::any_of(gpu.queue.begin(), gpu.queue.end(), [&](const Request& other) {
+        return gpu.users.at(other.job).page_floor == 0;
+      });
+      if (room == 0 || ordinary_waits || !safe(gpu, r.job, room)) continue;
       gpu.users.at(r.job).waiting_chunks -= r.chunks - room;
       gpu.queue[i].chunks = room;
       grant(gpu, g, i, now_ns, out);
@@ -217,7 +214,7 @@ bool Ledger::Impl::serve_one(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<
   for (size_t i = blocker + 1; i < gpu.queue.size(); ++i) {
     const Request& r = gpu.queue[i];
     const Use& use = gpu.users.at(r.job);
-    if (r.job == blocking.job || defers(gpu, r) || !fits(gpu, r) || !safe(gpu, r.job, r.chunks)) continue;
+    if (r.job == blocking.job || !fits(gpu, r) || !safe(gpu, r.job, r.chunks)) continue;
     if (can_finish(gpu, r.job, use) || (patient && use.held > use.min)) {
       grant(gpu, g, i, now_ns, out);
       return true;

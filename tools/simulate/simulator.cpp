@@ -644,8 +644,14 @@ class Engine {
         if (action.request_id != j.pending_request) return;
         j.pending_request = 0;
         if (j.pages() && j.cap != 0) {
-          // Pageable again if it waited as an ordinary job; served in part,
-          // it runs capped at what it holds.
+          // Served in part (a pageable request): below its worth floor it
+          // asks for the rest and waits as an ordinary job; at or above it,
+          // it runs capped at what it holds. Pageable again once it runs.
+          if (j.held < resident_need(j) && j.held < worth_floor_chunks(j) && j.phase == Phase::kWaiting) {
+            (void)ledger_.set_pageable(j.id, 0, 0);
+            request(j, resident_need(j) - j.held);
+            return;
+          }
           (void)ledger_.set_pageable(j.id, 0, worth_floor_chunks(j));
           if (j.held < resident_need(j)) cap_at(j, j.held);
         }
