@@ -137,6 +137,22 @@ std::vector<proto::GateClaim> NodeClient::Impl::gate_claims_locked() const try {
   return {};
 }
 
+uint64_t NodeClient::Impl::ask_locked(size_t slot, uint64_t count, bool wish) {
+  const Gpu& gpu = *gpus[slot];
+  const uint64_t id = ++next_request;
+  Pending& asked = pending[id];
+  asked.gpu_slot = slot;
+  asked.chunks = count;
+  asked.wish = wish;
+  proto::Request message{id, gpu.index, static_cast<uint32_t>(count)};
+  claim_for(gpu, count, &message);
+  if (!send_locked(message)) {
+    pending.erase(id);
+    return 0;
+  }
+  return id;
+}
+
 Status NodeClient::Impl::obtain(size_t slot, size_t count, Patience patience, std::vector<SourcedChunk>* out) {
   if (count == 0) return Status::ok();
   std::unique_lock lock(mu);
@@ -162,14 +178,8 @@ Status NodeClient::Impl::obtain(size_t slot, size_t count, Patience patience, st
   for (;;) {
     if (stopping) return Status(Errc::kOutOfMemory);
     if (fd.load() >= 0 && gpu.open_now) {
-      const uint64_t id = ++next_request;
-      Pending& queued = pending[id];
-      queued.gpu_slot = slot;
-      queued.chunks = count;
-      proto::Request message{id, gpu.index, static_cast<uint32_t>(count)};
-      claim_for(gpu, count, &message);
-      if (!send_locked(message)) {
-        pending.erase(id);
+      const uint64_t id = ask_locked(slot, count, false);
+      if (id == 0) {
         cv.wait_for(lock, std::chrono::nanoseconds(options.reconnect_interval_ns));
         continue;
       }

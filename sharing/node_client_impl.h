@@ -184,6 +184,9 @@ struct NodeClient::Impl {
 
   // --- chunk source -----------------------------------------------------------
   Status obtain(size_t slot, size_t count, Patience patience, std::vector<SourcedChunk>* out);
+  // Sends a Request for `count` chunks of the GPU in `slot`, with its claim,
+  // and records it as pending; its id, or 0 if it could not be sent.
+  uint64_t ask_locked(size_t slot, uint64_t count, bool wish);
   Status open(DeviceId device, bool pageable, size_t* slot, std::string* why);
   void give_back(size_t slot, std::span<const uint64_t> ids);
   // Tells the daemon (if connected) that these chunks are unmapped.

@@ -82,20 +82,9 @@ void NodeClient::Impl::wish_locked(Gpu& gpu, uint64_t live_bytes) {
   const uint64_t want = std::min(chunks_for(live_bytes, gpu.chunk_bytes), cap);
   if (want <= gpu.held) return;
   const uint64_t count = std::min<uint64_t>(want - gpu.held, UINT32_MAX);
-  const uint64_t id = ++next_request;
-  Pending& wish = pending[id];
   for (size_t slot = 0; slot < gpus.size(); ++slot) {
-    if (gpus[slot].get() == &gpu) wish.gpu_slot = slot;
+    if (gpus[slot].get() == &gpu) gpu.wish = ask_locked(slot, count, true);
   }
-  wish.chunks = count;
-  wish.wish = true;
-  proto::Request message{id, gpu.index, static_cast<uint32_t>(count)};
-  claim_for(gpu, count, &message);
-  if (!send_locked(message)) {
-    pending.erase(id);
-    return;
-  }
-  gpu.wish = id;
 }
 
 void NodeClient::Impl::settle_pageable_locked(Gpu& gpu) {
