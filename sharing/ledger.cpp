@@ -199,6 +199,7 @@ bool Ledger::set_claim(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t s
   if (use == nullptr) return false;
   use->claim_peak = peak_chunks;
   use->claim_settle = peak_chunks == 0 ? 0 : std::min(settle_chunks, peak_chunks);
+  use->paged_at_gate = 0;
   if (use->between) impl_->gpus[gpu].between_users -= 1;
   use->between = false;
   use->gate_peak = 0;
@@ -210,6 +211,13 @@ bool Ledger::set_pageable(JobId job, uint32_t gpu, uint64_t floor_chunks) {
   Impl::Use* use = impl_->find_use(job, gpu);
   if (use == nullptr) return false;
   use->page_floor = floor_chunks;
+  return true;
+}
+
+bool Ledger::set_gate_paging(JobId job, uint32_t gpu, uint64_t chunks) {
+  Impl::Use* use = impl_->find_use(job, gpu);
+  if (use == nullptr) return false;
+  use->gate_paging = chunks;
   return true;
 }
 

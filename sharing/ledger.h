@@ -81,6 +81,12 @@
 //    ordinary job's request, if one waits. For an ordinary job's request,
 //    and above the budget, UM jobs are asked below their floors too, down
 //    to their minimum, once what is above the floors is on its way.
+//    A UM job that pages at its gate (set_gate_paging) is asked ahead of
+//    need: when what the jobs in mid-iteration will still take on the way to
+//    their claims' peaks exceeds the free budget (less what is on its way
+//    back), jobs resting at their gates are asked for the difference, biggest
+//    holders first, each at most what it pages at one gate, so that it is
+//    out before those peaks come. It pages it back in when it starts.
 //
 // 5. Deadlock: a request still waits after serving (its head does not fit,
 //    or is not safe), nothing is on its way back on the GPU, and every job
@@ -103,13 +109,16 @@
 //    interrupt nothing. A job at its gate (set_between_iterations with the
 //    peak of the iteration it waits to start) *starves* when that peak and
 //    what the other jobs keep between their iterations (held at a gate, a
-//    claim's settle in mid-iteration) exceed the budget: it cannot start
+//    claim's settle in mid-iteration, less what a UM job pages out at its
+//    gate; rule 3's banker's check counts settles the same way) exceed the
+//    budget: it cannot start
 //    until one of them is out, and may_start() says no. The job between
 //    iterations holding the most that is in its way gets kPark: it gives
 //    back everything and waits at its gate, refused by may_start(), until
 //    kResume; then it asks for its memory again and has its turn. Also
 //    parked, rather than started, is a job at its gate that a waiting
-//    request needs memory from (the circle may_start() would otherwise
+//    request needs memory from, once it has nothing left to page out there
+//    (the circle may_start() would otherwise
 //    break by starting it, a deadlock and a yield in mid-iteration later). A
 //    parked job stays out turn_swap_multiple times as long as it took to
 //    give back (at most max_turn_ns), so that the swap out and in costs the
@@ -221,6 +230,12 @@ class Ledger {
   // that), and it takes no turns (rule 6). 0: an ordinary job again. False
   // if the job has not opened the GPU.
   bool set_pageable(JobId job, uint32_t gpu, uint64_t floor_chunks);
+  // A Unified Memory job that pages out up to `chunks` of what it holds
+  // while it waits at its gate, where no kernel of its runs (0: nothing):
+  // that much of what it keeps between iterations is not in another job's
+  // way, and it is asked for it in advance when the claims of the jobs in
+  // mid-iteration need it. It pages it back in when it starts.
+  bool set_gate_paging(JobId job, uint32_t gpu, uint64_t chunks);
 
   // The job waits at its iteration gate and needs nothing more than it
   // holds: its claim goes, and it is not in mid-iteration for may_start().

@@ -61,6 +61,10 @@ struct Ledger::Impl {
     uint64_t last_settle = 0;  // its latest claim's (kept_between)
     // A Unified Memory job (set_pageable): it can run holding this much.
     uint64_t page_floor = 0;
+    // set_gate_paging: the most it pages out at its gate, and what it was
+    // asked for at this one (until its next claim).
+    uint64_t gate_paging = 0;
+    uint64_t paged_at_gate = 0;
   };
 
   struct Gpu {
@@ -183,6 +187,8 @@ struct Ledger::Impl {
   // What a job keeps between its iterations: what it holds at its gate, its
   // claim's settle in mid-iteration (its last claim's while it has none).
   static uint64_t kept_between(const Use& use);
+  void biggest_holders_first(const Gpu& gpu, std::vector<JobId>* jobs_to_ask) const;
+  static uint64_t gate_pageable(const Use& use, uint64_t kept);
 
   // An iteration of `job` peaking at peak_chunks cannot fit beside what the
   // other jobs keep between theirs: it can run only once one of them is out.
@@ -204,6 +210,10 @@ struct Ledger::Impl {
   static void resume(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out);
 
   void reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out);
+  // kReclaim of `chunks` (counted as on its way back until it answers); returns chunks.
+  static uint64_t ask_back(uint32_t g, JobId id, Use& use, uint64_t chunks, uint64_t now_ns,
+                           std::vector<LedgerAction>* out);
+  void page_out_gates(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out);
 
   void pump_gpu(uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out);
 

@@ -14,6 +14,14 @@ bool Ledger::Impl::younger(JobId a, JobId b) const {
   return oa != ob ? oa > ob : a > b;
 }
 
+void Ledger::Impl::biggest_holders_first(const Gpu& gpu, std::vector<JobId>* jobs_to_ask) const {
+  std::sort(jobs_to_ask->begin(), jobs_to_ask->end(), [&](JobId a, JobId b) {
+    const uint64_t ha = gpu.users.at(a).held;
+    const uint64_t hb = gpu.users.at(b).held;
+    return ha != hb ? ha > hb : younger(a, b);
+  });
+}
+
 uint64_t Ledger::Impl::sum_mins(const Gpu& gpu) {
   uint64_t sum = 0;
   for (const auto& [id, use] : gpu.users) sum += use.min;
@@ -56,7 +64,10 @@ bool Ledger::Impl::safe(const Gpu& gpu, JobId job, uint64_t chunks, const Claim*
     if (claim.peak == 0 || jobs.at(id).frozen) continue;  // unknown, or between iterations
     const uint64_t held = id == job ? add_sat(use.held, chunks) : use.held;
     const uint64_t peak = counted_peak(gpu, id, claim.peak);
-    pending.push_back({sub_floor(peak, held), held, std::min(claim.settle, peak)});
+    // What a UM job pages out at its gate is not kept there.
+    uint64_t settle = std::min(claim.settle, peak);
+    settle -= gate_pageable(use, settle);
+    pending.push_back({sub_floor(peak, held), held, settle});
   }
   uint64_t free = sub_floor(free_of(gpu), chunks);
   // A job climbs to its peak and comes down to settle: it can go if its
@@ -276,8 +287,13 @@ bool Ledger::Impl::break_deadlock(Gpu& gpu, uint32_t g, uint64_t now_ns, std::ve
 }
 
 uint64_t Ledger::Impl::kept_between(const Use& use) {
-  if (use.between) return use.held;
-  return std::min(use.held, use.claim_peak != 0 ? use.claim_settle : use.last_settle);
+  const uint64_t kept = use.between ? use.held : std::min(use.held, use.claim_peak != 0 ? use.claim_settle : use.last_settle);
+  return kept - gate_pageable(use, kept);
+}
+
+uint64_t Ledger::Impl::gate_pageable(const Use& use, uint64_t kept) {
+  // Down to its minimum, at most what it still pages at this gate.
+  return std::min(sub_floor(kept, use.min), sub_floor(use.gate_paging, use.paged_at_gate));
 }
 
 bool Ledger::Impl::starves(const Gpu& gpu, JobId job, uint64_t peak_chunks) {
@@ -308,8 +324,11 @@ void Ledger::Impl::park(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<Ledge
     if (!use.between || use.parked || use.waiting_requests > 0 || use.reclaim_outstanding) continue;
     if (use.page_floor != 0) continue;  // a UM job pages instead
     if (use.held <= use.min || use.held - use.min <= most || jobs.at(id).frozen) continue;
+    // Starving counts what a job pages out at its gate as gone already; a
+    // request waiting for its memory gets that first (page_out_gates, reclaim).
     const bool starves_another = starved != 0 && (starved != id || starved_at_gate(gpu, id) != 0);
-    if (!(starves_another && !in_turn(use, now_ns)) && !waits_for_job(gpu, id)) continue;
+    const bool in_the_way = waits_for_job(gpu, id) && gate_pageable(use, use.held) == 0;
+    if (!(starves_another && !in_turn(use, now_ns)) && !in_the_way) continue;
     most = use.held - use.min;
     victim = id;
   }
@@ -406,21 +425,11 @@ void Ledger::Impl::reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<Le
     }
     // Biggest holders first: they most likely have idle chunks, and fewer
     // jobs are disturbed.
-    std::sort(candidates.begin(), candidates.end(), [&](JobId a, JobId b) {
-      const uint64_t ha = gpu.users.at(a).held;
-      const uint64_t hb = gpu.users.at(b).held;
-      return ha != hb ? ha > hb : younger(a, b);
-    });
+    biggest_holders_first(gpu, &candidates);
     for (JobId id : candidates) {
       if (shortfall == 0) break;
       Use& use = gpu.users.at(id);
-      const uint64_t ask = std::min(use.held - keeps(use), shortfall);
-      use.reclaim_outstanding = true;
-      use.reclaim_asked = ask;
-      use.ever_asked = true;
-      use.last_asked_ns = now_ns;
-      shortfall -= ask;
-      out->push_back({LedgerAction::Kind::kReclaim, id, g, 0, ask, Errc::kOk, {}});
+      shortfall -= ask_back(g, id, use, std::min(use.held - keeps(use), shortfall), now_ns, out);
     }
   }
 }
@@ -441,6 +450,47 @@ void Ledger::Impl::pump_gpu(uint32_t g, uint64_t now_ns, std::vector<LedgerActio
     }
   }
   if (!gpu.queue.empty() || gpu.granted > gpu.budget) reclaim(gpu, g, now_ns, out);
+  page_out_gates(gpu, g, now_ns, out);
+}
+
+uint64_t Ledger::Impl::ask_back(uint32_t g, JobId id, Use& use, uint64_t chunks, uint64_t now_ns,
+                                std::vector<LedgerAction>* out) {
+  use.reclaim_outstanding = true;
+  use.reclaim_asked = chunks;
+  use.ever_asked = true;
+  use.last_asked_ns = now_ns;
+  out->push_back({LedgerAction::Kind::kReclaim, id, g, 0, chunks, Errc::kOk, {}});
+  return chunks;
+}
+
+void Ledger::Impl::page_out_gates(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+  // What the jobs in mid-iteration will still take on their way to their
+  // claims' peaks, beyond the free budget and what is already coming back.
+  uint64_t growth = 0;
+  for (const auto& [id, use] : gpu.users) {
+    if (use.between || use.claim_peak == 0 || jobs.at(id).frozen) continue;
+    growth = add_sat(growth, sub_floor(counted_peak(gpu, id, use.claim_peak), use.held));
+  }
+  uint64_t shortfall = sub_floor(growth, free_of(gpu));
+  for (const auto& [id, use] : gpu.users) shortfall = sub_floor(shortfall, incoming(gpu, id, use));
+  if (shortfall == 0) return;
+  // UM jobs at their gates hold memory no kernel of theirs touches until
+  // they start: it is paged out now, before the others' peaks need it, and
+  // back in when they start (a partial park). Biggest holders first.
+  std::vector<JobId> candidates;
+  for (const auto& [id, use] : gpu.users) {
+    if (!use.between || gate_pageable(use, use.held) == 0) continue;
+    if (incoming(gpu, id, use) > 0 || jobs.at(id).frozen) continue;
+    candidates.push_back(id);
+  }
+  biggest_holders_first(gpu, &candidates);
+  for (JobId id : candidates) {
+    if (shortfall == 0) break;
+    Use& use = gpu.users.at(id);
+    const uint64_t ask = std::min(gate_pageable(use, use.held), shortfall);
+    use.paged_at_gate += ask;
+    shortfall -= ask_back(g, id, use, ask, now_ns, out);
+  }
 }
 
 Ledger::Impl::Use* Ledger::Impl::find_use(JobId job, uint32_t g) {

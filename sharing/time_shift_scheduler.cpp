@@ -122,6 +122,13 @@ bool TimeShiftScheduler::set_paging_cost(JobId job, const PagingCost& cost) {
   return true;
 }
 
+void TimeShiftScheduler::set_gate_paging(JobId job, uint64_t bytes) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return;
+  if (it->second.gate_paging != bytes) ++generation_;
+  it->second.gate_paging = bytes;
+}
+
 void TimeShiftScheduler::set_held(JobId job, uint64_t bytes) {
   auto it = jobs_.find(job);
   if (it != jobs_.end()) it->second.held = bytes;
@@ -146,7 +153,9 @@ uint64_t TimeShiftScheduler::predicted_max(const Job& job, uint64_t from, uint64
   // Past its iteration a job is at its end level, unless it still holds
   // more: then it has overrun (stalled on memory, or slowed down) and will
   // keep what it holds until it really ends.
-  const uint64_t idle = std::max(curve.end_bytes, job.held);
+  // A UM job between iterations runs no kernel: part of what it holds there
+  // can be paged out for another job's iteration (set_gate_paging).
+  const uint64_t idle = std::max(curve.end_bytes, job.held) - std::min(std::max(curve.end_bytes, job.held), job.gate_paging);
   if (!job.in_iteration) return idle;
   const uint64_t end = job.start_ns + iteration_ns(job);
   uint64_t most = 0;

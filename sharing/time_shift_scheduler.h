@@ -16,7 +16,8 @@
 //  - k in an iteration that began at s (or is planned to begin at s): the
 //    curve's bin at phase t - s while t < s + period;
 //  - afterwards, and for a job between iterations: the curve's end level
-//    (what it holds while waiting for its next gate). Its next iteration will
+//    (what it holds while waiting for its next gate), less what a UM job
+//    pages out there (set_gate_paging). Its next iteration will
 //    pass its own gate, which sees this job's plan; whoever asks first is
 //    placed first, so no job is counted twice and none is starved for long;
 //  - k still learning (no curve): what it holds now.
@@ -124,6 +125,9 @@ class TimeShiftScheduler {
   // an ordinary job again. A re-plan. False (nothing changes) for an
   // unknown job or a cost that is not valid (PagingCost::invalid).
   bool set_paging_cost(JobId job, const PagingCost& cost);
+  // A UM job that pages out up to `bytes` at its gate (Ledger::
+  // set_gate_paging): it is predicted at that much less between iterations.
+  void set_gate_paging(JobId job, uint64_t bytes);
   // What the job holds now (used for jobs still learning).
   void set_held(JobId job, uint64_t bytes);
 
@@ -158,6 +162,7 @@ class TimeShiftScheduler {
     PagingCost paging;          // known for a UM job
     uint64_t cap = 0;           // the planned or current iteration's cap (0: none)
     double stretch = 1.0;       // and its predicted stretch
+    uint64_t gate_paging = 0;   // what it pages out at its gate (set_gate_paging)
   };
   // The most bytes job `job` is predicted to hold within [from, to).
   [[nodiscard]] static uint64_t predicted_max(const Job& job, uint64_t from, uint64_t to);

@@ -586,5 +586,48 @@ TEST(LedgerUm, AUmWishKeepsNoOrdinaryJobAtItsGate) {
   EXPECT_EQ(count(b.ledger.pump(0), Kind::kPark), 0u);
 }
 
+TEST(LedgerUm, AJobThatPagesAtItsGateIsAskedAheadOfTheClaimsThatNeedItNotParked) {
+  // Job 1 rests at its gate holding 3 of 10; job 2 would start an iteration
+  // that climbs to 9 (TwoThatCannotCoRun: job 1 is parked, all 3 swapped).
+  // A UM job 1 that pages up to 2 at its gate keeps 1 there, room enough.
+  TwoThatCannotCoRun t;
+  Books& b = t.b;
+  EXPECT_TRUE(b.ledger.set_gate_paging(1, 0, 2));
+  EXPECT_TRUE(b.ledger.may_start(2, 0, 9, 2, 0));
+  EXPECT_TRUE(b.ledger.set_claim(2, 0, 9, 2));
+  // Job 2's claim needs 7 more with 5 free: job 1 is asked for 2 now, before
+  // job 2 climbs, and is not parked.
+  std::vector<LedgerAction> actions = b.ledger.pump(0);
+  ASSERT_EQ(actions.size(), 1u) << describe(actions);
+  EXPECT_TRUE(same(actions[0], Kind::kReclaim, 1, 0, 2)) << describe(actions);
+  b.give(1, 2, true, 5 * kMs);
+  b.ask(2, 2, 7, 5 * kMs);
+  actions = b.ledger.pump(5 * kMs);
+  ASSERT_EQ(actions.size(), 1u) << describe(actions);
+  EXPECT_TRUE(same(actions[0], Kind::kGrant, 2, 2, 7)) << describe(actions);
+  // It pages no more than 2 at one gate: a claim grown by 1 asks it nothing.
+  EXPECT_TRUE(b.ledger.set_claim(2, 0, 10, 2));
+  EXPECT_TRUE(b.ledger.pump(6 * kMs).empty());
+  // Once it has started again, it pages at its next gate afresh.
+  b.give(2, 7, false, 7 * kMs);
+  EXPECT_TRUE(b.ledger.set_between_iterations(2, 0));
+  EXPECT_TRUE(b.ledger.set_claim(1, 0, 5, 3));
+  EXPECT_TRUE(b.ledger.set_between_iterations(1, 0, 5));
+  EXPECT_TRUE(b.ledger.set_claim(2, 0, 10, 2));
+  actions = b.ledger.pump(8 * kMs);
+  ASSERT_EQ(actions.size(), 1u) << describe(actions);
+  EXPECT_TRUE(same(actions[0], Kind::kReclaim, 1, 0, 1)) << describe(actions);
+  EXPECT_EQ(b.ledger.gpu(0).parks, 0u);
+  EXPECT_EQ(b.ledger.check(), "");
+}
+
+TEST(LedgerUm, AJobThatPagesTooLittleAtItsGateIsParkedAsBefore) {
+  // Paging 1 at its gate would leave 2 there, in the way of job 2's 9.
+  TwoThatCannotCoRun t;
+  EXPECT_TRUE(t.b.ledger.set_gate_paging(1, 0, 1));
+  t.park_job_1(0);
+  EXPECT_FALSE(t.b.ledger.set_gate_paging(3, 0, 1)) << "job 3 never opened the GPU";
+}
+
 }  // namespace
 }  // namespace zico::sharing

@@ -171,6 +171,29 @@ TEST(TimeShiftScheduler, AnOverrunJobIsPredictedAtWhatItHolds) {
   EXPECT_EQ(scheduler.predicted_bytes(150 * kMs), 1 * kGiB);
 }
 
+// A UM job that pages part of its memory out at its gate is predicted at
+// that much less between iterations: where its floor was in the way of the
+// other's peak (WhenNothingFitsItPicksTheLeastOverflowAndSaysSo), a start
+// fits once its iteration is over.
+TEST(TimeShiftScheduler, AJobThatPagesAtItsGateIsPredictedAtWhatItKeepsThere) {
+  TimeShiftScheduler scheduler = pair_first_started(12 * kGiB, triangle_curve(100 * kMs, 3 * kGiB, 10 * kGiB));
+  ASSERT_FALSE(scheduler.plan_start(2, 0).fits);
+  scheduler.unplan(2);
+  // Past job 1's iteration both rest at 3 GiB; job 1 pages 1 GiB of it out.
+  EXPECT_EQ(scheduler.predicted_bytes(150 * kMs), 6 * kGiB);
+  const uint64_t generation = scheduler.plan_generation();
+  scheduler.set_gate_paging(1, 1 * kGiB);
+  EXPECT_GT(scheduler.plan_generation(), generation) << "a change of what it pages is a re-plan";
+  EXPECT_EQ(scheduler.predicted_bytes(150 * kMs), 5 * kGiB);
+  scheduler.set_gate_paging(1, 20 * kGiB);
+  EXPECT_EQ(scheduler.predicted_bytes(150 * kMs), 3 * kGiB) << "never below nothing";
+  scheduler.set_gate_paging(1, 1 * kGiB);
+  const StartDecision decision = scheduler.plan_start(2, 0);
+  EXPECT_TRUE(decision.fits);
+  EXPECT_LE(decision.start_ns, 100 * kMs);
+  EXPECT_LE(decision.predicted_peak, 12 * kGiB);
+}
+
 TEST(TimeShiftScheduler, ReplansOnlyOnMaterialChanges) {
   TimeShiftScheduler scheduler;
   scheduler.add_job(1);
