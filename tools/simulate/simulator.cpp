@@ -77,6 +77,11 @@ struct Job {
   bool capped_this_iteration = false;
   uint64_t planned_cap_bytes = 0;
   double paging_ns = 0;  // time its paging added so far
+  // At its gate: chunks being paged out for a reclaim until gate_paged_at,
+  // and chunks paged out, brought back in when it starts.
+  uint64_t gate_paging = 0;
+  double gate_paged_at = 0;
+  uint64_t gate_paged = 0;
   std::unique_ptr<sharing::UsageTracker> tracker;  // zico
   double stalled_ns = 0;          // time in stall phases that have ended
   uint64_t last_progress_ns = 0;  // the latest time the tracker was given
@@ -182,6 +187,7 @@ class Engine {
       } else if (j->phase == Phase::kGate || j->phase == Phase::kSwapOut || j->phase == Phase::kSwapIn) {
         next = std::min(next, j->wake);
       }
+      if (j->gate_paging != 0) next = std::min(next, j->gate_paged_at);
     }
     if (next_step_ < budget_steps_.size()) next = std::min(next, static_cast<double>(budget_steps_[next_step_].at_ns));
     const uint64_t ledger_due = uses_ledger() ? ledger_.next_due_ns(now_ns()) : UINT64_MAX;
@@ -209,6 +215,9 @@ class Engine {
           j->wake <= now_ + kEpsilonNs) {
         due.push_back(j.get());
       }
+    }
+    for (auto& j : jobs_) {
+      if (j->gate_paging != 0 && j->gate_paged_at <= now_ + kEpsilonNs) gate_paged_out(*j);
     }
     std::stable_sort(due.begin(), due.end(), [](const Job* a, const Job* b) { return a->wake < b->wake; });
     for (Job* j : due) wake(*j);
@@ -314,6 +323,14 @@ class Engine {
     }
     if (zico()) scheduler_.add_job(j.id);
     if (zico() && j.pages()) (void)scheduler_.set_paging_cost(j.id, *j.paging);  // validated in simulate()
+    if (zico() && j.pages()) {
+      // It pages out at its gate what its link moves in one of its periods:
+      // bringing that back in delays its start by at most one iteration.
+      const double bytes = options_.host_bytes_per_second * static_cast<double>(j.model->steady_period_ns) / kNsPerSecond;
+      const uint64_t chunks = static_cast<uint64_t>(bytes) / options_.chunk_bytes;
+      (void)ledger_.set_gate_paging(j.id, 0, chunks);
+      (void)scheduler_.set_gate_paging(j.id, chunks * options_.chunk_bytes);
+    }
     if (options_.policy == Policy::kStatic) set_held(j, j.reservation);
     load(j, -1);
   }
@@ -389,6 +406,11 @@ class Engine {
   // change, for at most kMaxBlockedNs (a claim can be wrong) before it starts
   // anyway and the ledger's hard budget governs.
   bool try_start(Job& j) {
+    if (j.gate_paging != 0) {
+      if (j.phase != Phase::kGate) enter_gate(j);
+      j.wake = std::max(j.wake, j.gate_paged_at);
+      return false;
+    }
     uint64_t peak_bytes = j.tracker->next_iteration_peak_bytes();
     // A UM job the gate capped claims only its cap.
     if (j.pages() && j.planned_cap_bytes != 0) peak_bytes = std::min(peak_bytes, j.planned_cap_bytes);
@@ -436,6 +458,35 @@ class Engine {
     scheduler_.started(j.id, now_ns());
     if (j.pages() && j.planned_cap_bytes != 0) cap_at(j, j.planned_cap_bytes / options_.chunk_bytes);
     update_claim(j);
+    if (j.gate_paged != 0) {
+      // What it paged out at its gate comes back in before its kernels run.
+      j.swapped_chunks = std::min(j.gate_paged, chunks_for(j.live) > j.held ? chunks_for(j.live) - j.held : 0);
+      j.gate_paged = 0;
+      if (j.swapped_chunks == 0) return;
+      enter(j, Phase::kSwapWait);
+      request(j, j.swapped_chunks);
+    }
+  }
+
+  // A reclaim of a UM job at its gate: it pages out, and answers when done.
+  void page_out_at_gate(Job& j, uint64_t chunks) {
+    j.result.gate_page_outs += 1;
+    j.gate_paging = chunks;
+    j.gate_paged_at = now_ + swap_ns(chunks);
+  }
+
+  void gate_paged_out(Job& j) {
+    const uint64_t chunks = std::min(j.gate_paging, j.held);
+    j.gate_paging = 0;
+    if (!j.active()) return;
+    std::string why;
+    if (!ledger_.returned(j.id, 0, chunks, true, now_ns(), &why).is_ok()) {
+      fail(j, "ledger refused a return: " + why);
+      return;
+    }
+    set_held(j, j.held - chunks);
+    j.gate_paged += chunks;
+    pump();
   }
 
   // --- Unified Memory -------------------------------------------------------
@@ -671,6 +722,10 @@ class Engine {
       case LedgerAction::Kind::kReclaim: {
         // A perfectly packing job has no idle chunk to give; a UM job can
         // page some of what it holds out.
+        if (j.pages() && j.phase == Phase::kGate && j.segment >= 0) {
+          page_out_at_gate(j, std::min(action.chunks, j.held));
+          return;
+        }
         const uint64_t give = std::min(action.chunks, pageable_chunks(j));
         (void)ledger_.returned(j.id, 0, give, true, now_ns(), &why);
         if (give != 0) {

@@ -92,7 +92,14 @@
 //    on capped at what it holds, if that is at least its worth floor;
 //  - asked back (kReclaim) while it runs: what it holds above its floor
 //    after a budget cut left the GPU above the budget, otherwise, in a
-//    capped iteration, above its worth floor.
+//    capped iteration, above its worth floor;
+//  - under zico, at its gate, where no kernel of its runs: up to what its
+//    link moves in one of its steady periods (bringing it back delays its
+//    start by at most an iteration; Ledger::set_gate_paging, and the
+//    scheduler predicts it that much lower there). Asked, it pages out over
+//    bytes / link time and answers when done; it starts only then, and
+//    first asks for what it paged out and pages it back in (a swap in,
+//    counted in swap_s; JobResult::gate_page_outs counts the gates).
 // While capped at c the job advances through its trace time
 // PagingCost::stretch_at(c) times slower (compute sharing on top, its
 // kernels spread over the longer time); the paging's transfers use the copy
@@ -198,7 +205,7 @@ struct JobResult {
   double queue_s = 0;   // static, sequential: before admission
   double gate_s = 0;    // zico: held at its iteration gates (parked too)
   double wait_s = 0;    // waiting for the ledger's grant (after a yield too)
-  double swap_s = 0;    // swapping out and back in after yields and parks
+  double swap_s = 0;    // swapping out and back in after yields and parks, paging in after a gate
   uint64_t peak_bytes = 0;  // the most it held
   uint64_t yields = 0;       // parks (zico) included
   uint64_t gate_delays = 0;  // iterations that started later than asked
@@ -207,6 +214,9 @@ struct JobResult {
   bool um = false;
   uint64_t capped_iterations = 0;
   double paging_s = 0;
+  // zico: the gates at which it paged out part of what it held there for
+  // another job's iteration (bringing it back in is in swap_s).
+  uint64_t gate_page_outs = 0;
   // zico: the longest period among the curves its tracker learned (0 if it
   // learned none). On the progress clock this is the iteration's running
   // time, at most solo_iter_s times the compute slowdown: stalls inside an

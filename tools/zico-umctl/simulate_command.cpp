@@ -327,9 +327,11 @@ void print_result(const Outcome& o, const std::vector<std::string>& traces) {
   std::fputs(table.render("  ").c_str(), stdout);
   for (const simulate::JobResult& j : r.jobs) {
     if (!j.um) continue;
-    std::printf("  %s (um): %llu of %u iterations ran with part of its memory paged out, which added %s\n",
+    std::printf("  %s (um): %llu of %u iterations ran with part of its memory paged out, which added %s; "
+                "paged out at %llu gate%s\n",
                 j.name.c_str(), static_cast<unsigned long long>(j.capped_iterations), j.iterations,
-                duration(j.paging_s).c_str());
+                duration(j.paging_s).c_str(), static_cast<unsigned long long>(j.gate_page_outs),
+                j.gate_page_outs == 1 ? "" : "s");
   }
   for (size_t i = 0; i < r.jobs.size(); ++i) {
     if (r.jobs[i].failed) std::printf("  %s (%s) failed: %s\n", r.jobs[i].name.c_str(), traces[i].c_str(), r.jobs[i].failure.c_str());
@@ -489,6 +491,7 @@ void write_result_json(JsonWriter& json, const Outcome& o, const std::vector<std
     json.boolean(j.um);
     json.field("capped_iterations", j.capped_iterations);
     json.field("paging_s", j.paging_s);
+    json.field("gate_page_outs", j.gate_page_outs);
     if (paging != nullptr && i < paging->size() && (*paging)[i].known()) {
       // What its paging costs, as the run used it: {"floor_bytes", "points": [[cap_bytes, stretch]...]}.
       const sharing::PagingCost& cost = (*paging)[i];
