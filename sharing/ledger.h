@@ -117,8 +117,8 @@
 //    back everything and waits at its gate, refused by may_start(), until
 //    kResume; then it asks for its memory again and has its turn. Also
 //    parked, rather than started, is a job at its gate that a waiting
-//    request needs memory from, once it has nothing left to page out there
-//    (the circle may_start() would otherwise
+//    request needs memory from, unless what it pages out there would serve
+//    that request (the circle may_start() would otherwise
 //    break by starting it, a deadlock and a yield in mid-iteration later). A
 //    parked job stays out turn_swap_multiple times as long as it took to
 //    give back (at most max_turn_ns), so that the swap out and in costs the

@@ -156,7 +156,7 @@ struct Ledger::Impl {
   // Is a request queued that cannot be served unless `job` gives back: it
   // would not fit even if every other job but the asker came down to its
   // claim's settle (jobs without a claim counted at what they hold)?
-  static bool waits_for_job(const Gpu& gpu, JobId job);
+  static bool waits_for_job(const Gpu& gpu, JobId job, uint64_t it_pages_out = 0);
 
   // Takes queue[index] out of the queue and books its wait.
   static Request finish(Gpu& gpu, size_t index, uint64_t now_ns);

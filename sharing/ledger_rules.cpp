@@ -110,10 +110,10 @@ uint64_t Ledger::Impl::incoming(const Gpu& gpu, JobId id, const Use& use) {
   return gpu.yielding && gpu.yield_victim == id ? use.held : 0;
 }
 
-bool Ledger::Impl::waits_for_job(const Gpu& gpu, JobId job) {
+bool Ledger::Impl::waits_for_job(const Gpu& gpu, JobId job, uint64_t it_pages_out) {
   for (const Request& r : gpu.queue) {
     if (r.job == job || gpu.users.at(r.job).page_floor != 0) continue;  // a UM job runs on meanwhile
-    uint64_t could_free = free_of(gpu);
+    uint64_t could_free = add_sat(free_of(gpu), it_pages_out);
     for (const auto& [id, use] : gpu.users) {
       if (id == job || id == r.job || use.claim_peak == 0) continue;
       could_free = add_sat(could_free, sub_floor(use.held, use.claim_settle));
@@ -325,9 +325,9 @@ void Ledger::Impl::park(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<Ledge
     if (use.page_floor != 0) continue;  // a UM job pages instead
     if (use.held <= use.min || use.held - use.min <= most || jobs.at(id).frozen) continue;
     // Starving counts what a job pages out at its gate as gone already; a
-    // request waiting for its memory gets that first (page_out_gates, reclaim).
+    // request waiting for its memory is in its way only if that is not enough.
     const bool starves_another = starved != 0 && (starved != id || starved_at_gate(gpu, id) != 0);
-    const bool in_the_way = waits_for_job(gpu, id) && gate_pageable(use, use.held) == 0;
+    const bool in_the_way = waits_for_job(gpu, id, gate_pageable(use, use.held));
     if (!(starves_another && !in_turn(use, now_ns)) && !in_the_way) continue;
     most = use.held - use.min;
     victim = id;
