@@ -84,9 +84,11 @@
 //    A UM job that pages at its gate (set_gate_paging) is asked ahead of
 //    need: when what the jobs in mid-iteration will still take on the way to
 //    their claims' peaks exceeds the free budget (less what is on its way
-//    back), jobs resting at their gates are asked for the difference, biggest
-//    holders first, each at most what it pages at one gate, so that it is
-//    out before those peaks come. It pages it back in when it starts.
+//    back), or a request waits, jobs resting at their gates are asked for
+//    the difference at once, biggest holders first, each at most what it
+//    pages at one gate, so that it is out before those peaks come; the
+//    reclaims above leave such a job to this rule. It pages it back in when
+//    it starts.
 //
 // 5. Deadlock: a request still waits after serving (its head does not fit,
 //    or is not safe), nothing is on its way back on the GPU, and every job

@@ -187,6 +187,12 @@ struct Ledger::Impl {
   // What a job keeps between its iterations: what it holds at its gate, its
   // claim's settle in mid-iteration (its last claim's while it has none).
   static uint64_t kept_between(const Use& use);
+  // At its gate with something left to page out there (set_gate_paging).
+  static bool pages_here(const Use& use);
+  // The request reclaims serve (the first ordinary one, else the first),
+  // and what it and the budget lack beyond what is on its way back.
+  static const Request* reclaim_head(const Gpu& gpu);
+  static uint64_t reclaim_shortfall(const Gpu& gpu, const Request* head);
   void biggest_holders_first(const Gpu& gpu, std::vector<JobId>* jobs_to_ask) const;
   static uint64_t gate_pageable(const Use& use, uint64_t kept);
 

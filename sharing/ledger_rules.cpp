@@ -361,23 +361,32 @@ void Ledger::Impl::resume(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<Led
   }
 }
 
-void Ledger::Impl::reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
-  // Enough to bring granted to the budget and, if a request waits, to fit
-  // the head including the room it must leave for the others' minimums. A
-  // UM job's request blocks nobody (serve_one): the head is the first
-  // request of an ordinary job, if one waits.
+const Ledger::Impl::Request* Ledger::Impl::reclaim_head(const Gpu& gpu) {
   const Request* head = gpu.queue.empty() ? nullptr : &gpu.queue.front();
   for (const Request& r : gpu.queue) {
-    if (gpu.users.at(r.job).page_floor == 0) {
-      head = &r;
-      break;
-    }
+    if (gpu.users.at(r.job).page_floor == 0) return &r;
   }
+  return head;
+}
+
+uint64_t Ledger::Impl::reclaim_shortfall(const Gpu& gpu, const Request* head) {
   uint64_t needed = gpu.granted;
   if (head != nullptr) needed = add_sat(needed, add_sat(head->chunks, others_unmet(gpu, head->job)));
   uint64_t shortfall = sub_floor(needed, gpu.budget);
   // Chunks already on their way back are not asked for twice.
   for (const auto& [id, use] : gpu.users) shortfall = sub_floor(shortfall, incoming(gpu, id, use));
+  return shortfall;
+}
+
+bool Ledger::Impl::pages_here(const Use& use) { return use.between && gate_pageable(use, use.held) != 0; }
+
+void Ledger::Impl::reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
+  // Enough to bring granted to the budget and, if a request waits, to fit
+  // the head including the room it must leave for the others' minimums. A
+  // UM job's request blocks nobody (serve_one): the head is the first
+  // request of an ordinary job, if one waits.
+  const Request* head = reclaim_head(gpu);
+  uint64_t shortfall = reclaim_shortfall(gpu, head);
   if (shortfall == 0) return;
 
   // A UM job gives back by paging out (not idle memory): it is asked while
@@ -417,7 +426,7 @@ void Ledger::Impl::reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<Le
       if (below_floors && !pages) continue;
       if (pages && !over && head != nullptr && head->job == id) continue;
       if ((use.waiting_requests > 0 && !pages) || use.held <= keeps(use) || incoming(gpu, id, use) > 0) continue;
-      if (jobs.at(id).frozen) continue;
+      if (jobs.at(id).frozen || pages_here(use)) continue;  // page_out_gates asks it
       if (use.ever_asked && (now_ns < use.last_asked_ns || now_ns - use.last_asked_ns < options.reclaim_retry_ns)) {
         continue;
       }
@@ -473,14 +482,15 @@ void Ledger::Impl::page_out_gates(Gpu& gpu, uint32_t g, uint64_t now_ns, std::ve
   }
   uint64_t shortfall = sub_floor(growth, free_of(gpu));
   for (const auto& [id, use] : gpu.users) shortfall = sub_floor(shortfall, incoming(gpu, id, use));
+  // And what a waiting request lacks that the other jobs were not asked for.
+  shortfall = std::max(shortfall, reclaim_shortfall(gpu, reclaim_head(gpu)));
   if (shortfall == 0) return;
   // UM jobs at their gates hold memory no kernel of theirs touches until
   // they start: it is paged out now, before the others' peaks need it, and
   // back in when they start (a partial park). Biggest holders first.
   std::vector<JobId> candidates;
   for (const auto& [id, use] : gpu.users) {
-    if (!use.between || gate_pageable(use, use.held) == 0) continue;
-    if (incoming(gpu, id, use) > 0 || jobs.at(id).frozen) continue;
+    if (!pages_here(use) || incoming(gpu, id, use) > 0 || jobs.at(id).frozen) continue;
     candidates.push_back(id);
   }
   biggest_holders_first(gpu, &candidates);

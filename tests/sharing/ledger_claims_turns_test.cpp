@@ -621,6 +621,37 @@ TEST(LedgerUm, AJobThatPagesAtItsGateIsAskedAheadOfTheClaimsThatNeedItNotParked)
   EXPECT_EQ(b.ledger.check(), "");
 }
 
+TEST(LedgerUm, AJobThatPagesAtItsGateServesAWaitingRequestAtOnceThenIsParked) {
+  // Job 2 holds 7 of 10 without a claim (still learning) and asks one chunk
+  // at a time; job 1 rests at its gate holding 3 and pages up to 2 there.
+  Books b(10);
+  b.join(1);
+  b.join(2);
+  b.hold(1, 1, 3);
+  EXPECT_TRUE(b.ledger.set_between_iterations(1, 0));
+  EXPECT_TRUE(b.ledger.set_gate_paging(1, 0, 2));
+  b.hold(2, 1, 7);
+  for (uint64_t ask = 2; ask <= 3; ++ask) {
+    // Each request is served from job 1's page-out at once, not a reclaim
+    // retry (100 ms) later.
+    const uint64_t now = ask * kMs;
+    b.ask(2, ask, 1, now);
+    std::vector<LedgerAction> actions = b.ledger.pump(now);
+    ASSERT_EQ(actions.size(), 1u) << describe(actions);
+    EXPECT_TRUE(same(actions[0], Kind::kReclaim, 1, 0, 1)) << describe(actions);
+    b.give(1, 1, true, now);
+    actions = b.ledger.pump(now);
+    ASSERT_EQ(actions.size(), 1u) << describe(actions);
+    EXPECT_TRUE(same(actions[0], Kind::kGrant, 2, ask, 1)) << describe(actions);
+  }
+  // Its 2 paged out, the next request needs its last chunk: it is parked.
+  b.ask(2, 4, 1, 4 * kMs);
+  const std::vector<LedgerAction> actions = b.ledger.pump(4 * kMs);
+  ASSERT_EQ(actions.size(), 1u) << describe(actions);
+  EXPECT_TRUE(same(actions[0], Kind::kPark, 1, 0, 1)) << describe(actions);
+  EXPECT_EQ(b.ledger.check(), "");
+}
+
 TEST(LedgerUm, AJobThatPagesTooLittleAtItsGateIsParkedAsBefore) {
   // Paging 1 at its gate would leave 2 there, in the way of job 2's 9.
   TwoThatCannotCoRun t;

@@ -323,13 +323,9 @@ class Engine {
     }
     if (zico()) scheduler_.add_job(j.id);
     if (zico() && j.pages()) (void)scheduler_.set_paging_cost(j.id, *j.paging);  // validated in simulate()
-    if (zico() && j.pages() && every_peak_fits()) {
+    if (zico() && j.pages()) {
       // It pages out at its gate what its link moves in one of its periods:
       // bringing that back in delays its start by at most one iteration.
-      // Not where a job's own peak is above the budget: there a job paging
-      // to the budget and one paging at its gate stalled each other at the
-      // gate for a second at a time (gpt2_medium + bert_base under 16 GiB,
-      // 0.52 -> 0.07 x unlimited), for a reason not yet found.
       const double bytes = options_.host_bytes_per_second * static_cast<double>(j.model->steady_period_ns) / kNsPerSecond;
       const uint64_t chunks = static_cast<uint64_t>(bytes) / options_.chunk_bytes;
       (void)ledger_.set_gate_paging(j.id, 0, chunks);
@@ -470,15 +466,6 @@ class Engine {
       enter(j, Phase::kSwapWait);
       request(j, j.swapped_chunks);
     }
-  }
-
-  [[nodiscard]] bool every_peak_fits() const {
-    for (const BudgetStep& step : budget_steps_) {
-      for (const auto& j : jobs_) {
-        if (j->model->peak_bytes > step.bytes) return false;
-      }
-    }
-    return true;
   }
 
   // A reclaim of a UM job at its gate: it pages out, and answers when done.

@@ -93,9 +93,8 @@
 //  - asked back (kReclaim) while it runs: what it holds above its floor
 //    after a budget cut left the GPU above the budget, otherwise, in a
 //    capped iteration, above its worth floor;
-//  - under zico, at its gate, where no kernel of its runs, if every job's
-//    peak fits every budget of the run: up to what its link moves in one
-//    of its steady periods (bringing it back delays its
+//  - under zico, at its gate, where no kernel of its runs: up to what its
+//    link moves in one of its steady periods (bringing it back delays its
 //    start by at most an iteration; Ledger::set_gate_paging, and the
 //    scheduler predicts it that much lower there). Asked, it pages out over
 //    bytes / link time and answers when done; it starts only then, and
