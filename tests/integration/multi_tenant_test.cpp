@@ -205,9 +205,12 @@ TEST_F(MultiTenant, AKeeperIsKilledWhenThePolicySaysKill) {
   int go = -1;
   int result = -1;
   const pid_t keeper = start_keeper(::getuid(), 2, 0xEE, &go, &result);
+  // On a loaded machine the audit can kill it before it reports what it
+  // kept (the pipe then closes empty); either way it must end killed.
   char byte = 0;
-  ASSERT_TRUE(read_byte(result, &byte, 10s)) << daemon_.output();
-  ASSERT_EQ(byte, Keeper::kKept);
+  if (read_byte(result, &byte, 10s)) {
+    EXPECT_EQ(byte, Keeper::kKept);
+  }
   int status = 0;
   pid_t waited = 0;
   for (auto deadline = Clock::now() + 5s; waited == 0 && Clock::now() < deadline; std::this_thread::sleep_for(20ms)) {
