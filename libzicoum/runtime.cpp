@@ -29,6 +29,7 @@ class PagerShare final : public sharing::ResidentPages {
   explicit PagerShare(prefetch::UmPager& pager) : pager_(pager) {}
   uint64_t limit_to(uint64_t bytes) noexcept override { return pager_.set_budget(bytes); }
   uint64_t floor_bytes() const noexcept override { return pager_.floor_bytes(); }
+  uint64_t link_bytes_per_second() const noexcept override { return pager_.link_bytes_per_second(); }
 
  private:
   prefetch::UmPager& pager_;

@@ -350,6 +350,11 @@ uint64_t UmPager::floor_bytes() const {
   return uint64_t{largest_kernel_pages_} * page_bytes_;
 }
 
+uint64_t UmPager::link_bytes_per_second() const {
+  const double rate = std::min(options_.model.h2d_bytes_per_s, options_.model.d2h_bytes_per_s);
+  return rate > 0 && rate < 1.8e19 ? static_cast<uint64_t>(rate) : 0;
+}
+
 uint64_t UmPager::resident_bytes() const {
   std::lock_guard lock(mutex_);
   return uint64_t{residency_.occupied_pages()} * page_bytes_;

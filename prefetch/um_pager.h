@@ -110,6 +110,9 @@ class UmPager {
   // The least budget the job runs with, no driver paging inside a kernel:
   // the largest kernel's working set so far (0 before the first kernel).
   [[nodiscard]] uint64_t floor_bytes() const;
+  // What its transfer model takes the host link to move per second, the
+  // slower direction.
+  [[nodiscard]] uint64_t link_bytes_per_second() const;
   [[nodiscard]] uint64_t resident_bytes() const;
   // The pager's stream: the job's kernels must not start before the
   // migrations issued for them (the caller orders its stream after it).

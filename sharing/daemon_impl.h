@@ -101,6 +101,7 @@ struct Daemon::Impl final : GateGuard {
     // counted in `unowned`; no pool chunk is lent to it.
     bool pageable = false;
     uint64_t floor_chunks = 0;  // a UM job's floor, from its reports (the audit's tolerance)
+    uint64_t period_ns = 0;     // its curve's (0: none yet)
   };
   // What a job's GPU cannot do without: its persistent memory, none for a
   // UM job (it pages). No budget or maximum goes below it.
@@ -231,6 +232,9 @@ struct Daemon::Impl final : GateGuard {
   // (our books run ahead of what the job counted while grants travel).
   std::pair<uint64_t, uint64_t> gate_claim(const Job& job, uint32_t gpu) const;
   std::string on_curve(Job& job, const proto::Curve& message);
+  // A UM job pages out at its gate what its link moves in one of its
+  // periods (gate_paging_bytes): the ledger and its gate are told.
+  void apply_gate_paging(const Job& job, uint32_t gpu);
 
   // --- lending ----------------------------------------------------------------
   void pump();

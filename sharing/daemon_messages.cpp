@@ -215,6 +215,7 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
       use.floor_chunks = std::max<uint64_t>(1, std::min(floor, ledger.gpu(report->gpu).budget));
       (void)ledger.set_pageable(job.id, report->gpu, use.floor_chunks);
       use.report.persistent_bytes = std::min(use.report.persistent_bytes, use.report.allocated_bytes);
+      apply_gate_paging(job, report->gpu);
       return "";
     }
     // A job's word about its usage is bounded by what it holds.
@@ -223,6 +224,7 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
     stored.allocated_bytes = std::min(stored.allocated_bytes, held_bytes);
     stored.persistent_bytes = std::min(stored.persistent_bytes, stored.allocated_bytes);
     stored.floor_bytes = 0;
+    stored.link_bytes_per_second = 0;
     return "";
   }
   if (const auto* mark = std::get_if<proto::IterationMark>(&message)) {

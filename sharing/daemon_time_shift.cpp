@@ -121,8 +121,18 @@ std::string Daemon::Impl::on_curve(Job& job, const proto::Curve& message) {
   for (uint64_t& bin : curve.bins) bin = std::min(bin, bound);
   curve.end_bytes = std::min(curve.end_bytes, bound);
   gates.set_curve(job.id, message.gpu, curve);
+  job.gpus[message.gpu].period_ns = curve.period_ns;
+  apply_gate_paging(job, message.gpu);
   open_gates();
   return "";
+}
+
+void Daemon::Impl::apply_gate_paging(const Job& job, uint32_t gpu) {
+  const JobGpu& use = job.gpus[gpu];
+  const uint64_t chunk = gpus[gpu].chunk_bytes;
+  const uint64_t bytes = use.pageable ? gate_paging_bytes(static_cast<double>(use.report.link_bytes_per_second), use.period_ns) : 0;
+  (void)ledger.set_gate_paging(job.id, gpu, bytes / chunk);
+  gates.set_gate_paging(job.id, gpu, bytes / chunk * chunk);
 }
 
 }  // namespace zico::sharing

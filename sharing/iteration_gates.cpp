@@ -40,6 +40,10 @@ void IterationGates::set_curve(JobId job, uint32_t gpu, const DemandCurve& curve
   if (gpu < gpus_.size()) gpus_[gpu].set_curve(job, curve);
 }
 
+void IterationGates::set_gate_paging(JobId job, uint32_t gpu, uint64_t bytes) {
+  if (gpu < gpus_.size()) gpus_[gpu].set_gate_paging(job, bytes);
+}
+
 void IterationGates::set_held(JobId job, uint32_t gpu, uint64_t bytes) {
   if (gpu < gpus_.size()) gpus_[gpu].set_held(job, bytes);
 }

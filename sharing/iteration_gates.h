@@ -68,6 +68,7 @@ class IterationGates {
   void detach(JobId job);
   void set_curve(JobId job, uint32_t gpu, const DemandCurve& curve);
   void set_held(JobId job, uint32_t gpu, uint64_t bytes);
+  void set_gate_paging(JobId job, uint32_t gpu, uint64_t bytes);
 
   struct Opened {
     JobId job = 0;

@@ -87,8 +87,9 @@
 //    back), or a request waits, jobs resting at their gates are asked for
 //    the difference at once, biggest holders first, each at most what it
 //    pages at one gate, so that it is out before those peaks come; the
-//    reclaims above leave such a job to this rule. It pages it back in when
-//    it starts.
+//    reclaims above leave such a job to this rule, and rule 3's banker's
+//    check counts what it still pages there as coming back. It pages it
+//    back in when it starts.
 //
 // 5. Deadlock: a request still waits after serving (its head does not fit,
 //    or is not safe), nothing is on its way back on the GPU, and every job

@@ -61,7 +61,13 @@ bool Ledger::Impl::safe(const Gpu& gpu, JobId job, uint64_t chunks, const Claim*
   pending.clear();
   for (const auto& [id, use] : gpu.users) {
     const Claim claim = id == job && starting != nullptr ? *starting : Claim{use.claim_peak, use.claim_settle};
-    if (claim.peak == 0 || jobs.at(id).frozen) continue;  // unknown, or between iterations
+    if (jobs.at(id).frozen) continue;
+    if (id != job && pages_here(use)) {
+      // At its gate, what it pages out there comes back when asked.
+      pending.push_back({0, use.held, use.held - gate_pageable(use, use.held)});
+      continue;
+    }
+    if (claim.peak == 0) continue;  // unknown, or between iterations
     const uint64_t held = id == job ? add_sat(use.held, chunks) : use.held;
     const uint64_t peak = counted_peak(gpu, id, claim.peak);
     // What a UM job pages out at its gate is not kept there.

@@ -65,6 +65,8 @@ class ResidentPages {
   virtual uint64_t limit_to(uint64_t bytes) noexcept = 0;
   // The least it can run with: its largest kernel's working set so far.
   [[nodiscard]] virtual uint64_t floor_bytes() const noexcept = 0;
+  // Its link to the host, bytes per second, the slower direction (0: unknown).
+  [[nodiscard]] virtual uint64_t link_bytes_per_second() const noexcept = 0;
 };
 
 // All the waits for memory inside one allocation call share one

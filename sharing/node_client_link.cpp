@@ -258,9 +258,11 @@ void NodeClient::Impl::send_reports() {
     if (!allocator->try_stats(&stats)) continue;  // busy: next time
     std::lock_guard lock(mu);
     if (!gpu->open_now) continue;
-    const uint64_t floor = gpu->pageable && gpu->pages != nullptr ? gpu->pages->floor_bytes() : 0;
+    const bool pages = gpu->pageable && gpu->pages != nullptr;
+    const uint64_t floor = pages ? gpu->pages->floor_bytes() : 0;
+    const uint64_t link_rate = pages ? std::min(gpu->pages->link_bytes_per_second(), proto::kMaxLinkBytesPerSecond) : 0;
     (void)send_locked(proto::Report{gpu->index, stats.allocated_bytes, stats.last_iteration_low_bytes,
-                                    stats.iterations, floor});
+                                    stats.iterations, floor, link_rate});
   }
 }
 

@@ -50,4 +50,10 @@ std::string PagingCost::invalid() const {
   return {};
 }
 
+uint64_t gate_paging_bytes(double link_bytes_per_second, uint64_t period_ns) {
+  if (!(link_bytes_per_second > 0) || period_ns == 0) return 0;
+  const double bytes = link_bytes_per_second * static_cast<double>(period_ns) / 1e9;
+  return bytes >= 1.8e19 ? UINT64_MAX : static_cast<uint64_t>(bytes);
+}
+
 }  // namespace zico::sharing

@@ -40,4 +40,10 @@ struct PagingCost {
   [[nodiscard]] std::string invalid() const;
 };
 
+// What a UM job pages out at its gate (Ledger::set_gate_paging): what its
+// link to the host moves in one of its iterations, so that bringing it back
+// in delays its next start by at most an iteration. 0 for an unknown link or
+// period.
+[[nodiscard]] uint64_t gate_paging_bytes(double link_bytes_per_second, uint64_t period_ns);
+
 }  // namespace zico::sharing

@@ -331,7 +331,11 @@ template <class C, Is<Report> M>
 bool fields(C& c, M& m) {
   return c.u32("Report.gpu", m.gpu) && c.u64("Report.allocated_bytes", m.allocated_bytes) &&
          c.u64("Report.persistent_bytes", m.persistent_bytes) && c.u64("Report.iterations", m.iterations) &&
-         c.u64("Report.floor_bytes", m.floor_bytes);
+         c.u64("Report.floor_bytes", m.floor_bytes) && c.u64("Report.link_bytes_per_second", m.link_bytes_per_second) &&
+         c.require(m.link_bytes_per_second <= kMaxLinkBytesPerSecond, [&] {
+           return "Report.link_bytes_per_second is " + std::to_string(m.link_bytes_per_second) + " (must be <= " +
+                  std::to_string(kMaxLinkBytesPerSecond) + ")";
+         });
 }
 
 template <class C, Is<JobState> M>

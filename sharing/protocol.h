@@ -35,7 +35,7 @@ inline constexpr uint32_t kMagic = 0x4F43495A;  // "ZICO" little-endian
 // 4: claims on IterationMark (the iteration the job would begin).
 // 7: Unified Memory jobs (OpenGpu.pageable, Report.floor_bytes, ResidentGrant,
 //    JobStatus.pageable); GpuStatus.parks, denials and timeouts.
-inline constexpr uint16_t kVersion = 7;
+inline constexpr uint16_t kVersion = 8;
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxPayload = 60 * 1024;
 inline constexpr size_t kMaxString = 255;
@@ -148,7 +148,12 @@ struct Report {
   // A pageable GPU: the least it can run with on the GPU (its largest
   // kernel's working set so far; 0 before its first kernel). 0 otherwise.
   uint64_t floor_bytes = 0;
+  // A pageable GPU: its pager's link to the host, bytes per second, for
+  // what it pages out at its gate (gate_paging_bytes); 0: unknown, or not
+  // pageable. At most kMaxLinkBytesPerSecond.
+  uint64_t link_bytes_per_second = 0;
 };
+inline constexpr uint64_t kMaxLinkBytesPerSecond = uint64_t{10} * 1000 * 1000 * 1000 * 1000;  // 10 TB/s
 
 // kFailed: the job could not do what it was asked and runs on: after a
 // failed suspension with all its memory (it could not save it: a full or

@@ -246,6 +246,49 @@ TEST_F(NodeManager, ClaimsHoldBackAnUnsafeGrantUntilTheOtherJobIsAtItsGate) {
   EXPECT_EQ(status.gpus[0].deadlocks, 0u);
 }
 
+// A UM job's reports carry its pager's link: at its gate the daemon asks it
+// to page out as soon as a job in mid-iteration claims its memory, before
+// that job has to wait for it. Budget 64 MiB: 32 chunks of 2 MiB.
+TEST_F(NodeManager, AUmJobAtItsGatePagesOutAheadOfAnotherJobsClaim) {
+  start_daemon(64 * kMiB);
+  const zico::proto::GpuUuid uuid = sim_gpu_uuid();
+  const auto flat_curve = [](uint64_t level, uint64_t end) {
+    zico::sharing::DemandCurve curve;
+    curve.period_ns = 1'000'000'000;
+    curve.bins.fill(level);
+    curve.persistent_bytes = end;
+    curve.end_bytes = end;
+    return curve;
+  };
+  RawJob um(socket_);
+  ASSERT_TRUE(um.send(zico::proto::Hello{0, "um"}));
+  ASSERT_TRUE(um.await<zico::proto::Welcome>(2000ms).has_value());
+  ASSERT_TRUE(um.send(zico::proto::OpenGpu{uuid, 0, true}));
+  ASSERT_TRUE(um.await<zico::proto::GpuOpened>(2000ms).has_value());
+  ASSERT_TRUE(um.send(zico::proto::Request{1, 0, 8}));
+  ASSERT_TRUE(um.await<zico::proto::ResidentGrant>(2000ms).has_value());
+  // 1 GB/s for 1 s: it pages out up to all it holds at its gate.
+  ASSERT_TRUE(um.send(zico::proto::Curve{0, flat_curve(16 * kMiB, 16 * kMiB)}));
+  ASSERT_TRUE(um.send(zico::proto::Report{0, 16 * kMiB, 16 * kMiB, 1, 2 * kMiB, 1'000'000'000}));
+
+  RawJob ordinary(socket_);
+  ASSERT_EQ(ordinary.open(uuid, "ordinary"), 2 * kMiB);
+  ASSERT_TRUE(ordinary.send(zico::proto::Curve{0, flat_curve(56 * kMiB, 8 * kMiB)}));
+  ASSERT_TRUE(ordinary.send(zico::proto::IterationMark{1}));
+  ASSERT_TRUE(ordinary.await<zico::proto::Proceed>(2000ms).has_value());
+  // The UM job's next iteration (16 MiB) does not fit beside the other's
+  // 56 MiB: it waits at its gate.
+  ASSERT_TRUE(um.send(zico::proto::IterationMark{1}));
+  EXPECT_FALSE(um.await<zico::proto::Proceed>(200ms).has_value());
+  // 20 chunks fit (24 are free), but the claim of 28 leaves 4 short: the
+  // UM job is asked for them now.
+  ASSERT_TRUE(ordinary.send(zico::proto::Request{1, 0, 20, 28, 4}));
+  ASSERT_TRUE(ordinary.await<zico::proto::Grant>(2000ms).has_value());
+  const auto reclaim = um.await<zico::proto::Reclaim>(2000ms);
+  ASSERT_TRUE(reclaim.has_value()) << "the UM job at its gate was not asked ahead of the claim";
+  EXPECT_EQ(reclaim->chunks, 4u);
+}
+
 // With --start-guard on the gates ask Ledger::may_start. Budget 64 MiB in
 // 2 MiB chunks: 32.
 class GateGuardTest : public NodeManager {

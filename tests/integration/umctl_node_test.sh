@@ -300,8 +300,8 @@ while True:
     if mode == "goodbye":
         reason = b"JobControl is not a zico-umctl request"
         payload = struct.pack("<H", len(reason)) + reason
-        # version 7: sharing/protocol.h kVersion
-        connection.send(struct.pack("<IHHII", 0x4F43495A, 7, 96, len(payload), 0) + payload)
+        # version 8: sharing/protocol.h kVersion
+        connection.send(struct.pack("<IHHII", 0x4F43495A, 8, 96, len(payload), 0) + payload)
         connection.close()
     else:
         kept.append(connection)

@@ -54,5 +54,13 @@ TEST(PagingCost, InvalidNamesThePointAndWhy) {
   EXPECT_NE(unordered.invalid().find("caps must increase"), std::string::npos) << unordered.invalid();
 }
 
+TEST(GatePaging, IsWhatTheLinkMovesInOnePeriod) {
+  EXPECT_EQ(gate_paging_bytes(25e9, 30'000'000), 750'000'000u);  // 25 GB/s for 30 ms
+  EXPECT_EQ(gate_paging_bytes(0, 30'000'000), 0u) << "unknown link";
+  EXPECT_EQ(gate_paging_bytes(25e9, 0), 0u) << "unknown period";
+  EXPECT_EQ(gate_paging_bytes(-1, 30'000'000), 0u);
+  EXPECT_EQ(gate_paging_bytes(1e300, 30'000'000), UINT64_MAX) << "saturates";
+}
+
 }  // namespace
 }  // namespace zico::sharing

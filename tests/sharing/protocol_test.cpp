@@ -119,11 +119,11 @@ TEST(ProtocolRejectTest, WrongMagic) {
 TEST(ProtocolRejectTest, WrongVersionNamesBoth) {
   std::vector<uint8_t> bytes = encoded(Welcome{1});
   bytes[4] = 5;
-  EXPECT_EQ(rejection(bytes), "protocol version 5 (this side speaks version 7)");
+  EXPECT_EQ(rejection(bytes), "protocol version 5 (this side speaks version 8)");
   bytes[4] = 3;
-  EXPECT_EQ(rejection(bytes), "protocol version 3 (this side speaks version 7)");
+  EXPECT_EQ(rejection(bytes), "protocol version 3 (this side speaks version 8)");
   bytes[4] = 1;
-  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 7)");
+  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 8)");
 }
 
 TEST(ProtocolRejectTest, UnknownType) {
@@ -254,6 +254,14 @@ TEST(ProtocolRejectTest, BoolMustBeZeroOrOne) {
   std::vector<uint8_t> reply = encoded(Return{1, false, 0, {}});
   reply[kHeaderBytes + 4] = 0xFF;
   EXPECT_EQ(rejection(reply), "Return.reclaim_reply is 255 (a bool must be 0 or 1)");
+}
+
+TEST(ProtocolRejectTest, ALinkFasterThanAnyIsRefused) {
+  EXPECT_EQ(refusal(Report{0, 0, 0, 0, 0, kMaxLinkBytesPerSecond + 1}),
+            "Report.link_bytes_per_second is 10000000000001 (must be <= 10000000000000)");
+  std::vector<uint8_t> bytes;
+  std::string why;
+  EXPECT_TRUE(encode(Report{0, 0, 0, 0, 0, kMaxLinkBytesPerSecond}, &bytes, &why)) << why;
 }
 
 // Small fixed layouts, byte for byte: an enum is one byte, Resume is empty.

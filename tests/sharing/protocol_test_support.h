@@ -24,7 +24,7 @@ inline auto tie(const Request& m) {
 inline auto tie(const Cancel& m) { return std::tie(m.request_id); }
 inline auto tie(const Return& m) { return std::tie(m.gpu, m.reclaim_reply, m.unowned, m.ids); }
 inline auto tie(const Report& m) {
-  return std::tie(m.gpu, m.allocated_bytes, m.persistent_bytes, m.iterations, m.floor_bytes);
+  return std::tie(m.gpu, m.allocated_bytes, m.persistent_bytes, m.iterations, m.floor_bytes, m.link_bytes_per_second);
 }
 inline auto tie(const JobState& m) { return std::tie(m.state); }
 inline auto tie(const Welcome& m) { return std::tie(m.job_id); }
@@ -124,7 +124,7 @@ inline std::vector<Message> samples() {
       Request{0xFFFFFFFFFFFFFFFFull, 2, 300, 0xFFFFFFFFu, 700},
       Cancel{99},
       Return{1, true, 5, {7, 8, 0xFFFFFFFFu}},
-      Report{1, 1ull << 40, 1ull << 39, 12345, 3ull << 30},
+      Report{1, 1ull << 40, 1ull << 39, 12345, 3ull << 30, 55'000'000'000},
       JobState{JobRunState::kSuspended},
       JobState{JobRunState::kFailed},
       Welcome{0xDEADBEEFull},

@@ -326,8 +326,8 @@ class Engine {
     if (zico() && j.pages()) {
       // It pages out at its gate what its link moves in one of its periods:
       // bringing that back in delays its start by at most one iteration.
-      const double bytes = options_.host_bytes_per_second * static_cast<double>(j.model->steady_period_ns) / kNsPerSecond;
-      const uint64_t chunks = static_cast<uint64_t>(bytes) / options_.chunk_bytes;
+      const uint64_t chunks =
+          sharing::gate_paging_bytes(options_.host_bytes_per_second, j.model->steady_period_ns) / options_.chunk_bytes;
       (void)ledger_.set_gate_paging(j.id, 0, chunks);
       (void)scheduler_.set_gate_paging(j.id, chunks * options_.chunk_bytes);
     }
