@@ -538,8 +538,10 @@ sharing::PagingCost climber_paging() {
   return cost;
 }
 
-SimulationResult run_um(const std::vector<JobModel>& jobs, std::vector<BudgetStep> steps, uint32_t iterations = 10) {
+SimulationResult run_um(const std::vector<JobModel>& jobs, std::vector<BudgetStep> steps, uint32_t iterations = 10,
+                        double host_bytes_per_second = kPcieGen4BytesPerSecond) {
   SimulationOptions options;
+  options.host_bytes_per_second = host_bytes_per_second;
   options.policy = Policy::kZico;
   options.budget = std::move(steps);
   options.iterations = iterations;
@@ -587,19 +589,26 @@ TEST(SimulatorUm, ABudgetCutBelowAJobsNeedPagesItInsteadOfStoppingIt) {
 }
 
 TEST(SimulatorUm, TwoJobsAboveTheBudgetBothPageAndComplete) {
-  // Two climbers (6 GiB peaks) under 5.1-5.9 GiB: each pages to the budget;
-  // where they hold each other up one yields, and back in it asks for no
-  // more than the budget holds (its 6 GiB the ledger would deny).
+  // Two climbers (6 GiB peaks) under 5.1-5.9 GiB: each pages to the budget.
+  // On a link too slow to page at their gates, where they hold each other up
+  // one yields, and back in it asks for no more than the budget holds (its
+  // 6 GiB the ledger would deny); on PCIe Gen4 the one at its gate pages out
+  // instead and neither yields.
   const std::vector<JobModel> two = two_climbers();
-  uint64_t yields = 0;
-  for (uint64_t tenths = 1; tenths <= 9; ++tenths) {
-    const uint64_t bytes = 5 * kGiB + kGiB * tenths / 10;
-    const SimulationResult um = run_um(two, budget(bytes));
-    EXPECT_EQ(um.failed_jobs, 0u) << bytes << ": " << um.jobs[0].failure << um.jobs[1].failure;
-    EXPECT_FALSE(um.budget_exceeded) << bytes;
-    yields += um.yields;
+  for (const double link : {1e8, kPcieGen4BytesPerSecond}) {
+    uint64_t yields = 0;
+    uint64_t gate_page_outs = 0;
+    for (uint64_t tenths = 1; tenths <= 9; ++tenths) {
+      const uint64_t bytes = 5 * kGiB + kGiB * tenths / 10;
+      const SimulationResult um = run_um(two, budget(bytes), 10, link);
+      EXPECT_EQ(um.failed_jobs, 0u) << bytes << ": " << um.jobs[0].failure << um.jobs[1].failure;
+      EXPECT_FALSE(um.budget_exceeded) << bytes;
+      yields += um.yields;
+      for (const JobResult& j : um.jobs) gate_page_outs += j.gate_page_outs;
+    }
+    EXPECT_EQ(yields > 0, link < kPcieGen4BytesPerSecond) << link << ": " << yields << " yields";
+    EXPECT_EQ(gate_page_outs > 0, link == kPcieGen4BytesPerSecond) << link << ": " << gate_page_outs;
   }
-  EXPECT_GT(yields, 0u);
 }
 
 TEST(SimulatorUm, ABudgetBelowTheLargestOpFailsTheJobSayingSo) {
