@@ -384,7 +384,10 @@ uint64_t Ledger::Impl::reclaim_shortfall(const Gpu& gpu, const Request* head) {
   return shortfall;
 }
 
-bool Ledger::Impl::pages_here(const Use& use) { return use.between && gate_pageable(use, use.held) != 0; }
+bool Ledger::Impl::pages_here(const Use& use) {
+  // Not while it waits for memory itself: it is not resting there.
+  return use.between && use.waiting_requests == 0 && gate_pageable(use, use.held) != 0;
+}
 
 void Ledger::Impl::reclaim(Gpu& gpu, uint32_t g, uint64_t now_ns, std::vector<LedgerAction>* out) {
   // Enough to bring granted to the budget and, if a request waits, to fit

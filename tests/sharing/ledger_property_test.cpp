@@ -37,7 +37,8 @@ struct SimJob {
 // frozen and thawed; parks (turns) then happen and are carried out. With UM
 // jobs, besides, a third of the jobs page (set_pageable, a random floor):
 // their requests may be cut or served in part, they may be asked while they
-// wait, and they are never parked nor made to yield.
+// wait, and they are never parked nor made to yield; and half of all jobs
+// page at their gates (set_gate_paging, a random amount).
 enum class Iterations : uint8_t { kNone, kClaimsAndTurns, kUmJobs };
 
 class Daemon {
@@ -101,6 +102,10 @@ class Daemon {
     jobs_[id].held[gpu] = held;
     if (jobs_[id].pageable) {
       EXPECT_TRUE(ledger_.set_pageable(id, gpu, pick(1, std::max<uint64_t>(1, ledger_.gpu(gpu).budget / 4))));
+    }
+    // Half the jobs of a UM run page at their gates, pageable or not.
+    if (iterations_ == Iterations::kUmJobs && pick(0, 1) == 0) {
+      EXPECT_TRUE(ledger_.set_gate_paging(id, gpu, pick(1, std::max<uint64_t>(1, ledger_.gpu(gpu).budget / 2))));
     }
   }
 
