@@ -18,6 +18,8 @@ void Daemon::Impl::open_gates() {
   GateGuard* guard = options.start_guard || options.turns ? this : nullptr;
   for (const IterationGates::Opened& opened : gates.due(now_ns(), guard)) {
     events.gate_delay.observe(opened.waited_ns);
+    // Its gate open, it is in mid-iteration (the guard says so itself).
+    if (guard == nullptr) starting(opened.job);
     auto it = jobs.find(opened.job);
     if (it != jobs.end() && it->second.fd >= 0) (void)send(it->second.fd, proto::Proceed{opened.sequence});
   }

@@ -199,7 +199,7 @@ bool Ledger::set_claim(JobId job, uint32_t gpu, uint64_t peak_chunks, uint64_t s
   if (use == nullptr) return false;
   use->claim_peak = peak_chunks;
   use->claim_settle = peak_chunks == 0 ? 0 : std::min(settle_chunks, peak_chunks);
-  use->paged_at_gate = 0;
+  use->paged_at_gate = 0;  // in mid-iteration: all of it for its next gate
   if (use->between) impl_->gpus[gpu].between_users -= 1;
   use->between = false;
   use->gate_peak = 0;
@@ -302,7 +302,10 @@ bool Ledger::set_between_iterations(JobId job, uint32_t gpu, uint64_t next_peak_
   if (use == nullptr) return false;
   use->claim_peak = 0;
   use->claim_settle = 0;
-  if (!use->between) impl_->gpus[gpu].between_users += 1;
+  if (!use->between) {
+    impl_->gpus[gpu].between_users += 1;
+    use->paged_at_gate = 0;  // a new gate
+  }
   use->between = true;
   use->gate_peak = next_peak_chunks;
   return true;

@@ -84,7 +84,8 @@
 //    A UM job that pages at its gate (set_gate_paging) is asked ahead of
 //    need: when what the jobs in mid-iteration will still take on the way to
 //    their claims' peaks exceeds the free budget (less what is on its way
-//    back), or a request waits, jobs resting at their gates are asked for
+//    back), or a request waits, or granted is above the budget, jobs
+//    resting at their gates (not waiting for memory themselves) are asked for
 //    the difference at once, biggest holders first, each at most what it
 //    pages at one gate, so that it is out before those peaks come; the
 //    reclaims above leave such a job to this rule, and rule 3's banker's

@@ -62,7 +62,7 @@ struct Ledger::Impl {
     // A Unified Memory job (set_pageable): it can run holding this much.
     uint64_t page_floor = 0;
     // set_gate_paging: the most it pages out at its gate, and what it was
-    // asked for at this one (until its next claim).
+    // asked for at this one (reset when it claims or comes to a gate).
     uint64_t gate_paging = 0;
     uint64_t paged_at_gate = 0;
   };

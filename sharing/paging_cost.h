@@ -41,9 +41,9 @@ struct PagingCost {
 };
 
 // What a UM job pages out at its gate (Ledger::set_gate_paging): what its
-// link to the host moves in one of its iterations, so that bringing it back
-// in delays its next start by at most an iteration. 0 for an unknown link or
-// period.
+// link to the host moves in one of its iterations, so that each way (out
+// while it waits, back in before it starts) takes at most an iteration. 0
+// for an unknown link or period.
 [[nodiscard]] uint64_t gate_paging_bytes(double link_bytes_per_second, uint64_t period_ns);
 
 }  // namespace zico::sharing

@@ -325,7 +325,7 @@ class Engine {
     if (zico() && j.pages()) (void)scheduler_.set_paging_cost(j.id, *j.paging);  // validated in simulate()
     if (zico() && j.pages()) {
       // It pages out at its gate what its link moves in one of its periods:
-      // bringing that back in delays its start by at most one iteration.
+      // out while it waits, back in before it starts, each at most an iteration.
       const uint64_t chunks =
           sharing::gate_paging_bytes(options_.host_bytes_per_second, j.model->steady_period_ns) / options_.chunk_bytes;
       (void)ledger_.set_gate_paging(j.id, 0, chunks);
@@ -459,10 +459,14 @@ class Engine {
     if (j.pages() && j.planned_cap_bytes != 0) cap_at(j, j.planned_cap_bytes / options_.chunk_bytes);
     update_claim(j);
     if (j.gate_paged != 0) {
-      // What it paged out at its gate comes back in before its kernels run.
-      j.swapped_chunks = std::min(j.gate_paged, chunks_for(j.live) > j.held ? chunks_for(j.live) - j.held : 0);
+      // What it paged out at its gate comes back in before its kernels run,
+      // up to its cap. It waits for it as an ordinary job (the ledger's
+      // pageable jobs never wait); a grant makes a capped one pageable again.
+      const uint64_t need = resident_need(j);
+      j.swapped_chunks = std::min(j.gate_paged, need > j.held ? need - j.held : 0);
       j.gate_paged = 0;
       if (j.swapped_chunks == 0) return;
+      (void)ledger_.set_pageable(j.id, 0, 0);
       enter(j, Phase::kSwapWait);
       request(j, j.swapped_chunks);
     }

@@ -94,8 +94,8 @@
 //    after a budget cut left the GPU above the budget, otherwise, in a
 //    capped iteration, above its worth floor;
 //  - under zico, at its gate, where no kernel of its runs: up to what its
-//    link moves in one of its steady periods (bringing it back delays its
-//    start by at most an iteration; Ledger::set_gate_paging, and the
+//    link moves in one of its steady periods (each way takes at most an
+//    iteration; Ledger::set_gate_paging, and the
 //    scheduler predicts it that much lower there). Asked, it pages out over
 //    bytes / link time and answers when done; it starts only then, and
 //    first asks for what it paged out and pages it back in (a swap in,
