@@ -132,7 +132,8 @@ std::string Daemon::Impl::on_curve(Job& job, const proto::Curve& message) {
 void Daemon::Impl::apply_gate_paging(const Job& job, uint32_t gpu) {
   const JobGpu& use = job.gpus[gpu];
   const uint64_t chunk = gpus[gpu].chunk_bytes;
-  const uint64_t bytes = use.pageable ? gate_paging_bytes(static_cast<double>(use.report.link_bytes_per_second), use.period_ns) : 0;
+  const double link = static_cast<double>(use.report.link_bytes_per_second);
+  const uint64_t bytes = use.pageable ? gate_paging_bytes(link, use.period_ns) : 0;
   (void)ledger.set_gate_paging(job.id, gpu, bytes / chunk);
   gates.set_gate_paging(job.id, gpu, bytes / chunk * chunk);
 }

@@ -155,7 +155,8 @@ uint64_t TimeShiftScheduler::predicted_max(const Job& job, uint64_t from, uint64
   // keep what it holds until it really ends.
   // A UM job between iterations runs no kernel: part of what it holds there
   // can be paged out for another job's iteration (set_gate_paging).
-  const uint64_t idle = std::max(curve.end_bytes, job.held) - std::min(std::max(curve.end_bytes, job.held), job.gate_paging);
+  const uint64_t level = std::max(curve.end_bytes, job.held);
+  const uint64_t idle = level - std::min(level, job.gate_paging);
   if (!job.in_iteration) return idle;
   const uint64_t end = job.start_ns + iteration_ns(job);
   uint64_t most = 0;
