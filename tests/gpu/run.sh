@@ -58,7 +58,7 @@ run_step() {
 
 skip_all() {
   local reason=$1
-  for name in build gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode; do
+  for name in build gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node; do
     record "$name" skipped "$reason"
   done
 }
@@ -78,26 +78,37 @@ if [[ -z $gpu_name ]]; then
 fi
 
 # --- build ----------------------------------------------------------------------
-prefix=""
 if ! pkg-config --exists numa liburing libxxhash 2>/dev/null; then
   debs=${ZICO_GPU_DEBS:-$repo/.debs}
   if compgen -G "$debs/*.deb" >/dev/null; then
     prefix="$out/deps"
     for deb in "$debs"/*.deb; do dpkg -x "$deb" "$prefix"; done
-    export PKG_CONFIG_PATH="$prefix/usr/lib/x86_64-linux-gnu/pkgconfig:$prefix/usr/share/pkgconfig:${PKG_CONFIG_PATH:-}"
+    libdir="$prefix/usr/lib/x86_64-linux-gnu"
+    # A development link that names the system's library by its absolute
+    # path (zlib's) dangles here: point it at this machine's copy instead.
+    for link in "$libdir"/*.so; do
+      [[ -e $link ]] && continue
+      name=$(basename "$link")
+      system=$(ldconfig -p | awk -v n="$name." 'index($1, n) == 1 && /x86-64/ {print $NF; exit}')
+      if [[ -n $system ]]; then ln -sf "$system" "$link"; else rm -f "$link"; fi
+    done
+    export PATH="$prefix/usr/bin:$PATH"
+    # The packages' .pc files say /usr: the sysroot puts their -I and -L under the prefix.
+    export PKG_CONFIG_LIBDIR="$libdir/pkgconfig:$prefix/usr/share/pkgconfig"
+    export PKG_CONFIG_SYSROOT_DIR="$prefix"
     export CMAKE_PREFIX_PATH="$prefix/usr:${CMAKE_PREFIX_PATH:-}"
-    export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-    export CPATH="$prefix/usr/include:${CPATH:-}"
-    export LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:${LIBRARY_PATH:-}"
+    export LD_LIBRARY_PATH="$libdir:${LD_LIBRARY_PATH:-}"
   fi
 fi
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
-if run_step build 300 bash -c "cmake -S '$repo' -B '$build' ${generator[*]} -DZICO_WERROR=OFF && cmake --build '$build' -j \$(nproc)"; then
+# What the steps below run, not the unit tests (CI runs those).
+targets="zicoum zico-run zico-umd zico-umctl zico-demo trace_job cuda_driver_contract_test"
+if run_step build 300 bash -c "cmake -S '$repo' -B '$build' ${generator[*]} -DZICO_WERROR=OFF && cmake --build '$build' -j \$(nproc) --target $targets"; then
   record build passed "" "{\"seconds\": $step_seconds}"
 else
   record build failed "the build failed: see build.log (missing libraries? see the header of this script)"
-  for name in gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode; do
+  for name in gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node; do
     record "$name" skipped "the build failed"
   done
   finish "$gpu_name" 1
@@ -105,7 +116,7 @@ fi
 bin="$build/bin"
 
 # --- 1. the gpu-labelled tests (driver contract on CudaDriver, torch_enable, ...) --
-run_step gpu_tests 700 ctest --test-dir "$build" -L gpu --output-on-failure
+run_step gpu_tests 240 ctest --test-dir "$build" -L gpu --output-on-failure
 gpu_status=$?
 summary=$(python3 "$repo/tests/gpu/ctest_summary.py" "$out/gpu_tests.log")
 if ((gpu_status != 0)); then
@@ -159,9 +170,64 @@ else
   record node_manager failed "zico-demo --backend cuda failed: see node_manager.log"
 fi
 
-# --- 5, 6: not built yet ---------------------------------------------------------------
-record suspend_resume skipped "not built yet: suspend and resume of a live PyTorch job through zico-umctl"
-record um_mode skipped "not built yet: UM mode does not exist"
+# --- 5. suspend to host and resume in the middle of training: losses bitwise equal ----
+if ((torch_ok < 0)); then
+  record suspend_resume skipped "python3 has no PyTorch"
+else
+  run_step suspend_resume 180 env ZICO_SOCKET=off python3 tests/gpu/torch_training.py enable --budget "$budget" \
+    --suspend-at 12 --zico-stats
+  status=$?
+  figures=$(python3 "$repo/tests/gpu/compare_training.py" --against "$out/torch_native.log" "$out/suspend_resume.log")
+  if ((status == 0)) && python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["equal"] else 1)' "$figures"; then
+    record suspend_resume passed "" "$figures"
+  else
+    record suspend_resume failed "see suspend_resume.log (losses must be bitwise equal to native's)" "$figures"
+  fi
+fi
+
+# --- 6. UM mode: an MLP bigger than its budget trains, bitwise equal, within it ------------
+# Its budget is half what it reserves natively; a second run with the whole
+# native peak as the budget measures what UM mode costs when nothing pages.
+# Its arena is 16 GiB: never more managed memory than the GPU has free.
+if ((torch_ok < 0)); then
+  record um_mode skipped "python3 has no PyTorch"
+  record um_node skipped "python3 has no PyTorch"
+else
+  mlp=(python3 tests/gpu/torch_training.py native --model mlp --iterations 10)
+  run_step um_native 120 "${mlp[@]}"
+  peak=$(python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])["peak_reserved_bytes"])' "$out/um_native.log" 2>/dev/null)
+  if [[ -z $peak ]]; then
+    record um_mode failed "the native MLP run failed: see um_native.log"
+    record um_node skipped "the native MLP run failed"
+  else
+    half=$(((peak / 2) >> 21 << 21))
+    um_ok=1
+    for run in half whole; do
+      [[ $run == half ]] && limit=$half || limit=$(((peak + (2 << 20) - 1) >> 21 << 21))
+      run_step "um_$run" 240 env ZICO_SOCKET=off ZICO_ARENA_SIZE=16GiB "$bin/zico-run" --backend cuda --mode um --budget "$limit" -- \
+        "${mlp[@]}" --mark-iterations --zico-stats || um_ok=0
+      python3 "$repo/tests/gpu/compare_training.py" --against "$out/um_native.log" "$out/um_$run.log" "$limit" \
+        >"$out/um_$run.json"
+    done
+    figures=$(python3 - "$out/um_half.json" "$out/um_whole.json" <<'PY'
+import json, sys
+half, whole = (json.load(open(path)) for path in sys.argv[1:3])
+print(json.dumps({"half_budget": half, "whole_budget": whole}))
+PY
+)
+    if ((um_ok)) && python3 -c 'import json,sys; f=json.loads(sys.argv[1]); sys.exit(0 if all(f[k]["equal"] and f[k].get("within_budget") for k in f) else 1)' "$figures"; then
+      record um_mode passed "" "$figures"
+    else
+      record um_mode failed "see um_half.log, um_whole.log (losses bitwise equal to um_native.log's; pages on the GPU within the budget)" "$figures"
+    fi
+    # --- 7. two such UM jobs under zico-umd, 1.25 x one's peak between them -------------
+    run_step um_node 300 python3 tests/gpu/um_node_gpu.py "$bin" "$out/um_native.log" $((peak * 5 / 4 >> 21 << 21)) "$out"
+    status=$?
+    figures=$(tail -n 1 "$out/um_node.log")
+    python3 -c 'import json,sys; json.loads(sys.argv[1])' "$figures" 2>/dev/null || figures='{}'
+    if ((status == 0)); then record um_node passed "" "$figures"; else record um_node failed "see um_node.log, umd.log, um_node_job*.log" "$figures"; fi
+  fi
+fi
 
 verdicts=$(python3 -c 'import json,sys; print(" ".join(json.loads(l)["verdict"] for l in open(sys.argv[1])))' "$steps")
 [[ $verdicts == *failed* ]] && finish "$gpu_name" 1

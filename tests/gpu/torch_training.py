@@ -1,6 +1,7 @@
 """A deterministic PyTorch training loop for the GPU suite (tests/gpu/run.sh).
 
-    torch_training.py native|enable [--budget SIZE] [--iterations N]
+    torch_training.py native|enable [--budget SIZE] [--iterations N] [--model conv|mlp]
+                      [--suspend-at K] [--mark-iterations] [--zico-stats]
 
 native: PyTorch's own allocator (also what runs under zico-run, which
 preloads libzicoum). enable: zicoum.torch.enable(budget=SIZE) first. Prints
@@ -8,6 +9,13 @@ one JSON line: the losses (as float.hex, so equal means bitwise equal), the
 median iteration time, the peak memory reserved, and in enable mode what a
 CUDA graph capture does (zicoum refuses it rather than corrupt) and whether a
 tensor another stream still reads after record_stream keeps its memory.
+
+--model mlp: a 13-layer MLP of width 4096 on a batch of 8192 whose weights,
+gradients, momentum and activations peak at several GiB, for UM mode under a
+budget below that (run under zico-run --mode um). --suspend-at K: before iteration K, zicoum.suspend(to="host") and
+zicoum.resume() (the tensors must come back bitwise). --mark-iterations: calls
+zicoum.mark_iteration() at each iteration's start. --zico-stats: adds
+zicoum.stats() (the pager's resident peak, faults, prefetches) to the line.
 """
 import argparse
 import json
@@ -43,7 +51,14 @@ def main():
     parser.add_argument("mode", choices=("native", "enable"))
     parser.add_argument("--budget", default="8GiB")
     parser.add_argument("--iterations", type=int, default=36)
+    parser.add_argument("--model", choices=("conv", "mlp"), default="conv")
+    parser.add_argument("--suspend-at", type=int, default=None)
+    parser.add_argument("--mark-iterations", action="store_true")
+    parser.add_argument("--zico-stats", action="store_true")
     args = parser.parse_args()
+    zicoum = None
+    if args.suspend_at is not None or args.mark_iterations or args.zico_stats:
+        import zicoum
     if args.mode == "enable":
         import zicoum.torch
         zicoum.torch.enable(budget=args.budget)
@@ -55,17 +70,31 @@ def main():
     torch.backends.cudnn.deterministic = True
     torch.use_deterministic_algorithms(True)
     device = torch.device("cuda")
-    model = nn.Sequential(
-        nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(),
-        nn.MaxPool2d(2), nn.Conv2d(128, 128, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-        nn.Linear(128, 10)).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     generator = torch.Generator(device="cpu").manual_seed(1)
-    inputs = torch.randn(64, 3, 64, 64, generator=generator).to(device)
-    labels = torch.randint(0, 10, (64,), generator=generator).to(device)
+    if args.model == "conv":
+        model = nn.Sequential(
+            nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(),
+            nn.MaxPool2d(2), nn.Conv2d(128, 128, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+            nn.Linear(128, 10)).to(device)
+        inputs = torch.randn(64, 3, 64, 64, generator=generator).to(device)
+    else:
+        # 12 x (4096x4096 weights: 64 MiB, with gradient and momentum 192 MiB) and a batch of 8192
+        # (128 MiB per saved activation): about 2.3 GiB of state and 3 GiB of activations at the peak.
+        width, layers = 4096, []
+        for _ in range(12):
+            layers += [nn.Linear(width, width), nn.ReLU()]
+        model = nn.Sequential(*layers, nn.Linear(width, 10)).to(device)
+        inputs = torch.randn(8192, width, generator=generator).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    labels = torch.randint(0, 10, (inputs.shape[0],), generator=generator).to(device)
     losses, times = [], []
-    for _ in range(args.iterations):
+    for iteration in range(args.iterations):
         torch.cuda.synchronize()
+        if iteration == args.suspend_at:
+            zicoum.suspend(to="host")
+            zicoum.resume()
+        if args.mark_iterations:
+            zicoum.mark_iteration()
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(model(inputs), labels)
@@ -79,6 +108,8 @@ def main():
         "iteration_ms": statistics.median(times[len(times) // 3:]) * 1e3,
         "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
     }
+    if args.zico_stats:
+        result["zico"] = zicoum.stats()
     if args.mode == "enable":
         result["record_stream"] = record_stream_probe(torch, device)
         graph = torch.cuda.CUDAGraph()

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Two UM PyTorch jobs under zico-umd on a real GPU (the GPU suite's um_node step).
+
+    um_node_gpu.py BIN_DIR NATIVE_LOG BUDGET_BYTES OUTDIR
+
+Starts zico-umd holding BUDGET_BYTES (below the two jobs' summed peaks), then
+two copies of torch_training.py's MLP under zico-run --mode um at once, and
+polls zico-umctl status all along. Passes when both complete with losses
+bitwise equal to NATIVE_LOG's run, the daemon never lent more than the budget,
+and each job's pages on the GPU stayed within it. Prints one JSON line: each
+job's iteration time against native's, the wall time of the pair against
+twice native's (one after the other on the whole GPU), and what was lent at
+most. Logs land in OUTDIR (umd.log, um_node_job0.log, um_node_job1.log).
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def last_json(text):
+    lines = [line for line in text.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
+def main():
+    bin_dir, native_log, budget, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    native = last_json(open(native_log, errors="replace").read())
+    if native is None:
+        print(json.dumps({"passed": False, "why": f"no native result in {native_log}"}))
+        return 1
+    socket = os.path.join(out, "umd.sock")
+    env = dict(os.environ, ZICO_BACKEND="cuda")
+    env.pop("ZICO_SOCKET", None)
+    daemon_log = open(os.path.join(out, "umd.log"), "w")
+    daemon = subprocess.Popen([os.path.join(bin_dir, "zico-umd"), "--socket", socket, "--budget", str(budget)],
+                              env=env, stdout=daemon_log, stderr=subprocess.STDOUT)
+    figures = {"passed": False, "budget_bytes": budget}
+    try:
+        for _ in range(200):
+            if os.path.exists(socket) or daemon.poll() is not None:
+                break
+            time.sleep(0.05)
+        if not os.path.exists(socket):
+            figures["why"] = "zico-umd did not create its socket: see umd.log"
+            print(json.dumps(figures))
+            return 1
+        # A 16 GiB arena each: never more managed memory than the GPU has free.
+    job_env = dict(env, ZICO_SOCKET=socket, ZICO_ARENA_SIZE=str(16 << 30))
+        command = [os.path.join(bin_dir, "zico-run"), "--backend", "cuda", "--mode", "um", "--",
+                   sys.executable, os.path.join(HERE, "torch_training.py"), "native", "--model", "mlp",
+                   "--iterations", "10", "--mark-iterations", "--zico-stats"]
+        logs = [open(os.path.join(out, f"um_node_job{i}.log"), "w+") for i in range(2)]
+        start = time.monotonic()
+        jobs = [subprocess.Popen(command, env=job_env, stdout=log, stderr=subprocess.STDOUT) for log in logs]
+        most_lent, over = 0, None
+        while any(job.poll() is None for job in jobs):
+            status = subprocess.run([os.path.join(bin_dir, "zico-umctl"), "status", "--json", "--socket", socket],
+                                    capture_output=True, text=True)
+            if status.returncode == 0:
+                gpu = json.loads(status.stdout)["gpus"][0]
+                most_lent = max(most_lent, gpu["granted_bytes"])
+                if gpu["granted_bytes"] > budget and over is None:
+                    over = gpu["granted_bytes"]
+            time.sleep(0.05)
+        wall = time.monotonic() - start
+        figures["most_lent_bytes"] = most_lent
+        figures["pair_wall_x_two_native"] = round(wall / (2 * native["iteration_ms"] / 1e3 * 10), 3)
+        results = []
+        for i, (job, log) in enumerate(zip(jobs, logs)):
+            log.seek(0)
+            result = last_json(log.read())
+            if job.returncode != 0 or result is None:
+                figures["why"] = f"job {i} failed (exit {job.returncode}): see um_node_job{i}.log"
+                print(json.dumps(figures))
+                return 1
+            results.append(result)
+            figures[f"job{i}_iteration_x_native"] = round(result["iteration_ms"] / native["iteration_ms"], 3)
+            figures[f"job{i}_peak_resident_bytes"] = result["zico"]["peak_resident_bytes"]
+            figures[f"job{i}_faulted_pages"] = result["zico"]["faulted_pages"]
+        equal = all(result["losses"] == native["losses"] for result in results)
+        within = all(result["zico"]["peak_resident_bytes"] <= budget for result in results)
+        figures["equal"], figures["within_budget"] = equal, within
+        if over is not None:
+            figures["why"] = f"the daemon lent {over} bytes, budget {budget}"
+        elif not equal:
+            figures["why"] = "a job's losses differ from native's"
+        elif not within:
+            figures["why"] = "a job kept more pages on the GPU than the budget"
+        elif most_lent == 0:
+            figures["why"] = "the daemon never lent anything: the jobs did not run under it"
+        else:
+            figures["passed"] = True
+        print(json.dumps(figures))
+        return 0 if figures["passed"] else 1
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
