@@ -1,9 +1,11 @@
 // The C API of zicoum/zicoum.h.
+#include <algorithm>
 #include <cstring>
 #include <new>
 
 #include "api_calls.h"
 #include "last_error.h"
+#include "launch_observer.h"
 #include "node_client.h"
 #include "runtime.h"
 #include "sim_driver.h"
@@ -121,6 +123,9 @@ zico_status_t zico_get_stats(int device, zico_stats_t* stats) {
     full.faulted_pages = p.faulted_pages;
     full.prefetched_pages = p.prefetches;
     full.evicted_pages = p.evictions + p.room_evictions;
+    const zico::LaunchCounts launches = zico::launch_counts();
+    full.kernels = launches.launches;
+    full.kernels_without_blocks = launches.without_blocks;
     if (auto* sim = dynamic_cast<zico::SimDriver*>(Runtime::instance().driver())) {
       full.modelled_ns = sim->managed_stats().now_ns;
     }

@@ -1,5 +1,6 @@
 #include "launch_observer.h"
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -127,6 +128,16 @@ uint64_t mix(uint64_t h, uint64_t value) {
 
 }  // namespace
 
+namespace {
+std::atomic<uint64_t> g_launches{0};
+std::atomic<uint64_t> g_launches_without_blocks{0};
+}  // namespace
+
+LaunchCounts launch_counts() noexcept {
+  return LaunchCounts{g_launches.load(std::memory_order_relaxed),
+                      g_launches_without_blocks.load(std::memory_order_relaxed)};
+}
+
 uint64_t launch_id(const void* key, const LaunchShape& shape) noexcept {
   uint64_t h = mix(0, reinterpret_cast<uintptr_t>(key));
   for (const unsigned d : shape.grid) h = mix(h, d);
@@ -154,7 +165,11 @@ ObservedLaunch::ObservedLaunch(const void* key, CUfunction function, bool runtim
       for (size_t i = 0; i < layout->sizes.size(); ++i) scan(args[i], layout->sizes[i], *runtime, &used);
     }
     if (extra != nullptr) scan_extra(extra, *runtime, &used);
-    if (used.empty()) return;
+    g_launches.fetch_add(1, std::memory_order_relaxed);
+    if (used.empty()) {
+      g_launches_without_blocks.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
     begun_ = api_op_begin(launch_id(key, shape), used.data(), used.size(), 0).is_ok() && api_op_pending();
   } catch (...) {
     // Host memory for bookkeeping ran out (or a lock failed): the launch goes

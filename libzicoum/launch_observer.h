@@ -56,6 +56,15 @@ class ObservedLaunch {
   bool begun_ = false;
 };
 
+// Launches observed in UM mode so far, in the whole process (not in a graph
+// capture nor inside an explicit op), and how many of those had no pointer
+// into zicoum memory among the parameters read.
+struct LaunchCounts {
+  uint64_t launches = 0;
+  uint64_t without_blocks = 0;
+};
+[[nodiscard]] LaunchCounts launch_counts() noexcept;
+
 // A module or library was unloaded: every parameter layout is asked again.
 void forget_launch_layouts() noexcept;
 

@@ -5,6 +5,7 @@
 //   node_client_resident.cpp a UM job's GPUs: resident grants for its pager
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>

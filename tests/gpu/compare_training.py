@@ -31,9 +31,14 @@ def against(native, run, budget):
     figures["iteration_x_native"] = round(run["iteration_ms"] / native["iteration_ms"], 3)
     figures["native_iteration_ms"] = round(native["iteration_ms"], 3)
     figures["native_peak_reserved_bytes"] = native["peak_reserved_bytes"]
+    for name in ("gpu_used_before_bytes", "gpu_used_peak_bytes"):
+        if name in run and name in native:
+            figures[name] = run[name]
+            figures["native_" + name] = native[name]
     zico = run.get("zico")
     if zico:
-        for name in ("peak_resident_bytes", "faulted_pages", "prefetched_pages", "evicted_pages", "iterations"):
+        for name in ("peak_resident_bytes", "faulted_pages", "prefetched_pages", "evicted_pages", "iterations",
+                     "kernels", "kernels_without_blocks"):
             figures[name] = zico.get(name)
         if budget is not None:
             figures["budget_bytes"] = budget

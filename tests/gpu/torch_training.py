@@ -16,11 +16,14 @@ budget below that (run under zico-run --mode um). --suspend-at K: before iterati
 zicoum.resume() (the tensors must come back bitwise). --mark-iterations: calls
 zicoum.mark_iteration() at each iteration's start. --zico-stats: adds
 zicoum.stats() (the pager's resident peak, faults, prefetches) to the line.
+--sample-gpu-memory: the GPU's memory in use (NVML, every process's) before
+the model is built and at its peak while training, sampled every 2 ms.
 """
 import argparse
 import json
 import os
 import statistics
+import threading
 import time
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -46,6 +49,32 @@ def record_stream_probe(torch, device):
     return "kept" if total.item() == float(elements) else f"reused under the side stream (sum {total.item()})"
 
 
+class GpuMemorySampler:
+    """The most memory in use on GPU 0 (NVML) while running."""
+
+    def __init__(self):
+        import pynvml
+        pynvml.nvmlInit()
+        self._nvml = pynvml
+        self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        self.before = self.peak = self.used()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def used(self):
+        return self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used
+
+    def _run(self):
+        while not self._stop.wait(0.002):
+            self.peak = max(self.peak, self.used())
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+        return {"gpu_used_before_bytes": self.before, "gpu_used_peak_bytes": self.peak}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("native", "enable"))
@@ -55,6 +84,7 @@ def main():
     parser.add_argument("--suspend-at", type=int, default=None)
     parser.add_argument("--mark-iterations", action="store_true")
     parser.add_argument("--zico-stats", action="store_true")
+    parser.add_argument("--sample-gpu-memory", action="store_true")
     args = parser.parse_args()
     zicoum = None
     if args.suspend_at is not None or args.mark_iterations or args.zico_stats:
@@ -70,6 +100,8 @@ def main():
     torch.backends.cudnn.deterministic = True
     torch.use_deterministic_algorithms(True)
     device = torch.device("cuda")
+    torch.cuda.init()
+    sampler = GpuMemorySampler() if args.sample_gpu_memory else None
     generator = torch.Generator(device="cpu").manual_seed(1)
     if args.model == "conv":
         model = nn.Sequential(
@@ -108,6 +140,8 @@ def main():
         "iteration_ms": statistics.median(times[len(times) // 3:]) * 1e3,
         "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
     }
+    if sampler is not None:
+        result.update(sampler.stop())
     if args.zico_stats:
         result["zico"] = zicoum.stats()
     if args.mode == "enable":

@@ -49,7 +49,7 @@ def main():
             print(json.dumps(figures))
             return 1
         # A 16 GiB arena each: never more managed memory than the GPU has free.
-    job_env = dict(env, ZICO_SOCKET=socket, ZICO_ARENA_SIZE=str(16 << 30))
+        job_env = dict(env, ZICO_SOCKET=socket, ZICO_ARENA_SIZE=str(16 << 30))
         command = [os.path.join(bin_dir, "zico-run"), "--backend", "cuda", "--mode", "um", "--",
                    sys.executable, os.path.join(HERE, "torch_training.py"), "native", "--model", "mlp",
                    "--iterations", "10", "--mark-iterations", "--zico-stats"]

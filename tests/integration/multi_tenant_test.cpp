@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "node_harness.h"

@@ -11,6 +11,7 @@
 //
 // Exit: 0 and "done" when every byte verified; 1 "MISMATCH ..." on wrong data;
 // 2 "OOM ..." when an allocation failed; 64 on bad usage.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>

@@ -7,6 +7,8 @@
 //   node_manager_test ZICO_UMD NODE_JOB ZICO_UMCTL
 #include "node_harness.h"
 
+#include <algorithm>
+
 namespace {
 
 using namespace zico_test;

@@ -4,6 +4,8 @@
 
 #include "paging_streams.h"
 
+#include <algorithm>
+
 namespace zico::prefetch {
 namespace {
 

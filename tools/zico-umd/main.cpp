@@ -1,6 +1,7 @@
 // zico-umd: the node daemon. Parses the command line, opens the driver
 // (ZICO_BACKEND, as the library does) and runs sharing::Daemon.
 #include <grp.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -210,6 +211,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   set_log_level(std::getenv("ZICO_LOG") != nullptr ? config.log_level : LogLevel::kInfo);
+  // SIGINT and SIGTERM are read from a signalfd (Daemon::run). Blocked before
+  // the driver starts its threads, which inherit the mask: a thread of
+  // CUDA's with them unblocked would take the signal's default action and
+  // kill the daemon instead of stopping it.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  (void)::pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::unique_ptr<Driver> driver;
   if (!open_driver(config, &driver, &error).is_ok()) {
     std::fprintf(stderr, "zico-umd: %s\n", error.c_str());

@@ -103,6 +103,12 @@ typedef struct zico_stats {
    * zico-umd it counts against the budget (budget_bytes is then what is left
    * for zicoum's own allocations). */
   uint64_t outside_bytes;
+  /* UM mode: kernel launches zicoum observed in this process (every device),
+   * and how many of them it found no zicoum memory in the parameters of. A
+   * job whose kernels go unseen (launched by a route LD_PRELOAD does not
+   * reach) pages only by the driver's faults: kernels stays 0. */
+  uint64_t kernels;
+  uint64_t kernels_without_blocks;
 } zico_stats_t;
 
 ZICO_API zico_status_t zico_get_stats(int device, zico_stats_t* stats);
