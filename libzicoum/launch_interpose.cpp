@@ -1,5 +1,7 @@
-// Kernel launches, by every route CUDA offers: the runtime's cudaLaunchKernel
-// (what `kernel<<<...>>>` compiles to) and cudaLaunchKernelExC, the driver's
+// Kernel launches, by every route CUDA offers: the runtime's __cudaLaunchKernel
+// (what `kernel<<<...>>>` compiles to from CUDA 13 on: a library kernel
+// handle, from __cudaGetKernel), cudaLaunchKernel (what it compiled to
+// before, and what programs call by name) and cudaLaunchKernelExC, the driver's
 // cuLaunchKernel and cuLaunchKernelEx (also handed out by cuGetProcAddress:
 // driver_entry_points.cpp), each with its per-thread-default-stream twin. Each
 // is observed (launch_observer.h: in UM mode the pager brings the launch's
@@ -27,8 +29,18 @@ cudaError_t runtime_launch(RealFunction<RuntimeLaunch>& real, const void* func, 
                            size_t shared_bytes, cudaStream_t stream) {
   const auto launch = real.get();
   if (launch == nullptr) return cudaErrorInvalidDeviceFunction;
-  ObservedLaunch observed(func, nullptr, true, shape_of(grid, block), args, nullptr, stream);
+  ObservedLaunch observed(func, Callee::kRuntimeStub, shape_of(grid, block), args, nullptr, stream);
   return launch(func, grid, block, args, shared_bytes, stream);
+}
+
+using KernelLaunch = cudaError_t (*)(cudaKernel_t, dim3, dim3, void**, size_t, cudaStream_t);
+
+cudaError_t kernel_launch(RealFunction<KernelLaunch>& real, cudaKernel_t kernel, dim3 grid, dim3 block, void** args,
+                          size_t shared_bytes, cudaStream_t stream) {
+  const auto launch = real.get();
+  if (launch == nullptr) return cudaErrorInvalidDeviceFunction;
+  ObservedLaunch observed(kernel, Callee::kLibraryKernel, shape_of(grid, block), args, nullptr, stream);
+  return launch(kernel, grid, block, args, shared_bytes, stream);
 }
 
 cudaError_t runtime_launch_ex(RealFunction<RuntimeLaunchEx>& real, const cudaLaunchConfig_t* config, const void* func,
@@ -36,7 +48,7 @@ cudaError_t runtime_launch_ex(RealFunction<RuntimeLaunchEx>& real, const cudaLau
   const auto launch = real.get();
   if (launch == nullptr) return cudaErrorInvalidDeviceFunction;
   if (config == nullptr) return launch(config, func, args);  // the runtime's error to give
-  ObservedLaunch observed(func, nullptr, true, shape_of(config->gridDim, config->blockDim), args, nullptr,
+  ObservedLaunch observed(func, Callee::kRuntimeStub, shape_of(config->gridDim, config->blockDim), args, nullptr,
                           config->stream);
   return launch(config, func, args);
 }
@@ -45,7 +57,7 @@ CUresult driver_launch(RealFunction<DriverLaunch>& real, CUfunction f, const Lau
                        CUstream stream, void** params, void** extra) {
   const auto launch = real.get();
   if (launch == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  ObservedLaunch observed(f, f, false, shape, params, extra, stream);
+  ObservedLaunch observed(f, Callee::kFunction, shape, params, extra, stream);
   return launch(f, shape.grid[0], shape.grid[1], shape.grid[2], shape.block[0], shape.block[1], shape.block[2],
                 shared_bytes, stream, params, extra);
 }
@@ -57,7 +69,7 @@ CUresult driver_launch_ex(RealFunction<DriverLaunchEx>& real, const CUlaunchConf
   if (config == nullptr) return launch(config, f, params, extra);
   const LaunchShape shape{{config->gridDimX, config->gridDimY, config->gridDimZ},
                           {config->blockDimX, config->blockDimY, config->blockDimZ}};
-  ObservedLaunch observed(f, f, false, shape, params, extra, config->hStream);
+  ObservedLaunch observed(f, Callee::kFunction, shape, params, extra, config->hStream);
   return launch(config, f, params, extra);
 }
 
@@ -79,6 +91,23 @@ cudaError_t CUDARTAPI cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3
                                             size_t sharedMem, cudaStream_t stream) {
   static zico::RealFunction<zico::RuntimeLaunch> real("cudaLaunchKernel_ptsz");
   return zico::runtime_launch(real, func, gridDim, blockDim, args, sharedMem, stream);
+}
+
+// Declared by CUDA's headers for nvcc's generated code only.
+cudaError_t CUDARTAPI __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
+                                         size_t sharedMem, cudaStream_t stream);
+cudaError_t CUDARTAPI __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
+                                         size_t sharedMem, cudaStream_t stream) {
+  static zico::RealFunction<zico::KernelLaunch> real("__cudaLaunchKernel");
+  return zico::kernel_launch(real, kernel, gridDim, blockDim, args, sharedMem, stream);
+}
+
+cudaError_t CUDARTAPI __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
+                                              size_t sharedMem, cudaStream_t stream);
+cudaError_t CUDARTAPI __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
+                                              size_t sharedMem, cudaStream_t stream) {
+  static zico::RealFunction<zico::KernelLaunch> real("__cudaLaunchKernel_ptsz");
+  return zico::kernel_launch(real, kernel, gridDim, blockDim, args, sharedMem, stream);
 }
 
 cudaError_t CUDARTAPI cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func, void** args) {

@@ -34,25 +34,15 @@ constexpr size_t kMaxParams = 4096;
 // announced with what was found.
 constexpr size_t kMaxPointers = 256;
 
-ParamLayout ask_driver(const void* key, CUfunction function, bool runtime_stub) {
+// Asks `param_info` for each parameter's size until it says there are no more.
+template <typename Handle>
+ParamLayout ask_sizes(CUresult (*param_info)(Handle, size_t, size_t*, size_t*), Handle handle) {
   ParamLayout layout;
-  if (runtime_stub) {
-    static RealFunction<cudaError_t (*)(cudaFunction_t*, const void*)> real_by_symbol("cudaGetFuncBySymbol");
-    cudaFunction_t resolved = nullptr;
-    const auto by_symbol = real_by_symbol.get();
-    if (by_symbol == nullptr || by_symbol(&resolved, key) != cudaSuccess) {
-      layout.ask_again = by_symbol != nullptr;
-      return layout;
-    }
-    function = reinterpret_cast<CUfunction>(resolved);
-  }
-  static RealFunction<CUresult (*)(CUfunction, size_t, size_t*, size_t*)> real_param_info("cuFuncGetParamInfo");
-  const auto param_info = real_param_info.get();
-  if (param_info == nullptr || function == nullptr) return layout;
+  if (param_info == nullptr || handle == nullptr) return layout;
   for (size_t i = 0; i < kMaxParams; ++i) {
     size_t offset = 0;
     size_t size = 0;
-    const CUresult result = param_info(function, i, &offset, &size);
+    const CUresult result = param_info(handle, i, &offset, &size);
     if (result == CUDA_ERROR_INVALID_VALUE) {  // past the last parameter
       layout.known = true;
       return layout;
@@ -67,6 +57,27 @@ ParamLayout ask_driver(const void* key, CUfunction function, bool runtime_stub) 
   return layout;
 }
 
+ParamLayout ask_driver(const void* key, Callee callee) {
+  if (callee == Callee::kLibraryKernel) {
+    static RealFunction<CUresult (*)(CUkernel, size_t, size_t*, size_t*)> real_kernel_info("cuKernelGetParamInfo");
+    return ask_sizes(real_kernel_info.get(), reinterpret_cast<CUkernel>(const_cast<void*>(key)));
+  }
+  auto function = reinterpret_cast<CUfunction>(const_cast<void*>(key));
+  if (callee == Callee::kRuntimeStub) {
+    static RealFunction<cudaError_t (*)(cudaFunction_t*, const void*)> real_by_symbol("cudaGetFuncBySymbol");
+    cudaFunction_t resolved = nullptr;
+    const auto by_symbol = real_by_symbol.get();
+    if (by_symbol == nullptr || by_symbol(&resolved, key) != cudaSuccess) {
+      ParamLayout layout;
+      layout.ask_again = by_symbol != nullptr;
+      return layout;
+    }
+    function = reinterpret_cast<CUfunction>(resolved);
+  }
+  static RealFunction<CUresult (*)(CUfunction, size_t, size_t*, size_t*)> real_param_info("cuFuncGetParamInfo");
+  return ask_sizes(real_param_info.get(), function);
+}
+
 // Layouts by function, asked of the driver once each, until a module unload
 // forgets them all. A launch keeps its layout alive while it reads.
 class Layouts {
@@ -75,13 +86,13 @@ class Layouts {
     static Layouts* layouts = new Layouts();  // never destroyed: launches may come at exit
     return *layouts;
   }
-  std::shared_ptr<const ParamLayout> get(const void* key, CUfunction function, bool runtime_stub) {
+  std::shared_ptr<const ParamLayout> get(const void* key, Callee callee) {
     {
       std::shared_lock lock(mutex_);
       if (auto it = layouts_.find(key); it != layouts_.end()) return it->second;
     }
     // Outside the lock: it calls the driver.
-    auto layout = std::make_shared<const ParamLayout>(ask_driver(key, function, runtime_stub));
+    auto layout = std::make_shared<const ParamLayout>(ask_driver(key, callee));
     if (layout->ask_again) return layout;  // a passing failure is not remembered
     std::unique_lock lock(mutex_);
     return layouts_.try_emplace(key, std::move(layout)).first->second;
@@ -152,15 +163,15 @@ void forget_launch_layouts() noexcept {
   }
 }
 
-ObservedLaunch::ObservedLaunch(const void* key, CUfunction function, bool runtime_stub, const LaunchShape& shape,
-                               void** args, void** extra, CUstream stream) noexcept {
+ObservedLaunch::ObservedLaunch(const void* key, Callee callee, const LaunchShape& shape, void** args, void** extra,
+                               CUstream stream) noexcept {
   const Runtime* runtime = Runtime::if_created();
   if (runtime == nullptr || runtime->config().mode != Mode::kUm || api_op_pending()) return;
   try {
     if (api_capture_state(StreamHandle{reinterpret_cast<uintptr_t>(stream)}) != CaptureState::kNone) return;
     thread_local std::vector<const void*> used;
     used.clear();
-    const std::shared_ptr<const ParamLayout> layout = Layouts::instance().get(key, function, runtime_stub);
+    const std::shared_ptr<const ParamLayout> layout = Layouts::instance().get(key, callee);
     if (args != nullptr && layout->known) {
       for (size_t i = 0; i < layout->sizes.size(); ++i) scan(args[i], layout->sizes[i], *runtime, &used);
     }

@@ -8,7 +8,9 @@
 // of a parameter that points into a zicoum arena is taken for a use of that
 // block (pointers inside structs passed by value too). Where the parameters
 // are is asked of the driver once per function (cuFuncGetParamInfo, CUDA
-// 12.4+; the runtime's functions through cudaGetFuncBySymbol); a driver that
+// 12.4+; the runtime's functions through cudaGetFuncBySymbol; the library
+// kernels of CUDA 13's `<<<...>>>`, which calls __cudaLaunchKernel with a
+// cudaKernel_t, through cuKernelGetParamInfo); a driver that
 // cannot tell leaves kernelParams unread (their count is unknown, and reading
 // past it would be reading garbage) and only a packed parameter buffer
 // (CU_LAUNCH_PARAM_BUFFER_POINTER) is scanned. Blocks a kernel reaches only
@@ -29,6 +31,13 @@
 
 namespace zico {
 
+// What a launch names its kernel by.
+enum class Callee : uint8_t {
+  kFunction,       // a CUfunction (the driver's launches)
+  kRuntimeStub,    // the runtime's host stub (cudaLaunchKernel)
+  kLibraryKernel,  // a cudaKernel_t, which is a CUkernel (__cudaLaunchKernel)
+};
+
 // The launch shape that, with the function, identifies a launch.
 struct LaunchShape {
   unsigned grid[3];
@@ -42,12 +51,11 @@ struct LaunchShape {
 // explicit zico_op_begin / zico_op_end on the same thread (that op covers it).
 class ObservedLaunch {
  public:
-  // `key` identifies the function (the runtime's host stub, or the
-  // CUfunction); `function` is the CUfunction when known, else the runtime's
-  // host stub is resolved through cudaGetFuncBySymbol. `args`: kernelParams
-  // (may be null); `extra`: the driver's extra list (may be null).
-  ObservedLaunch(const void* key, CUfunction function, bool runtime_stub, const LaunchShape& shape, void** args,
-                 void** extra, CUstream stream) noexcept;
+  // `key` is what `callee` says: a CUfunction, the runtime's host stub
+  // (resolved through cudaGetFuncBySymbol) or a library kernel. `args`:
+  // kernelParams (may be null); `extra`: the driver's extra list (may be null).
+  ObservedLaunch(const void* key, Callee callee, const LaunchShape& shape, void** args, void** extra,
+                 CUstream stream) noexcept;
   ~ObservedLaunch();
   ObservedLaunch(const ObservedLaunch&) = delete;
   ObservedLaunch& operator=(const ObservedLaunch&) = delete;

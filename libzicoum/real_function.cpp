@@ -11,10 +11,14 @@
 namespace zico::real_function_detail {
 namespace {
 
-// The library that defines `name` for real: cudart for cuda*, the driver for
-// cu*. Wheels vendor renamed copies (libcudart-d0da41ae.so.11.0), so the stem
-// is followed by '.' or '-'; "libcuda" then never matches libcudart.
-const char* library_stem(const char* name) { return std::strncmp(name, "cuda", 4) == 0 ? "libcudart" : "libcuda"; }
+// The library that defines `name` for real: cudart for cuda* (and its
+// internal __cuda*), the driver for cu*. Wheels vendor renamed copies
+// (libcudart-d0da41ae.so.11.0), so the stem is followed by '.' or '-';
+// "libcuda" then never matches libcudart.
+const char* library_stem(const char* name) {
+  while (*name == '_') ++name;
+  return std::strncmp(name, "cuda", 4) == 0 ? "libcudart" : "libcuda";
+}
 
 struct LoadedLibraries {
   const char* stem;

@@ -19,7 +19,9 @@
 # The suite unpacks them (dpkg -x, no root needed) when the build cannot find
 # the libraries; ZICO_GPU_DEBS names another folder. ZICO_GPU_BUDGET sets the
 # budget the jobs run under (default 8GiB, far below any card it targets);
-# ZICO_GPU_BUILD a build folder to use (default OUTDIR/build).
+# ZICO_GPU_BUILD a build folder to use (default OUTDIR/build); ZICO_GPU_ONLY
+# the steps to run (default all, e.g. "um_mode"; the others are recorded as
+# skipped).
 set -u
 out=${1:?usage: tests/gpu/run.sh OUTDIR}
 mkdir -p "$out"
@@ -61,6 +63,12 @@ skip_all() {
   for name in build gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node; do
     record "$name" skipped "$reason"
   done
+}
+
+# Steps to run: all, or those ZICO_GPU_ONLY names (e.g. "um_mode suspend_resume";
+# um_mode brings um_node, suspend_resume reads torch_training's native run).
+selected() {
+  [[ -z ${ZICO_GPU_ONLY:-} || " $ZICO_GPU_ONLY " == *" $1 "* ]]
 }
 
 finish() {
@@ -116,26 +124,34 @@ fi
 bin="$build/bin"
 
 # --- 1. the gpu-labelled tests (driver contract on CudaDriver, torch_enable, ...) --
-run_step gpu_tests 240 ctest --test-dir "$build" -L gpu --output-on-failure
-gpu_status=$?
-summary=$(python3 "$repo/tests/gpu/ctest_summary.py" "$out/gpu_tests.log")
-if ((gpu_status != 0)); then
-  record gpu_tests failed "see gpu_tests.log" "$summary"
-elif python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["passed_count"] > 0 else 1)' "$summary"; then
-  record gpu_tests passed "" "$summary"
+if selected gpu_tests; then
+  run_step gpu_tests 240 ctest --test-dir "$build" -L gpu --output-on-failure
+  gpu_status=$?
+  summary=$(python3 "$repo/tests/gpu/ctest_summary.py" "$out/gpu_tests.log")
+  if ((gpu_status != 0)); then
+    record gpu_tests failed "see gpu_tests.log" "$summary"
+  elif python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["passed_count"] > 0 else 1)' "$summary"; then
+    record gpu_tests passed "" "$summary"
+  else
+    record gpu_tests failed "every gpu test skipped although nvidia-smi lists a GPU: see gpu_tests.log" "$summary"
+  fi
 else
-  record gpu_tests failed "every gpu test skipped although nvidia-smi lists a GPU: see gpu_tests.log" "$summary"
+  record gpu_tests skipped "not selected: ZICO_GPU_ONLY=$ZICO_GPU_ONLY"
 fi
 
 # --- 2. a cudart-shared program with kernels, under zico-run --------------------------
-if ! command -v nvcc >/dev/null 2>&1; then
-  record preload_kernels skipped "no nvcc to build tests/gpu/preload_kernels.cu"
-elif ! timeout 180 nvcc -cudart shared -o "$out/preload_kernels" tests/gpu/preload_kernels.cu >"$out/preload_kernels.build.log" 2>&1; then
-  record preload_kernels failed "nvcc failed: see preload_kernels.build.log"
-elif run_step preload_kernels 120 env ZICO_SOCKET=off "$bin/zico-run" --backend cuda --budget 1GiB -- "$out/preload_kernels"; then
-  record preload_kernels passed ""
+if selected preload_kernels; then
+  if ! command -v nvcc >/dev/null 2>&1; then
+    record preload_kernels skipped "no nvcc to build tests/gpu/preload_kernels.cu"
+  elif ! timeout 180 nvcc -cudart shared -o "$out/preload_kernels" tests/gpu/preload_kernels.cu >"$out/preload_kernels.build.log" 2>&1; then
+    record preload_kernels failed "nvcc failed: see preload_kernels.build.log"
+  elif run_step preload_kernels 120 env ZICO_SOCKET=off "$bin/zico-run" --backend cuda --budget 1GiB -- "$out/preload_kernels"; then
+    record preload_kernels passed ""
+  else
+    record preload_kernels failed "see preload_kernels.log"
+  fi
 else
-  record preload_kernels failed "see preload_kernels.log"
+  record preload_kernels skipped "not selected: ZICO_GPU_ONLY=$ZICO_GPU_ONLY"
 fi
 
 # --- 3. PyTorch: native, zicoum.torch.enable, zico-run; losses bitwise equal --------
@@ -145,89 +161,106 @@ if ! python3 -c 'import torch' >/dev/null 2>&1; then
   record torch_training skipped "python3 has no PyTorch"
   torch_ok=-1
 fi
-for mode in native enable zico_run; do
-  ((torch_ok >= 0)) || break
-  case $mode in
-    native) command=(python3 tests/gpu/torch_training.py native) ;;
-    enable) command=(env ZICO_SOCKET=off python3 tests/gpu/torch_training.py enable --budget "$budget") ;;
-    zico_run) command=(env ZICO_SOCKET=off "$bin/zico-run" --backend cuda --budget "$budget" -- python3 tests/gpu/torch_training.py native) ;;
-  esac
-  run_step "torch_$mode" 180 "${command[@]}" || torch_ok=0
-done
-figures=$(python3 "$repo/tests/gpu/compare_training.py" "$out/torch_native.log" "$out/torch_enable.log" "$out/torch_zico_run.log")
-if ((torch_ok < 0)); then
-  :  # recorded as skipped above
-elif ((torch_ok)) && python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1]).get("all_equal") and json.loads(sys.argv[1]).get("graph_capture") == "refused" and json.loads(sys.argv[1]).get("record_stream") == "kept" else 1)' "$figures"; then
-  record torch_training passed "" "$figures"
+if selected torch_training; then
+  for mode in native enable zico_run; do
+    ((torch_ok >= 0)) || break
+    case $mode in
+      native) command=(python3 tests/gpu/torch_training.py native) ;;
+      enable) command=(env ZICO_SOCKET=off python3 tests/gpu/torch_training.py enable --budget "$budget") ;;
+      zico_run) command=(env ZICO_SOCKET=off "$bin/zico-run" --backend cuda --budget "$budget" -- python3 tests/gpu/torch_training.py native) ;;
+    esac
+    run_step "torch_$mode" 180 "${command[@]}" || torch_ok=0
+  done
+  figures=$(python3 "$repo/tests/gpu/compare_training.py" "$out/torch_native.log" "$out/torch_enable.log" "$out/torch_zico_run.log")
+  if ((torch_ok < 0)); then
+    :  # recorded as skipped above
+  elif ((torch_ok)) && python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1]).get("all_equal") and json.loads(sys.argv[1]).get("graph_capture") == "refused" and json.loads(sys.argv[1]).get("record_stream") == "kept" else 1)' "$figures"; then
+    record torch_training passed "" "$figures"
+  else
+    record torch_training failed "see torch_*.log (losses must be bitwise equal; a graph capture must be refused; a record_stream'ed tensor kept)" "$figures"
+  fi
 else
-  record torch_training failed "see torch_*.log (losses must be bitwise equal; a graph capture must be refused; a record_stream'ed tensor kept)" "$figures"
+  record torch_training skipped "not selected: ZICO_GPU_ONLY=$ZICO_GPU_ONLY"
 fi
 
 # --- 4. two processes through zico-umd on the GPU ------------------------------------
-if run_step node_manager 150 "$bin/zico-demo" --backend cuda; then
-  record node_manager passed "" "{\"demo\": \"see node_manager.log\"}"
+if selected node_manager; then
+  if run_step node_manager 150 "$bin/zico-demo" --backend cuda; then
+    record node_manager passed "" "{\"demo\": \"see node_manager.log\"}"
+  else
+    record node_manager failed "zico-demo --backend cuda failed: see node_manager.log"
+  fi
 else
-  record node_manager failed "zico-demo --backend cuda failed: see node_manager.log"
+  record node_manager skipped "not selected: ZICO_GPU_ONLY=$ZICO_GPU_ONLY"
 fi
 
 # --- 5. suspend to host and resume in the middle of training: losses bitwise equal ----
-if ((torch_ok < 0)); then
-  record suspend_resume skipped "python3 has no PyTorch"
-else
-  run_step suspend_resume 180 env ZICO_SOCKET=off python3 tests/gpu/torch_training.py enable --budget "$budget" \
-    --suspend-at 12 --zico-stats
-  status=$?
-  figures=$(python3 "$repo/tests/gpu/compare_training.py" --against "$out/torch_native.log" "$out/suspend_resume.log")
-  if ((status == 0)) && python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["equal"] else 1)' "$figures"; then
-    record suspend_resume passed "" "$figures"
+if selected suspend_resume; then
+  if ((torch_ok < 0)); then
+    record suspend_resume skipped "python3 has no PyTorch"
   else
-    record suspend_resume failed "see suspend_resume.log (losses must be bitwise equal to native's)" "$figures"
+    run_step suspend_resume 180 env ZICO_SOCKET=off python3 tests/gpu/torch_training.py enable --budget "$budget" \
+      --suspend-at 12 --zico-stats
+    status=$?
+    figures=$(python3 "$repo/tests/gpu/compare_training.py" --against "$out/torch_native.log" "$out/suspend_resume.log")
+    if ((status == 0)) && python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["equal"] else 1)' "$figures"; then
+      record suspend_resume passed "" "$figures"
+    else
+      record suspend_resume failed "see suspend_resume.log (losses must be bitwise equal to native's)" "$figures"
+    fi
   fi
+else
+  record suspend_resume skipped "not selected: ZICO_GPU_ONLY=$ZICO_GPU_ONLY"
 fi
 
 # --- 6. UM mode: an MLP bigger than its budget trains, bitwise equal, within it ------------
 # Its budget is half what it reserves natively; a second run with the whole
 # native peak as the budget measures what UM mode costs when nothing pages.
 # Its arena is 16 GiB: never more managed memory than the GPU has free.
-if ((torch_ok < 0)); then
-  record um_mode skipped "python3 has no PyTorch"
-  record um_node skipped "python3 has no PyTorch"
-else
-  mlp=(python3 tests/gpu/torch_training.py native --model mlp --iterations 10 --sample-gpu-memory)
-  run_step um_native 120 "${mlp[@]}"
-  peak=$(python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])["peak_reserved_bytes"])' "$out/um_native.log" 2>/dev/null)
-  if [[ -z $peak ]]; then
-    record um_mode failed "the native MLP run failed: see um_native.log"
-    record um_node skipped "the native MLP run failed"
+if selected um_mode; then
+  if ((torch_ok < 0)); then
+    record um_mode skipped "python3 has no PyTorch"
+    record um_node skipped "python3 has no PyTorch"
   else
-    half=$(((peak / 2) >> 21 << 21))
-    um_ok=1
-    for run in half whole; do
-      [[ $run == half ]] && limit=$half || limit=$(((peak + (2 << 20) - 1) >> 21 << 21))
-      run_step "um_$run" 240 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=16GiB "$bin/zico-run" --backend cuda --mode um --budget "$limit" -- \
-        "${mlp[@]}" --mark-iterations --zico-stats || um_ok=0
-      python3 "$repo/tests/gpu/compare_training.py" --against "$out/um_native.log" "$out/um_$run.log" "$limit" \
-        >"$out/um_$run.json"
-    done
-    figures=$(python3 - "$out/um_half.json" "$out/um_whole.json" <<'PY'
+    mlp=(python3 tests/gpu/torch_training.py native --model mlp --iterations 10 --sample-gpu-memory)
+    run_step um_native 120 "${mlp[@]}"
+    peak=$(python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])["peak_reserved_bytes"])' "$out/um_native.log" 2>/dev/null)
+    if [[ -z $peak ]]; then
+      record um_mode failed "the native MLP run failed: see um_native.log"
+      record um_node skipped "the native MLP run failed"
+    else
+      half=$(((peak / 2) >> 21 << 21))
+      um_ok=1
+      for run in half whole; do
+        [[ $run == half ]] && limit=$half || limit=$(((peak + (2 << 20) - 1) >> 21 << 21))
+        run_step "um_$run" 240 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=16GiB "$bin/zico-run" --backend cuda --mode um --budget "$limit" -- \
+          "${mlp[@]}" --mark-iterations --zico-stats || um_ok=0
+        python3 "$repo/tests/gpu/compare_training.py" --against "$out/um_native.log" "$out/um_$run.log" "$limit" \
+          >"$out/um_$run.json"
+      done
+      figures=$(python3 - "$out/um_half.json" "$out/um_whole.json" <<'PY'
 import json, sys
 half, whole = (json.load(open(path)) for path in sys.argv[1:3])
 print(json.dumps({"half_budget": half, "whole_budget": whole}))
 PY
-)
-    # Under half its peak the pager must have seen the kernels and sent pages away.
-    if ((um_ok)) && python3 -c 'import json,sys; f=json.loads(sys.argv[1]); sys.exit(0 if all(f[k]["equal"] and f[k].get("within_budget") for k in f) and f["half_budget"].get("kernels") and f["half_budget"].get("evicted_pages") else 1)' "$figures"; then
-      record um_mode passed "" "$figures"
-    else
-      record um_mode failed "see um_half.log, um_whole.log (losses bitwise equal to um_native.log's; pages on the GPU within the budget)" "$figures"
+  )
+      # Under half its peak the pager must have seen the kernels and sent pages away.
+      if ((um_ok)) && python3 -c 'import json,sys; f=json.loads(sys.argv[1]); sys.exit(0 if all(f[k]["equal"] and f[k].get("within_budget") for k in f) and f["half_budget"].get("kernels") and f["half_budget"].get("evicted_pages") else 1)' "$figures"; then
+        record um_mode passed "" "$figures"
+      else
+        record um_mode failed "see um_half.log, um_whole.log (losses bitwise equal to um_native.log's; pages on the GPU within the budget)" "$figures"
+      fi
+      # --- 7. two such UM jobs under zico-umd, 1.25 x one's peak between them -------------
+      run_step um_node 300 python3 tests/gpu/um_node_gpu.py "$bin" "$out/um_native.log" $((peak * 5 / 4 >> 21 << 21)) "$out"
+      status=$?
+      figures=$(tail -n 1 "$out/um_node.log")
+      python3 -c 'import json,sys; json.loads(sys.argv[1])' "$figures" 2>/dev/null || figures='{}'
+      if ((status == 0)); then record um_node passed "" "$figures"; else record um_node failed "see um_node.log, umd.log, um_node_job*.log" "$figures"; fi
     fi
-    # --- 7. two such UM jobs under zico-umd, 1.25 x one's peak between them -------------
-    run_step um_node 300 python3 tests/gpu/um_node_gpu.py "$bin" "$out/um_native.log" $((peak * 5 / 4 >> 21 << 21)) "$out"
-    status=$?
-    figures=$(tail -n 1 "$out/um_node.log")
-    python3 -c 'import json,sys; json.loads(sys.argv[1])' "$figures" 2>/dev/null || figures='{}'
-    if ((status == 0)); then record um_node passed "" "$figures"; else record um_node failed "see um_node.log, umd.log, um_node_job*.log" "$figures"; fi
   fi
+else
+  record um_mode skipped "not selected: ZICO_GPU_ONLY=$ZICO_GPU_ONLY"
+  record um_node skipped "not selected: ZICO_GPU_ONLY=$ZICO_GPU_ONLY"
 fi
 
 verdicts=$(python3 -c 'import json,sys; print(" ".join(json.loads(l)["verdict"] for l in open(sys.argv[1])))' "$steps")

@@ -52,7 +52,7 @@ def main():
         job_env = dict(env, ZICO_SOCKET=socket, ZICO_ARENA_SIZE=str(16 << 30))
         command = [os.path.join(bin_dir, "zico-run"), "--backend", "cuda", "--mode", "um", "--",
                    sys.executable, os.path.join(HERE, "torch_training.py"), "native", "--model", "mlp",
-                   "--iterations", "10", "--mark-iterations", "--zico-stats"]
+                   "--iterations", "10", "--mark-iterations", "--zico-stats", "--sample-gpu-memory"]
         logs = [open(os.path.join(out, f"um_node_job{i}.log"), "w+") for i in range(2)]
         start = time.monotonic()
         jobs = [subprocess.Popen(command, env=job_env, stdout=log, stderr=subprocess.STDOUT) for log in logs]
@@ -80,14 +80,20 @@ def main():
             results.append(result)
             figures[f"job{i}_iteration_x_native"] = round(result["iteration_ms"] / native["iteration_ms"], 3)
             figures[f"job{i}_peak_resident_bytes"] = result["zico"]["peak_resident_bytes"]
-            figures[f"job{i}_faulted_pages"] = result["zico"]["faulted_pages"]
+            for name in ("faulted_pages", "evicted_pages", "kernels"):
+                figures[f"job{i}_{name}"] = result["zico"].get(name)
+            if "gpu_used_peak_bytes" in result:
+                figures[f"job{i}_gpu_used_peak_bytes"] = result["gpu_used_peak_bytes"]
         equal = all(result["losses"] == native["losses"] for result in results)
         within = all(result["zico"]["peak_resident_bytes"] <= budget for result in results)
+        observed = all(result["zico"].get("kernels", 0) > 0 for result in results)
         figures["equal"], figures["within_budget"] = equal, within
         if over is not None:
             figures["why"] = f"the daemon lent {over} bytes, budget {budget}"
         elif not equal:
             figures["why"] = "a job's losses differ from native's"
+        elif not observed:
+            figures["why"] = "a job's kernels went unseen: nothing paged them"
         elif not within:
             figures["why"] = "a job kept more pages on the GPU than the budget"
         elif most_lent == 0:

@@ -146,6 +146,20 @@ CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOff
   return CUDA_SUCCESS;
 }
 
+/* Library kernels (CUDA 13's <<<...>>>): the same objects, as CUkernel. */
+CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t* paramOffset, size_t* paramSize) {
+  return cuFuncGetParamInfo((CUfunction)kernel, paramIndex, paramOffset, paramSize);
+}
+
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args, size_t sharedMem,
+                               cudaStream_t stream);
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args, size_t sharedMem,
+                               cudaStream_t stream) {
+  (void)kernel, (void)gridDim, (void)blockDim, (void)args, (void)sharedMem, (void)stream;
+  ++fake_launches;
+  return cudaSuccess;
+}
+
 cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args, size_t sharedMem,
                              cudaStream_t stream) {
   (void)func, (void)gridDim, (void)blockDim, (void)args, (void)sharedMem, (void)stream;

@@ -1,6 +1,7 @@
 /* Kernel launches seen by zicoum in UM mode: the blocks a launch's
  * parameters point to come to the GPU before the launch, by each route (the
- * runtime's cudaLaunchKernel, the driver's cuLaunchKernel with kernelParams or
+ * runtime's cudaLaunchKernel and CUDA 13's __cudaLaunchKernel with a library
+ * kernel, the driver's cuLaunchKernel with kernelParams or
  * a packed buffer, and cuLaunchKernel found through cuGetProcAddress); a
  * parameter inside a struct counts; where the driver cannot tell the
  * parameters, kernelParams stay unread. In VMM mode nothing is paged and every
@@ -19,6 +20,8 @@
 #include "zicoum/zicoum.h"
 
 extern int fake_launches;
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args, size_t sharedMem,
+                               cudaStream_t stream);
 extern char fake_kernel_pointer_int[1];
 extern char fake_kernel_struct[1];
 extern char fake_kernel_unknown[1];
@@ -35,8 +38,8 @@ int main(void) {
   const char* mode = getenv("ZICO_MODE");
   const int um = mode != NULL && strcmp(mode, "um") == 0;
   const uint64_t MiB = (uint64_t)1 << 20;
-  void* blocks[4];
-  for (int i = 0; i < 4; ++i) {
+  void* blocks[5];
+  for (int i = 0; i < 5; ++i) {
     if (zico_malloc(&blocks[i], 8 * MiB, 0, NULL) != ZICO_OK) {
       fprintf(stderr, "zico_malloc: %s\n", zico_last_error());
       return 1;
@@ -96,8 +99,15 @@ int main(void) {
               CUDA_SUCCESS, "launch through the lookup");
     if (um) CHECK(resident() >= after_buffer + 8 * MiB, "a launch through the lookup was not observed");
   }
-  CHECK(fake_launches == 5, "not every launch reached the driver");
-  for (int i = 0; i < 4; ++i) {
+  /* CUDA 13's <<<...>>>: __cudaLaunchKernel with a library kernel. */
+  const uint64_t before_library = resident();
+  void* fifth = blocks[4];
+  void* fifth_args[] = {&fifth, &n};
+  CHECK(__cudaLaunchKernel((cudaKernel_t)fake_kernel_pointer_int, grid, block, fifth_args, 0, NULL) == cudaSuccess,
+        "__cudaLaunchKernel");
+  if (um) CHECK(resident() >= before_library + 8 * MiB, "a library kernel's launch was not observed");
+  CHECK(fake_launches == 6, "not every launch reached the driver");
+  for (int i = 0; i < 5; ++i) {
     const unsigned char* bytes = blocks[i];
     CHECK(bytes[0] == i + 1 && bytes[8 * MiB - 1] == i + 1, "a block lost its data");
     CHECK(zico_free(blocks[i], NULL) == ZICO_OK, "zico_free");
