@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "api_calls.h"
+#include "log.h"
 #include "config.h"
 #include "real_function.h"
 #include "runtime.h"
@@ -142,6 +143,16 @@ uint64_t mix(uint64_t h, uint64_t value) {
 namespace {
 std::atomic<uint64_t> g_launches{0};
 std::atomic<uint64_t> g_launches_without_blocks{0};
+std::atomic<bool> g_route_seen[3];
+
+const char* route_name(Callee callee) {
+  switch (callee) {
+    case Callee::kFunction: return "the driver (cuLaunchKernel[Ex])";
+    case Callee::kRuntimeStub: return "the runtime (cudaLaunchKernel[ExC])";
+    case Callee::kLibraryKernel: return "CUDA 13's <<<...>>> (__cudaLaunchKernel)";
+  }
+  return "?";
+}
 }  // namespace
 
 LaunchCounts launch_counts() noexcept {
@@ -177,6 +188,11 @@ ObservedLaunch::ObservedLaunch(const void* key, Callee callee, const LaunchShape
     }
     if (extra != nullptr) scan_extra(extra, *runtime, &used);
     g_launches.fetch_add(1, std::memory_order_relaxed);
+    // Which routes reach zicoum, said once each: a route that never shows is
+    // one LD_PRELOAD does not reach, whose kernels fault their pages in unplanned.
+    if (!g_route_seen[static_cast<size_t>(callee)].exchange(true, std::memory_order_relaxed)) {
+      ZICO_LOG(kInfo, "UM mode: kernel launches seen through %s", route_name(callee));
+    }
     if (used.empty()) {
       g_launches_without_blocks.fetch_add(1, std::memory_order_relaxed);
       return;

@@ -38,7 +38,7 @@ def against(native, run, budget):
     zico = run.get("zico")
     if zico:
         for name in ("peak_resident_bytes", "faulted_pages", "prefetched_pages", "evicted_pages", "iterations",
-                     "kernels", "kernels_without_blocks"):
+                     "kernels", "kernels_without_blocks", "gemm_kernels_seen"):
             figures[name] = zico.get(name)
         if budget is not None:
             figures["budget_bytes"] = budget

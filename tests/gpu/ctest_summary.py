@@ -7,7 +7,7 @@ import sys
 result = {"passed": [], "failed": [], "skipped": []}
 with open(sys.argv[1], errors="replace") as log:
     for line in log:
-        found = re.search(r"Test +#\d+: (\S+) \.*\**(Passed|Failed|Skipped|Not Run|Timeout)", line)
+        found = re.search(r"Test +#\d+: (\S+) \.*\s*\**(Passed|Failed|Skipped|Not Run|Timeout)", line)
         if found:
             verdict = {"Passed": "passed", "Skipped": "skipped"}.get(found.group(2), "failed")
             result[verdict].append(found.group(1))

@@ -32,6 +32,11 @@ steps="$out/steps.jsonl"
 : >"$steps"
 budget=${ZICO_GPU_BUDGET:-8GiB}
 build=${ZICO_GPU_BUILD:-$out/build}  # an existing build folder is built on, not afresh
+only=${ZICO_GPU_ONLY:-}
+debs=${ZICO_GPU_DEBS:-$repo/.debs}
+# Read: out of the jobs' environment, where libzicoum would warn of ZICO_*
+# variables it does not know.
+unset ZICO_GPU_BUDGET ZICO_GPU_BUILD ZICO_GPU_ONLY ZICO_GPU_DEBS
 
 # record NAME VERDICT REASON [FIGURES_JSON]
 record() {
@@ -68,7 +73,7 @@ skip_all() {
 # Steps to run: all, or those ZICO_GPU_ONLY names (e.g. "um_mode suspend_resume";
 # um_mode brings um_node, suspend_resume reads torch_training's native run).
 selected() {
-  [[ -z ${ZICO_GPU_ONLY:-} || " $ZICO_GPU_ONLY " == *" $1 "* ]]
+  [[ -z $only || " $only " == *" $1 "* ]]
 }
 
 finish() {
@@ -87,7 +92,6 @@ fi
 
 # --- build ----------------------------------------------------------------------
 if ! pkg-config --exists numa liburing libxxhash 2>/dev/null; then
-  debs=${ZICO_GPU_DEBS:-$repo/.debs}
   if compgen -G "$debs/*.deb" >/dev/null; then
     prefix="$out/deps"
     for deb in "$debs"/*.deb; do dpkg -x "$deb" "$prefix"; done
@@ -136,7 +140,7 @@ if selected gpu_tests; then
     record gpu_tests failed "every gpu test skipped although nvidia-smi lists a GPU: see gpu_tests.log" "$summary"
   fi
 else
-  record gpu_tests skipped "not selected: ZICO_GPU_ONLY=$ZICO_GPU_ONLY"
+  record gpu_tests skipped "not selected: ZICO_GPU_ONLY=$only"
 fi
 
 # --- 2. a cudart-shared program with kernels, under zico-run --------------------------
@@ -151,7 +155,7 @@ if selected preload_kernels; then
     record preload_kernels failed "see preload_kernels.log"
   fi
 else
-  record preload_kernels skipped "not selected: ZICO_GPU_ONLY=$ZICO_GPU_ONLY"
+  record preload_kernels skipped "not selected: ZICO_GPU_ONLY=$only"
 fi
 
 # --- 3. PyTorch: native, zicoum.torch.enable, zico-run; losses bitwise equal --------
@@ -180,7 +184,7 @@ if selected torch_training; then
     record torch_training failed "see torch_*.log (losses must be bitwise equal; a graph capture must be refused; a record_stream'ed tensor kept)" "$figures"
   fi
 else
-  record torch_training skipped "not selected: ZICO_GPU_ONLY=$ZICO_GPU_ONLY"
+  record torch_training skipped "not selected: ZICO_GPU_ONLY=$only"
 fi
 
 # --- 4. two processes through zico-umd on the GPU ------------------------------------
@@ -191,7 +195,7 @@ if selected node_manager; then
     record node_manager failed "zico-demo --backend cuda failed: see node_manager.log"
   fi
 else
-  record node_manager skipped "not selected: ZICO_GPU_ONLY=$ZICO_GPU_ONLY"
+  record node_manager skipped "not selected: ZICO_GPU_ONLY=$only"
 fi
 
 # --- 5. suspend to host and resume in the middle of training: losses bitwise equal ----
@@ -210,7 +214,7 @@ if selected suspend_resume; then
     fi
   fi
 else
-  record suspend_resume skipped "not selected: ZICO_GPU_ONLY=$ZICO_GPU_ONLY"
+  record suspend_resume skipped "not selected: ZICO_GPU_ONLY=$only"
 fi
 
 # --- 6. UM mode: an MLP bigger than its budget trains, bitwise equal, within it ------------
@@ -259,8 +263,8 @@ PY
     fi
   fi
 else
-  record um_mode skipped "not selected: ZICO_GPU_ONLY=$ZICO_GPU_ONLY"
-  record um_node skipped "not selected: ZICO_GPU_ONLY=$ZICO_GPU_ONLY"
+  record um_mode skipped "not selected: ZICO_GPU_ONLY=$only"
+  record um_node skipped "not selected: ZICO_GPU_ONLY=$only"
 fi
 
 verdicts=$(python3 -c 'import json,sys; print(" ".join(json.loads(l)["verdict"] for l in open(sys.argv[1])))' "$steps")

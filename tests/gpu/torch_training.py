@@ -15,7 +15,8 @@ gradients, momentum and activations peak at several GiB, for UM mode under a
 budget below that (run under zico-run --mode um). --suspend-at K: before iteration K, zicoum.suspend(to="host") and
 zicoum.resume() (the tensors must come back bitwise). --mark-iterations: calls
 zicoum.mark_iteration() at each iteration's start. --zico-stats: adds
-zicoum.stats() (the pager's resident peak, faults, prefetches) to the line.
+zicoum.stats() (the pager's resident peak, faults, prefetches, and how many
+kernels of one cuBLAS matrix product zicoum saw launched) to the line.
 --sample-gpu-memory: the GPU's memory in use (NVML, every process's) before
 the model is built and at its peak while training, sampled every 2 ms.
 """
@@ -117,6 +118,16 @@ def main():
             layers += [nn.Linear(width, width), nn.ReLU()]
         model = nn.Sequential(*layers, nn.Linear(width, 10)).to(device)
         inputs = torch.randn(8192, width, generator=generator).to(device)
+    gemm_kernels_seen = None
+    if args.zico_stats:
+        # Whether cuBLAS's launches reach zicoum (they come from its own copy of the runtime).
+        square = torch.ones(512, 512, device=device)
+        torch.cuda.synchronize()
+        before = zicoum.stats()["kernels"]
+        torch.mm(square, square)
+        torch.cuda.synchronize()
+        gemm_kernels_seen = zicoum.stats()["kernels"] - before
+        del square
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     labels = torch.randint(0, 10, (inputs.shape[0],), generator=generator).to(device)
     losses, times = [], []
@@ -144,6 +155,7 @@ def main():
         result.update(sampler.stop())
     if args.zico_stats:
         result["zico"] = zicoum.stats()
+        result["zico"]["gemm_kernels_seen"] = gemm_kernels_seen
     if args.mode == "enable":
         result["record_stream"] = record_stream_probe(torch, device)
         graph = torch.cuda.CUDAGraph()
