@@ -58,6 +58,7 @@ namespace zico {
   X(cuEventRecord, 2000)                          \
   X(cuEventQuery, 2000)                           \
   X(cuEventSynchronize, 2000)                     \
+  X(cuStreamWaitEvent, 3020)                      \
   X(cuMemcpyHtoDAsync, 3020)                      \
   X(cuMemcpyDtoHAsync, 3020)                      \
   X(cuMemcpyDtoDAsync, 3020)                      \
@@ -641,6 +642,13 @@ Status CudaDriver::event_record(EventHandle event, StreamHandle stream) noexcept
     ZICO_RETURN_IF_ERROR(enter_any(&scope));
   }
   return from_cu(api_->cuEventRecord(cu_event(event), cu_stream(stream)));
+}
+
+Status CudaDriver::stream_wait_event(StreamHandle stream, EventHandle event) noexcept {
+  if (!event.valid()) return Errc::kInvalidArgument;
+  ContextScope scope;
+  ZICO_RETURN_IF_ERROR(enter_any(&scope));
+  return from_cu(api_->cuStreamWaitEvent(cu_stream(stream), cu_event(event), 0));
 }
 
 Status CudaDriver::event_query(EventHandle event, bool* done) noexcept {

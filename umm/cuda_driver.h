@@ -75,6 +75,7 @@ class CudaDriver final : public Driver {
   [[nodiscard]] Status event_record(EventHandle event, StreamHandle stream) noexcept override;
   [[nodiscard]] Status event_query(EventHandle event, bool* done) noexcept override;
   [[nodiscard]] Status event_synchronize(EventHandle event) noexcept override;
+  [[nodiscard]] Status stream_wait_event(StreamHandle stream, EventHandle event) noexcept override;
   [[nodiscard]] Status device_synchronize(DeviceId device) noexcept override;
 
   [[nodiscard]] Status copy_async(void* dst, const void* src, size_t bytes, CopyKind kind,

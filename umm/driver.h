@@ -118,6 +118,9 @@ class Driver {
   // *done = true once the captured work has finished (or nothing was recorded).
   [[nodiscard]] virtual Status event_query(EventHandle event, bool* done) noexcept = 0;
   [[nodiscard]] virtual Status event_synchronize(EventHandle event) noexcept = 0;
+  // Work enqueued on `stream` from now on starts only after what `event`
+  // captured (the host does not wait). 0 is the legacy default stream.
+  [[nodiscard]] virtual Status stream_wait_event(StreamHandle stream, EventHandle event) noexcept = 0;
   // Waits for all work on all streams of `device` in this process.
   [[nodiscard]] virtual Status device_synchronize(DeviceId device) noexcept = 0;
 

@@ -61,6 +61,9 @@ class ManagedArenaDriver final : public Driver {
   }
   Status event_query(EventHandle event, bool* done) noexcept override { return inner_.event_query(event, done); }
   Status event_synchronize(EventHandle event) noexcept override { return inner_.event_synchronize(event); }
+  Status stream_wait_event(StreamHandle stream, EventHandle event) noexcept override {
+    return inner_.stream_wait_event(stream, event);
+  }
   Status device_synchronize(DeviceId device) noexcept override { return inner_.device_synchronize(device); }
   Status copy_async(void* dst, const void* src, size_t bytes, CopyKind kind, StreamHandle stream) noexcept override {
     return inner_.copy_async(dst, src, bytes, kind, stream);

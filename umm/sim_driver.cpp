@@ -551,6 +551,19 @@ Status SimDriver::event_record(EventHandle event, StreamHandle stream) noexcept 
   return Status::ok();
 }
 
+// The simulated device runs a stream's queued work when something waits for
+// it: running what the event captured now is one order the GPU could take.
+Status SimDriver::stream_wait_event(StreamHandle stream, EventHandle event) noexcept {
+  (void)stream;
+  std::lock_guard lock(state_->mutex);
+  auto ev = state_->events.find(event.value);
+  if (ev == state_->events.end()) return Status(Errc::kInvalidArgument);
+  auto st = state_->streams.find(ev->second.stream);
+  if (st != state_->streams.end()) state_->drain(st->second, ev->second.sequence);
+  ++state_->counters.stream_waits;
+  return Status::ok();
+}
+
 Status SimDriver::event_query(EventHandle event, bool* done) noexcept {
   std::lock_guard lock(state_->mutex);
   auto ev = state_->events.find(event.value);

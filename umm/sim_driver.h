@@ -76,6 +76,7 @@ struct SimCounters {
   uint64_t unmaps = 0;
   uint64_t imports = 0;
   uint64_t device_syncs = 0;
+  uint64_t stream_waits = 0;      // stream_wait_event calls
   uint64_t copies = 0;
   uint64_t live_chunks = 0;   // created or imported, memory not yet freed
   size_t created_bytes = 0;   // counted against capacity (imports are not)
@@ -130,6 +131,7 @@ class SimDriver final : public Driver {
   Status event_record(EventHandle event, StreamHandle stream) noexcept override;
   Status event_query(EventHandle event, bool* done) noexcept override;
   Status event_synchronize(EventHandle event) noexcept override;
+  Status stream_wait_event(StreamHandle stream, EventHandle event) noexcept override;
   Status device_synchronize(DeviceId device) noexcept override;
   Status copy_async(void* dst, const void* src, size_t bytes, CopyKind kind,
                     StreamHandle stream) noexcept override;

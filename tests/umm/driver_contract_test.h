@@ -215,6 +215,34 @@ TYPED_TEST_P(DriverContractTest, EventsCompleteAfterSynchronize) {
   ZICO_ASSERT_OK(this->driver_->unreserve(reservation));
 }
 
+TYPED_TEST_P(DriverContractTest, AStreamWaitsForAnotherStreamsEvent) {
+  VaRange reservation, mapped;
+  PhysHandle handle;
+  this->map_one(1, 0, &reservation, &mapped, &handle);
+  StreamHandle first, second;
+  EventHandle event;
+  ZICO_ASSERT_OK(this->driver_->stream_create(this->device_, &first));
+  ZICO_ASSERT_OK(this->driver_->stream_create(this->device_, &second));
+  ZICO_ASSERT_OK(this->driver_->event_create(this->device_, &event));
+  // The first stream fills the chunk; the second, made to wait, copies it out.
+  std::vector<uint8_t> out(mapped.bytes, 0);
+  ZICO_ASSERT_OK(this->driver_->memset_async(mapped.ptr(), 0x5a, mapped.bytes, first));
+  ZICO_ASSERT_OK(this->driver_->event_record(event, first));
+  ZICO_ASSERT_OK(this->driver_->stream_wait_event(second, event));
+  ZICO_ASSERT_OK(this->driver_->copy_async(out.data(), mapped.ptr(), mapped.bytes, CopyKind::kDeviceToHost, second));
+  ZICO_ASSERT_OK(this->driver_->stream_synchronize(second));
+  EXPECT_EQ(out.front(), 0x5a);
+  EXPECT_EQ(out.back(), 0x5a);
+  EXPECT_FALSE(this->driver_->stream_wait_event(second, EventHandle{}).is_ok()) << "no event";
+  ZICO_ASSERT_OK(this->driver_->device_synchronize(this->device_));
+  ZICO_ASSERT_OK(this->driver_->event_destroy(event));
+  ZICO_ASSERT_OK(this->driver_->stream_destroy(first));
+  ZICO_ASSERT_OK(this->driver_->stream_destroy(second));
+  ZICO_ASSERT_OK(this->driver_->unmap(mapped));
+  ZICO_ASSERT_OK(this->driver_->release(handle));
+  ZICO_ASSERT_OK(this->driver_->unreserve(reservation));
+}
+
 TYPED_TEST_P(DriverContractTest, ManagedMemoryIsHostAccessible) {
   if (!this->caps_.managed_memory) GTEST_SKIP() << "device has no managed memory";
   const size_t bytes = size_t{1} << 20;  // small: never oversubscribe a shared GPU
@@ -237,6 +265,7 @@ TYPED_TEST_P(DriverContractTest, ManagedMemoryIsHostAccessible) {
 
 REGISTER_TYPED_TEST_SUITE_P(DriverContractTest, ReportsSaneCapabilities, UnknownDeviceIsNoDevice, ReservationsHonourAlignment,
                             MappedChunkRoundTripsData, ReleasedChunkLivesWhileMapped, ExportedFdMapsTheSameMemory,
-                            RejectsBadMappings, EventsCompleteAfterSynchronize, ManagedMemoryIsHostAccessible);
+                            RejectsBadMappings, EventsCompleteAfterSynchronize, AStreamWaitsForAnotherStreamsEvent,
+                            ManagedMemoryIsHostAccessible);
 
 }  // namespace zico::testing

@@ -108,6 +108,28 @@ TEST_F(SimDriverTest, HeldStreamDefersWorkAndEvents) {
   ZICO_ASSERT_OK(driver_.unmap(chunk));
 }
 
+// Work behind a wait starts after what the event captured, however busy the
+// stream that recorded it: the simulated device runs that work first.
+TEST_F(SimDriverTest, AWaitOnABusyStreamsEventRunsItsWorkFirst) {
+  const VaRange chunk = mapped_chunk();
+  StreamHandle busy, waiting;
+  EventHandle event;
+  ZICO_ASSERT_OK(driver_.stream_create(DeviceId{0}, &busy));
+  ZICO_ASSERT_OK(driver_.stream_create(DeviceId{0}, &waiting));
+  ZICO_ASSERT_OK(driver_.event_create(DeviceId{0}, &event));
+  driver_.hold_stream(busy);
+  ZICO_ASSERT_OK(driver_.memset_async(chunk.ptr(), 0x42, chunk.bytes, busy));
+  ZICO_ASSERT_OK(driver_.event_record(event, busy));
+  ZICO_ASSERT_OK(driver_.stream_wait_event(waiting, event));
+  uint8_t out = 0;
+  ZICO_ASSERT_OK(driver_.copy_async(&out, chunk.ptr(), 1, CopyKind::kDeviceToHost, waiting));
+  ZICO_ASSERT_OK(driver_.stream_synchronize(waiting));
+  EXPECT_EQ(out, 0x42) << "the copy ran before the work it waits for";
+  EXPECT_EQ(driver_.counters().stream_waits, 1u);
+  ZICO_ASSERT_OK(driver_.release_stream(busy));
+  ZICO_ASSERT_OK(driver_.unmap(chunk));
+}
+
 TEST_F(SimDriverTest, UnmapUnderInFlightWorkIsAFenceViolation) {
   const VaRange chunk = mapped_chunk();
   StreamHandle stream;
