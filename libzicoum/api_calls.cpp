@@ -182,7 +182,8 @@ thread_local PendingOp t_op;
 
 }  // namespace
 
-Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint64_t expected_ns) noexcept {
+Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint64_t expected_ns,
+                    StreamHandle stream) noexcept {
   if (count > 0 && ptrs == nullptr) {
     try {
       set_last_error("zico_op_begin: ptrs is NULL with a count of " + std::to_string(count));
@@ -203,7 +204,7 @@ Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint6
     for (size_t i = 0; i < count; ++i) {
       if (allocator->owns(ptrs[i])) used.push_back(VaRange{reinterpret_cast<uintptr_t>(ptrs[i]), 1});
     }
-    pager->before_kernel(op_id, used, expected_ns, &t_op.blocks);
+    pager->before_kernel(op_id, used, expected_ns, &t_op.blocks, stream);
   } catch (const std::bad_alloc&) {
     return Status(Errc::kOutOfMemory);
   }

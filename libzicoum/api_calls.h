@@ -28,7 +28,10 @@ namespace zico {
 void api_stream_destroyed(StreamHandle stream) noexcept;
 // UM mode: an op that uses the blocks `ptrs` point into is about to be
 // launched / was launched (zico_op_begin, zico_op_end). No-ops otherwise.
-[[nodiscard]] Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint64_t expected_ns) noexcept;
+// `stream`: where the op's kernels are launched (the legacy default stream
+// when the caller does not say): it waits for the pager's migrations.
+[[nodiscard]] Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint64_t expected_ns,
+                                  StreamHandle stream = StreamHandle{}) noexcept;
 [[nodiscard]] Status api_op_end() noexcept;
 // Whether this thread is between an api_op_begin that reached a pager and its api_op_end.
 [[nodiscard]] bool api_op_pending() noexcept;

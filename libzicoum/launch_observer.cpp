@@ -197,7 +197,9 @@ ObservedLaunch::ObservedLaunch(const void* key, Callee callee, const LaunchShape
       g_launches_without_blocks.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    begun_ = api_op_begin(launch_id(key, shape), used.data(), used.size(), 0).is_ok() && api_op_pending();
+    begun_ = api_op_begin(launch_id(key, shape), used.data(), used.size(), 0,
+                          StreamHandle{reinterpret_cast<uintptr_t>(stream)}).is_ok() &&
+             api_op_pending();
   } catch (...) {
     // Host memory for bookkeeping ran out (or a lock failed): the launch goes
     // unannounced, and its pages fault in.

@@ -59,6 +59,8 @@ UmPager::~UmPager() {
   for (const Hold& hold : holds_) {
     for (const EventHandle event : hold.events) (void)driver_.event_destroy(event);
   }
+  if (launches_done_.valid()) (void)driver_.event_destroy(launches_done_);
+  if (migrations_done_.valid()) (void)driver_.event_destroy(migrations_done_);
   (void)driver_.stream_destroy(stream_);
 }
 
@@ -154,9 +156,14 @@ void UmPager::poll_deferred() {
 }
 
 uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used, uint64_t duration_ns,
-                               std::vector<VaRange>* blocks) {
+                               std::vector<VaRange>* blocks, StreamHandle stream) {
   std::lock_guard lock(mutex_);
   poll_deferred();
+  // Work was queued since the last fence (at least the last kernel): an
+  // eviction from here on waits for it, on this kernel's stream.
+  launch_stream_ = stream;
+  waits_for_launches_ = false;
+  migrated_for_kernel_ = false;
   kernel_pages_.clear();
   kernel_blocks_.clear();
   if (blocks != nullptr) blocks->clear();
@@ -215,12 +222,16 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   stats_.faulted_pages += faulted_.size();
   if (!faulted_.empty()) policy_->on_faults(view, faulted_);
   note_peak();
+  // The kernel starts after its room is made and its prefetches arrive.
+  if (migrated_for_kernel_) fence(launch_stream_, migrations_done_, stream_);
+  migrated_for_kernel_ = false;
   return faulted_.size();
 }
 
 void UmPager::after_kernel() {
   std::lock_guard lock(mutex_);
   if (!in_kernel_) return;
+  waits_for_launches_ = false;  // the kernel itself is queued now
   for (const PageId page : kernel_pages_) residency_.set_has_data(page, true);
   in_kernel_ = false;
   const OpView view{kernel_exec_id_, kernel_duration_ns_, kernel_pages_, kernel_blocks_};
@@ -321,7 +332,22 @@ void UmPager::discard_now(PageId page) {
   ++stats_.discards;
 }
 
+void UmPager::fence(StreamHandle waiting, EventHandle& done, StreamHandle recorded) {
+  if (!done.valid() && !driver_.event_create(device_, &done).is_ok()) {
+    done = EventHandle{};
+    return;  // no event: unordered, as without a fence (correct; the driver pages)
+  }
+  if (driver_.event_record(done, recorded).is_ok() && driver_.stream_wait_event(waiting, done).is_ok()) {
+    ++stats_.fences;
+  }
+}
+
 void UmPager::migrate(PageId page, bool to_host) {
+  if (to_host && !waits_for_launches_) {
+    fence(stream_, launches_done_, launch_stream_);
+    waits_for_launches_ = true;
+  }
+  if (in_kernel_) migrated_for_kernel_ = true;
   const VaRange range = page_range(page);
   const Status status = driver_.managed_prefetch(range.ptr(), range.bytes, PrefetchTarget{to_host, device_}, stream_);
   if (!status.is_ok() && stats_.driver_errors++ == 0) {

@@ -58,6 +58,7 @@ struct UmPagerStats {
   uint64_t driver_errors = 0;        // migrations the driver refused (logged once)
   uint64_t oversized_kernels = 0;    // used more pages than the budget holds (logged once): the driver paged them
   uint64_t budget_evictions = 0;     // pages sent to the host because the budget shrank
+  uint64_t fences = 0;               // stream waits issued: the pager's behind a kernel's, or the other way
   uint64_t peak_resident_bytes = 0;
 };
 
@@ -87,12 +88,20 @@ class UmPager {
   void on_free(const void* ptr, std::optional<StreamHandle> work_on, std::span<const StreamHandle> also_used_on = {});
   // A kernel identified by `exec_id` (its function and launch shape, hashed)
   // is about to use `used` (pointers into blocks, any offset) and compute
-  // for about `duration_ns` (0: unknown). Prefetches and evictions the policy
-  // asks for are issued, and room is made for its absent pages. Returns the
-  // pages it uses that are absent: the kernel will fault on them. *blocks,
-  // if given, receives the whole blocks the kernel uses.
+  // for about `duration_ns` (0: unknown), launched on `stream` (0: the legacy
+  // default stream). Prefetches and evictions the policy asks for are issued,
+  // and room is made for its absent pages. Returns the pages it uses that
+  // are absent: the kernel will fault on them. *blocks, if given, receives
+  // the whole blocks the kernel uses.
+  //
+  // Stream order keeps the GPU within the budget, not only the count: an
+  // eviction waits for the work queued on the last kernel's stream (a queued
+  // kernel may still use the page: evicted under it, the page would fault
+  // straight back), and `stream` waits for the migrations issued here before
+  // the kernel starts (room made, pages arrived). Work on other streams is
+  // not waited for: a page it uses may be evicted under it and fault back.
   uint64_t before_kernel(uint64_t exec_id, std::span<const VaRange> used, uint64_t duration_ns,
-                         std::vector<VaRange>* blocks = nullptr);
+                         std::vector<VaRange>* blocks = nullptr, StreamHandle stream = StreamHandle{});
   // The kernel of the last before_kernel() was launched.
   void after_kernel();
   // An iteration boundary (zico_mark_iteration, or detected).
@@ -114,8 +123,7 @@ class UmPager {
   // slower direction.
   [[nodiscard]] uint64_t link_bytes_per_second() const;
   [[nodiscard]] uint64_t resident_bytes() const;
-  // The pager's stream: the job's kernels must not start before the
-  // migrations issued for them (the caller orders its stream after it).
+  // The pager's stream, where every migration and discard is queued.
   [[nodiscard]] StreamHandle stream() const { return stream_; }
 
  private:
@@ -141,6 +149,8 @@ class UmPager {
   // discard waited for them.
   void poll_deferred();
   void migrate(PageId page, bool to_host);
+  // `waiting` starts its next work after what `done` captures now on `recorded`.
+  void fence(StreamHandle waiting, EventHandle& done, StreamHandle recorded);
   void note_peak();
   // Evicts the least recently migrated page no running kernel uses; false if none.
   bool evict_oldest_unpinned();
@@ -152,6 +162,14 @@ class UmPager {
   const uint64_t page_bytes_;
   const UmPagerOptions options_;
   StreamHandle stream_{};
+  // Stream order (before_kernel): the last kernel's stream; whether the
+  // pager's stream already waits for everything queued there; whether this
+  // kernel's migrations were issued since it was announced.
+  StreamHandle launch_stream_{};
+  bool waits_for_launches_ = true;
+  bool migrated_for_kernel_ = false;
+  EventHandle launches_done_{};   // recorded on launch_stream_
+  EventHandle migrations_done_{};  // recorded on stream_
   mutable std::mutex mutex_;
   Residency residency_;
   std::unique_ptr<PagingPolicy> policy_;

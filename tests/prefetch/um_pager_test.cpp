@@ -218,6 +218,57 @@ TEST_F(PagerDiscards, ABudgetChangeEvictsDownToItAtOnce) {
   }
 }
 
+// A kernel queued on a busy stream still uses a page the next kernel's room
+// is made from: the eviction waits for it, so the page does not fault back
+// behind the pager's count and the device never holds more than the budget.
+TEST_F(PagerDiscards, AnEvictionWaitsForTheWorkQueuedOnTheKernelsStream) {
+  for (size_t page = 0; page < 5; ++page) {
+    pager_->on_allocate(base_ + page * kPage, kPage);
+    std::memset(base_ + page * kPage, static_cast<int>(0x20 + page), kPage);
+  }
+  for (size_t page = 0; page < 4; ++page) use(page);
+  driver_.hold_stream(busy_);  // a kernel queued there reads page 0, the least recently migrated
+  std::vector<std::byte> seen(kPage);
+  ASSERT_TRUE(driver_.copy_async(seen.data(), base_, kPage, CopyKind::kDeviceToHost, busy_).is_ok());
+  const uint64_t faults_before = driver_.managed_stats().faulted_pages;
+  const VaRange fifth{reinterpret_cast<uintptr_t>(base_ + 4 * kPage), kPage};
+  pager_->before_kernel(4, std::span<const VaRange>(&fifth, 1), 1000, nullptr, busy_);
+  ASSERT_TRUE(driver_.run_kernel(std::span<const VaRange>(&fifth, 1), 1000).is_ok());
+  pager_->after_kernel();
+  ASSERT_TRUE(driver_.release_stream(busy_).is_ok());
+  EXPECT_EQ(seen[7], std::byte{0x20});
+  EXPECT_EQ(driver_.managed_stats().faulted_pages, faults_before + 1) << "page 0 was evicted under its reader";
+  EXPECT_LE(driver_.managed_stats().peak_resident_bytes, 4 * kPage);
+  EXPECT_EQ(pager_->resident_bytes(), 4 * kPage);
+}
+
+// A kernel waits for the migrations made for it, and for none when none was:
+// one wait each way when room is made, nothing when its pages are there
+// (the "um" policy, which only makes room, so that no plan migrates).
+TEST_F(PagerDiscards, AKernelWaitsForTheMigrationsMadeForItAndOnlyThen) {
+  pager_.reset();
+  UmPagerOptions options;
+  options.policy = "um";
+  options.budget_bytes = 4 * kPage;
+  std::string why;
+  ASSERT_TRUE(UmPager::create(driver_, DeviceId{0}, VaRange{reinterpret_cast<uintptr_t>(arena_), 8 * kPage}, kPage,
+                              options, &pager_, &why)
+                  .is_ok())
+      << why;
+  for (size_t page = 0; page < 5; ++page) pager_->on_allocate(base_ + page * kPage, kPage);
+  for (size_t page = 0; page < 4; ++page) use(page);
+  const uint64_t waits_before = driver_.counters().stream_waits;
+  const VaRange fifth{reinterpret_cast<uintptr_t>(base_ + 4 * kPage), kPage};
+  pager_->before_kernel(4, std::span<const VaRange>(&fifth, 1), 1000, nullptr, busy_);
+  pager_->after_kernel();
+  EXPECT_EQ(driver_.counters().stream_waits, waits_before + 2) << "room made: the pager waits, then the kernel";
+  const uint64_t waits_after_room = driver_.counters().stream_waits;
+  pager_->before_kernel(4, std::span<const VaRange>(&fifth, 1), 1000, nullptr, busy_);
+  pager_->after_kernel();
+  EXPECT_EQ(driver_.counters().stream_waits, waits_after_room) << "a kernel whose pages are there waited";
+  EXPECT_EQ(pager_->stats().fences, 2u);
+}
+
 TEST(UmPager, KeepsTheBudgetOnTheDeviceOnRandomStreams) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     const AccessStream stream = random_training_stream(seed, 4, kPage);
