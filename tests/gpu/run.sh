@@ -11,11 +11,13 @@
 # with its reason) and exits 77; CI runs that path (tests/gpu/run_sh_test.sh).
 # Exit: 0 when every step that ran passed, 1 otherwise, 77 without a GPU.
 #
-# The build needs libnuma, liburing, libxxhash, GoogleTest and Google
-# Benchmark, which a GPU image may lack. Fetch Debian's packages where a
+# The build (only what the steps run) needs libnuma, liburing, libxxhash,
+# zlib, pkg-config, GoogleTest and Google Benchmark, which a GPU image may
+# lack. Fetch Debian's packages where a
 # registry is reachable, into a folder the suite can see:
 #   mkdir -p .debs && (cd .debs && apt-get download libnuma1 libnuma-dev liburing2 liburing-dev \
-#     libxxhash0 libxxhash-dev libgtest-dev libgmock-dev googletest libbenchmark1debian libbenchmark-dev)
+#     libxxhash0 libxxhash-dev libgtest-dev libgmock-dev googletest libbenchmark1debian libbenchmark-dev \
+#     zlib1g-dev pkgconf pkgconf-bin libpkgconf3 pkg-config)
 # The suite unpacks them (dpkg -x, no root needed) when the build cannot find
 # the libraries; ZICO_GPU_DEBS names another folder. ZICO_GPU_BUDGET sets the
 # budget the jobs run under (default 8GiB, far below any card it targets);
@@ -65,7 +67,7 @@ run_step() {
 
 skip_all() {
   local reason=$1
-  for name in build gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node; do
+  for name in build gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node um_gpt2; do
     record "$name" skipped "$reason"
   done
 }
@@ -120,7 +122,7 @@ if run_step build 300 bash -c "cmake -S '$repo' -B '$build' ${generator[*]} -DZI
   record build passed "" "{\"seconds\": $step_seconds}"
 else
   record build failed "the build failed: see build.log (missing libraries? see the header of this script)"
-  for name in gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node; do
+  for name in gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node um_gpt2; do
     record "$name" skipped "the build failed"
   done
   finish "$gpu_name" 1
@@ -265,6 +267,42 @@ PY
 else
   record um_mode skipped "not selected: ZICO_GPU_ONLY=$only"
   record um_node skipped "not selected: ZICO_GPU_ONLY=$only"
+fi
+
+# --- 8. GPT-2 small in UM mode under half its peak: zico's paging against demand paging ------
+if ((torch_ok < 0)); then
+  record um_gpt2 skipped "python3 has no PyTorch"
+elif ! python3 -c 'import transformers' >/dev/null 2>&1; then
+  record um_gpt2 skipped "python3 has no transformers"
+elif selected um_gpt2; then
+  gpt2=(python3 tests/gpu/torch_training.py native --model gpt2 --iterations 10 --sample-gpu-memory)
+  run_step gpt2_native 180 "${gpt2[@]}"
+  peak=$(python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])["peak_reserved_bytes"])' "$out/gpt2_native.log" 2>/dev/null)
+  if [[ -z $peak ]]; then
+    record um_gpt2 failed "the native GPT-2 run failed: see gpt2_native.log"
+  else
+    half=$(((peak / 2) >> 21 << 21))
+    gpt2_ok=1
+    for policy in zico um; do
+      run_step "gpt2_$policy" 240 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=24GiB ZICO_PAGING_POLICY=$policy \
+        "$bin/zico-run" --backend cuda --mode um --budget "$half" -- "${gpt2[@]}" --mark-iterations --zico-stats || gpt2_ok=0
+      python3 "$repo/tests/gpu/compare_training.py" --against "$out/gpt2_native.log" "$out/gpt2_$policy.log" "$half" \
+        >"$out/gpt2_$policy.json"
+    done
+    figures=$(python3 - "$out/gpt2_zico.json" "$out/gpt2_um.json" <<'PY'
+import json, sys
+zico, demand = (json.load(open(path)) for path in sys.argv[1:3])
+print(json.dumps({"zico_policy": zico, "demand_paging": demand}))
+PY
+)
+    if ((gpt2_ok)) && python3 -c 'import json,sys; f=json.loads(sys.argv[1]); sys.exit(0 if all(f[k]["equal"] and f[k].get("within_budget") for k in f) and f["zico_policy"].get("kernels") and f["zico_policy"].get("evicted_pages") else 1)' "$figures"; then
+      record um_gpt2 passed "" "$figures"
+    else
+      record um_gpt2 failed "see gpt2_*.log (losses bitwise equal to gpt2_native.log's; pages on the GPU within the budget)" "$figures"
+    fi
+  fi
+else
+  record um_gpt2 skipped "not selected: ZICO_GPU_ONLY=$only"
 fi
 
 verdicts=$(python3 -c 'import json,sys; print(" ".join(json.loads(l)["verdict"] for l in open(sys.argv[1])))' "$steps")

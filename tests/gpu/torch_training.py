@@ -1,6 +1,6 @@
 """A deterministic PyTorch training loop for the GPU suite (tests/gpu/run.sh).
 
-    torch_training.py native|enable [--budget SIZE] [--iterations N] [--model conv|mlp]
+    torch_training.py native|enable [--budget SIZE] [--iterations N] [--model conv|mlp|gpt2]
                       [--suspend-at K] [--mark-iterations] [--zico-stats]
 
 native: PyTorch's own allocator (also what runs under zico-run, which
@@ -12,7 +12,9 @@ tensor another stream still reads after record_stream keeps its memory.
 
 --model mlp: a 13-layer MLP of width 4096 on a batch of 8192 whose weights,
 gradients, momentum and activations peak at several GiB, for UM mode under a
-budget below that (run under zico-run --mode um). --suspend-at K: before iteration K, zicoum.suspend(to="host") and
+budget below that (run under zico-run --mode um). --model gpt2: GPT-2 small
+from a transformers config (random weights, no dropout, eager attention so
+that every kernel is deterministic) on 8 sequences of 512 random tokens. --suspend-at K: before iteration K, zicoum.suspend(to="host") and
 zicoum.resume() (the tensors must come back bitwise). --mark-iterations: calls
 zicoum.mark_iteration() at each iteration's start. --zico-stats: adds
 zicoum.stats() (the pager's resident peak, faults, prefetches, and how many
@@ -81,7 +83,7 @@ def main():
     parser.add_argument("mode", choices=("native", "enable"))
     parser.add_argument("--budget", default="8GiB")
     parser.add_argument("--iterations", type=int, default=36)
-    parser.add_argument("--model", choices=("conv", "mlp"), default="conv")
+    parser.add_argument("--model", choices=("conv", "mlp", "gpt2"), default="conv")
     parser.add_argument("--suspend-at", type=int, default=None)
     parser.add_argument("--mark-iterations", action="store_true")
     parser.add_argument("--zico-stats", action="store_true")
@@ -110,6 +112,12 @@ def main():
             nn.MaxPool2d(2), nn.Conv2d(128, 128, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
             nn.Linear(128, 10)).to(device)
         inputs = torch.randn(64, 3, 64, 64, generator=generator).to(device)
+    elif args.model == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+        config = GPT2Config(n_positions=512, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                            attn_implementation="eager")
+        model = GPT2LMHeadModel(config).to(device)
+        inputs = torch.randint(0, config.vocab_size, (8, 512), generator=generator).to(device)
     else:
         # 12 x (4096x4096 weights: 64 MiB, with gradient and momentum 192 MiB) and a batch of 8192
         # (128 MiB per saved activation): about 2.3 GiB of state and 3 GiB of activations at the peak.
@@ -130,6 +138,12 @@ def main():
         del square
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     labels = torch.randint(0, 10, (inputs.shape[0],), generator=generator).to(device)
+
+    def loss_of():
+        if args.model == "gpt2":
+            return model(inputs, labels=inputs).loss  # next-token prediction
+        return nn.functional.cross_entropy(model(inputs), labels)
+
     losses, times = [], []
     for iteration in range(args.iterations):
         torch.cuda.synchronize()
@@ -140,7 +154,7 @@ def main():
             zicoum.mark_iteration()
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(model(inputs), labels)
+        loss = loss_of()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
