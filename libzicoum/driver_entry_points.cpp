@@ -20,6 +20,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include "driver_entry_points.h"
 #include "interposed.h"
 #include "real_function.h"
 
@@ -96,6 +97,17 @@ Result swap_after(RealFunction<Fn>& real, Result unavailable, Result success, in
 int clamped(unsigned version) { return static_cast<int>(std::min(version, unsigned{INT_MAX})); }
 
 }  // namespace
+
+void* substitute_driver_lookup(const char* name, void* found) noexcept {
+  void* ours = nullptr;
+  if (std::strcmp(name, "cuGetProcAddress_v2") == 0) {
+    ours = fn(&cuGetProcAddress_v2);
+  } else if (std::strcmp(name, "cuGetProcAddress") == 0) {
+    ours = fn(&cuGetProcAddress);
+  }
+  return ours != nullptr && found != ours ? ours : found;
+}
+
 }  // namespace zico
 
 #pragma GCC visibility push(default)

@@ -28,6 +28,9 @@ constexpr OptionInfo kOptions[] = {
      "UM mode: how pages move (zico: planned from the learned iteration; deepum: correlation prefetching; "
      "autoswap: swap planning per iteration; um: on demand only)"},
     {"ZICO_LOG", "warn", "error | warn | info | debug", "how much the library logs to stderr"},
+    {"ZICO_STATIC_RUNTIMES", "off", "on | off",
+     "on: libraries with the CUDA runtime inside them (cuBLAS, cuDNN) allocate and launch through zicoum too "
+     "(their dlsym of the driver's cuGetProcAddress gets zicoum's; x86-64; not yet checked on a GPU)"},
     {"ZICO_CHUNK_SIZE", "driver granularity", "power-of-two size, a multiple of the granularity",
      "unit of physical memory mapped and unmapped (2 MiB on H100)"},
     {"ZICO_ARENA_SIZE", "vmm: 4 x device memory; um: the device's free memory", "size > 0",
@@ -182,6 +185,13 @@ Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
       return Status(Errc::kConfigError);
     }
     config.sim_capturing_stream = static_cast<uintptr_t>(handle);
+  }
+  if (const char* v = lookup("ZICO_STATIC_RUNTIMES")) {
+    if (std::strcmp(v, "on") != 0 && std::strcmp(v, "off") != 0) {
+      *error = bad_value("ZICO_STATIC_RUNTIMES", v, "on or off");
+      return Status(Errc::kConfigError);
+    }
+    config.static_runtimes = std::strcmp(v, "on") == 0;
   }
   if (const char* v = lookup("ZICO_SIM_PROCESS_MEMORY")) {
     if (std::strcmp(v, "on") != 0 && std::strcmp(v, "off") != 0) {

@@ -30,6 +30,7 @@ struct Config {
   std::string paging_policy = "zico";  // UM mode: one of prefetch/'s kPolicyNames
   std::optional<uint64_t> budget;      // per device; nullopt: the device's memory
   LogLevel log_level = LogLevel::kWarn;
+  bool static_runtimes = false;  // libzicoum/dlsym_interpose.cpp reads it itself, before any runtime
   std::optional<uint64_t> chunk_size;  // nullopt: the driver's granularity
   std::optional<uint64_t> arena_size;  // VA per device; nullopt: 4x device memory
   uint64_t sim_capacity = uint64_t{80} << 30;

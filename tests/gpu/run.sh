@@ -221,7 +221,8 @@ fi
 
 # --- 6. UM mode: an MLP bigger than its budget trains, bitwise equal, within it ------------
 # Its budget is half what it reserves natively; a second run with the whole
-# native peak as the budget measures what UM mode costs when nothing pages.
+# native peak as the budget measures what UM mode costs when nothing pages;
+# a third, under half, has cuBLAS's own runtime go through zicoum too.
 # Its arena is 16 GiB: never more managed memory than the GPU has free.
 if selected um_mode; then
   if ((torch_ok < 0)); then
@@ -237,17 +238,19 @@ if selected um_mode; then
     else
       half=$(((peak / 2) >> 21 << 21))
       um_ok=1
-      for run in half whole; do
-        [[ $run == half ]] && limit=$half || limit=$(((peak + (2 << 20) - 1) >> 21 << 21))
-        run_step "um_$run" 240 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=16GiB "$bin/zico-run" --backend cuda --mode um --budget "$limit" -- \
-          "${mlp[@]}" --mark-iterations --zico-stats || um_ok=0
+      # half_static: cuBLAS's and cuDNN's own runtimes through zicoum too (ZICO_STATIC_RUNTIMES).
+      for run in half whole half_static; do
+        [[ $run == whole ]] && limit=$(((peak + (2 << 20) - 1) >> 21 << 21)) || limit=$half
+        [[ $run == half_static ]] && static=on || static=off
+        run_step "um_$run" 240 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=16GiB ZICO_STATIC_RUNTIMES=$static \
+          "$bin/zico-run" --backend cuda --mode um --budget "$limit" -- "${mlp[@]}" --mark-iterations --zico-stats || um_ok=0
         python3 "$repo/tests/gpu/compare_training.py" --against "$out/um_native.log" "$out/um_$run.log" "$limit" \
           >"$out/um_$run.json"
       done
-      figures=$(python3 - "$out/um_half.json" "$out/um_whole.json" <<'PY'
+      figures=$(python3 - "$out/um_half.json" "$out/um_whole.json" "$out/um_half_static.json" <<'PY'
 import json, sys
-half, whole = (json.load(open(path)) for path in sys.argv[1:3])
-print(json.dumps({"half_budget": half, "whole_budget": whole}))
+half, whole, static = (json.load(open(path)) for path in sys.argv[1:4])
+print(json.dumps({"half_budget": half, "whole_budget": whole, "half_budget_static_runtimes": static}))
 PY
   )
       # Under half its peak the pager must have seen the kernels and sent pages away.

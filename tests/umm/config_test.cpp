@@ -72,6 +72,7 @@ TEST(Config, BadValuesNameTheVariableValueAndForm) {
       {"ZICO_MODE", "foo", "vmm or um"},     {"ZICO_MODE", "UM", "vmm or um"},
       {"ZICO_PAGING_POLICY", "lru", "zico, deepum, autoswap or um"},
       {"ZICO_JOB_NAME", "", "printable ASCII"},      {"ZICO_JOB_NAME", "a\tb", "printable ASCII"},
+      {"ZICO_STATIC_RUNTIMES", "yes", "on or off"},
   };
   for (const auto& [name, value, form] : cases) {
     Config config;
