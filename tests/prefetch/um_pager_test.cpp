@@ -67,15 +67,19 @@ class PagerDiscards : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(driver_.managed_allocate(8 * kPage, &arena_).is_ok());
     base_ = static_cast<std::byte*>(arena_);
+    make_pager("zico");
+    ASSERT_TRUE(driver_.stream_create(DeviceId{0}, &busy_).is_ok());
+  }
+  void make_pager(const char* policy) {
+    pager_.reset();
     UmPagerOptions options;
-    options.policy = "zico";
+    options.policy = policy;
     options.budget_bytes = 4 * kPage;
     std::string why;
     ASSERT_TRUE(UmPager::create(driver_, DeviceId{0}, VaRange{reinterpret_cast<uintptr_t>(arena_), 8 * kPage}, kPage,
                                 options, &pager_, &why)
                     .is_ok())
         << why;
-    ASSERT_TRUE(driver_.stream_create(DeviceId{0}, &busy_).is_ok());
   }
   void TearDown() override {
     ASSERT_TRUE(driver_.stream_destroy(busy_).is_ok());
@@ -246,15 +250,7 @@ TEST_F(PagerDiscards, AnEvictionWaitsForTheWorkQueuedOnTheKernelsStream) {
 // one wait each way when room is made, nothing when its pages are there
 // (the "um" policy, which only makes room, so that no plan migrates).
 TEST_F(PagerDiscards, AKernelWaitsForTheMigrationsMadeForItAndOnlyThen) {
-  pager_.reset();
-  UmPagerOptions options;
-  options.policy = "um";
-  options.budget_bytes = 4 * kPage;
-  std::string why;
-  ASSERT_TRUE(UmPager::create(driver_, DeviceId{0}, VaRange{reinterpret_cast<uintptr_t>(arena_), 8 * kPage}, kPage,
-                              options, &pager_, &why)
-                  .is_ok())
-      << why;
+  make_pager("um");
   for (size_t page = 0; page < 5; ++page) pager_->on_allocate(base_ + page * kPage, kPage);
   for (size_t page = 0; page < 4; ++page) use(page);
   const uint64_t waits_before = driver_.counters().stream_waits;
