@@ -12,8 +12,8 @@
 #include <cuda_runtime_api.h>
 
 #include "api_calls.h"
-#include "log.h"
 #include "config.h"
+#include "log.h"
 #include "real_function.h"
 #include "runtime.h"
 
@@ -138,9 +138,6 @@ uint64_t mix(uint64_t h, uint64_t value) {
   return h;
 }
 
-}  // namespace
-
-namespace {
 std::atomic<uint64_t> g_launches{0};
 std::atomic<uint64_t> g_launches_without_blocks{0};
 std::atomic<bool> g_route_seen[3];
@@ -153,6 +150,7 @@ const char* route_name(Callee callee) {
   }
   return "?";
 }
+
 }  // namespace
 
 LaunchCounts launch_counts() noexcept {
