@@ -625,29 +625,28 @@ Status CudaDriver::event_destroy(EventHandle event) noexcept {
   return from_cu(api_->cuEventDestroy(cu_event(event)));
 }
 
+Status CudaDriver::enter_for_event(EventHandle event, StreamHandle stream, ContextScope* scope) noexcept {
+  // cuEventRecord: "hEvent and hStream must be from the same context".
+  if (stream.value > reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD)) return enter_any(scope);
+  int device = -1;
+  {
+    std::lock_guard lock(events_mu_);
+    if (auto it = event_devices_.find(event.value); it != event_devices_.end()) device = it->second;
+  }
+  return device >= 0 ? enter(DeviceId{device}, scope) : enter_any(scope);
+}
+
 Status CudaDriver::event_record(EventHandle event, StreamHandle stream) noexcept {
   if (!event.valid()) return Errc::kInvalidArgument;
   ContextScope scope;
-  // 0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: that stream of the current
-  // context, which must be the event's device's (cuEventRecord: "hEvent and
-  // hStream must be from the same context").
-  if (stream.value <= reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD)) {
-    int device = -1;
-    {
-      std::lock_guard lock(events_mu_);
-      if (auto it = event_devices_.find(event.value); it != event_devices_.end()) device = it->second;
-    }
-    ZICO_RETURN_IF_ERROR(device >= 0 ? enter(DeviceId{device}, &scope) : enter_any(&scope));
-  } else {
-    ZICO_RETURN_IF_ERROR(enter_any(&scope));
-  }
+  ZICO_RETURN_IF_ERROR(enter_for_event(event, stream, &scope));
   return from_cu(api_->cuEventRecord(cu_event(event), cu_stream(stream)));
 }
 
 Status CudaDriver::stream_wait_event(StreamHandle stream, EventHandle event) noexcept {
   if (!event.valid()) return Errc::kInvalidArgument;
   ContextScope scope;
-  ZICO_RETURN_IF_ERROR(enter_any(&scope));
+  ZICO_RETURN_IF_ERROR(enter_for_event(event, stream, &scope));
   return from_cu(api_->cuStreamWaitEvent(cu_stream(stream), cu_event(event), 0));
 }
 

@@ -107,6 +107,10 @@ class CudaDriver final : public Driver {
   [[nodiscard]] Status enter(DeviceId device, ContextScope* scope) noexcept;
   // Makes sure some context is current until `scope` ends.
   [[nodiscard]] Status enter_any(ContextScope* scope) noexcept;
+  // For a call that names `event` and `stream`: 0, CU_STREAM_LEGACY and
+  // CU_STREAM_PER_THREAD mean that stream of the current context, which must
+  // be the event's device's.
+  [[nodiscard]] Status enter_for_event(EventHandle event, StreamHandle stream, ContextScope* scope) noexcept;
   [[nodiscard]] Status retained_context(DeviceId device, CUctx_st** context) noexcept;
   [[nodiscard]] Status device_caps(DeviceId device, Capabilities* caps) noexcept;
   [[nodiscard]] int numa_node_of(int device_handle) const noexcept;
