@@ -257,7 +257,7 @@ PY
       if ((um_ok)) && python3 -c 'import json,sys; f=json.loads(sys.argv[1]); sys.exit(0 if all(f[k]["equal"] and f[k].get("within_budget") for k in f) and f["half_budget"].get("kernels") and f["half_budget"].get("evicted_pages") else 1)' "$figures"; then
         record um_mode passed "" "$figures"
       else
-        record um_mode failed "see um_half.log, um_whole.log (losses bitwise equal to um_native.log's; pages on the GPU within the budget)" "$figures"
+        record um_mode failed "see um_half.log, um_whole.log, um_half_static.log (losses bitwise equal to um_native.log's; pages on the GPU within the budget)" "$figures"
       fi
       # --- 7. two such UM jobs under zico-umd, 1.25 x one's peak between them -------------
       run_step um_node 300 python3 tests/gpu/um_node_gpu.py "$bin" "$out/um_native.log" $((peak * 5 / 4 >> 21 << 21)) "$out"

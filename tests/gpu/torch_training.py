@@ -104,7 +104,12 @@ def main():
     torch.use_deterministic_algorithms(True)
     device = torch.device("cuda")
     torch.cuda.init()
-    sampler = GpuMemorySampler() if args.sample_gpu_memory else None
+    sampler = None
+    if args.sample_gpu_memory:
+        try:
+            sampler = GpuMemorySampler()
+        except ImportError:  # no nvidia-ml-py: the run goes on without the figures
+            print("torch_training: no pynvml, so no GPU memory figures", flush=True)
     generator = torch.Generator(device="cpu").manual_seed(1)
     if args.model == "conv":
         model = nn.Sequential(
