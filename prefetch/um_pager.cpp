@@ -333,6 +333,13 @@ void UmPager::discard_now(PageId page) {
 }
 
 void UmPager::fence(StreamHandle waiting, EventHandle& done, StreamHandle recorded) {
+  // On a stream capturing a CUDA graph the record and the wait would become
+  // nodes of the application's graph, and pull the pager's stream into the
+  // capture: no fence there (nor while the legacy stream is blocked by one).
+  for (const StreamHandle stream : {waiting, recorded}) {
+    CaptureState state = CaptureState::kNone;
+    if (!driver_.stream_capture_state(stream, &state).is_ok() || state != CaptureState::kNone) return;
+  }
   if (!done.valid() && !driver_.event_create(device_, &done).is_ok()) {
     done = EventHandle{};
     return;  // no event: unordered, as without a fence (correct; the driver pages)

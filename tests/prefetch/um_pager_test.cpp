@@ -265,6 +265,42 @@ TEST_F(PagerDiscards, AKernelWaitsForTheMigrationsMadeForItAndOnlyThen) {
   EXPECT_EQ(pager_->stats().fences, 2u);
 }
 
+// The last kernel's stream captures a CUDA graph now: the pager's fences stay
+// out of it (a record there would be a node of the application's graph), and
+// its migrations run unordered, as without a fence.
+TEST(UmPager, PutsNoFenceOnAStreamCapturingAGraph) {
+  SimOptions sim;
+  sim.capturing_stream = 0x5000;
+  SimDriver driver(sim);
+  void* arena = nullptr;
+  ASSERT_TRUE(driver.managed_allocate(2 * kPage, &arena).is_ok());
+  auto* base = static_cast<std::byte*>(arena);
+  UmPagerOptions options;
+  options.policy = "um";
+  options.budget_bytes = kPage;
+  std::unique_ptr<UmPager> pager;
+  std::string why;
+  ASSERT_TRUE(UmPager::create(driver, DeviceId{0}, VaRange{reinterpret_cast<uintptr_t>(arena), 2 * kPage}, kPage,
+                              options, &pager, &why)
+                  .is_ok())
+      << why;
+  for (size_t page = 0; page < 2; ++page) {
+    pager->on_allocate(base + page * kPage, kPage);
+    std::memset(base + page * kPage, static_cast<int>(0x30 + page), kPage);
+    const VaRange range{reinterpret_cast<uintptr_t>(base + page * kPage), kPage};
+    pager->before_kernel(page, std::span<const VaRange>(&range, 1), 1000, nullptr, StreamHandle{0x5000});
+    ASSERT_TRUE(driver.run_kernel(std::span<const VaRange>(&range, 1), 1000).is_ok());
+    pager->after_kernel();
+  }
+  EXPECT_EQ(pager->stats().room_evictions, 1u) << "the second kernel's room was not made";
+  EXPECT_EQ(pager->stats().fences, 0u);
+  EXPECT_EQ(driver.counters().captured_records, 0u) << "an event was recorded into the graph";
+  EXPECT_EQ(driver.counters().stream_waits, 0u);
+  EXPECT_EQ(static_cast<int>(base[7]), 0x30);
+  pager.reset();
+  ASSERT_TRUE(driver.managed_free(arena).is_ok());
+}
+
 TEST(UmPager, KeepsTheBudgetOnTheDeviceOnRandomStreams) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     const AccessStream stream = random_training_stream(seed, 4, kPage);
