@@ -13,6 +13,7 @@
 #include "node_client.h"
 #include "nvme_store.h"
 #include "last_error.h"
+#include "launch_observer.h"
 #include "log.h"
 #include "sizes.h"
 
@@ -287,7 +288,26 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
     node_->attach(device, allocator->get());
   }
   pagers_[static_cast<size_t>(device.value)].store(pager.release(), std::memory_order_release);  // forever
+  static std::once_flag summary_registered;
+  std::call_once(summary_registered, [] { std::atexit([] { Runtime::instance().log_paging_summary(); }); });
   return Status::ok();
+}
+
+void Runtime::log_paging_summary() const noexcept {
+  const LaunchCounts launches = launch_counts();
+  for (int device = 0; device < kMaxDevices; ++device) {
+    const prefetch::UmPager* pager = pagers_[static_cast<size_t>(device)].load(std::memory_order_acquire);
+    if (pager == nullptr) continue;
+    const prefetch::UmPagerStats s = pager->stats();
+    ZICO_LOG(kInfo,
+             "device %d, UM paging: %llu kernels announced (%llu launches seen in the process, %llu without zicoum "
+             "memory); %llu pages faulted in, %llu prefetched, %llu evicted; at most %s on the GPU of a %s budget",
+             device, static_cast<unsigned long long>(s.kernels), static_cast<unsigned long long>(launches.launches),
+             static_cast<unsigned long long>(launches.without_blocks),
+             static_cast<unsigned long long>(s.faulted_pages), static_cast<unsigned long long>(s.prefetches),
+             static_cast<unsigned long long>(s.evictions + s.room_evictions + s.budget_evictions),
+             format_size(s.peak_resident_bytes).c_str(), format_size(pager->budget_bytes()).c_str());
+  }
 }
 
 Status Runtime::open_pageable(DeviceId device, bool* opened, size_t* chunk_bytes, uint64_t* lent, std::string* why) {
