@@ -122,7 +122,7 @@ zico_status_t zico_get_stats(int device, zico_stats_t* stats) {
     full.peak_resident_bytes = p.peak_resident_bytes;
     full.faulted_pages = p.faulted_pages;
     full.prefetched_pages = p.prefetches;
-    full.evicted_pages = p.evictions + p.room_evictions;
+    full.evicted_pages = p.evictions + p.room_evictions + p.budget_evictions;
     const zico::LaunchCounts launches = zico::launch_counts();
     full.kernels = launches.launches;
     full.kernels_without_blocks = launches.without_blocks;

@@ -96,7 +96,7 @@ typedef struct zico_stats {
   uint64_t peak_resident_bytes;
   uint64_t faulted_pages;       /* absent when a kernel used them: faulted in by the driver */
   uint64_t prefetched_pages;    /* brought to the GPU ahead of use */
-  uint64_t evicted_pages;       /* sent to host memory (planned, or to make room) */
+  uint64_t evicted_pages;       /* sent to host memory (planned, to make room, or for a smaller budget) */
   uint64_t modelled_ns;         /* simulated backend: the device's modelled clock; 0 on a GPU */
   /* Memory the process made itself with the driver's cuMemCreate (PyTorch's
    * expandable segments, NCCL) under LD_PRELOAD; with ZICO_BUDGET set and no
