@@ -17,7 +17,6 @@
 // libzicoum defines no dlsym, and the setting does nothing.
 #include <dlfcn.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -28,7 +27,9 @@
 using Dlsym = void* (*)(void*, const char*);
 
 // A sanitizer runtime asks dlsym for its interceptors' targets while it
-// starts, before its shadow memory is in place: nothing here is instrumented.
+// starts, before its shadow memory is in place: nothing on that path is
+// instrumented, and it calls no C++ library function (an atomic's load or an
+// initializer_list's begin would be a call, instrumented), only builtins.
 #define ZICO_UNINSTRUMENTED __attribute__((no_sanitize("address", "undefined")))
 
 namespace {
@@ -39,11 +40,13 @@ namespace {
 // No dlopen first: a sanitizer runtime asks dlsym for its interceptors'
 // targets before its own dlopen interceptor is ready.
 ZICO_UNINSTRUMENTED Dlsym find_real_dlsym() {
-  for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5"}) {
-    if (void* found = dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<Dlsym>(found);
+  static const char* const kVersions[] = {"GLIBC_2.34", "GLIBC_2.2.5"};
+  static const char* const kLibraries[] = {"libc.so.6", "libdl.so.2"};
+  for (size_t i = 0; i < 2; ++i) {
+    if (void* found = dlvsym(RTLD_NEXT, "dlsym", kVersions[i])) return reinterpret_cast<Dlsym>(found);
   }
-  for (const char* library : {"libc.so.6", "libdl.so.2"}) {
-    void* handle = dlopen(library, RTLD_LAZY | RTLD_NOLOAD);
+  for (size_t i = 0; i < 2; ++i) {
+    void* handle = dlopen(kLibraries[i], RTLD_LAZY | RTLD_NOLOAD);
     if (handle == nullptr) continue;
     void* found = dlvsym(handle, "dlsym", "GLIBC_2.34");
     if (found == nullptr) found = dlvsym(handle, "dlsym", "GLIBC_2.2.5");
@@ -53,44 +56,52 @@ ZICO_UNINSTRUMENTED Dlsym find_real_dlsym() {
   return nullptr;
 }
 
-ZICO_UNINSTRUMENTED bool swap_static_runtimes() {
-  static const bool on = [] {
-    const char* value = std::getenv("ZICO_STATIC_RUNTIMES");
-    return value != nullptr && std::strcmp(value, "on") == 0;
-  }();
-  return on;
+// The setting and where libzicoum is loaded, read when it is loaded: asked
+// later under a guarded static, dladdr (which takes the loader's lock) could
+// deadlock against a thread in dlopen whose library constructor calls dlsym.
+// Until then nothing is swapped.
+bool g_swap_static_runtimes = false;
+void* g_libzicoum_base = nullptr;
+__attribute__((constructor)) void read_static_runtimes_setting() {
+  const char* value = std::getenv("ZICO_STATIC_RUNTIMES");
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<const void*>(&read_static_runtimes_setting), &self) != 0) {
+    __atomic_store_n(&g_libzicoum_base, self.dli_fbase, __ATOMIC_RELEASE);
+  }
+  __atomic_store_n(&g_swap_static_runtimes, value != nullptr && std::strcmp(value, "on") == 0, __ATOMIC_RELEASE);
 }
 
+ZICO_UNINSTRUMENTED bool swap_static_runtimes() { return __atomic_load_n(&g_swap_static_runtimes, __ATOMIC_ACQUIRE); }
+
 // Whether `address` lies in libzicoum (its own lookups of the driver, by
-// CudaDriver and RealFunction, must get the driver's functions).
+// CudaDriver and RealFunction, must get the driver's functions). Before the
+// base is known nothing is swapped.
 ZICO_UNINSTRUMENTED bool in_libzicoum(const void* address) {
-  static const void* base = [] {
-    Dl_info self{};
-    return dladdr(reinterpret_cast<const void*>(&in_libzicoum), &self) != 0 ? self.dli_fbase : nullptr;
-  }();
+  const void* base = __atomic_load_n(&g_libzicoum_base, __ATOMIC_ACQUIRE);
   Dl_info info{};
-  return dladdr(address, &info) != 0 && info.dli_fbase == base;
+  return base == nullptr || (dladdr(address, &info) != 0 && info.dli_fbase == base);
 }
 
 }  // namespace
 
-// Read by the jump below: 0 until the first dlsym resolves it.
+// Read by the jump below (an aligned 8-byte load): 0 until the first dlsym
+// resolves it. Accessed with atomic builtins, not std::atomic (see above).
 extern "C" {
-__attribute__((visibility("hidden"))) std::atomic<Dlsym> zico_real_dlsym{nullptr};
+__attribute__((visibility("hidden"), used)) Dlsym zico_real_dlsym = nullptr;
 }
 
-extern "C" __attribute__((visibility("hidden"))) ZICO_UNINSTRUMENTED Dlsym zico_resolve_real_dlsym() {
-  Dlsym real = zico_real_dlsym.load(std::memory_order_acquire);
+extern "C" __attribute__((visibility("hidden"), used)) ZICO_UNINSTRUMENTED Dlsym zico_resolve_real_dlsym() {
+  Dlsym real = __atomic_load_n(&zico_real_dlsym, __ATOMIC_ACQUIRE);
   if (real == nullptr) {
     real = find_real_dlsym();
-    zico_real_dlsym.store(real, std::memory_order_release);
+    __atomic_store_n(&zico_real_dlsym, real, __ATOMIC_RELEASE);
   }
   return real;
 }
 
 // dlsym on a real handle: the loader's answer, or libzicoum's lookup where a
 // library other than libzicoum asked the driver for its own.
-extern "C" __attribute__((visibility("hidden"))) ZICO_UNINSTRUMENTED void* zico_dlsym_on_handle(void* handle,
+extern "C" __attribute__((visibility("hidden"), used)) ZICO_UNINSTRUMENTED void* zico_dlsym_on_handle(void* handle,
                                                                                      const char* name) {
   const void* caller = __builtin_return_address(0);  // dlsym's caller: the jump pushed nothing
   const Dlsym real = zico_resolve_real_dlsym();
