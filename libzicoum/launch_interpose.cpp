@@ -19,6 +19,12 @@ namespace {
 
 LaunchShape shape_of(dim3 grid, dim3 block) { return LaunchShape{{grid.x, grid.y, grid.z}, {block.x, block.y, block.z}}; }
 
+// The stream a launch is on, as the pager orders it: the _ptsz routes' 0 is
+// the calling thread's per-thread stream, not the legacy one.
+CUstream observed_stream(CUstream stream, bool per_thread) {
+  return per_thread && stream == nullptr ? CU_STREAM_PER_THREAD : stream;
+}
+
 using RuntimeLaunch = cudaError_t (*)(const void*, dim3, dim3, void**, size_t, cudaStream_t);
 using RuntimeLaunchEx = cudaError_t (*)(const cudaLaunchConfig_t*, const void*, void**);
 using DriverLaunch = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -26,50 +32,52 @@ using DriverLaunch = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsi
 using DriverLaunchEx = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
 
 cudaError_t runtime_launch(RealFunction<RuntimeLaunch>& real, const void* func, dim3 grid, dim3 block, void** args,
-                           size_t shared_bytes, cudaStream_t stream) {
+                           size_t shared_bytes, cudaStream_t stream, bool per_thread) {
   const auto launch = real.get();
   if (launch == nullptr) return cudaErrorInvalidDeviceFunction;
-  ObservedLaunch observed(func, Callee::kRuntimeStub, shape_of(grid, block), args, nullptr, stream);
+  ObservedLaunch observed(func, Callee::kRuntimeStub, shape_of(grid, block), args, nullptr,
+                          observed_stream(stream, per_thread));
   return launch(func, grid, block, args, shared_bytes, stream);
 }
 
 using KernelLaunch = cudaError_t (*)(cudaKernel_t, dim3, dim3, void**, size_t, cudaStream_t);
 
 cudaError_t kernel_launch(RealFunction<KernelLaunch>& real, cudaKernel_t kernel, dim3 grid, dim3 block, void** args,
-                          size_t shared_bytes, cudaStream_t stream) {
+                          size_t shared_bytes, cudaStream_t stream, bool per_thread) {
   const auto launch = real.get();
   if (launch == nullptr) return cudaErrorInvalidDeviceFunction;
-  ObservedLaunch observed(kernel, Callee::kLibraryKernel, shape_of(grid, block), args, nullptr, stream);
+  ObservedLaunch observed(kernel, Callee::kLibraryKernel, shape_of(grid, block), args, nullptr,
+                          observed_stream(stream, per_thread));
   return launch(kernel, grid, block, args, shared_bytes, stream);
 }
 
 cudaError_t runtime_launch_ex(RealFunction<RuntimeLaunchEx>& real, const cudaLaunchConfig_t* config, const void* func,
-                              void** args) {
+                              void** args, bool per_thread) {
   const auto launch = real.get();
   if (launch == nullptr) return cudaErrorInvalidDeviceFunction;
   if (config == nullptr) return launch(config, func, args);  // the runtime's error to give
   ObservedLaunch observed(func, Callee::kRuntimeStub, shape_of(config->gridDim, config->blockDim), args, nullptr,
-                          config->stream);
+                          observed_stream(config->stream, per_thread));
   return launch(config, func, args);
 }
 
 CUresult driver_launch(RealFunction<DriverLaunch>& real, CUfunction f, const LaunchShape& shape, unsigned shared_bytes,
-                       CUstream stream, void** params, void** extra) {
+                       CUstream stream, void** params, void** extra, bool per_thread) {
   const auto launch = real.get();
   if (launch == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  ObservedLaunch observed(f, Callee::kFunction, shape, params, extra, stream);
+  ObservedLaunch observed(f, Callee::kFunction, shape, params, extra, observed_stream(stream, per_thread));
   return launch(f, shape.grid[0], shape.grid[1], shape.grid[2], shape.block[0], shape.block[1], shape.block[2],
                 shared_bytes, stream, params, extra);
 }
 
 CUresult driver_launch_ex(RealFunction<DriverLaunchEx>& real, const CUlaunchConfig* config, CUfunction f,
-                          void** params, void** extra) {
+                          void** params, void** extra, bool per_thread) {
   const auto launch = real.get();
   if (launch == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (config == nullptr) return launch(config, f, params, extra);
   const LaunchShape shape{{config->gridDimX, config->gridDimY, config->gridDimZ},
                           {config->blockDimX, config->blockDimY, config->blockDimZ}};
-  ObservedLaunch observed(f, Callee::kFunction, shape, params, extra, config->hStream);
+  ObservedLaunch observed(f, Callee::kFunction, shape, params, extra, observed_stream(config->hStream, per_thread));
   return launch(config, f, params, extra);
 }
 
@@ -82,7 +90,7 @@ extern "C" {
 cudaError_t CUDARTAPI cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args, size_t sharedMem,
                                        cudaStream_t stream) {
   static zico::RealFunction<zico::RuntimeLaunch> real("cudaLaunchKernel");
-  return zico::runtime_launch(real, func, gridDim, blockDim, args, sharedMem, stream);
+  return zico::runtime_launch(real, func, gridDim, blockDim, args, sharedMem, stream, false);
 }
 
 cudaError_t CUDARTAPI cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim, void** args,
@@ -90,7 +98,7 @@ cudaError_t CUDARTAPI cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3
 cudaError_t CUDARTAPI cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim, void** args,
                                             size_t sharedMem, cudaStream_t stream) {
   static zico::RealFunction<zico::RuntimeLaunch> real("cudaLaunchKernel_ptsz");
-  return zico::runtime_launch(real, func, gridDim, blockDim, args, sharedMem, stream);
+  return zico::runtime_launch(real, func, gridDim, blockDim, args, sharedMem, stream, true);
 }
 
 // Declared by CUDA's headers for nvcc's generated code only.
@@ -99,7 +107,7 @@ cudaError_t CUDARTAPI __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3
 cudaError_t CUDARTAPI __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
                                          size_t sharedMem, cudaStream_t stream) {
   static zico::RealFunction<zico::KernelLaunch> real("__cudaLaunchKernel");
-  return zico::kernel_launch(real, kernel, gridDim, blockDim, args, sharedMem, stream);
+  return zico::kernel_launch(real, kernel, gridDim, blockDim, args, sharedMem, stream, false);
 }
 
 cudaError_t CUDARTAPI __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
@@ -107,18 +115,18 @@ cudaError_t CUDARTAPI __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim,
 cudaError_t CUDARTAPI __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
                                               size_t sharedMem, cudaStream_t stream) {
   static zico::RealFunction<zico::KernelLaunch> real("__cudaLaunchKernel_ptsz");
-  return zico::kernel_launch(real, kernel, gridDim, blockDim, args, sharedMem, stream);
+  return zico::kernel_launch(real, kernel, gridDim, blockDim, args, sharedMem, stream, true);
 }
 
 cudaError_t CUDARTAPI cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func, void** args) {
   static zico::RealFunction<zico::RuntimeLaunchEx> real("cudaLaunchKernelExC");
-  return zico::runtime_launch_ex(real, config, func, args);
+  return zico::runtime_launch_ex(real, config, func, args, false);
 }
 
 cudaError_t CUDARTAPI cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* config, const void* func, void** args);
 cudaError_t CUDARTAPI cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* config, const void* func, void** args) {
   static zico::RealFunction<zico::RuntimeLaunchEx> real("cudaLaunchKernelExC_ptsz");
-  return zico::runtime_launch_ex(real, config, func, args);
+  return zico::runtime_launch_ex(real, config, func, args, true);
 }
 
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
@@ -126,7 +134,7 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
                                 unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
   static zico::RealFunction<zico::DriverLaunch> real("cuLaunchKernel");
   return zico::driver_launch(real, f, zico::LaunchShape{{gridDimX, gridDimY, gridDimZ}, {blockDimX, blockDimY, blockDimZ}},
-                             sharedMemBytes, hStream, kernelParams, extra);
+                             sharedMemBytes, hStream, kernelParams, extra, false);
 }
 
 CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
@@ -134,17 +142,17 @@ CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsign
                                      unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
   static zico::RealFunction<zico::DriverLaunch> real("cuLaunchKernel_ptsz");
   return zico::driver_launch(real, f, zico::LaunchShape{{gridDimX, gridDimY, gridDimZ}, {blockDimX, blockDimY, blockDimZ}},
-                             sharedMemBytes, hStream, kernelParams, extra);
+                             sharedMemBytes, hStream, kernelParams, extra, true);
 }
 
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
   static zico::RealFunction<zico::DriverLaunchEx> real("cuLaunchKernelEx");
-  return zico::driver_launch_ex(real, config, f, kernelParams, extra);
+  return zico::driver_launch_ex(real, config, f, kernelParams, extra, false);
 }
 
 CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
   static zico::RealFunction<zico::DriverLaunchEx> real("cuLaunchKernelEx_ptsz");
-  return zico::driver_launch_ex(real, config, f, kernelParams, extra);
+  return zico::driver_launch_ex(real, config, f, kernelParams, extra, true);
 }
 
 // Unloading may give a function's handle to a new one with other parameters.

@@ -159,10 +159,7 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
                                std::vector<VaRange>* blocks, StreamHandle stream) {
   std::lock_guard lock(mutex_);
   poll_deferred();
-  // Work was queued since the last fence (at least the last kernel): an
-  // eviction from here on waits for it, on this kernel's stream.
-  launch_stream_ = stream;
-  waits_for_launches_ = false;
+  launch_stream_ = stream;  // after_kernel records there, on this (the launching) thread
   migrated_for_kernel_ = false;
   kernel_pages_.clear();
   kernel_blocks_.clear();
@@ -223,7 +220,10 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   if (!faulted_.empty()) policy_->on_faults(view, faulted_);
   note_peak();
   // The kernel starts after its room is made and its prefetches arrive.
-  if (migrated_for_kernel_) fence(launch_stream_, migrations_done_, stream_);
+  if (migrated_for_kernel_ && outside_graphs(launch_stream_) && recorded(migrations_done_, stream_) &&
+      driver_.stream_wait_event(launch_stream_, migrations_done_).is_ok()) {
+    ++stats_.fences;
+  }
   migrated_for_kernel_ = false;
   return faulted_.size();
 }
@@ -231,7 +231,11 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
 void UmPager::after_kernel() {
   std::lock_guard lock(mutex_);
   if (!in_kernel_) return;
-  waits_for_launches_ = false;  // the kernel itself is queued now
+  // The kernel is queued now: what an eviction must wait for from here on.
+  // Recorded here, on the launching thread, so that a per-thread stream is
+  // that thread's, and a stream destroyed later is never touched again.
+  launches_recorded_ = outside_graphs(launch_stream_) && recorded(launches_done_, launch_stream_);
+  waits_for_launches_ = false;
   for (const PageId page : kernel_pages_) residency_.set_has_data(page, true);
   in_kernel_ = false;
   const OpView view{kernel_exec_id_, kernel_duration_ns_, kernel_pages_, kernel_blocks_};
@@ -332,26 +336,26 @@ void UmPager::discard_now(PageId page) {
   ++stats_.discards;
 }
 
-void UmPager::fence(StreamHandle waiting, EventHandle& done, StreamHandle recorded) {
-  // On a stream capturing a CUDA graph the record and the wait would become
-  // nodes of the application's graph, and pull the pager's stream into the
-  // capture: no fence there (nor while the legacy stream is blocked by one).
-  for (const StreamHandle stream : {waiting, recorded}) {
-    CaptureState state = CaptureState::kNone;
-    if (!driver_.stream_capture_state(stream, &state).is_ok() || state != CaptureState::kNone) return;
+bool UmPager::outside_graphs(StreamHandle stream) {
+  // On a stream capturing a CUDA graph a record or a wait would become a node
+  // of the application's graph, and pull the pager's stream into the capture:
+  // no fence there (nor while the legacy stream is blocked by one).
+  CaptureState state = CaptureState::kNone;
+  return driver_.stream_capture_state(stream, &state).is_ok() && state == CaptureState::kNone;
+}
+
+bool UmPager::recorded(EventHandle& event, StreamHandle stream) {
+  if (!event.valid() && !driver_.event_create(device_, &event).is_ok()) {
+    event = EventHandle{};
+    return false;  // no event: unordered, as without a fence (correct; the driver pages)
   }
-  if (!done.valid() && !driver_.event_create(device_, &done).is_ok()) {
-    done = EventHandle{};
-    return;  // no event: unordered, as without a fence (correct; the driver pages)
-  }
-  if (driver_.event_record(done, recorded).is_ok() && driver_.stream_wait_event(waiting, done).is_ok()) {
-    ++stats_.fences;
-  }
+  return driver_.event_record(event, stream).is_ok();
 }
 
 void UmPager::migrate(PageId page, bool to_host) {
-  if (to_host && !waits_for_launches_) {
-    fence(stream_, launches_done_, launch_stream_);
+  if (to_host && launches_recorded_ && !waits_for_launches_ &&
+      driver_.stream_wait_event(stream_, launches_done_).is_ok()) {
+    ++stats_.fences;
     waits_for_launches_ = true;
   }
   if (in_kernel_) migrated_for_kernel_ = true;

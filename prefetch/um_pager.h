@@ -95,11 +95,14 @@ class UmPager {
   // the whole blocks the kernel uses.
   //
   // Stream order keeps the GPU within the budget, not only the count: an
-  // eviction waits for the work queued on the last kernel's stream (a queued
-  // kernel may still use the page: evicted under it, the page would fault
-  // straight back), and `stream` waits for the migrations issued here before
-  // the kernel starts (room made, pages arrived). Work on other streams is
-  // not waited for: a page it uses may be evicted under it and fault back.
+  // eviction waits for the work queued on the last kernel's stream up to it
+  // (recorded by after_kernel: a queued kernel may still use the page;
+  // evicted under it, the page would fault straight back), and `stream`
+  // waits for the migrations issued here before the kernel starts (room
+  // made, pages arrived; and, as they share the pager's stream, those the
+  // policy issued ahead for later kernels). Work on other streams, and on an
+  // earlier kernel's stream once a kernel on another is queued, is not waited
+  // for: a page it uses may be evicted under it and fault back.
   uint64_t before_kernel(uint64_t exec_id, std::span<const VaRange> used, uint64_t duration_ns,
                          std::vector<VaRange>* blocks = nullptr, StreamHandle stream = StreamHandle{});
   // The kernel of the last before_kernel() was launched.
@@ -149,8 +152,10 @@ class UmPager {
   // discard waited for them.
   void poll_deferred();
   void migrate(PageId page, bool to_host);
-  // `waiting` starts its next work after what `done` captures now on `recorded`.
-  void fence(StreamHandle waiting, EventHandle& done, StreamHandle recorded);
+  // Whether `stream` is capturing no CUDA graph (a fence there would join it).
+  [[nodiscard]] bool outside_graphs(StreamHandle stream);
+  // Records `event` (made the first time) on `stream`; false if it could not.
+  [[nodiscard]] bool recorded(EventHandle& event, StreamHandle stream);
   void note_peak();
   // Evicts the least recently migrated page no running kernel uses; false if none.
   bool evict_oldest_unpinned();
@@ -162,13 +167,15 @@ class UmPager {
   const uint64_t page_bytes_;
   const UmPagerOptions options_;
   StreamHandle stream_{};
-  // Stream order (before_kernel): the last kernel's stream; whether the
-  // pager's stream already waits for everything queued there; whether this
-  // kernel's migrations were issued since it was announced.
+  // Stream order (before_kernel): the announced kernel's stream; the work
+  // queued up to the last kernel, recorded after it (launches_done_); whether
+  // the pager's stream already waits for that; whether this kernel's
+  // migrations were issued since it was announced.
   StreamHandle launch_stream_{};
-  bool waits_for_launches_ = true;
+  bool launches_recorded_ = false;
+  bool waits_for_launches_ = false;
   bool migrated_for_kernel_ = false;
-  EventHandle launches_done_{};   // recorded on launch_stream_
+  EventHandle launches_done_{};
   EventHandle migrations_done_{};  // recorded on stream_
   mutable std::mutex mutex_;
   Residency residency_;
