@@ -35,6 +35,8 @@ class LearnedIteration {
   void finish(uint32_t page_count);
 
   [[nodiscard]] uint32_t ops() const { return static_cast<uint32_t>(exec_ids_.size()); }
+  // Page references over all its ops.
+  [[nodiscard]] uint64_t page_refs() const { return refs_.size(); }
   [[nodiscard]] bool empty() const { return exec_ids_.empty(); }
   [[nodiscard]] uint64_t exec_id(uint32_t position) const { return exec_ids_[position]; }
   [[nodiscard]] std::span<const PageId> pages(uint32_t position) const {

@@ -128,6 +128,7 @@ void ZicoPolicy::begin_iteration() {
   ahead_ = 0;
   recording_.clear();
   position_ = 0;
+  pages_drifted_ = 0;
   following_ = !learned_.empty();
 }
 
@@ -150,12 +151,16 @@ void ZicoPolicy::on_op_start(const OpView& op, Decisions* out) {
   ++stamp_;
   slots_ = available_slots();
   for (const PageId page : op.pages) pinned_[page] = stamp_;
-  if (following_ && !learned_.matches(position_, op.exec_id, op.pages)) following_ = false;
+  const bool exact = following_ && learned_.matches(position_, op.exec_id, op.pages);
+  if (following_ && !exact) following_ = drifts_a_little(op);
 
   if (following_) {
     const uint64_t now = iteration_base_ + position_;
     for (size_t i = 0; i < op.pages.size(); ++i) {
-      index_.set(op.pages[i], iteration_base_ + learned_.next_use_of(position_, i));
+      // A page the prediction has elsewhere is next used where the
+      // prediction uses it next.
+      const uint64_t next = exact ? learned_.next_use_of(position_, i) : learned_.next_use(op.pages[i], position_);
+      index_.set(op.pages[i], next == kNoUse ? kNoUse : iteration_base_ + next);
     }
     fetch_missing(op, now, out);  // first: the op that runs now must have its pages
     issue_due(now, out);
@@ -164,6 +169,15 @@ void ZicoPolicy::on_op_start(const OpView& op, Decisions* out) {
     pre_evict(out);
   }
   ++position_;
+}
+
+bool ZicoPolicy::drifts_a_little(const OpView& op) {
+  if (position_ >= learned_.ops() || learned_.exec_id(position_) != op.exec_id) return false;
+  const std::span<const PageId> learned = learned_.pages(position_);
+  for (const PageId page : op.pages) {
+    if (!std::binary_search(learned.begin(), learned.end(), page)) ++pages_drifted_;
+  }
+  return pages_drifted_ * kDriftDivisor <= learned_.page_refs();
 }
 
 void ZicoPolicy::issue_due(uint64_t now, Decisions* out) {
