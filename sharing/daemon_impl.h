@@ -232,9 +232,14 @@ struct Daemon::Impl final : GateGuard {
   // (our books run ahead of what the job counted while grants travel).
   std::pair<uint64_t, uint64_t> gate_claim(const Job& job, uint32_t gpu) const;
   std::string on_curve(Job& job, const proto::Curve& message);
-  // A UM job pages out at its gate what its link moves in one of its
-  // periods (gate_paging_bytes): the ledger and its gate are told.
+  // A UM job can page out at its gate what its link moves in one of its
+  // periods (gate_paging_bytes): its gate is told.
   void apply_gate_paging(const Job& job, uint32_t gpu);
+  // The ledger learns what each job pages at its gates now: the gates page
+  // only where the jobs cannot co-run without it (TimeShiftScheduler::
+  // peak_shortfall), which any job's curve, arrival or departure, or the
+  // budget can change. Before every ledger decision.
+  void sync_gate_paging();
 
   // --- lending ----------------------------------------------------------------
   void pump();

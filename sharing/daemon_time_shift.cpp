@@ -15,6 +15,7 @@ namespace zico::sharing {
 // --- time shift ----------------------------------------------------------------------------
 
 void Daemon::Impl::open_gates() {
+  sync_gate_paging();  // the guard asks the ledger
   GateGuard* guard = options.start_guard || options.turns ? this : nullptr;
   for (const IterationGates::Opened& opened : gates.due(now_ns(), guard)) {
     events.gate_delay.observe(opened.waited_ns);
@@ -134,8 +135,18 @@ void Daemon::Impl::apply_gate_paging(const Job& job, uint32_t gpu) {
   const uint64_t chunk = gpus[gpu].chunk_bytes;
   const double link = static_cast<double>(use.report.link_bytes_per_second);
   const uint64_t bytes = use.pageable ? gate_paging_bytes(link, use.period_ns) : 0;
-  (void)ledger.set_gate_paging(job.id, gpu, bytes / chunk);
   gates.set_gate_paging(job.id, gpu, bytes / chunk * chunk);
+  sync_gate_paging();
+}
+
+void Daemon::Impl::sync_gate_paging() {
+  for (const auto& [id, job] : jobs) {
+    for (size_t g = 0; g < job.gpus.size(); ++g) {
+      if (!job.gpus[g].open) continue;
+      const auto gpu = static_cast<uint32_t>(g);
+      (void)ledger.set_gate_paging(id, gpu, gates.gate_paging(id, gpu) / gpus[g].chunk_bytes);
+    }
+  }
 }
 
 }  // namespace zico::sharing

@@ -44,6 +44,10 @@ void IterationGates::set_gate_paging(JobId job, uint32_t gpu, uint64_t bytes) {
   if (gpu < gpus_.size()) gpus_[gpu].set_gate_paging(job, bytes);
 }
 
+uint64_t IterationGates::gate_paging(JobId job, uint32_t gpu) const {
+  return gpu < gpus_.size() ? gpus_[gpu].gate_paging(job) : 0;
+}
+
 void IterationGates::set_held(JobId job, uint32_t gpu, uint64_t bytes) {
   if (gpu < gpus_.size()) gpus_[gpu].set_held(job, bytes);
 }

@@ -69,6 +69,8 @@ class IterationGates {
   void set_curve(JobId job, uint32_t gpu, const DemandCurve& curve);
   void set_held(JobId job, uint32_t gpu, uint64_t bytes);
   void set_gate_paging(JobId job, uint32_t gpu, uint64_t bytes);
+  // What it pages at its gate on `gpu` now (TimeShiftScheduler::gate_paging).
+  [[nodiscard]] uint64_t gate_paging(JobId job, uint32_t gpu) const;
 
   struct Opened {
     JobId job = 0;

@@ -17,7 +17,7 @@
 //    curve's bin at phase t - s while t < s + period;
 //  - afterwards, and for a job between iterations: the curve's end level
 //    (what it holds while waiting for its next gate), less what a UM job
-//    pages out there (set_gate_paging). Its next iteration will
+//    pages out there (gate_paging()). Its next iteration will
 //    pass its own gate, which sees this job's plan; whoever asks first is
 //    placed first, so no job is counted twice and none is starved for long;
 //  - k still learning (no curve): what it holds now.
@@ -125,9 +125,26 @@ class TimeShiftScheduler {
   // an ordinary job again. A re-plan. False (nothing changes) for an
   // unknown job or a cost that is not valid (PagingCost::invalid).
   bool set_paging_cost(JobId job, const PagingCost& cost);
-  // A UM job that pages out up to `bytes` at its gate (Ledger::
-  // set_gate_paging): it is predicted at that much less between iterations.
+  // A UM job that can page out up to `bytes` at its gate (what its link
+  // moves in one of its periods, gate_paging_bytes). It pages there only
+  // while peak_shortfall() is above 0, and is then predicted at that much
+  // less between iterations (gate_paging() says how much it pages now).
   void set_gate_paging(JobId job, uint64_t bytes);
+  // What the job pages out at its gate now: its set_gate_paging bytes while
+  // the jobs cannot co-run without moving memory (peak_shortfall() > 0) or
+  // some job is still learning, otherwise 0. The owner tells the ledger the
+  // same (Ledger::set_gate_paging) before each of its decisions.
+  [[nodiscard]] uint64_t gate_paging(JobId job) const;
+  // By how much some job's peak and the least levels of all the others
+  // exceed the budget (curves' bins): the memory that must leave the GPU
+  // at that job's peak, every iteration, for it to run beside the others.
+  // 0 when every job's peak fits beside the others' least levels: then some
+  // schedule (at worst a longer cycle, the jobs idling between iterations)
+  // co-runs them with nothing moved, and paging at the gates only adds a
+  // round trip to each start (docs/scheduling.md §8). Unknown, and 0,
+  // while the budget is 0 (unlimited) or a job has no second curve yet (a
+  // first iteration is often unlike the rest): the gates page meanwhile.
+  [[nodiscard]] uint64_t peak_shortfall() const { return peak_shortfall_; }
   // What the job holds now (used for jobs still learning).
   void set_held(JobId job, uint64_t bytes);
 
@@ -162,8 +179,13 @@ class TimeShiftScheduler {
     PagingCost paging;          // known for a UM job
     uint64_t cap = 0;           // the planned or current iteration's cap (0: none)
     double stretch = 1.0;       // and its predicted stretch
-    uint64_t gate_paging = 0;   // what it pages out at its gate (set_gate_paging)
+    uint64_t gate_paging = 0;   // what it can page out at its gate (set_gate_paging)
+    uint64_t paged_at_gate = 0; // what it pages there now (gate_paging())
+    uint32_t curves_learned = 0;  // known curves set in a row
   };
+  // Recomputes peak_shortfall_ and each job's paged_at_gate: a change of
+  // what any job pages at its gate is a re-plan.
+  void refresh_gate_paging();
   // The most bytes job `job` is predicted to hold within [from, to).
   [[nodiscard]] static uint64_t predicted_max(const Job& job, uint64_t from, uint64_t to);
   // Its planned or current iteration's length (a capped one runs longer).
@@ -173,6 +195,7 @@ class TimeShiftScheduler {
   uint64_t budget_ = 0;
   uint64_t generation_ = 0;
   std::map<JobId, Job> jobs_;
+  uint64_t peak_shortfall_ = 0;
   std::vector<uint64_t> scratch_;  // the others' aggregate, per bin of the deciding job
 };
 

@@ -194,6 +194,49 @@ TEST(TimeShiftScheduler, AJobThatPagesAtItsGateIsPredictedAtWhatItKeepsThere) {
   EXPECT_LE(decision.predicted_peak, 12 * kGiB);
 }
 
+// Where every job's peak fits beside the others' least levels, some
+// schedule co-runs them with nothing moved, and paging at a gate would only
+// add a round trip to the job's next start: a UM job pages there only while
+// some peak and the others' least exceed the budget, and never on a job's
+// first curve alone (a first iteration is often unlike the others).
+TEST(TimeShiftScheduler, AJobPagesAtItsGateOnlyWhereThePeaksCannotFitBesideTheOthersLeast) {
+  // Both 3 GiB at least, 10 GiB at their peaks: 13 GiB at either's peak.
+  TimeShiftScheduler scheduler = two_jobs_without_headroom(12 * kGiB);
+  scheduler.set_gate_paging(1, 1 * kGiB);
+  const DemandCurve curve = triangle_curve(100 * kMs, 3 * kGiB, 10 * kGiB);
+  for (JobId job : {1, 2}) scheduler.set_curve(job, curve);
+  EXPECT_EQ(scheduler.peak_shortfall(), 0u) << "first curves only";
+  EXPECT_EQ(scheduler.gate_paging(1), 1 * kGiB) << "it pages while the jobs are learning";
+  for (JobId job : {1, 2}) scheduler.set_curve(job, curve);
+  EXPECT_EQ(scheduler.peak_shortfall(), 1 * kGiB);
+  EXPECT_EQ(scheduler.gate_paging(1), 1 * kGiB);
+  EXPECT_EQ(scheduler.gate_paging(2), 0u) << "job 2 pages nothing at its gate";
+  EXPECT_EQ(scheduler.predicted_bytes(0), 5 * kGiB) << "both at their gates, job 1 less what it pages";
+
+  // 13 GiB fits 14 GiB: nothing is paged at a gate, and it is a re-plan.
+  uint64_t generation = scheduler.plan_generation();
+  scheduler.set_budget(14 * kGiB);
+  EXPECT_EQ(scheduler.peak_shortfall(), 0u);
+  EXPECT_EQ(scheduler.gate_paging(1), 0u);
+  EXPECT_EQ(scheduler.predicted_bytes(0), 6 * kGiB);
+  EXPECT_GT(scheduler.plan_generation(), generation);
+
+  // A third job, 2 GiB at least: job 1's peak and the others' least are
+  // 15 GiB, 1 GiB above the budget.
+  generation = scheduler.plan_generation();
+  scheduler.add_job(3);
+  EXPECT_EQ(scheduler.gate_paging(1), 1 * kGiB) << "a job that has not learned: nobody knows";
+  for (int i = 0; i < 2; ++i) scheduler.set_curve(3, triangle_curve(50 * kMs, 2 * kGiB, 4 * kGiB));
+  EXPECT_EQ(scheduler.peak_shortfall(), 1 * kGiB);
+  EXPECT_EQ(scheduler.gate_paging(1), 1 * kGiB);
+  // It leaves: 13 GiB fits again.
+  scheduler.remove_job(3);
+  EXPECT_EQ(scheduler.peak_shortfall(), 0u);
+  EXPECT_EQ(scheduler.gate_paging(1), 0u);
+  EXPECT_GT(scheduler.plan_generation(), generation);
+  EXPECT_EQ(scheduler.gate_paging(9), 0u) << "an unknown job";
+}
+
 TEST(TimeShiftScheduler, ReplansOnlyOnMaterialChanges) {
   TimeShiftScheduler scheduler;
   scheduler.add_job(1);

@@ -324,12 +324,12 @@ class Engine {
     if (zico()) scheduler_.add_job(j.id);
     if (zico() && j.pages()) (void)scheduler_.set_paging_cost(j.id, *j.paging);  // validated in simulate()
     if (zico() && j.pages()) {
-      // It pages out at its gate what its link moves in one of its periods:
-      // out while it waits, back in before it starts, each at most an iteration.
+      // It can page out at its gate what its link moves in one of its
+      // periods: out while it waits, back in before it starts, each at most
+      // an iteration. The gate says when it does (sync_gate_paging).
       const uint64_t chunks =
           sharing::gate_paging_bytes(options_.host_bytes_per_second, j.model->steady_period_ns) / options_.chunk_bytes;
-      (void)ledger_.set_gate_paging(j.id, 0, chunks);
-      (void)scheduler_.set_gate_paging(j.id, chunks * options_.chunk_bytes);
+      scheduler_.set_gate_paging(j.id, chunks * options_.chunk_bytes);
     }
     if (options_.policy == Policy::kStatic) set_held(j, j.reservation);
     load(j, -1);
@@ -415,6 +415,7 @@ class Engine {
     // A UM job the gate capped claims only its cap.
     if (j.pages() && j.planned_cap_bytes != 0) peak_bytes = std::min(peak_bytes, j.planned_cap_bytes);
     const uint64_t peak = peak_bytes == 0 ? 0 : std::max(j.held, chunks_for(peak_bytes));
+    sync_gate_paging();
     if (!ledger_.may_start(j.id, 0, peak, chunks_for(j.tracker->curve().end_bytes), now_ns())) {
       if (j.phase != Phase::kGate) enter_gate(j);
       (void)ledger_.set_between_iterations(j.id, 0, peak);
@@ -676,11 +677,25 @@ class Engine {
     pump();
   }
 
+  // The ledger learns what each UM job pages at its gate now: the gate
+  // pages only where the jobs cannot co-run without it (TimeShiftScheduler::
+  // peak_shortfall), which a curve, a job's arrival or end, or the budget
+  // changes. Before every ledger decision.
+  void sync_gate_paging() {
+    if (!zico()) return;
+    for (const auto& j : jobs_) {
+      if (j->pages() && j->active()) {
+        (void)ledger_.set_gate_paging(j->id, 0, scheduler_.gate_paging(j->id) / options_.chunk_bytes);
+      }
+    }
+  }
+
   // Until the ledger has nothing more to say. A reclaim is answered at once
   // (with nothing), so no reclaim stays outstanding and pumping again when
   // a reclaim retry comes due would change nothing: every other decision
   // follows from a change, after which this runs.
   void pump() {
+    sync_gate_paging();
     for (;;) {
       const std::vector<LedgerAction> actions = ledger_.pump(now_ns());
       if (actions.empty()) return;
