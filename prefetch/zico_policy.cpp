@@ -156,11 +156,12 @@ void ZicoPolicy::on_op_start(const OpView& op, Decisions* out) {
 
   if (following_) {
     const uint64_t now = iteration_base_ + position_;
-    for (size_t i = 0; i < op.pages.size(); ++i) {
-      // A page the prediction has elsewhere is next used where the
-      // prediction uses it next.
-      const uint64_t next = exact ? learned_.next_use_of(position_, i) : learned_.next_use(op.pages[i], position_);
-      index_.set(op.pages[i], next == kNoUse ? kNoUse : iteration_base_ + next);
+    if (exact) {
+      for (size_t i = 0; i < op.pages.size(); ++i) {
+        index_.set(op.pages[i], iteration_base_ + learned_.next_use_of(position_, i));
+      }
+    } else {
+      rekey_drifted(op);
     }
     fetch_missing(op, now, out);  // first: the op that runs now must have its pages
     issue_due(now, out);
@@ -173,11 +174,34 @@ void ZicoPolicy::on_op_start(const OpView& op, Decisions* out) {
 
 bool ZicoPolicy::drifts_a_little(const OpView& op) {
   if (position_ >= learned_.ops() || learned_.exec_id(position_) != op.exec_id) return false;
+  // Pages it uses that the prediction has not, and pages the prediction has
+  // that it does not use.
   const std::span<const PageId> learned = learned_.pages(position_);
   for (const PageId page : op.pages) {
     if (!std::binary_search(learned.begin(), learned.end(), page)) ++pages_drifted_;
   }
+  for (const PageId page : learned) {
+    if (!std::binary_search(op.pages.begin(), op.pages.end(), page)) ++pages_drifted_;
+  }
   return pages_drifted_ * kDriftDivisor <= learned_.page_refs();
+}
+
+void ZicoPolicy::rekey_drifted(const OpView& op) {
+  // A page the prediction has elsewhere is next used where the prediction
+  // uses it next.
+  for (const PageId page : op.pages) {
+    const uint64_t next = learned_.next_use(page, position_);
+    index_.set(page, next == kNoUse ? kNoUse : iteration_base_ + next);
+  }
+  // The prediction's pages this op did not use move past it all the same,
+  // as if it had: left at this position, they could be neither chosen as
+  // victims nor evicted as planned until the iteration ends.
+  const std::span<const PageId> learned = learned_.pages(position_);
+  for (size_t i = 0; i < learned.size(); ++i) {
+    if (index_.contains(learned[i]) && !std::binary_search(op.pages.begin(), op.pages.end(), learned[i])) {
+      index_.set(learned[i], iteration_base_ + learned_.next_use_of(position_, i));
+    }
+  }
 }
 
 void ZicoPolicy::issue_due(uint64_t now, Decisions* out) {

@@ -31,8 +31,9 @@
 // switches that off for good.
 // Each launch is checked against the prediction (same identity, same pages).
 // A launch with the predicted identity whose pages differ is followed on
-// while the iteration's page references where the prediction had none are
-// at most one in kDriftDivisor of the prediction's references: an allocator's placements drift
+// while the iteration's differing page references (used where the
+// prediction had none, or predicted and not used) are at most one in
+// kDriftDivisor of the prediction's references: an allocator's placements drift
 // by a page here and there from one iteration to the next (libzicoum's did
 // on GPT-2 medium, never repeating with a period of one or two), and such a
 // page is just fetched when its op needs it, its next use where the
@@ -87,6 +88,8 @@ class ZicoPolicy final : public PagingPolicy {
   // The launch has the predicted identity and its pages drift from the
   // prediction's by little enough to follow on (kDriftDivisor).
   [[nodiscard]] bool drifts_a_little(const OpView& op);
+  // Re-keys a drifted op's pages, and the prediction's pages it did not use.
+  void rekey_drifted(const OpView& op);
   // The prediction (learned_ and plan_) changed: positions restart.
   void adopt_prediction();
   [[nodiscard]] int64_t available_slots() const;
@@ -113,7 +116,7 @@ class ZicoPolicy final : public PagingPolicy {
   uint32_t period_ = 1;        // iterations per learned period: 2 once they alternate
   bool mid_period_ = false;    // a mark inside a period of two
   bool following_ = false;
-  uint64_t pages_drifted_ = 0;  // page references this iteration where the prediction had none
+  uint64_t pages_drifted_ = 0;  // page references this iteration that differ from the prediction's
   uint64_t iteration_base_ = 0;  // absolute position of this iteration's first op
   uint32_t position_ = 0;        // op position in this iteration
   size_t due_ = 0;       // next planned fetch of this iteration not yet issued
