@@ -233,7 +233,8 @@ struct Daemon::Impl final : GateGuard {
   std::pair<uint64_t, uint64_t> gate_claim(const Job& job, uint32_t gpu) const;
   std::string on_curve(Job& job, const proto::Curve& message);
   // A UM job can page out at its gate what its link moves in one of its
-  // periods (gate_paging_bytes): its gate is told.
+  // periods (gate_paging_bytes), in whole chunks: its gate is told.
+  [[nodiscard]] uint64_t gate_paging_offered(const Job& job, uint32_t gpu) const;
   void apply_gate_paging(const Job& job, uint32_t gpu);
   // The ledger learns what each job pages at its gates now: the gates page
   // only where the jobs cannot co-run without it (TimeShiftScheduler::

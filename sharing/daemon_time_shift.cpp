@@ -130,12 +130,16 @@ std::string Daemon::Impl::on_curve(Job& job, const proto::Curve& message) {
   return "";
 }
 
-void Daemon::Impl::apply_gate_paging(const Job& job, uint32_t gpu) {
+uint64_t Daemon::Impl::gate_paging_offered(const Job& job, uint32_t gpu) const {
   const JobGpu& use = job.gpus[gpu];
   const uint64_t chunk = gpus[gpu].chunk_bytes;
   const double link = static_cast<double>(use.report.link_bytes_per_second);
   const uint64_t bytes = use.pageable ? gate_paging_bytes(link, use.period_ns) : 0;
-  gates.set_gate_paging(job.id, gpu, bytes / chunk * chunk);
+  return bytes / chunk * chunk;
+}
+
+void Daemon::Impl::apply_gate_paging(const Job& job, uint32_t gpu) {
+  gates.set_gate_paging(job.id, gpu, gate_paging_offered(job, gpu));
   sync_gate_paging();
 }
 
@@ -144,7 +148,12 @@ void Daemon::Impl::sync_gate_paging() {
     for (size_t g = 0; g < job.gpus.size(); ++g) {
       if (!job.gpus[g].open) continue;
       const auto gpu = static_cast<uint32_t>(g);
-      (void)ledger.set_gate_paging(id, gpu, gates.gate_paging(id, gpu) / gpus[g].chunk_bytes);
+      // Without time shift nothing co-runs the jobs: a UM job pages at its
+      // gate whenever the ledger asks. A job that cannot be told anything
+      // pages nothing.
+      uint64_t bytes = gates.time_shift() ? gates.gate_paging(id, gpu) : gate_paging_offered(job, gpu);
+      if (job.fd < 0) bytes = 0;
+      (void)ledger.set_gate_paging(id, gpu, bytes / gpus[g].chunk_bytes);
     }
   }
 }

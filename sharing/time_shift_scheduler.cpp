@@ -14,6 +14,9 @@ uint64_t add_saturating(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UI
 // gate between iterations.
 uint64_t least_level(const DemandCurve& curve) { return std::min(curve.trough(), curve.end_bytes); }
 
+// Starts on an unchanged curve after which it is trusted (refresh_gate_paging).
+constexpr uint32_t kStartsToTrustCurve = 2;
+
 // The most SchedulerOptions::max_stretch is taken as.
 constexpr double kMaxStretch = 8.0;
 
@@ -119,7 +122,8 @@ void TimeShiftScheduler::set_curve(JobId job, const DemandCurve& curve) {
   if (it == jobs_.end()) return;
   if (materially_different(it->second.curve, curve, options_.replan_tolerance)) ++generation_;
   it->second.curve = curve;
-  it->second.curves_learned = curve.known() ? it->second.curves_learned + 1 : 0;
+  it->second.starts_on_curve = 0;
+  it->second.curves_set = curve.known() ? it->second.curves_set + 1 : 0;
   refresh_gate_paging();
 }
 
@@ -149,13 +153,15 @@ void TimeShiftScheduler::refresh_gate_paging() {
   uint64_t least_sum = 0;
   bool learning = false;
   for (const auto& [id, job] : jobs_) {
-    // A first curve is the first iteration's, which is often not like the
-    // others (an optimizer's state appears at its first step): bert_base's
+    // A curve is trusted once it is not the job's first, or once the job
+    // has started two iterations on it (a curve that stays the same is not
+    // sent again). A first curve is the first iteration's, often unlike
+    // the others (an optimizer's state appears at its first step): bert_base's
     // peaked 9 % lower and its least level was a third. Judged on it, the
     // gates stopped paging for bert_base+resnet50 at summed peaks / 1.6
     // (which needs it on the next curves), and the pair ran at 0.52 x what
     // paging from the start gives (simulated, 55 GB/s).
-    if (job.curves_learned < 2) learning = true;
+    if (!job.curve.known() || (job.curves_set < 2 && job.starts_on_curve < kStartsToTrustCurve)) learning = true;
     least_sum = add_saturating(least_sum, least_level(job.curve));
   }
   uint64_t shortfall = 0;
@@ -187,6 +193,10 @@ void TimeShiftScheduler::started(JobId job, uint64_t start_ns) {
   it->second.in_iteration = true;
   it->second.start_ns = start_ns;
   it->second.asked = false;
+  // The second start on one curve: the iteration after the one it came from
+  // did not change it (a changed curve arrives before its next gate).
+  uint32_t& starts = it->second.starts_on_curve;
+  if (starts < kStartsToTrustCurve && ++starts == kStartsToTrustCurve) refresh_gate_paging();
 }
 
 void TimeShiftScheduler::unplan(JobId job) {

@@ -137,12 +137,14 @@ class TimeShiftScheduler {
   [[nodiscard]] uint64_t gate_paging(JobId job) const;
   // By how much some job's peak and the least levels of all the others
   // exceed the budget (curves' bins): the memory that must leave the GPU
-  // at that job's peak, every iteration, for it to run beside the others.
-  // 0 when every job's peak fits beside the others' least levels: then some
-  // schedule (at worst a longer cycle, the jobs idling between iterations)
-  // co-runs them with nothing moved, and paging at the gates only adds a
-  // round trip to each start (docs/scheduling.md §8). Unknown, and 0,
-  // while the budget is 0 (unlimited) or a job has no second curve yet (a
+  // at that job's peak, every iteration, for it to run beside the others,
+  // since no placement of their iterations needs less. Where it is 0 the
+  // gates do not page: a schedule may co-run the jobs with nothing moved
+  // (at worst a longer cycle), and where none does they take turns as
+  // ordinary jobs; paging there cost each start a page-in and lost more
+  // than it saved (docs/scheduling.md §8). Unknown, and 0,
+  // while the budget is 0 (unlimited), a job has no curve, or a job has
+  // only its first curve and has not yet started two iterations on it (a
   // first iteration is often unlike the rest): the gates page meanwhile.
   [[nodiscard]] uint64_t peak_shortfall() const { return peak_shortfall_; }
   // What the job holds now (used for jobs still learning).
@@ -181,7 +183,8 @@ class TimeShiftScheduler {
     double stretch = 1.0;       // and its predicted stretch
     uint64_t gate_paging = 0;   // what it can page out at its gate (set_gate_paging)
     uint64_t paged_at_gate = 0; // what it pages there now (gate_paging())
-    uint32_t curves_learned = 0;  // known curves set in a row
+    uint32_t starts_on_curve = 0;  // iterations started since its curve was set
+    uint32_t curves_set = 0;       // known curves set in a row
   };
   // Recomputes peak_shortfall_ and each job's paged_at_gate: a change of
   // what any job pages at its gate is a re-plan.
