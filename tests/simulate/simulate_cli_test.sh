@@ -181,13 +181,19 @@ check_json "um triple" 'assert d["failed_jobs"] == 0 and d["budget_exceeded"] is
 # Below the fixed-offset bound (bert_base's rest at its gate and gpt2_medium's peak exceed the budget),
 # UM jobs on an H100's link page bert_base's rest out at its gate instead of taking turns: both
 # faster than the same jobs in vmm mode, within the budget (summed peaks / 1.45).
-pair=(--budget 17.78GiB --iterations 30 --utilization 0.5 --host-bandwidth 55GB/s --json "$bert" "$gpt2m")
-run "${pair[@]}"
-cp "$out" "$tmp/pair_vmm.json"
-run "${pair[@]}" --mode um
-[ "$status" -eq 0 ] || fail "bert_base+gpt2_medium in um mode: exit $status ($(cat "$err"))"
+# vmm_then_um WHAT ARGS...: the jobs as vmm jobs (kept in $tmp/vmm.json), then as UM jobs ($out).
+vmm_then_um() {
+  local what=$1
+  shift
+  run "$@"
+  cp "$out" "$tmp/vmm.json"
+  run "$@" --mode um
+  [ "$status" -eq 0 ] || fail "$what in um mode: exit $status ($(cat "$err"))"
+}
+vmm_then_um bert_base+gpt2_medium --budget 17.78GiB --iterations 30 --utilization 0.5 --host-bandwidth 55GB/s \
+  --json "$bert" "$gpt2m"
 check_json "um gate paging" '
-vmm = json.load(open("'"$tmp"'/pair_vmm.json"))
+vmm = json.load(open("'"$tmp"'/vmm.json"))
 assert d["failed_jobs"] == 0 and d["budget_exceeded"] is False, d
 assert d["jobs"][0]["gate_page_outs"] > 0 and d["jobs"][1]["gate_page_outs"] == 0, d["jobs"]
 assert d["aggregate_iters_per_s"] > 1.1 * vmm["aggregate_iters_per_s"], (d["aggregate_iters_per_s"], vmm["aggregate_iters_per_s"])'
@@ -195,13 +201,10 @@ assert d["aggregate_iters_per_s"] > 1.1 * vmm["aggregate_iters_per_s"], (d["aggr
 # Where every job's peak fits beside the others' least levels (three gpt2_medium at summed peaks / 1.6,
 # which time shift co-runs), UM jobs page at their gates only while they learn: paging there would add
 # a round trip to each start (it ran at 0.68x the vmm jobs when the gates paged throughout).
-triple=(--budget 31.88GiB --iterations 30 --utilization 0.5 --host-bandwidth 55GB/s --json "$gpt2m" "$gpt2m" "$gpt2m")
-run "${triple[@]}"
-cp "$out" "$tmp/triple_vmm.json"
-run "${triple[@]}" --mode um
-[ "$status" -eq 0 ] || fail "gpt2_medium x 3 in um mode: exit $status ($(cat "$err"))"
+vmm_then_um "gpt2_medium x 3" --budget 31.88GiB --iterations 30 --utilization 0.5 --host-bandwidth 55GB/s \
+  --json "$gpt2m" "$gpt2m" "$gpt2m"
 check_json "um gates page only where needed" '
-vmm = json.load(open("'"$tmp"'/triple_vmm.json"))
+vmm = json.load(open("'"$tmp"'/vmm.json"))
 assert d["failed_jobs"] == 0 and d["budget_exceeded"] is False, d
 assert sum(j["gate_page_outs"] for j in d["jobs"]) < 10, d["jobs"]
 assert d["aggregate_iters_per_s"] >= 0.98 * vmm["aggregate_iters_per_s"], (d["aggregate_iters_per_s"], vmm["aggregate_iters_per_s"])'
