@@ -71,6 +71,31 @@ bool LearnedIteration::same_as(const LearnedIteration& other) const {
          deaths_ == other.deaths_;
 }
 
+bool LearnedIteration::close_to(const LearnedIteration& other, uint64_t divisor) const {
+  if (exec_ids_ != other.exec_ids_) return false;
+  uint64_t differing = 0;
+  for (uint32_t op = 0; op < ops(); ++op) {
+    const std::span<const PageId> mine = pages(op);
+    const std::span<const PageId> theirs = other.pages(op);
+    // Both sorted: what is in one and not the other.
+    size_t i = 0;
+    size_t j = 0;
+    while (i < mine.size() || j < theirs.size()) {
+      if (j == theirs.size() || (i < mine.size() && mine[i] < theirs[j])) {
+        ++differing;
+        ++i;
+      } else if (i == mine.size() || theirs[j] < mine[i]) {
+        ++differing;
+        ++j;
+      } else {
+        ++i;
+        ++j;
+      }
+    }
+  }
+  return differing * divisor <= refs_.size();
+}
+
 bool LearnedIteration::matches(uint32_t position, uint64_t exec_id, std::span<const PageId> pages) const {
   if (position >= ops() || exec_ids_[position] != exec_id) return false;
   const std::span<const PageId> learned = this->pages(position);

@@ -46,6 +46,9 @@ class LearnedIteration {
   [[nodiscard]] const std::vector<std::pair<uint32_t, PageId>>& deaths() const { return deaths_; }
   // The same exec ids and pages, op by op.
   [[nodiscard]] bool same_as(const LearnedIteration& other) const;
+  // The same exec ids, op by op, and the page references that differ (in
+  // one and not the other) at most one in `divisor` of this one's.
+  [[nodiscard]] bool close_to(const LearnedIteration& other, uint64_t divisor) const;
   // Does op `position` match this launch?
   [[nodiscard]] bool matches(uint32_t position, uint64_t exec_id, std::span<const PageId> pages) const;
 

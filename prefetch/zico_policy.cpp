@@ -81,6 +81,13 @@ void ZicoPolicy::begin_iteration() {
         build_plan();
         changed = true;
       }
+    } else if (period_ == 2 && following_) {
+      // Followed to its end through a little drift: the same two
+      // iterations, placed a little differently. Learned as they ran.
+      std::swap(learned_, recording_);
+      learned_.finish(residency_.page_count());
+      build_plan();
+      changed = true;
     } else if (period_ == 2) {
       // The alternation broke: start over from the next iteration.
       period_ = 1;
@@ -90,7 +97,7 @@ void ZicoPolicy::begin_iteration() {
       plan_.clear();
       previous_plan_.clear();
       changed = true;
-    } else if (!previous_.empty() && recording_.same_as(previous_)) {
+    } else if (!previous_.empty() && recording_.close_to(previous_, kDriftDivisor)) {
       // It repeated the one two back. The second time in a row, the two
       // alternate: learn them as one period, the prediction (what comes
       // next) first. The first time, predict what was just seen (one odd

@@ -25,7 +25,8 @@
 // settle into a 2-cycle, a model that alternates two kinds of step): when an
 // iteration repeats the one two back instead of the last, twice in a row, the
 // planner learns the two as one period of two iterations, planned as a
-// whole, until it stops repeating.
+// whole, until it stops repeating. "Repeats" allows the drift below, and a
+// period followed to its end through drift is learned again as it ran.
 // Iterations come from the marks (on_iteration); a job that gives none has
 // its launches' period found instead (period_detector.h), and the first mark
 // switches that off for good.

@@ -183,6 +183,37 @@ TEST(PagingPolicies, ZicoFollowsAPlanWhosePlacementsDriftALittle) {
   }
 }
 
+TEST(PagingPolicies, ZicoKeepsAnAlternationWhosePlacementsDriftALittle) {
+  // Weights and two activations on pages that alternate between two places
+  // (learned as one period of two iterations), and one more activation that
+  // drifts over eight places in no such period. The drift is followed
+  // through and the period kept: no iteration runs on demand paging.
+  StreamBuilder b(4096);
+  std::vector<uint32_t> weights;
+  for (int i = 0; i < 16; ++i) weights.push_back(b.allocate(4096));
+  constexpr uint64_t kPlaces[] = {24, 27, 25, 30, 26, 29, 28, 31};
+  for (int it = 0; it < 16; ++it) {
+    b.mark();
+    const uint32_t d = b.allocate_at(kPlaces[it % 8] * 4096, 4096);
+    b.op({d}, 100000, 100);
+    b.free(d);
+    const uint64_t base = it % 2 == 0 ? 16 : 20;
+    const uint32_t a = b.allocate_at(base * 4096, 4096);
+    b.op({weights[0], a}, 100000, 101);
+    const uint32_t c = b.allocate_at((base + 1) * 4096, 4096);
+    b.op({a, c}, 100000, 102);
+    b.free(a);
+    b.op({weights[1], c}, 100000, 103);
+    b.free(c);
+    for (uint64_t i = 0; i < 16; ++i) b.op({weights[i], weights[(i + 1) % 16]}, 100000, 1 + i);
+  }
+  const AccessStream stream = b.finish();
+  const PagingResult zico = run_checked(stream, "zico", 6 * 4096);
+  for (size_t i = zico.iterations.size() - 4; i < zico.iterations.size(); ++i) {
+    EXPECT_LE(zico.iterations[i].faults, 1u) << "iteration " << i;
+  }
+}
+
 TEST(PagingPolicies, ZicoLeavesAPlanThatNoLongerFits) {
   // The same launches, but each iteration's ops use the weights in another
   // order: the prediction's pages are wrong everywhere. Followed on, its
