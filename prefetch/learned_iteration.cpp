@@ -71,28 +71,26 @@ bool LearnedIteration::same_as(const LearnedIteration& other) const {
          deaths_ == other.deaths_;
 }
 
+uint64_t differing_pages(std::span<const PageId> a, std::span<const PageId> b) {
+  uint64_t differing = 0;
+  size_t i = 0;
+  size_t j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i] == b[j]) {
+      ++i;
+      ++j;
+    } else {
+      ++differing;
+      ++(a[i] < b[j] ? i : j);
+    }
+  }
+  return differing + (a.size() - i) + (b.size() - j);
+}
+
 bool LearnedIteration::close_to(const LearnedIteration& other, uint64_t divisor) const {
   if (exec_ids_ != other.exec_ids_) return false;
   uint64_t differing = 0;
-  for (uint32_t op = 0; op < ops(); ++op) {
-    const std::span<const PageId> mine = pages(op);
-    const std::span<const PageId> theirs = other.pages(op);
-    // Both sorted: what is in one and not the other.
-    size_t i = 0;
-    size_t j = 0;
-    while (i < mine.size() || j < theirs.size()) {
-      if (j == theirs.size() || (i < mine.size() && mine[i] < theirs[j])) {
-        ++differing;
-        ++i;
-      } else if (i == mine.size() || theirs[j] < mine[i]) {
-        ++differing;
-        ++j;
-      } else {
-        ++i;
-        ++j;
-      }
-    }
-  }
+  for (uint32_t op = 0; op < ops(); ++op) differing += differing_pages(pages(op), other.pages(op));
   return differing * divisor <= refs_.size();
 }
 

@@ -18,6 +18,10 @@ namespace zico::prefetch {
 
 inline constexpr uint64_t kNoUse = UINT64_MAX;
 
+// The pages in one sorted list and not the other, counted both ways: how far
+// an op's pages drift from another's.
+[[nodiscard]] uint64_t differing_pages(std::span<const PageId> a, std::span<const PageId> b);
+
 class LearnedIteration {
  public:
   // Recording, one op at a time.

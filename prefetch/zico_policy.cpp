@@ -181,15 +181,7 @@ void ZicoPolicy::on_op_start(const OpView& op, Decisions* out) {
 
 bool ZicoPolicy::drifts_a_little(const OpView& op) {
   if (position_ >= learned_.ops() || learned_.exec_id(position_) != op.exec_id) return false;
-  // Pages it uses that the prediction has not, and pages the prediction has
-  // that it does not use.
-  const std::span<const PageId> learned = learned_.pages(position_);
-  for (const PageId page : op.pages) {
-    if (!std::binary_search(learned.begin(), learned.end(), page)) ++pages_drifted_;
-  }
-  for (const PageId page : learned) {
-    if (!std::binary_search(op.pages.begin(), op.pages.end(), page)) ++pages_drifted_;
-  }
+  pages_drifted_ += differing_pages(op.pages, learned_.pages(position_));
   return pages_drifted_ * kDriftDivisor <= learned_.page_refs();
 }
 

@@ -148,14 +148,24 @@ TEST(PagingPolicies, ZicoLearnsIterationsThatAlternate) {
   EXPECT_EQ(r.iterations[r.iterations.size() - 2].faults, 0u);
 }
 
+// Sixteen one-page weights, and the ops of one pass over them in `order`:
+// op i uses the i-th and the next (exec ids 1 to 16).
+std::vector<uint32_t> sixteen_weights(StreamBuilder& b) {
+  std::vector<uint32_t> weights;
+  for (int i = 0; i < 16; ++i) weights.push_back(b.allocate(4096));
+  return weights;
+}
+void pass_over(StreamBuilder& b, const std::vector<uint32_t>& order) {
+  for (uint64_t i = 0; i < 16; ++i) b.op({order[i], order[(i + 1) % 16]}, 100000, 1 + i);
+}
+
 // Sixteen one-page weights, each op using two, under a budget of six pages;
 // before them `drifting` one-page activations, each used by one op, land on
 // different pages every iteration, in no period of one or two (an
 // allocator's placements can drift so).
 AccessStream drifting_stream(uint64_t drifting) {
   StreamBuilder b(4096);
-  std::vector<uint32_t> weights;
-  for (int i = 0; i < 16; ++i) weights.push_back(b.allocate(4096));
+  const std::vector<uint32_t> weights = sixteen_weights(b);
   constexpr uint64_t kPlaces[] = {16, 19, 17, 22, 18, 21, 20, 23};
   for (int it = 0; it < 12; ++it) {
     b.mark();
@@ -164,7 +174,7 @@ AccessStream drifting_stream(uint64_t drifting) {
       b.op({a}, 100000, 100 + k);
       b.free(a);
     }
-    for (uint64_t i = 0; i < 16; ++i) b.op({weights[i], weights[(i + 1) % 16]}, 100000, 1 + i);
+    pass_over(b, weights);
   }
   return b.finish();
 }
@@ -189,8 +199,7 @@ TEST(PagingPolicies, ZicoKeepsAnAlternationWhosePlacementsDriftALittle) {
   // drifts over eight places in no such period. The drift is followed
   // through and the period kept: no iteration runs on demand paging.
   StreamBuilder b(4096);
-  std::vector<uint32_t> weights;
-  for (int i = 0; i < 16; ++i) weights.push_back(b.allocate(4096));
+  const std::vector<uint32_t> weights = sixteen_weights(b);
   constexpr uint64_t kPlaces[] = {24, 27, 25, 30, 26, 29, 28, 31};
   for (int it = 0; it < 16; ++it) {
     b.mark();
@@ -205,7 +214,7 @@ TEST(PagingPolicies, ZicoKeepsAnAlternationWhosePlacementsDriftALittle) {
     b.free(a);
     b.op({weights[1], c}, 100000, 103);
     b.free(c);
-    for (uint64_t i = 0; i < 16; ++i) b.op({weights[i], weights[(i + 1) % 16]}, 100000, 1 + i);
+    pass_over(b, weights);
   }
   const AccessStream stream = b.finish();
   const PagingResult zico = run_checked(stream, "zico", 6 * 4096);
@@ -221,14 +230,13 @@ TEST(PagingPolicies, ZicoLeavesAPlanThatNoLongerFits) {
   // moves); the planner leaves it at its first op and moves about what
   // demand paging does (its cold path evicts ahead, a little more).
   StreamBuilder b(4096);
-  std::vector<uint32_t> weights;
-  for (int i = 0; i < 16; ++i) weights.push_back(b.allocate(4096));
+  const std::vector<uint32_t> weights = sixteen_weights(b);
   std::mt19937 random(7);
   std::vector<uint32_t> order(weights);
   for (int it = 0; it < 12; ++it) {
     b.mark();
     std::shuffle(order.begin(), order.end(), random);
-    for (uint64_t i = 0; i < 16; ++i) b.op({order[i], order[(i + 1) % 16]}, 100000, 1 + i);
+    pass_over(b, order);
   }
   const AccessStream stream = b.finish();
   const PagingResult zico = run_checked(stream, "zico", 6 * 4096);
