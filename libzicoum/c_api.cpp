@@ -126,6 +126,9 @@ zico_status_t zico_get_stats(int device, zico_stats_t* stats) {
     const zico::LaunchCounts launches = zico::launch_counts();
     full.kernels = launches.launches;
     full.kernels_without_blocks = launches.without_blocks;
+    full.unnamed_faults = p.unnamed_faults;
+    full.learnt_pages = p.learnt_pages;
+    full.unasked_arrivals = p.unasked_arrivals;
     if (auto* sim = dynamic_cast<zico::SimDriver*>(Runtime::instance().driver())) {
       full.modelled_ns = sim->managed_stats().now_ns;
     }

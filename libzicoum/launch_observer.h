@@ -14,8 +14,9 @@
 // cannot tell leaves kernelParams unread (their count is unknown, and reading
 // past it would be reading garbage) and only a packed parameter buffer
 // (CU_LAUNCH_PARAM_BUFFER_POINTER) is scanned. Blocks a kernel reaches only
-// through memory (pointer arrays on the device) are not seen: their pages
-// fault in and the pager learns of them from the next iteration's faults.
+// through memory (pointer arrays on the device) are not seen here: their
+// pages fault in, and the pager learns them from the driver's fault reports
+// (prefetch/unseen_uses.h) for the next iteration.
 //
 // A launch captured into a CUDA graph is not announced (it runs at each
 // replay, not now). Layouts are forgotten when a module or library is

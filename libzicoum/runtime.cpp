@@ -270,6 +270,7 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
   }
   prefetch::UmPagerOptions pager_options;
   pager_options.policy = config_.paging_policy;
+  pager_options.learn_from_faults = config_.fault_reports;
   pager_options.budget_bytes = under_node ? lent : config_.budget.value_or(caps.total_memory);
   std::unique_ptr<prefetch::UmPager> pager;
   if (Status status = prefetch::UmPager::create(*driver_, device, (*allocator)->arena(), (*allocator)->chunk_bytes(),

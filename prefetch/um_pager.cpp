@@ -39,6 +39,15 @@ Status UmPager::create(Driver& driver, DeviceId device, VaRange arena, uint64_t 
     *why = "cannot create the pager's stream";
     return status;
   }
+  if (options.learn_from_faults) {
+    std::string reason;
+    if (driver.start_fault_reports(device, &reason).is_ok()) {
+      pager->fault_reports_ = true;
+    } else {
+      ZICO_LOG(kInfo, "paging: no fault reports (%s): the pager knows what kernels use from their launches only",
+               reason.c_str());
+    }
+  }
   *out = std::move(pager);
   return Status::ok();
 }
@@ -181,8 +190,22 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   }
   std::sort(kernel_pages_.begin(), kernel_pages_.end());
   kernel_pages_.erase(std::unique(kernel_pages_.begin(), kernel_pages_.end()), kernel_pages_.end());
-  largest_kernel_pages_ = std::max(largest_kernel_pages_, kernel_pages_.size());
   ++kernel_stamp_;
+  if (fault_reports_) {
+    // What this op used last time beyond what it names: used again (unless
+    // its block was freed since), so fetched and counted like the rest.
+    unseen_.announce(kernel_stamp_, op_index_, exec_id, kernel_pages_);
+    const size_t named = kernel_pages_.size();
+    unseen_.learnt_for(op_index_++, exec_id, &kernel_pages_);
+    kernel_pages_.erase(std::remove_if(kernel_pages_.begin() + static_cast<std::ptrdiff_t>(named), kernel_pages_.end(),
+                                       [this](PageId page) { return !residency_.live(page); }),
+                        kernel_pages_.end());
+    if (kernel_pages_.size() > named) {
+      std::sort(kernel_pages_.begin(), kernel_pages_.end());
+      kernel_pages_.erase(std::unique(kernel_pages_.begin(), kernel_pages_.end()), kernel_pages_.end());
+    }
+  }
+  largest_kernel_pages_ = std::max(largest_kernel_pages_, kernel_pages_.size());
   in_kernel_ = true;
   for (const PageId page : kernel_pages_) pinned_[page] = kernel_stamp_;
   kernel_exec_id_ = exec_id;
@@ -225,11 +248,19 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
     ++stats_.fences;
   }
   migrated_for_kernel_ = false;
+  // The faults the kernel causes are reported under its stamp. The reports
+  // are read at each iteration mark, and every kReadReportsEvery kernels in
+  // between, so that a job which never marks one keeps the budget too.
+  if (fault_reports_) {
+    if (kernel_stamp_ - stamp_at_last_take_ >= kReadReportsEvery) take_fault_reports();
+    driver_.tag_work(kernel_stamp_);
+  }
   return faulted_.size();
 }
 
 void UmPager::after_kernel() {
   std::lock_guard lock(mutex_);
+  if (fault_reports_) driver_.untag_work();
   if (!in_kernel_) return;
   // The kernel is queued now: what an eviction must wait for from here on.
   // Recorded here, on the launching thread, so that a per-thread stream is
@@ -247,9 +278,40 @@ void UmPager::after_kernel() {
 void UmPager::on_iteration() {
   std::lock_guard lock(mutex_);
   poll_deferred();
+  if (fault_reports_) {
+    take_fault_reports();
+    op_index_ = 0;
+  }
   decisions_.clear();
   policy_->on_iteration(iteration_++, &decisions_);
   apply(decisions_);
+}
+
+void UmPager::take_fault_reports() {
+  reports_.clear();
+  if (!driver_.take_fault_reports(&reports_).is_ok()) return;  // kept by the driver for the next mark
+  // An untagged report (a copy's) is of work since the last read: a page
+  // named by a kernel since then may have been placed by the pager after it.
+  const uint64_t untagged_stamp = stamp_at_last_take_ + 1;
+  stamp_at_last_take_ = kernel_stamp_;
+  for (const ManagedFault& report : reports_) {
+    if (report.address < arena_.base || report.address - arena_.base >= arena_.bytes) continue;
+    const auto page = static_cast<PageId>((report.address - arena_.base) / page_bytes_);
+    if (report.tag != 0 && unseen_.on_fault(report.tag, page)) ++stats_.unnamed_faults;
+    // A page named by the faulting kernel or a later one was placed by the
+    // pager, which counts it where it put it; one it counts absent and never
+    // placed since is on the GPU, unasked: counted there, room made for it.
+    const uint64_t stamp = report.tag != 0 ? report.tag : untagged_stamp;
+    if (pinned_[page] >= stamp || residency_.state(page) != PageState::kAbsent) continue;
+    while (residency_.free_pages() == 0 && evict_oldest_unpinned()) ++stats_.room_evictions;
+    if (residency_.free_pages() == 0) continue;
+    residency_.start_arrival(page);
+    residency_.arrive(page, clock_++);
+    ++stats_.unasked_arrivals;
+  }
+  unseen_.reports_read();
+  stats_.learnt_pages = unseen_.learnt_pages();
+  note_peak();
 }
 
 void UmPager::apply(const Decisions& decisions) {

@@ -34,6 +34,7 @@
 #include "residency.h"
 #include "status.h"
 #include "transfer_model.h"
+#include "unseen_uses.h"
 
 namespace zico::prefetch {
 
@@ -41,6 +42,11 @@ struct UmPagerOptions {
   std::string policy = "zico";  // one of kPolicyNames
   uint64_t budget_bytes = 0;    // the job's pages on the GPU, at most (whole pages)
   TransferModel model;          // what the policies plan with
+  // Learn what kernels use beyond what their launches name, from the
+  // driver's fault reports (unseen_uses.h), and count on the GPU the pages
+  // that arrived unasked. Where the driver has no reports, the pager knows
+  // only what launches name (said once in the log at kInfo).
+  bool learn_from_faults = true;
 };
 
 // What the pager did.
@@ -60,6 +66,13 @@ struct UmPagerStats {
   uint64_t budget_evictions = 0;     // pages sent to the host because the budget shrank
   uint64_t fences = 0;               // stream waits issued: the pager's behind a kernel's, or the other way
   uint64_t peak_resident_bytes = 0;
+  // Fault reports (learn_from_faults): pages a kernel faulted in that its
+  // launch did not name (each is named for its op from then on), and pages
+  // that arrived unasked while the pager counted them absent (then counted,
+  // and room made for them).
+  uint64_t unnamed_faults = 0;
+  uint64_t unasked_arrivals = 0;
+  uint64_t learnt_pages = 0;         // named for their ops now, over every op
 };
 
 class UmPager {
@@ -107,8 +120,14 @@ class UmPager {
                          std::vector<VaRange>* blocks = nullptr, StreamHandle stream = StreamHandle{});
   // The kernel of the last before_kernel() was launched.
   void after_kernel();
-  // An iteration boundary (zico_mark_iteration, or detected).
+  // An iteration boundary (zico_mark_iteration). The driver's fault reports
+  // are read here (and every few thousand kernels): what kernels used
+  // unnamed is learnt for their places in the next iteration, and what
+  // arrived unasked is counted on the GPU (late by up to a read; room is
+  // made for it at once).
   void on_iteration();
+  // Whether the driver's fault reports reach the pager.
+  [[nodiscard]] bool learns_from_faults() const { return fault_reports_; }
 
   // A new budget (whole pages; a node manager lent more or asks some back).
   // Shrinking evicts the least recently migrated pages first, never those of
@@ -157,6 +176,8 @@ class UmPager {
   // Records `event` (made the first time) on `stream`; false if it could not.
   [[nodiscard]] bool recorded(EventHandle& event, StreamHandle stream);
   void note_peak();
+  // Reads the driver's fault reports (on_iteration).
+  void take_fault_reports();
   // Evicts the least recently migrated page no running kernel uses; false if none.
   bool evict_oldest_unpinned();
   [[nodiscard]] bool pinned(PageId page) const { return in_kernel_ && pinned_[page] == kernel_stamp_; }
@@ -206,6 +227,15 @@ class UmPager {
   size_t largest_kernel_pages_ = 0;
   Decisions decisions_;
   UmPagerStats stats_;
+  // Fault reports: whether the driver gives them, what kernels used unnamed,
+  // the next op's place in the iteration, the stamp of the last kernel when
+  // the reports were last read (untagged reports are no older), a buffer.
+  static constexpr uint64_t kReadReportsEvery = 4096;
+  bool fault_reports_ = false;
+  UnseenUses unseen_;
+  uint32_t op_index_ = 0;
+  uint64_t stamp_at_last_take_ = 0;
+  std::vector<ManagedFault> reports_;
 };
 
 }  // namespace zico::prefetch

@@ -28,6 +28,9 @@ constexpr OptionInfo kOptions[] = {
      "UM mode: how pages move (zico: planned from the learned iteration; deepum: correlation prefetching; "
      "autoswap: swap planning per iteration; um: on demand only)"},
     {"ZICO_LOG", "warn", "error | warn | info | debug", "how much the library logs to stderr"},
+    {"ZICO_FAULT_REPORTS", "on", "on | off",
+     "UM mode: learn what kernels use beyond their parameters from the GPU's fault reports (CUPTI, loaded at run "
+     "time; without it, from the parameters only)"},
     {"ZICO_STATIC_RUNTIMES", "off", "on | off",
      "on: libraries with the CUDA runtime inside them (cuBLAS, cuDNN) allocate and launch through zicoum too "
      "(their dlsym of the driver's cuGetProcAddress gets zicoum's; x86-64; not yet checked on a GPU)"},
@@ -185,6 +188,13 @@ Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
       return Status(Errc::kConfigError);
     }
     config.sim_capturing_stream = static_cast<uintptr_t>(handle);
+  }
+  if (const char* v = lookup("ZICO_FAULT_REPORTS")) {
+    if (std::strcmp(v, "on") != 0 && std::strcmp(v, "off") != 0) {
+      *error = bad_value("ZICO_FAULT_REPORTS", v, "on or off");
+      return Status(Errc::kConfigError);
+    }
+    config.fault_reports = std::strcmp(v, "on") == 0;
   }
   if (const char* v = lookup("ZICO_STATIC_RUNTIMES")) {
     if (std::strcmp(v, "on") != 0 && std::strcmp(v, "off") != 0) {

@@ -13,6 +13,8 @@
 #include <new>
 #include <utility>
 
+#include "cupti_faults.h"
+
 namespace zico {
 
 // Entry points as (base name, CUDA version). The version is the suffix of the
@@ -797,6 +799,28 @@ Status CudaDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream)
   CUdeviceptr base = device_ptr(ptr);
   size_t size = bytes;
   return from_cu(api_->cuMemDiscardBatchAsync(&base, &size, 1, 0, cu_stream(stream)));
+}
+
+Status CudaDriver::start_fault_reports(DeviceId device, std::string* why) noexcept {
+  if (!valid(device)) return Errc::kInvalidArgument;
+  CuptiFaults* cupti = CuptiFaults::start(device.value, why);
+  if (cupti == nullptr) return Errc::kNotSupported;
+  cupti_.store(cupti, std::memory_order_release);
+  return Status::ok();
+}
+
+void CudaDriver::tag_work(uint64_t tag) noexcept {
+  if (CuptiFaults* cupti = cupti_.load(std::memory_order_acquire)) cupti->push_tag(tag);
+}
+
+void CudaDriver::untag_work() noexcept {
+  if (CuptiFaults* cupti = cupti_.load(std::memory_order_acquire)) cupti->pop_tag();
+}
+
+Status CudaDriver::take_fault_reports(std::vector<ManagedFault>* out) noexcept {
+  CuptiFaults* cupti = cupti_.load(std::memory_order_acquire);
+  if (cupti == nullptr) return Errc::kNotSupported;
+  return cupti->take(out);
 }
 
 Status CudaDriver::process_memory(int /*pid*/, DeviceId /*device*/, uint64_t* /*bytes*/) noexcept {

@@ -16,6 +16,7 @@
 // the hot path to an already-retained context is a single atomic load.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -28,6 +29,8 @@
 struct CUctx_st;  // CUcontext, without including cuda.h
 
 namespace zico {
+
+class CuptiFaults;
 
 // Maps a CUresult (passed as int so this header needs no CUDA include path)
 // to a Status whose detail is the CUresult.
@@ -93,6 +96,12 @@ class CudaDriver final : public Driver {
   [[nodiscard]] Status stream_capture_state(StreamHandle stream, CaptureState* state) noexcept override;
   // kNotSupported: per-process usage needs NVML, which is not loaded yet.
   [[nodiscard]] Status process_memory(int pid, DeviceId device, uint64_t* bytes) noexcept override;
+  // CUPTI's unified-memory fault records (cupti_faults.h); kNotSupported,
+  // with the reason, where libcupti is absent or refuses.
+  [[nodiscard]] Status start_fault_reports(DeviceId device, std::string* why) noexcept override;
+  void tag_work(uint64_t tag) noexcept override;
+  void untag_work() noexcept override;
+  [[nodiscard]] Status take_fault_reports(std::vector<ManagedFault>* out) noexcept override;
 
  private:
   // Defined in cuda_driver.cpp so that this header stays free of cuda.h.
@@ -124,6 +133,7 @@ class CudaDriver final : public Driver {
   // fence on it must be recorded in the event's own device's context.
   std::mutex events_mu_;
   std::unordered_map<uintptr_t, int> event_devices_;  // guarded by events_mu_
+  std::atomic<CuptiFaults*> cupti_{nullptr};  // set by start_fault_reports, the process's one
 };
 
 }  // namespace zico

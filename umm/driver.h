@@ -18,6 +18,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "status.h"
 #include "types.h"
@@ -59,6 +61,14 @@ enum class CaptureState : uint8_t {
   kNone,       // work on the stream runs
   kCapturing,  // work on the stream is captured into a graph
   kBlocked,    // a blocking (legacy) stream while another stream captures: work there would break that capture
+};
+
+// A managed page the device reported arriving without a prefetch: a fault
+// (or a migration the driver made on its own, as for a copy). `tag` is the
+// tag of the work that caused it (Driver::tag_work), 0 where none is known.
+struct ManagedFault {
+  uint64_t tag = 0;
+  uintptr_t address = 0;  // inside the page that arrived
 };
 
 // Where a managed prefetch moves pages to.
@@ -147,6 +157,28 @@ class Driver {
   // Contents of the range become undefined; no data migrates for it afterwards.
   // kNotSupported where Capabilities::discard is false.
   [[nodiscard]] virtual Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept = 0;
+
+  // --- what the device reports of managed memory ------------------------------
+  // Reports of managed pages that arrived on `device` unasked (faults), for
+  // what a kernel reaches that its parameters do not show. Off until started;
+  // kNotSupported where the driver cannot tell (CudaDriver: no CUPTI, or
+  // CUPTI refused; *why says which). Not virtual-pure: a driver without
+  // reports needs nothing of these.
+  [[nodiscard]] virtual Status start_fault_reports(DeviceId device, std::string* why) noexcept {
+    (void)device;
+    if (why != nullptr) *why = "the driver reports no faults";
+    return Status(Errc::kNotSupported);
+  }
+  // Work the calling thread queues from now until untag_work() carries `tag`
+  // (nonzero) into the reports of the faults it causes.
+  virtual void tag_work(uint64_t tag) noexcept { (void)tag; }
+  virtual void untag_work() noexcept {}
+  // Appends to *out the reports of work that has completed since the last
+  // call (older first); kOutOfMemory if the host has no memory for them.
+  [[nodiscard]] virtual Status take_fault_reports(std::vector<ManagedFault>* out) noexcept {
+    (void)out;
+    return Status(Errc::kNotSupported);
+  }
 
   // --- other processes ---------------------------------------------------------
   // How much of `device`'s memory process `pid` holds (mapped, or kept alive

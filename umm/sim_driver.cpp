@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -101,6 +102,10 @@ CaptureState sim_capture_state(uintptr_t capturing_stream, uintptr_t stream) {
 // of one device can be told from /proc (process_memory).
 std::string chunk_name(DeviceId device) { return "zicoum-sim-chunk-" + std::to_string(device.value); }
 
+// The tag the calling thread's kernels carry into fault reports (tag_work):
+// the simulated kernels run on the thread that launches them.
+thread_local uint64_t t_work_tag = 0;
+
 }  // namespace
 
 struct SimDriver::State {
@@ -137,6 +142,27 @@ struct SimDriver::State {
   std::array<uint64_t, static_cast<size_t>(SimOp::kCount)> fail_at{};
   std::array<Errc, static_cast<size_t>(SimOp::kCount)> fail_error{};
   SimCounters counters;
+  // Fault reports (start_fault_reports): off until started; at most
+  // kMaxFaultReports kept between takes, the rest dropped and counted.
+  bool reporting_faults = false;
+  std::vector<ManagedFault> fault_reports;
+  uint64_t dropped_fault_reports = 0;
+  std::vector<uintptr_t> faulted_scratch;
+  static constexpr size_t kMaxFaultReports = size_t{1} << 20;
+
+  // Runs a kernel on device 0's unified memory, reporting what it faulted in under `tag`.
+  Status run_managed(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit, uint64_t tag) {
+    faulted_scratch.clear();
+    Status status = managed->run_kernel(ranges, duration_ns, limit, reporting_faults ? &faulted_scratch : nullptr);
+    for (const uintptr_t address : faulted_scratch) {
+      if (fault_reports.size() >= kMaxFaultReports) {
+        ++dropped_fault_reports;
+        continue;
+      }
+      fault_reports.push_back(ManagedFault{tag, address});
+    }
+    return status;
+  }
 
   Status take_fault(SimOp op) {
     const auto i = static_cast<size_t>(op);
@@ -174,7 +200,8 @@ struct SimDriver::State {
       if (range.bytes != 0 && in_managed(range)) used[n++] = range;
     }
     if (n == 0) return Status::ok();
-    return managed->run_kernel(std::span<const VaRange>(used.data(), n), 0, managed_limit(capacity));
+    // A copy is no tagged op: what it brings in is reported untagged.
+    return run_managed(std::span<const VaRange>(used.data(), n), 0, managed_limit(capacity), 0);
   }
 
   // True when [addr, addr+bytes) is managed memory or fully covered by
@@ -701,7 +728,38 @@ Status SimDriver::run_kernel(std::span<const VaRange> ranges, uint64_t duration_
   for (const VaRange& range : ranges) {
     if (!state_->device_range_ok(range.base, range.bytes)) return Status(Errc::kInvalidArgument);
   }
-  return state_->managed->run_kernel(ranges, duration_ns, state_->managed_limit(options_.capacity));
+  return state_->run_managed(ranges, duration_ns, state_->managed_limit(options_.capacity), t_work_tag);
+}
+
+Status SimDriver::start_fault_reports(DeviceId device, std::string* why) noexcept {
+  if (device.value != 0) {
+    if (why != nullptr) *why = "the simulated device " + std::to_string(device.value) + " has no unified memory";
+    return Status(Errc::kNotSupported);
+  }
+  std::lock_guard lock(state_->mutex);
+  state_->reporting_faults = true;
+  return Status::ok();
+}
+
+void SimDriver::tag_work(uint64_t tag) noexcept { t_work_tag = tag; }
+
+void SimDriver::untag_work() noexcept { t_work_tag = 0; }
+
+Status SimDriver::take_fault_reports(std::vector<ManagedFault>* out) noexcept {
+  if (out == nullptr) return Status(Errc::kInvalidArgument);
+  std::lock_guard lock(state_->mutex);
+  try {
+    out->insert(out->end(), state_->fault_reports.begin(), state_->fault_reports.end());
+  } catch (const std::bad_alloc&) {
+    return Status(Errc::kOutOfMemory);
+  }
+  state_->fault_reports.clear();
+  return Status::ok();
+}
+
+uint64_t SimDriver::dropped_fault_reports() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->dropped_fault_reports;
 }
 
 SimManagedStats SimDriver::managed_stats() const {

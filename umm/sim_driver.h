@@ -106,6 +106,8 @@ class SimDriver final : public Driver {
   [[nodiscard]] Status run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns);
   // What unified memory did so far: the modelled clock, faults, migrations.
   [[nodiscard]] SimManagedStats managed_stats() const;
+  // Fault reports dropped because too many waited to be taken.
+  [[nodiscard]] uint64_t dropped_fault_reports() const;
 
   // --- Driver ----------------------------------------------------------------
   const char* name() const noexcept override { return "sim"; }
@@ -145,6 +147,12 @@ class SimDriver final : public Driver {
   Status managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target,
                           StreamHandle stream) noexcept override;
   Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept override;
+  // Every page a kernel (run_kernel) or a copy faults in, on device 0, the
+  // kernel's under the launching thread's tag.
+  Status start_fault_reports(DeviceId device, std::string* why) noexcept override;
+  void tag_work(uint64_t tag) noexcept override;
+  void untag_work() noexcept override;
+  Status take_fault_reports(std::vector<ManagedFault>* out) noexcept override;
   // Only SimOptions::capturing_stream is ever capturing; while it is, the
   // legacy stream (0, 0x1) is blocked.
   Status stream_capture_state(StreamHandle stream, CaptureState* state) noexcept override;

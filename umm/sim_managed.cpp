@@ -180,7 +180,8 @@ void SimManagedMemory::discard(VaRange range) {
   }
 }
 
-Status SimManagedMemory::run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit) {
+Status SimManagedMemory::run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit,
+                                    std::vector<uintptr_t>* faulted_pages) {
   ++operation_;
   fault_ns_pending_ = 0;
   uint64_t faulted = 0;
@@ -206,6 +207,7 @@ Status SimManagedMemory::run_kernel(std::span<const VaRange> ranges, uint64_t du
       } else {
         if (Status status = bring_in(base, *allocation, i, limit, true); !status.is_ok()) return status;
         ++faulted;
+        if (faulted_pages != nullptr) faulted_pages->push_back(base + i * page_bytes_);
       }
       page.has_data = true;
     }

@@ -92,8 +92,10 @@ class SimManagedMemory {
   [[nodiscard]] Status prefetch_to_host(VaRange range);
   void discard(VaRange range);
   // A kernel that uses `ranges` (managed ones; others are ignored) and then
-  // computes for `duration_ns`.
-  [[nodiscard]] Status run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit);
+  // computes for `duration_ns`. *faulted, if given, receives the address of
+  // each page it faulted in (appended).
+  [[nodiscard]] Status run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit,
+                                  std::vector<uintptr_t>* faulted = nullptr);
   // The device memory managed pages hold.
   [[nodiscard]] uint64_t resident_bytes() const { return stats_.resident_bytes; }
   [[nodiscard]] const SimManagedStats& stats() const { return stats_; }

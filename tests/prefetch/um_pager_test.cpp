@@ -309,6 +309,83 @@ TEST(UmPager, PutsNoFenceOnAStreamCapturingAGraph) {
   ASSERT_TRUE(driver.managed_free(arena).is_ok());
 }
 
+// Five one-page blocks used in turn by five kernels, with a budget of four
+// pages; the first kernel also reads a sixth block its parameters do not
+// point to (a pointer kept in device memory). Returns the most the device
+// held of the job's pages in iterations 3 to 8, the faults it took there
+// and those the pager counted, and the pager's stats.
+struct UnseenRun {
+  uint64_t resident_after_first_mark = 0;  // the device's, once the first reports were read
+  uint64_t most_resident_late = 0;
+  uint64_t device_faults_late = 0;
+  uint64_t pager_faults_late = 0;
+  UmPagerStats stats;
+};
+UnseenRun run_with_an_unseen_use(bool learn_from_faults) {
+  UnseenRun run;
+  SimDriver driver;
+  void* arena = nullptr;
+  EXPECT_TRUE(driver.managed_allocate(8 * kPage, &arena).is_ok());
+  auto* base = static_cast<std::byte*>(arena);
+  UmPagerOptions options;
+  options.budget_bytes = 4 * kPage;
+  options.learn_from_faults = learn_from_faults;
+  std::unique_ptr<UmPager> pager;
+  std::string why;
+  EXPECT_TRUE(UmPager::create(driver, DeviceId{0}, VaRange{reinterpret_cast<uintptr_t>(arena), 8 * kPage}, kPage,
+                              options, &pager, &why)
+                  .is_ok())
+      << why;
+  if (pager == nullptr) return run;
+  EXPECT_EQ(pager->learns_from_faults(), learn_from_faults);
+  const auto page_of = [&](size_t page) { return VaRange{reinterpret_cast<uintptr_t>(base + page * kPage), kPage}; };
+  for (size_t page = 0; page < 6; ++page) {
+    pager->on_allocate(base + page * kPage, kPage);
+    std::memset(base + page * kPage, static_cast<int>(0x40 + page), kPage);
+  }
+  const VaRange hidden = page_of(5);
+  for (int iteration = 0; iteration < 8; ++iteration) {
+    if (iteration == 2) {
+      run.device_faults_late = driver.managed_stats().faulted_pages;
+      run.pager_faults_late = pager->stats().faulted_pages;
+    }
+    for (size_t op = 0; op < 5; ++op) {
+      const VaRange named = page_of(op);
+      pager->before_kernel(100 + op, std::span<const VaRange>(&named, 1), 1'000'000);
+      const VaRange used[] = {named, hidden};
+      EXPECT_TRUE(driver.run_kernel(std::span<const VaRange>(used, op == 0 ? 2 : 1), 1'000'000).is_ok());
+      pager->after_kernel();
+      if (iteration >= 2) {
+        run.most_resident_late = std::max(run.most_resident_late, driver.managed_stats().resident_bytes);
+      }
+    }
+    pager->on_iteration();
+    if (iteration == 0) run.resident_after_first_mark = driver.managed_stats().resident_bytes;
+  }
+  run.device_faults_late = driver.managed_stats().faulted_pages - run.device_faults_late;
+  run.pager_faults_late = pager->stats().faulted_pages - run.pager_faults_late;
+  for (size_t page = 0; page < 6; ++page) {
+    EXPECT_EQ(static_cast<int>(base[page * kPage + 9]), static_cast<int>(0x40 + page)) << "block " << page;
+  }
+  run.stats = pager->stats();
+  pager.reset();
+  EXPECT_TRUE(driver.managed_free(arena).is_ok());
+  return run;
+}
+
+TEST(UmPager, LearnsWhatAKernelUsesBeyondItsParametersFromTheFaultReports) {
+  const UnseenRun blind = run_with_an_unseen_use(false);
+  EXPECT_GT(blind.most_resident_late, 4 * kPage) << "the unseen page did not push the device past the budget";
+
+  const UnseenRun learnt = run_with_an_unseen_use(true);
+  EXPECT_LE(learnt.resident_after_first_mark, 4 * kPage) << "no room was made for the page that arrived unasked";
+  EXPECT_LE(learnt.most_resident_late, 4 * kPage) << "the device held more than the budget";
+  EXPECT_EQ(learnt.stats.unnamed_faults, 1u) << "the unseen page faulted unnamed after it was learnt";
+  EXPECT_EQ(learnt.stats.learnt_pages, 1u);
+  EXPECT_EQ(learnt.stats.unasked_arrivals, 1u) << "the unseen page was not counted on the GPU";
+  EXPECT_EQ(learnt.device_faults_late, learnt.pager_faults_late) << "the device faulted where the pager did not know";
+}
+
 TEST(UmPager, KeepsTheBudgetOnTheDeviceOnRandomStreams) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     const AccessStream stream = random_training_stream(seed, 4, kPage);

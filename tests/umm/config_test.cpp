@@ -42,6 +42,7 @@ TEST(Config, ReadsEveryVariable) {
                     {"ZICO_SIM_DEVICES", "2"},
                     {"ZICO_MODE", "um"},
                     {"ZICO_PAGING_POLICY", "deepum"},
+                    {"ZICO_FAULT_REPORTS", "off"},
                     {"ZICO_JOB_NAME", "bert fine-tune #3"}},
                    &config, &error)
                   .is_ok())
@@ -56,6 +57,7 @@ TEST(Config, ReadsEveryVariable) {
   EXPECT_EQ(config.sim_devices, 2);
   EXPECT_EQ(config.mode, Mode::kUm);
   EXPECT_EQ(config.paging_policy, "deepum");
+  EXPECT_FALSE(config.fault_reports);
   EXPECT_EQ(config.job_name, "bert fine-tune #3");
 }
 
@@ -72,7 +74,7 @@ TEST(Config, BadValuesNameTheVariableValueAndForm) {
       {"ZICO_MODE", "foo", "vmm or um"},     {"ZICO_MODE", "UM", "vmm or um"},
       {"ZICO_PAGING_POLICY", "lru", "zico, deepum, autoswap or um"},
       {"ZICO_JOB_NAME", "", "printable ASCII"},      {"ZICO_JOB_NAME", "a\tb", "printable ASCII"},
-      {"ZICO_STATIC_RUNTIMES", "yes", "on or off"},
+      {"ZICO_STATIC_RUNTIMES", "yes", "on or off"},  {"ZICO_FAULT_REPORTS", "cupti", "on or off"},
   };
   for (const auto& [name, value, form] : cases) {
     Config config;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "sim_driver.h"
@@ -157,6 +158,37 @@ TEST_F(SimManagedTest, CopiesIntoManagedMemoryBringItToTheDevice) {
   ASSERT_TRUE(driver_.copy_async(at(3), source.data(), kPage, CopyKind::kHostToDevice, StreamHandle{}).is_ok());
   EXPECT_EQ(driver_.managed_stats().faulted_pages, 1u);
   EXPECT_EQ(at(3)[kPage - 1], std::byte{7});
+}
+
+// What UmPager learns unseen uses from: each page a kernel or a copy faults
+// in, the kernel's under its thread's tag, once started and taken once.
+TEST_F(SimManagedTest, FaultReportsNameEachFaultedPageAndTheTagOfItsKernel) {
+  std::vector<ManagedFault> reports;
+  ASSERT_TRUE(kernel(0, 1, 0).is_ok());
+  ASSERT_TRUE(driver_.take_fault_reports(&reports).is_ok());
+  EXPECT_TRUE(reports.empty()) << "reported before start_fault_reports";
+
+  std::string why;
+  EXPECT_EQ(driver_.start_fault_reports(DeviceId{1}, &why).code(), Errc::kNotSupported);
+  EXPECT_NE(why.find("device 1"), std::string::npos) << why;
+  ASSERT_TRUE(driver_.start_fault_reports(kDevice, &why).is_ok());
+  driver_.tag_work(7);
+  ASSERT_TRUE(prefetch(2, 1, false).is_ok());  // asked for: no fault
+  ASSERT_TRUE(kernel(0, 4, 0).is_ok());        // page 0 resident, 2 prefetched, 1 and 3 fault
+  driver_.untag_work();
+  std::vector<std::byte> source(kPage, std::byte{7});
+  ASSERT_TRUE(driver_.copy_async(at(5), source.data(), kPage, CopyKind::kHostToDevice, StreamHandle{}).is_ok());
+  ASSERT_TRUE(driver_.take_fault_reports(&reports).is_ok());
+  ASSERT_EQ(reports.size(), 3u);
+  EXPECT_EQ(reports[0].tag, 7u);
+  EXPECT_EQ(reports[0].address, pages(1, 1).base);
+  EXPECT_EQ(reports[1].tag, 7u);
+  EXPECT_EQ(reports[1].address, pages(3, 1).base);
+  EXPECT_EQ(reports[2].tag, 0u) << "a copy carries no kernel's tag";
+  EXPECT_EQ(reports[2].address, pages(5, 1).base);
+  reports.clear();
+  ASSERT_TRUE(driver_.take_fault_reports(&reports).is_ok());
+  EXPECT_TRUE(reports.empty()) << "a report was taken twice";
 }
 
 TEST_F(SimManagedTest, BadRangesAreRefused) {

@@ -109,6 +109,14 @@ typedef struct zico_stats {
    * reach) pages only by the driver's faults: kernels stays 0. */
   uint64_t kernels;
   uint64_t kernels_without_blocks;
+  /* UM mode with fault reports (ZICO_FAULT_REPORTS=on and CUPTI, or the
+   * simulated backend): pages kernels faulted in that their parameters did
+   * not point to (each is then named for its kernel's place in the
+   * iteration: learnt_pages now), and pages that arrived on the GPU unasked
+   * while zicoum counted them elsewhere (then counted within the budget). */
+  uint64_t unnamed_faults;
+  uint64_t learnt_pages;
+  uint64_t unasked_arrivals;
 } zico_stats_t;
 
 ZICO_API zico_status_t zico_get_stats(int device, zico_stats_t* stats);

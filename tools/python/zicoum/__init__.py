@@ -60,7 +60,8 @@ class _Stats(ctypes.Structure):
         "budget_bytes", "allocated_bytes", "peak_allocated_bytes", "mapped_bytes", "peak_mapped_bytes",
         "allocations", "frees", "failed_allocations", "chunk_maps", "chunk_unmaps", "iterations",
         "last_iteration_peak_bytes", "resident_bytes", "peak_resident_bytes", "faulted_pages",
-        "prefetched_pages", "evicted_pages", "modelled_ns", "outside_bytes", "kernels", "kernels_without_blocks")]
+        "prefetched_pages", "evicted_pages", "modelled_ns", "outside_bytes", "kernels", "kernels_without_blocks",
+        "unnamed_faults", "learnt_pages", "unasked_arrivals")]
 
 
 _lock = threading.Lock()

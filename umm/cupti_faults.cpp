@@ -1,0 +1,279 @@
+#include "cupti_faults.h"
+
+#include <dlfcn.h>
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <string>
+#include <type_traits>
+
+#include "fault_correlator.h"
+#include "log.h"
+
+#if __has_include(<cupti_activity.h>)
+#include <cupti_activity.h>
+#define ZICO_HAVE_CUPTI_HEADERS 1
+#endif
+
+namespace zico {
+namespace {
+
+// The part of CUPTI's ABI used here (cupti_activity.h, cupti_result.h). The
+// record fields read are each record's stable prefix: the same offsets in
+// every CUpti_ActivityKernel from version 4 and every unified-memory counter
+// record from version 2 on.
+namespace abi {
+constexpr int kSuccess = 0;
+constexpr int kMaxLimitReached = 12;  // cuptiActivityGetNextRecord: no more records
+constexpr int kKindConcurrentKernel = 10;
+constexpr int kKindUnifiedMemoryCounter = 25;
+constexpr int kKindExternalCorrelation = 39;
+constexpr uint32_t kCounterGpuPageFault = 4;
+constexpr uint32_t kScopeProcessSingleDevice = 1;
+constexpr int kExternalCustom2 = 5;
+constexpr uint32_t kMinVersion = 18;  // CUDA 12.0's CUPTI
+
+struct UnifiedMemoryCounterConfig {
+  uint32_t scope;
+  uint32_t kind;
+  uint32_t device_id;
+  uint32_t enable;
+};
+
+constexpr size_t kKernelStart = 16, kKernelEnd = 24, kKernelCorrelation = 92;
+constexpr size_t kCounterKind = 4, kCounterStart = 16, kCounterAddress = 32;
+constexpr size_t kExternalKind = 4, kExternalId = 8, kExternalCorrelation = 16;
+
+#ifdef ZICO_HAVE_CUPTI_HEADERS
+static_assert(CUPTI_SUCCESS == kSuccess && CUPTI_ERROR_MAX_LIMIT_REACHED == kMaxLimitReached);
+static_assert(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL == kKindConcurrentKernel &&
+              CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER == kKindUnifiedMemoryCounter &&
+              CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION == kKindExternalCorrelation);
+static_assert(CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT == kCounterGpuPageFault &&
+              CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_SCOPE_PROCESS_SINGLE_DEVICE == kScopeProcessSingleDevice &&
+              CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2 == kExternalCustom2);
+static_assert(sizeof(CUpti_ActivityUnifiedMemoryCounterConfig) == sizeof(UnifiedMemoryCounterConfig));
+static_assert(offsetof(CUpti_ActivityKernel10, start) == kKernelStart &&
+              offsetof(CUpti_ActivityKernel10, end) == kKernelEnd &&
+              offsetof(CUpti_ActivityKernel10, correlationId) == kKernelCorrelation);
+static_assert(offsetof(CUpti_ActivityUnifiedMemoryCounter3, counterKind) == kCounterKind &&
+              offsetof(CUpti_ActivityUnifiedMemoryCounter3, start) == kCounterStart &&
+              offsetof(CUpti_ActivityUnifiedMemoryCounter3, address) == kCounterAddress);
+static_assert(offsetof(CUpti_ActivityExternalCorrelation, externalKind) == kExternalKind &&
+              offsetof(CUpti_ActivityExternalCorrelation, externalId) == kExternalId &&
+              offsetof(CUpti_ActivityExternalCorrelation, correlationId) == kExternalCorrelation);
+#endif
+
+using RequestBuffer = void (*)(uint8_t** buffer, size_t* size, size_t* max_records);
+using BufferDone = void (*)(void* context, uint32_t stream, uint8_t* buffer, size_t size, size_t valid);
+}  // namespace abi
+
+struct Api {
+  int (*get_version)(uint32_t*) = nullptr;
+  int (*result_string)(int, const char**) = nullptr;
+  int (*register_callbacks)(abi::RequestBuffer, abi::BufferDone) = nullptr;
+  int (*configure_counters)(abi::UnifiedMemoryCounterConfig*, uint32_t) = nullptr;
+  int (*enable)(int) = nullptr;
+  int (*disable)(int) = nullptr;
+  int (*flush_all)(uint32_t) = nullptr;
+  int (*next_record)(uint8_t*, size_t, void**) = nullptr;
+  int (*push_external)(int, uint64_t) = nullptr;
+  int (*pop_external)(int, uint64_t*) = nullptr;
+};
+
+// The process's one set of reports: CUPTI's callbacks carry no user data.
+struct Shared {
+  std::mutex mutex;
+  Api api;
+  FaultCorrelator correlator;
+  uint64_t unreadable_buffers = 0;
+};
+Shared* g_shared = nullptr;  // set once, under g_start_mutex, never freed
+std::mutex g_start_mutex;
+CuptiFaults* g_instance = nullptr;
+
+constexpr size_t kBufferBytes = size_t{1} << 20;
+
+void request_buffer(uint8_t** buffer, size_t* size, size_t* max_records) {
+  // CUPTI needs 8-byte alignment; none (a null buffer) drops records.
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = *buffer != nullptr ? kBufferBytes : 0;
+  *max_records = 0;
+}
+
+template <typename T>
+T field(const uint8_t* record, size_t offset) {
+  T value;
+  std::memcpy(&value, record + offset, sizeof value);
+  return value;
+}
+
+void buffer_done(void*, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  Shared& shared = *g_shared;
+  {
+    std::lock_guard lock(shared.mutex);
+    void* record = nullptr;
+    int result = abi::kSuccess;
+    while ((result = shared.api.next_record(buffer, valid, &record)) == abi::kSuccess) {
+      const auto* bytes = static_cast<const uint8_t*>(record);
+      try {
+        switch (field<int32_t>(bytes, 0)) {
+          case abi::kKindConcurrentKernel:
+            shared.correlator.add_kernel(field<uint32_t>(bytes, abi::kKernelCorrelation),
+                                         field<uint64_t>(bytes, abi::kKernelStart),
+                                         field<uint64_t>(bytes, abi::kKernelEnd));
+            break;
+          case abi::kKindUnifiedMemoryCounter:
+            if (field<uint32_t>(bytes, abi::kCounterKind) == abi::kCounterGpuPageFault) {
+              shared.correlator.add_fault(field<uint64_t>(bytes, abi::kCounterStart),
+                                          static_cast<uintptr_t>(field<uint64_t>(bytes, abi::kCounterAddress)));
+            }
+            break;
+          case abi::kKindExternalCorrelation:
+            if (field<int32_t>(bytes, abi::kExternalKind) == abi::kExternalCustom2) {
+              shared.correlator.add_tag(field<uint32_t>(bytes, abi::kExternalCorrelation),
+                                        field<uint64_t>(bytes, abi::kExternalId));
+            }
+            break;
+          default: break;
+        }
+      } catch (const std::bad_alloc&) {
+        break;  // what is left of this buffer is lost; the pager learns it from a later iteration
+      }
+    }
+    if (result != abi::kMaxLimitReached && result != abi::kSuccess) ++shared.unreadable_buffers;
+  }
+  std::free(buffer);
+}
+
+const char* result_name(const Api& api, int result) {
+  const char* name = nullptr;
+  if (api.result_string != nullptr && api.result_string(result, &name) == abi::kSuccess && name != nullptr) return name;
+  return "an unknown CUPTI error";
+}
+
+// libcupti: the one already loaded, else one the loader finds.
+void* open_cupti(std::string* why) {
+  static const char* const kNames[] = {"libcupti.so.13", "libcupti.so.12", "libcupti.so"};
+  for (const char* name : kNames) {
+    if (void* library = dlopen(name, RTLD_NOW | RTLD_NOLOAD)) return library;
+  }
+  for (const char* name : kNames) {
+    if (void* library = dlopen(name, RTLD_NOW | RTLD_LOCAL)) return library;
+  }
+  *why = "libcupti is not loaded and the loader finds none (libcupti.so.13, .12, libcupti.so); add CUPTI's folder to "
+         "LD_LIBRARY_PATH";
+  return nullptr;
+}
+
+bool resolve(void* library, Api* api, std::string* why) {
+  const auto get = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(library, name));
+    if (fn == nullptr && why->empty()) *why = std::string("libcupti has no ") + name;
+  };
+  get(api->get_version, "cuptiGetVersion");
+  get(api->result_string, "cuptiGetResultString");
+  get(api->register_callbacks, "cuptiActivityRegisterCallbacks");
+  get(api->configure_counters, "cuptiActivityConfigureUnifiedMemoryCounter");
+  get(api->enable, "cuptiActivityEnable");
+  get(api->disable, "cuptiActivityDisable");
+  get(api->flush_all, "cuptiActivityFlushAll");
+  get(api->next_record, "cuptiActivityGetNextRecord");
+  get(api->push_external, "cuptiActivityPushExternalCorrelationId");
+  get(api->pop_external, "cuptiActivityPopExternalCorrelationId");
+  return why->empty();
+}
+
+// Configures `ordinal`'s fault counter and enables the three kinds.
+bool enable(const Api& api, int ordinal, std::string* why) {
+  const auto refused = [&](const char* what, int result) {
+    *why = std::string("CUPTI refused ") + what + " (" + result_name(api, result) + ")";
+    return false;
+  };
+  abi::UnifiedMemoryCounterConfig config{abi::kScopeProcessSingleDevice, abi::kCounterGpuPageFault,
+                                         static_cast<uint32_t>(ordinal), 1};
+  if (int r = api.configure_counters(&config, 1); r != abi::kSuccess) {
+    return refused("to count unified-memory faults", r);
+  }
+  if (int r = api.enable(abi::kKindUnifiedMemoryCounter); r != abi::kSuccess) {
+    return refused("unified-memory records", r);
+  }
+  if (int r = api.enable(abi::kKindConcurrentKernel); r != abi::kSuccess) {
+    (void)api.disable(abi::kKindUnifiedMemoryCounter);
+    return refused("kernel records", r);
+  }
+  if (int r = api.enable(abi::kKindExternalCorrelation); r != abi::kSuccess) {
+    (void)api.disable(abi::kKindConcurrentKernel);
+    (void)api.disable(abi::kKindUnifiedMemoryCounter);
+    return refused("external correlation records", r);
+  }
+  return true;
+}
+
+}  // namespace
+
+CuptiFaults* CuptiFaults::start(int ordinal, std::string* why) noexcept {
+  std::string reason;
+  std::lock_guard lock(g_start_mutex);
+  try {
+    if (g_shared == nullptr) {
+      void* library = open_cupti(&reason);
+      if (library == nullptr) {
+        if (why != nullptr) *why = reason;
+        return nullptr;
+      }
+      Api api;
+      uint32_t version = 0;
+      if (!resolve(library, &api, &reason) || api.get_version(&version) != abi::kSuccess ||
+          version < abi::kMinVersion) {
+        if (reason.empty()) reason = "libcupti's API version " + std::to_string(version) + " is older than 18 (CUDA 12.0)";
+        if (why != nullptr) *why = reason;
+        return nullptr;
+      }
+      auto* shared = new Shared;
+      shared->api = api;
+      g_shared = shared;  // before CUPTI can call back
+      if (int r = api.register_callbacks(&request_buffer, &buffer_done); r != abi::kSuccess) {
+        g_shared = nullptr;
+        delete shared;
+        if (why != nullptr) *why = std::string("CUPTI refused its buffer callbacks (") + result_name(api, r) + ")";
+        return nullptr;
+      }
+    }
+    if (!enable(g_shared->api, ordinal, &reason)) {
+      if (why != nullptr) *why = reason;
+      return nullptr;
+    }
+    if (g_instance == nullptr) g_instance = new CuptiFaults;
+    ZICO_LOG(kInfo, "paging: CUPTI reports device %d's unified-memory faults", ordinal);
+    return g_instance;
+  } catch (const std::bad_alloc&) {
+    if (why != nullptr) *why = "out of host memory";
+    return nullptr;
+  }
+}
+
+void CuptiFaults::push_tag(uint64_t tag) noexcept { (void)g_shared->api.push_external(abi::kExternalCustom2, tag); }
+
+void CuptiFaults::pop_tag() noexcept {
+  uint64_t last = 0;
+  (void)g_shared->api.pop_external(abi::kExternalCustom2, &last);
+}
+
+Status CuptiFaults::take(std::vector<ManagedFault>* out) noexcept {
+  // Finished buffers only (flag 0): a flush that waited for running work
+  // would stall the iteration mark.
+  (void)g_shared->api.flush_all(0);
+  std::lock_guard lock(g_shared->mutex);
+  try {
+    g_shared->correlator.resolve(out);
+  } catch (const std::bad_alloc&) {
+    return Status(Errc::kOutOfMemory);
+  }
+  return Status::ok();
+}
+
+}  // namespace zico
