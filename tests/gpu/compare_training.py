@@ -38,7 +38,8 @@ def against(native, run, budget):
     zico = run.get("zico")
     if zico:
         for name in ("peak_resident_bytes", "faulted_pages", "prefetched_pages", "evicted_pages", "iterations",
-                     "kernels", "kernels_without_blocks", "gemm_kernels_seen"):
+                     "kernels", "kernels_without_blocks", "gemm_kernels_seen", "unnamed_faults", "learnt_pages",
+                     "unasked_arrivals"):
             figures[name] = zico.get(name)
         if budget is not None:
             figures["budget_bytes"] = budget

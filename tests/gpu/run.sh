@@ -67,7 +67,7 @@ run_step() {
 
 skip_all() {
   local reason=$1
-  for name in build gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node um_gpt2; do
+  for name in build gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node um_gpt2 um_unseen; do
     record "$name" skipped "$reason"
   done
 }
@@ -122,7 +122,7 @@ if run_step build 300 bash -c "cmake -S '$repo' -B '$build' ${generator[*]} -DZI
   record build passed "" "{\"seconds\": $step_seconds}"
 else
   record build failed "the build failed: see build.log (missing libraries? see the header of this script)"
-  for name in gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node um_gpt2; do
+  for name in gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node um_gpt2 um_unseen; do
     record "$name" skipped "the build failed"
   done
   finish "$gpu_name" 1
@@ -306,6 +306,32 @@ PY
   fi
 else
   record um_gpt2 skipped "not selected: ZICO_GPU_ONLY=$only"
+fi
+
+# --- 9. a kernel that reaches blocks through a pointer table, in UM mode -----------------
+# Its parameters name only the table: the blocks are learnt from CUPTI's
+# fault reports (ZICO_FAULT_REPORTS), then fetched ahead and counted within
+# the budget. 512 MiB of blocks under a 384 MiB budget; every sum is checked.
+if selected um_unseen; then
+  if ! command -v nvcc >/dev/null 2>&1; then
+    record um_unseen skipped "no nvcc to build tests/gpu/um_unseen_uses.cu"
+  elif ! timeout 180 nvcc -cudart shared -I"$repo/libzicoum/include" -o "$out/um_unseen_uses" \
+      tests/gpu/um_unseen_uses.cu >"$out/um_unseen.build.log" 2>&1; then
+    record um_unseen failed "nvcc failed: see um_unseen.build.log"
+  else
+    run_step um_unseen 120 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=4GiB "$bin/zico-run" --backend cuda \
+      --mode um --budget 384MiB -- "$out/um_unseen_uses" $((384 << 20))
+    status=$?
+    figures=$(grep '^{' "$out/um_unseen.log" | tail -n 1)
+    python3 -c 'import json,sys; json.loads(sys.argv[1])' "$figures" 2>/dev/null || figures='{}'
+    if ((status == 0)); then
+      record um_unseen passed "" "$figures"
+    else
+      record um_unseen failed "see um_unseen.log (ZICO_LOG=info says whether CUPTI's fault reports started)" "$figures"
+    fi
+  fi
+else
+  record um_unseen skipped "not selected: ZICO_GPU_ONLY=$only"
 fi
 
 verdicts=$(python3 -c 'import json,sys; print(" ".join(json.loads(l)["verdict"] for l in open(sys.argv[1])))' "$steps")
