@@ -62,7 +62,8 @@ UmPager::UmPager(Driver& driver, DeviceId device, VaRange arena, uint64_t page_b
       policy_(make_policy(options_.policy, residency_, options_.model)),
       pinned_(arena.bytes / page_bytes, 0),
       held_by_(arena.bytes / page_bytes, 0),
-      discard_when_released_(arena.bytes / page_bytes, 0) {}
+      discard_when_released_(arena.bytes / page_bytes, 0),
+      settled_(arena.bytes / page_bytes, 0) {}
 
 UmPager::~UmPager() {
   for (const Hold& hold : holds_) {
@@ -168,6 +169,9 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
                                std::vector<VaRange>* blocks, StreamHandle stream) {
   std::lock_guard lock(mutex_);
   poll_deferred();
+  // The reports are read at each iteration mark, and every kReadReportsEvery
+  // kernels in between, so that a job which never marks one keeps the budget too.
+  if (fault_reports_ && kernel_stamp_ - stamp_at_last_take_ >= kReadReportsEvery) take_fault_reports();
   launch_stream_ = stream;  // after_kernel records there, on this (the launching) thread
   migrated_for_kernel_ = false;
   kernel_pages_.clear();
@@ -237,6 +241,7 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
     if (residency_.free_pages() == 0) continue;
     residency_.start_arrival(page);
     residency_.arrive(page, clock_++);
+    settled_[page] = kernel_stamp_;
     faulted_.push_back(page);
   }
   stats_.faulted_pages += faulted_.size();
@@ -248,19 +253,22 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
     ++stats_.fences;
   }
   migrated_for_kernel_ = false;
-  // The faults the kernel causes are reported under its stamp. The reports
-  // are read at each iteration mark, and every kReadReportsEvery kernels in
-  // between, so that a job which never marks one keeps the budget too.
+  // The faults the kernel causes are reported under its stamp (a kernel
+  // announced before the last one ended untags first).
   if (fault_reports_) {
-    if (kernel_stamp_ - stamp_at_last_take_ >= kReadReportsEvery) take_fault_reports();
+    if (tagged_) driver_.untag_work();
     driver_.tag_work(kernel_stamp_);
+    tagged_ = true;
   }
   return faulted_.size();
 }
 
 void UmPager::after_kernel() {
   std::lock_guard lock(mutex_);
-  if (fault_reports_) driver_.untag_work();
+  if (tagged_) {
+    driver_.untag_work();
+    tagged_ = false;
+  }
   if (!in_kernel_) return;
   // The kernel is queued now: what an eviction must wait for from here on.
   // Recorded here, on the launching thread, so that a per-thread stream is
@@ -289,24 +297,24 @@ void UmPager::on_iteration() {
 
 void UmPager::take_fault_reports() {
   reports_.clear();
-  if (!driver_.take_fault_reports(&reports_).is_ok()) return;  // kept by the driver for the next mark
-  // An untagged report (a copy's) is of work since the last read: a page
-  // named by a kernel since then may have been placed by the pager after it.
-  const uint64_t untagged_stamp = stamp_at_last_take_ + 1;
   stamp_at_last_take_ = kernel_stamp_;
+  if (!driver_.take_fault_reports(arena_, &reports_).is_ok()) return;
   for (const ManagedFault& report : reports_) {
-    if (report.address < arena_.base || report.address - arena_.base >= arena_.bytes) continue;
     const auto page = static_cast<PageId>((report.address - arena_.base) / page_bytes_);
     if (report.tag != 0 && unseen_.on_fault(report.tag, page)) ++stats_.unnamed_faults;
-    // A page named by the faulting kernel or a later one was placed by the
-    // pager, which counts it where it put it; one it counts absent and never
-    // placed since is on the GPU, unasked: counted there, room made for it.
-    const uint64_t stamp = report.tag != 0 ? report.tag : untagged_stamp;
-    if (pinned_[page] >= stamp || residency_.state(page) != PageState::kAbsent) continue;
+    // A page the pager placed (brought, sent away or counted) while its
+    // kernel was announced or after is where the pager put it. One it counts
+    // absent is on the GPU otherwise, unasked: counted there, room made for
+    // it. An untagged report (a copy's, an unannounced kernel's) cannot be
+    // ordered against the pager's moves; counting it at worst costs a slot
+    // until the page is evicted as the oldest.
+    if (residency_.state(page) != PageState::kAbsent || (report.tag != 0 && settled_[page] >= report.tag)) continue;
     while (residency_.free_pages() == 0 && evict_oldest_unpinned()) ++stats_.room_evictions;
     if (residency_.free_pages() == 0) continue;
     residency_.start_arrival(page);
     residency_.arrive(page, clock_++);
+    residency_.set_has_data(page, true);
+    settled_[page] = kernel_stamp_;
     ++stats_.unasked_arrivals;
   }
   unseen_.reports_read();
@@ -340,6 +348,7 @@ void UmPager::prefetch(PageId page) {
   }
   residency_.start_arrival(page);
   residency_.arrive(page, clock_++);
+  settled_[page] = kernel_stamp_;
   migrate(page, false);
   ++stats_.prefetches;
 }
@@ -369,6 +378,7 @@ uint64_t UmPager::set_budget(uint64_t bytes) {
 
 void UmPager::evict(PageId page) {
   residency_.drop(page);
+  settled_[page] = kernel_stamp_;
   migrate(page, true);
 }
 

@@ -46,7 +46,7 @@ struct UmPagerOptions {
   // driver's fault reports (unseen_uses.h), and count on the GPU the pages
   // that arrived unasked. Where the driver has no reports, the pager knows
   // only what launches name (said once in the log at kInfo).
-  bool learn_from_faults = true;
+  bool learn_from_faults = false;
 };
 
 // What the pager did.
@@ -66,10 +66,10 @@ struct UmPagerStats {
   uint64_t budget_evictions = 0;     // pages sent to the host because the budget shrank
   uint64_t fences = 0;               // stream waits issued: the pager's behind a kernel's, or the other way
   uint64_t peak_resident_bytes = 0;
-  // Fault reports (learn_from_faults): pages a kernel faulted in that its
-  // launch did not name (each is named for its op from then on), and pages
-  // that arrived unasked while the pager counted them absent (then counted,
-  // and room made for them).
+  // Fault reports (learn_from_faults): reports of pages a kernel faulted in
+  // that its launch did not name (each page is named for its op from then
+  // on), and pages that arrived unasked while the pager counted them absent
+  // (then counted, and room made for them).
   uint64_t unnamed_faults = 0;
   uint64_t unasked_arrivals = 0;
   uint64_t learnt_pages = 0;         // named for their ops now, over every op
@@ -227,15 +227,19 @@ class UmPager {
   size_t largest_kernel_pages_ = 0;
   Decisions decisions_;
   UmPagerStats stats_;
-  // Fault reports: whether the driver gives them, what kernels used unnamed,
-  // the next op's place in the iteration, the stamp of the last kernel when
-  // the reports were last read (untagged reports are no older), a buffer.
+  // Fault reports: whether the driver gives them, whether this thread's work
+  // carries a kernel's tag now, what kernels used unnamed, the next op's
+  // place in the iteration, the stamp of the last kernel when the reports
+  // were last read, a buffer; per page, the kernel stamp when the pager last
+  // placed it (a report of an earlier kernel is older than the pager's view).
   static constexpr uint64_t kReadReportsEvery = 4096;
   bool fault_reports_ = false;
+  bool tagged_ = false;
   UnseenUses unseen_;
   uint32_t op_index_ = 0;
   uint64_t stamp_at_last_take_ = 0;
   std::vector<ManagedFault> reports_;
+  std::vector<uint64_t> settled_;
 };
 
 }  // namespace zico::prefetch

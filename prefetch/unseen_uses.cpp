@@ -44,12 +44,7 @@ bool UnseenUses::on_fault(uint64_t stamp, PageId page) {
 
 void UnseenUses::learnt_for(uint32_t index, uint64_t exec_id, std::vector<PageId>* pages) {
   const auto it = learnt_.find(index);
-  if (it == learnt_.end()) return;
-  if (it->second.exec_id != exec_id) {
-    learnt_pages_ -= it->second.pages.size();
-    learnt_.erase(it);
-    return;
-  }
+  if (it == learnt_.end() || it->second.exec_id != exec_id) return;
   pages->insert(pages->end(), it->second.pages.begin(), it->second.pages.end());
 }
 

@@ -40,8 +40,10 @@ class UnseenUses {
   // it: then it is learnt for the op's place. False for a page the op named,
   // or an op announced before the read before the last.
   bool on_fault(uint64_t stamp, PageId page);
-  // Appends the learnt pages of the op at `index` with `exec_id` to *pages.
-  // A place whose op has another execution ID now forgets what it learnt.
+  // Appends the learnt pages of the op at `index` with `exec_id` to *pages
+  // (none when the place learnt them for another execution ID: an
+  // iteration with an op more or less shifts the places after it; what a
+  // place learnt is replaced when a fault there teaches it anew).
   void learnt_for(uint32_t index, uint64_t exec_id, std::vector<PageId>* pages);
   // The reports were read: the ops announced since the read before are forgotten.
   void reports_read();

@@ -28,9 +28,9 @@ constexpr OptionInfo kOptions[] = {
      "UM mode: how pages move (zico: planned from the learned iteration; deepum: correlation prefetching; "
      "autoswap: swap planning per iteration; um: on demand only)"},
     {"ZICO_LOG", "warn", "error | warn | info | debug", "how much the library logs to stderr"},
-    {"ZICO_FAULT_REPORTS", "on", "on | off",
+    {"ZICO_FAULT_REPORTS", "off", "on | off",
      "UM mode: learn what kernels use beyond their parameters from the GPU's fault reports (CUPTI, loaded at run "
-     "time; without it, from the parameters only)"},
+     "time; its cost on a GPU is not measured yet, hence off)"},
     {"ZICO_STATIC_RUNTIMES", "off", "on | off",
      "on: libraries with the CUDA runtime inside them (cuBLAS, cuDNN) allocate and launch through zicoum too "
      "(their dlsym of the driver's cuGetProcAddress gets zicoum's; x86-64; not yet checked on a GPU)"},

@@ -28,7 +28,7 @@ struct Config {
   Backend backend = Backend::kCuda;
   Mode mode = Mode::kVmm;
   std::string paging_policy = "zico";  // UM mode: one of prefetch/'s kPolicyNames
-  bool fault_reports = true;           // UM mode: the pager learns from the driver's fault reports
+  bool fault_reports = false;          // UM mode: the pager learns from the driver's fault reports
   std::optional<uint64_t> budget;      // per device; nullopt: the device's memory
   LogLevel log_level = LogLevel::kWarn;
   bool static_runtimes = false;  // libzicoum/dlsym_interpose.cpp reads it itself, before any runtime

@@ -817,10 +817,10 @@ void CudaDriver::untag_work() noexcept {
   if (CuptiFaults* cupti = cupti_.load(std::memory_order_acquire)) cupti->pop_tag();
 }
 
-Status CudaDriver::take_fault_reports(std::vector<ManagedFault>* out) noexcept {
+Status CudaDriver::take_fault_reports(VaRange range, std::vector<ManagedFault>* out) noexcept {
   CuptiFaults* cupti = cupti_.load(std::memory_order_acquire);
   if (cupti == nullptr) return Errc::kNotSupported;
-  return cupti->take(out);
+  return cupti->take(range, out);
 }
 
 Status CudaDriver::process_memory(int /*pid*/, DeviceId /*device*/, uint64_t* /*bytes*/) noexcept {

@@ -101,7 +101,7 @@ class CudaDriver final : public Driver {
   [[nodiscard]] Status start_fault_reports(DeviceId device, std::string* why) noexcept override;
   void tag_work(uint64_t tag) noexcept override;
   void untag_work() noexcept override;
-  [[nodiscard]] Status take_fault_reports(std::vector<ManagedFault>* out) noexcept override;
+  [[nodiscard]] Status take_fault_reports(VaRange range, std::vector<ManagedFault>* out) noexcept override;
 
  private:
   // Defined in cuda_driver.cpp so that this header stays free of cuda.h.

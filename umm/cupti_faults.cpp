@@ -3,12 +3,15 @@
 #include <dlfcn.h>
 
 #include <cstddef>
+#include <iterator>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
 #include <string>
 #include <type_traits>
+#include <unordered_set>
+#include <vector>
 
 #include "fault_correlator.h"
 #include "log.h"
@@ -28,13 +31,15 @@ namespace {
 namespace abi {
 constexpr int kSuccess = 0;
 constexpr int kMaxLimitReached = 12;  // cuptiActivityGetNextRecord: no more records
+constexpr int kKindDriver = 4;
+constexpr int kKindRuntime = 5;
 constexpr int kKindConcurrentKernel = 10;
 constexpr int kKindUnifiedMemoryCounter = 25;
 constexpr int kKindExternalCorrelation = 39;
 constexpr uint32_t kCounterGpuPageFault = 4;
 constexpr uint32_t kScopeProcessSingleDevice = 1;
 constexpr int kExternalCustom2 = 5;
-constexpr uint32_t kMinVersion = 18;  // CUDA 12.0's CUPTI
+constexpr uint32_t kMinVersion = 18;  // CUDA 11.8's CUPTI
 
 struct UnifiedMemoryCounterConfig {
   uint32_t scope;
@@ -49,7 +54,8 @@ constexpr size_t kExternalKind = 4, kExternalId = 8, kExternalCorrelation = 16;
 
 #ifdef ZICO_HAVE_CUPTI_HEADERS
 static_assert(CUPTI_SUCCESS == kSuccess && CUPTI_ERROR_MAX_LIMIT_REACHED == kMaxLimitReached);
-static_assert(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL == kKindConcurrentKernel &&
+static_assert(CUPTI_ACTIVITY_KIND_DRIVER == kKindDriver && CUPTI_ACTIVITY_KIND_RUNTIME == kKindRuntime &&
+              CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL == kKindConcurrentKernel &&
               CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER == kKindUnifiedMemoryCounter &&
               CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION == kKindExternalCorrelation);
 static_assert(CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT == kCounterGpuPageFault &&
@@ -89,6 +95,8 @@ struct Shared {
   std::mutex mutex;
   Api api;
   FaultCorrelator correlator;
+  std::vector<ManagedFault> waiting;           // resolved, for another device's take
+  std::unordered_set<const uint8_t*> buffers;  // handed to CUPTI by request_buffer, not yet back
   uint64_t unreadable_buffers = 0;
 };
 Shared* g_shared = nullptr;  // set once, under g_start_mutex, never freed
@@ -100,8 +108,18 @@ constexpr size_t kBufferBytes = size_t{1} << 20;
 void request_buffer(uint8_t** buffer, size_t* size, size_t* max_records) {
   // CUPTI needs 8-byte alignment; none (a null buffer) drops records.
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
-  *size = *buffer != nullptr ? kBufferBytes : 0;
+  *size = 0;
   *max_records = 0;
+  if (*buffer == nullptr) return;
+  std::lock_guard lock(g_shared->mutex);
+  try {
+    g_shared->buffers.insert(*buffer);
+  } catch (const std::bad_alloc&) {
+    std::free(*buffer);
+    *buffer = nullptr;
+    return;
+  }
+  *size = kBufferBytes;
 }
 
 template <typename T>
@@ -145,6 +163,8 @@ void buffer_done(void*, uint32_t, uint8_t* buffer, size_t, size_t valid) {
       }
     }
     if (result != abi::kMaxLimitReached && result != abi::kSuccess) ++shared.unreadable_buffers;
+    // Another tool's buffer (its callbacks were replaced by these) is its own to free.
+    if (shared.buffers.erase(buffer) == 0) return;
   }
   std::free(buffer);
 }
@@ -187,28 +207,25 @@ bool resolve(void* library, Api* api, std::string* why) {
   return why->empty();
 }
 
-// Configures `ordinal`'s fault counter and enables the three kinds.
+// Configures `ordinal`'s fault counter and enables the kinds; on a refusal
+// disables again what it enabled.
 bool enable(const Api& api, int ordinal, std::string* why) {
-  const auto refused = [&](const char* what, int result) {
-    *why = std::string("CUPTI refused ") + what + " (" + result_name(api, result) + ")";
-    return false;
-  };
   abi::UnifiedMemoryCounterConfig config{abi::kScopeProcessSingleDevice, abi::kCounterGpuPageFault,
                                          static_cast<uint32_t>(ordinal), 1};
   if (int r = api.configure_counters(&config, 1); r != abi::kSuccess) {
-    return refused("to count unified-memory faults", r);
+    *why = std::string("CUPTI refused to count unified-memory faults (") + result_name(api, r) + ")";
+    return false;
   }
-  if (int r = api.enable(abi::kKindUnifiedMemoryCounter); r != abi::kSuccess) {
-    return refused("unified-memory records", r);
-  }
-  if (int r = api.enable(abi::kKindConcurrentKernel); r != abi::kSuccess) {
-    (void)api.disable(abi::kKindUnifiedMemoryCounter);
-    return refused("kernel records", r);
-  }
-  if (int r = api.enable(abi::kKindExternalCorrelation); r != abi::kSuccess) {
-    (void)api.disable(abi::kKindConcurrentKernel);
-    (void)api.disable(abi::kKindUnifiedMemoryCounter);
-    return refused("external correlation records", r);
+  // External correlations are written against API records: without the
+  // driver's and runtime's a kernel's tag never reaches its correlation ID.
+  static constexpr int kKinds[] = {abi::kKindUnifiedMemoryCounter, abi::kKindConcurrentKernel,
+                                   abi::kKindExternalCorrelation, abi::kKindDriver, abi::kKindRuntime};
+  for (size_t i = 0; i < std::size(kKinds); ++i) {
+    if (int r = api.enable(kKinds[i]); r != abi::kSuccess) {
+      *why = "CUPTI refused activity records of kind " + std::to_string(kKinds[i]) + " (" + result_name(api, r) + ")";
+      while (i-- > 0) (void)api.disable(kKinds[i]);
+      return false;
+    }
   }
   return true;
 }
@@ -229,7 +246,7 @@ CuptiFaults* CuptiFaults::start(int ordinal, std::string* why) noexcept {
       uint32_t version = 0;
       if (!resolve(library, &api, &reason) || api.get_version(&version) != abi::kSuccess ||
           version < abi::kMinVersion) {
-        if (reason.empty()) reason = "libcupti's API version " + std::to_string(version) + " is older than 18 (CUDA 12.0)";
+        if (reason.empty()) reason = "libcupti's API version " + std::to_string(version) + " is older than 18 (CUDA 11.8)";
         if (why != nullptr) *why = reason;
         return nullptr;
       }
@@ -263,13 +280,16 @@ void CuptiFaults::pop_tag() noexcept {
   (void)g_shared->api.pop_external(abi::kExternalCustom2, &last);
 }
 
-Status CuptiFaults::take(std::vector<ManagedFault>* out) noexcept {
+Status CuptiFaults::take(VaRange range, std::vector<ManagedFault>* out) noexcept {
   // Finished buffers only (flag 0): a flush that waited for running work
   // would stall the iteration mark.
   (void)g_shared->api.flush_all(0);
   std::lock_guard lock(g_shared->mutex);
+  std::vector<ManagedFault>& waiting = g_shared->waiting;
   try {
-    g_shared->correlator.resolve(out);
+    g_shared->correlator.resolve(&waiting);
+    if (waiting.size() > kMaxWaiting) waiting.erase(waiting.begin(), waiting.end() - kMaxWaiting);
+    take_reports_in(range, &waiting, out);
   } catch (const std::bad_alloc&) {
     return Status(Errc::kOutOfMemory);
   }

@@ -3,19 +3,23 @@
 //
 // libcupti is loaded at run time: the copy the process already has (PyTorch
 // loads one with its profiler), else libcupti.so.13, .12 or libcupti.so from
-// the loader's path. Nothing links it and no CUPTI header is needed to
-// build: the few entry points, enumerators and record fields used are
-// declared in cupti_faults.cpp (checked against CUPTI's headers where they
-// are present). Three record kinds are enabled: unified-memory counters
-// (GPU page faults only), concurrent kernels (their runs on the GPU; this
-// kind does not serialize kernels) and external correlations, which carry
-// the tag pushed around each announced launch (CUPTI's CUSTOM2 kind, which
-// PyTorch's profiler leaves alone). FaultCorrelator matches them.
+// the loader's path (one newer than the driver refuses, and says so).
+// Nothing links it and no CUPTI header is needed to build: the few entry
+// points, enumerators and record fields used are declared in
+// cupti_faults.cpp (checked against CUPTI's headers where they are
+// present). The record kinds enabled: unified-memory counters (GPU page
+// faults only), concurrent kernels (their runs on the GPU; this kind does
+// not serialize kernels), external correlations, which carry the tag pushed
+// around each announced launch (CUPTI's CUSTOM2 kind, which PyTorch's
+// profiler leaves alone), and the driver's and runtime's API calls, whose
+// records CUPTI ties those tags to (they are skipped). FaultCorrelator
+// matches them. What this costs a running job is not measured yet.
 //
-// CUPTI's activity buffers are the process's: while another tool registers
-// its own (PyTorch's profiler does while it profiles), the reports stop.
-// One instance per process, never destroyed (CUPTI may hand buffers back
-// until the process ends). Thread-safe.
+// CUPTI's activity buffers are the process's: once another tool registers
+// its own callbacks (PyTorch's profiler does when it starts), the reports
+// stop for good; a buffer CUPTI hands over that this code did not allocate
+// is read and left alone. One instance per process, never destroyed (CUPTI
+// may hand buffers back until the process ends). Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +40,11 @@ class CuptiFaults {
 
   void push_tag(uint64_t tag) noexcept;
   void pop_tag() noexcept;
-  // Hands CUPTI's finished buffers over and appends the faults they hold.
-  [[nodiscard]] Status take(std::vector<ManagedFault>* out) noexcept;
+  // Hands CUPTI's finished buffers over and appends the faults they hold
+  // of pages inside `range` (one device's arena); the others wait for
+  // their own device's take (at most kMaxWaiting reports, then dropped).
+  [[nodiscard]] Status take(VaRange range, std::vector<ManagedFault>* out) noexcept;
+  static constexpr size_t kMaxWaiting = size_t{1} << 20;
 
  private:
   CuptiFaults() = default;

@@ -71,6 +71,20 @@ struct ManagedFault {
   uintptr_t address = 0;  // inside the page that arrived
 };
 
+// Moves the reports of addresses inside `range` from *pending to the end of
+// *out, in their order; the others stay in *pending. May throw bad_alloc.
+inline void take_reports_in(VaRange range, std::vector<ManagedFault>* pending, std::vector<ManagedFault>* out) {
+  size_t kept = 0;
+  for (const ManagedFault& report : *pending) {
+    if (range.contains(report.address)) {
+      out->push_back(report);
+    } else {
+      (*pending)[kept++] = report;
+    }
+  }
+  pending->resize(kept);
+}
+
 // Where a managed prefetch moves pages to.
 struct PrefetchTarget {
   bool to_host = false;
@@ -173,9 +187,12 @@ class Driver {
   // (nonzero) into the reports of the faults it causes.
   virtual void tag_work(uint64_t tag) noexcept { (void)tag; }
   virtual void untag_work() noexcept {}
-  // Appends to *out the reports of work that has completed since the last
-  // call (older first); kOutOfMemory if the host has no memory for them.
-  [[nodiscard]] virtual Status take_fault_reports(std::vector<ManagedFault>* out) noexcept {
+  // Appends to *out the reports of pages inside `range` (one device's
+  // arena) from work that has completed since the last call, older first;
+  // reports of other ranges stay for their callers (a bounded number).
+  // kOutOfMemory if the host has no memory for them.
+  [[nodiscard]] virtual Status take_fault_reports(VaRange range, std::vector<ManagedFault>* out) noexcept {
+    (void)range;
     (void)out;
     return Status(Errc::kNotSupported);
   }

@@ -5,12 +5,28 @@
 namespace zico {
 
 void FaultCorrelator::add_kernel(uint32_t correlation_id, uint64_t start_ns, uint64_t end_ns) {
+  if (new_kernels_.size() >= kMaxRecords) {
+    ++dropped_;
+    return;
+  }
   new_kernels_.push_back(Kernel{start_ns, std::max(start_ns, end_ns), correlation_id});
 }
 
-void FaultCorrelator::add_tag(uint32_t correlation_id, uint64_t tag) { tags_[correlation_id] = tag; }
+void FaultCorrelator::add_tag(uint32_t correlation_id, uint64_t tag) {
+  if (tags_.size() >= kMaxRecords) {
+    ++dropped_;
+    return;
+  }
+  tags_[correlation_id] = tag;
+}
 
-void FaultCorrelator::add_fault(uint64_t time_ns, uintptr_t address) { faults_.push_back(Fault{time_ns, address, false}); }
+void FaultCorrelator::add_fault(uint64_t time_ns, uintptr_t address) {
+  if (faults_.size() >= kMaxRecords) {
+    ++dropped_;
+    return;
+  }
+  faults_.push_back(Fault{time_ns, address, false});
+}
 
 uint64_t FaultCorrelator::tag_of(uint32_t correlation_id) const {
   if (const auto it = tags_.find(correlation_id); it != tags_.end()) return it->second;
@@ -19,8 +35,9 @@ uint64_t FaultCorrelator::tag_of(uint32_t correlation_id) const {
 }
 
 bool FaultCorrelator::tag_at(uint64_t time_ns, uint64_t* tag) const {
-  // The kernels started by then, latest first; a few overlap at most, so the
-  // walk back stops at the first that ended before the longest seen could.
+  // The kernels started by then, latest first: the first that still ran
+  // then has the fault. Kernels overlap a few at a time, so the walk gives
+  // up after kOverlapping.
   auto it = std::upper_bound(kernels_.begin(), kernels_.end(), time_ns,
                              [](uint64_t t, const Kernel& k) { return t < k.start_ns; });
   constexpr int kOverlapping = 64;

@@ -12,7 +12,9 @@
 // Records come in buffers, the kinds in no set order: a fault no kernel seen
 // yet covers, later than every kernel seen, waits for one more resolve(), then
 // goes untagged (its page is still reported). Kernels and tags are kept for
-// one resolve() after the one they arrived before.
+// one resolve() after the one they arrived before. Between two resolves at
+// most kMaxRecords of each kind are kept (a job that runs long without one:
+// the rest are dropped and counted).
 //
 // Not thread-safe: CuptiFaults calls it under its mutex.
 #pragma once
@@ -27,6 +29,8 @@ namespace zico {
 
 class FaultCorrelator {
  public:
+  static constexpr size_t kMaxRecords = size_t{1} << 20;
+
   void add_kernel(uint32_t correlation_id, uint64_t start_ns, uint64_t end_ns);
   void add_tag(uint32_t correlation_id, uint64_t tag);
   void add_fault(uint64_t time_ns, uintptr_t address);
@@ -35,6 +39,8 @@ class FaultCorrelator {
   void resolve(std::vector<ManagedFault>* out);
   // Faults waiting for their kernel's record.
   [[nodiscard]] size_t waiting() const { return faults_.size(); }
+  // Records dropped for want of a resolve().
+  [[nodiscard]] uint64_t dropped() const { return dropped_; }
 
  private:
   struct Kernel {
@@ -57,6 +63,7 @@ class FaultCorrelator {
   std::unordered_map<uint32_t, uint64_t> tags_;
   std::unordered_map<uint32_t, uint64_t> older_tags_;
   std::vector<Fault> faults_;
+  uint64_t dropped_ = 0;
 };
 
 }  // namespace zico

@@ -745,15 +745,14 @@ void SimDriver::tag_work(uint64_t tag) noexcept { t_work_tag = tag; }
 
 void SimDriver::untag_work() noexcept { t_work_tag = 0; }
 
-Status SimDriver::take_fault_reports(std::vector<ManagedFault>* out) noexcept {
+Status SimDriver::take_fault_reports(VaRange range, std::vector<ManagedFault>* out) noexcept {
   if (out == nullptr) return Status(Errc::kInvalidArgument);
   std::lock_guard lock(state_->mutex);
   try {
-    out->insert(out->end(), state_->fault_reports.begin(), state_->fault_reports.end());
+    take_reports_in(range, &state_->fault_reports, out);
   } catch (const std::bad_alloc&) {
     return Status(Errc::kOutOfMemory);
   }
-  state_->fault_reports.clear();
   return Status::ok();
 }
 

@@ -42,7 +42,7 @@ TEST(Config, ReadsEveryVariable) {
                     {"ZICO_SIM_DEVICES", "2"},
                     {"ZICO_MODE", "um"},
                     {"ZICO_PAGING_POLICY", "deepum"},
-                    {"ZICO_FAULT_REPORTS", "off"},
+                    {"ZICO_FAULT_REPORTS", "on"},
                     {"ZICO_JOB_NAME", "bert fine-tune #3"}},
                    &config, &error)
                   .is_ok())
@@ -57,7 +57,7 @@ TEST(Config, ReadsEveryVariable) {
   EXPECT_EQ(config.sim_devices, 2);
   EXPECT_EQ(config.mode, Mode::kUm);
   EXPECT_EQ(config.paging_policy, "deepum");
-  EXPECT_FALSE(config.fault_reports);
+  EXPECT_TRUE(config.fault_reports);
   EXPECT_EQ(config.job_name, "bert fine-tune #3");
 }
 

@@ -88,5 +88,12 @@ TEST(FaultCorrelator, KernelsAndTagsAreKeptForOneResolveOnly) {
   EXPECT_EQ(out[0].tag, 0u);
 }
 
+TEST(FaultCorrelator, RecordsBeyondItsBoundBetweenResolvesAreDroppedAndCounted) {
+  FaultCorrelator c;
+  for (size_t i = 0; i <= FaultCorrelator::kMaxRecords; ++i) c.add_fault(100, 0x1000);
+  EXPECT_EQ(c.dropped(), 1u);
+  EXPECT_EQ(c.waiting(), FaultCorrelator::kMaxRecords);
+}
+
 }  // namespace
 }  // namespace zico::testing
