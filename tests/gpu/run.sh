@@ -238,26 +238,30 @@ if selected um_mode; then
     else
       half=$(((peak / 2) >> 21 << 21))
       um_ok=1
-      # half_static: cuBLAS's and cuDNN's own runtimes through zicoum too (ZICO_STATIC_RUNTIMES).
-      for run in half whole half_static; do
+      # half_static: cuBLAS's and cuDNN's own runtimes through zicoum too (ZICO_STATIC_RUNTIMES);
+      # half_reports: CUPTI's fault reports on (ZICO_FAULT_REPORTS), what they cost against half.
+      for run in half whole half_static half_reports; do
         [[ $run == whole ]] && limit=$(((peak + (2 << 20) - 1) >> 21 << 21)) || limit=$half
         [[ $run == half_static ]] && static=on || static=off
+        [[ $run == half_reports ]] && reports=on || reports=off
         run_step "um_$run" 240 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=16GiB ZICO_STATIC_RUNTIMES=$static \
+          ZICO_FAULT_REPORTS=$reports \
           "$bin/zico-run" --backend cuda --mode um --budget "$limit" -- "${mlp[@]}" --mark-iterations --zico-stats || um_ok=0
         python3 "$repo/tests/gpu/compare_training.py" --against "$out/um_native.log" "$out/um_$run.log" "$limit" \
           >"$out/um_$run.json"
       done
-      figures=$(python3 - "$out/um_half.json" "$out/um_whole.json" "$out/um_half_static.json" <<'PY'
+      figures=$(python3 - "$out/um_half.json" "$out/um_whole.json" "$out/um_half_static.json" "$out/um_half_reports.json" <<'PY'
 import json, sys
-half, whole, static = (json.load(open(path)) for path in sys.argv[1:4])
-print(json.dumps({"half_budget": half, "whole_budget": whole, "half_budget_static_runtimes": static}))
+half, whole, static, reports = (json.load(open(path)) for path in sys.argv[1:5])
+print(json.dumps({"half_budget": half, "whole_budget": whole, "half_budget_static_runtimes": static,
+                  "half_budget_fault_reports": reports}))
 PY
   )
       # Under half its peak the pager must have seen the kernels and sent pages away.
       if ((um_ok)) && python3 -c 'import json,sys; f=json.loads(sys.argv[1]); sys.exit(0 if all(f[k]["equal"] and f[k].get("within_budget") for k in f) and f["half_budget"].get("kernels") and f["half_budget"].get("evicted_pages") else 1)' "$figures"; then
         record um_mode passed "" "$figures"
       else
-        record um_mode failed "see um_half.log, um_whole.log, um_half_static.log (losses bitwise equal to um_native.log's; pages on the GPU within the budget)" "$figures"
+        record um_mode failed "see um_half.log, um_whole.log, um_half_static.log, um_half_reports.log (losses bitwise equal to um_native.log's; pages on the GPU within the budget)" "$figures"
       fi
       # --- 7. two such UM jobs under zico-umd, 1.25 x one's peak between them -------------
       run_step um_node 300 python3 tests/gpu/um_node_gpu.py "$bin" "$out/um_native.log" $((peak * 5 / 4 >> 21 << 21)) "$out"
@@ -319,7 +323,14 @@ if selected um_unseen; then
       tests/gpu/um_unseen_uses.cu >"$out/um_unseen.build.log" 2>&1; then
     record um_unseen failed "nvcc failed: see um_unseen.build.log"
   else
-    run_step um_unseen 120 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=4GiB "$bin/zico-run" --backend cuda \
+    # libcupti where the toolkit or PyTorch's wheels keep it (the program itself loads no PyTorch).
+    cupti=$( (ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so* /usr/local/cuda/lib64/libcupti.so* /usr/local/cuda/lib/libcupti.so* \
+      /usr/local/cuda/targets/*/lib/libcupti.so*; python3 -c 'import glob, site
+for d in site.getsitepackages(): print("\n".join(glob.glob(d + "/nvidia/**/libcupti.so*", recursive=True)))') \
+      2>/dev/null | head -n 1)
+    [[ -n $cupti ]] && cupti_dir=$(dirname "$cupti") || cupti_dir=""
+    run_step um_unseen 120 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=4GiB ZICO_FAULT_REPORTS=on \
+      LD_LIBRARY_PATH="$cupti_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$bin/zico-run" --backend cuda \
       --mode um --budget 384MiB -- "$out/um_unseen_uses" $((384 << 20))
     status=$?
     figures=$(grep '^{' "$out/um_unseen.log" | tail -n 1)

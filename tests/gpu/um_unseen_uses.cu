@@ -6,10 +6,14 @@
 // (the argument: the budget in bytes, which the pages on the GPU are checked against).
 // 16 blocks of 32 MiB (more than the budget) are filled by kernels that name
 // them, then summed each iteration by two kernels, each naming only the
-// table and summing half the blocks through it; every sum is checked. Prints one JSON line of zicoum's figures, then OK;
-// exit 1 when a sum is wrong, no fault was reported as unnamed (the reports
-// did not reach zicoum: ZICO_LOG=info says why), nothing was learnt, or the
-// pages on the GPU exceeded the budget.
+// table and summing half the blocks through it; every sum is checked. What
+// the device holds is read from the driver itself (cuMemGetInfo through
+// libcuda's own handle: zicoum answers cudaMemGetInfo): its growth from
+// before the first kernel is the job's pages on the GPU, plus CUPTI's own
+// buffers. Prints one JSON line of figures, then OK; exit 1 when a sum is
+// wrong, no fault was reported as unnamed (the reports did not reach zicoum:
+// ZICO_LOG=info says why), nothing was learnt, zicoum counted more than the
+// budget, or the device grew by more than the budget and 64 MiB.
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -47,6 +51,19 @@ Fn zicoum_function(const char* name) {
   return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
 }
 
+// The device's free memory as the driver says it, once the device is idle
+// (0 if it cannot be read).
+size_t device_free_bytes() {
+  using MemGetInfo = int (*)(size_t*, size_t*);
+  static const MemGetInfo get = [] {
+    void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return cuda != nullptr ? reinterpret_cast<MemGetInfo>(dlsym(cuda, "cuMemGetInfo_v2")) : nullptr;
+  }();
+  size_t free_bytes = 0, total = 0;
+  if (get == nullptr || cudaDeviceSynchronize() != cudaSuccess || get(&free_bytes, &total) != 0) return 0;
+  return free_bytes;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -71,6 +88,8 @@ int main(int argc, char** argv) {
       cudaMalloc(&sums, sizeof(unsigned long long) * kBlocks) != cudaSuccess) {
     return std::printf("FAIL: cudaMalloc\n"), 1;
   }
+  const size_t free_at_start = device_free_bytes();
+  size_t least_free = free_at_start;
   std::vector<unsigned long long> expected(kBlocks, 0);
   for (int b = 0; b < kBlocks; ++b) {
     fill<<<256, 256>>>(blocks[b], kWords, static_cast<uint32_t>(b) * 977u);
@@ -91,20 +110,21 @@ int main(int argc, char** argv) {
     }
     for (int b = 0; b < kBlocks; ++b) wrong += got[b] != expected[b];
     (void)mark();
+    if (const size_t free_now = device_free_bytes(); free_now != 0 && free_now < least_free) least_free = free_now;
   }
   zico_stats_t stats{};
   stats.struct_size = sizeof stats;
   (void)get_stats(0, &stats);
   std::printf("{\"wrong_sums\": %d, \"unnamed_faults\": %llu, \"learnt_pages\": %llu, \"unasked_arrivals\": %llu, "
               "\"faulted_pages\": %llu, \"prefetched_pages\": %llu, \"peak_resident_bytes\": %llu, "
-              "\"budget_bytes\": %llu}\n",
+              "\"budget_bytes\": %llu, \"device_growth_bytes\": %llu}\n",
               wrong, static_cast<unsigned long long>(stats.unnamed_faults),
               static_cast<unsigned long long>(stats.learnt_pages),
               static_cast<unsigned long long>(stats.unasked_arrivals),
               static_cast<unsigned long long>(stats.faulted_pages),
               static_cast<unsigned long long>(stats.prefetched_pages),
               static_cast<unsigned long long>(stats.peak_resident_bytes),
-              budget);
+              budget, static_cast<unsigned long long>(free_at_start - least_free));
   int failures = 0;
   const auto check = [&failures](bool ok, const char* what) {
     std::printf("%s: %s\n", ok ? "pass" : "FAIL", what);
@@ -113,7 +133,9 @@ int main(int argc, char** argv) {
   check(wrong == 0, "every sum through the table is right");
   check(stats.unnamed_faults > 0, "the GPU's fault reports named blocks the kernel's parameters did not");
   check(stats.learnt_pages > 0, "the table's blocks were learnt for the kernel");
-  check(stats.peak_resident_bytes <= budget, "zicoum kept the pages it counts within the budget");
+  check(stats.peak_resident_bytes <= budget, "zicoum counted no more than the budget on the GPU");
+  check(free_at_start != 0, "the driver's cuMemGetInfo answered");
+  check(free_at_start - least_free <= budget + (size_t{64} << 20), "the device held no more than the budget and 64 MiB");
   if (failures == 0) std::printf("OK\n");
   return failures == 0 ? 0 : 1;
 }
