@@ -1,6 +1,7 @@
 #include "um_pager.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "log.h"
 #include "sizes.h"
@@ -227,7 +228,20 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   const OpView view{exec_id, duration_ns, kernel_pages_, kernel_blocks_};
   decisions_.clear();
   policy_->on_op_start(view, &decisions_);
+  // The kernel waits for the pager's stream only when pages come in for it
+  // (prefetched now, or faulted in below), and then only for what was queued
+  // before: the policy's evictions and discards, its pages' prefetches, the
+  // room its absent pages fault into. Prefetches for later kernels go after
+  // the fence, and a kernel whose pages are all there does not wait for them.
+  ahead_.clear();
+  const auto for_later = [this](const Decision& d) {
+    return d.kind == Decision::Kind::kPrefetch && !std::binary_search(kernel_pages_.begin(), kernel_pages_.end(), d.page);
+  };
+  std::copy_if(decisions_.begin(), decisions_.end(), std::back_inserter(ahead_), for_later);
+  decisions_.erase(std::remove_if(decisions_.begin(), decisions_.end(), for_later), decisions_.end());
+  const uint64_t prefetches_before = stats_.prefetches;
   apply(decisions_);
+  const bool prefetched_for_kernel = stats_.prefetches != prefetches_before;
 
   // What is still absent faults in when the kernel runs: room first, the
   // least recently migrated page the kernel does not use going out.
@@ -248,10 +262,12 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   if (!faulted_.empty()) policy_->on_faults(view, faulted_);
   note_peak();
   // The kernel starts after its room is made and its prefetches arrive.
-  if (migrated_for_kernel_ && outside_graphs(launch_stream_) && recorded(migrations_done_, stream_) &&
-      driver_.stream_wait_event(launch_stream_, migrations_done_).is_ok()) {
+  if ((prefetched_for_kernel || !faulted_.empty()) && migrated_for_kernel_ && outside_graphs(launch_stream_) &&
+      recorded(migrations_done_, stream_) && driver_.stream_wait_event(launch_stream_, migrations_done_).is_ok()) {
     ++stats_.fences;
+    ++stats_.kernel_waits;
   }
+  apply(ahead_);
   migrated_for_kernel_ = false;
   // The faults the kernel causes are reported under its stamp (a kernel
   // announced before the last one ended untags first).

@@ -65,6 +65,7 @@ struct UmPagerStats {
   uint64_t oversized_kernels = 0;    // used more pages than the budget holds (logged once): the driver paged them
   uint64_t budget_evictions = 0;     // pages sent to the host because the budget shrank
   uint64_t fences = 0;               // stream waits issued: the pager's behind a kernel's, or the other way
+  uint64_t kernel_waits = 0;         // of those, kernels made to wait for the pager's migrations
   uint64_t peak_resident_bytes = 0;
   // Fault reports (learn_from_faults): reports of pages a kernel faulted in
   // that its launch did not name (each page is named for its op from then
@@ -110,10 +111,12 @@ class UmPager {
   // Stream order keeps the GPU within the budget, not only the count: an
   // eviction waits for the work queued on the last kernel's stream up to it
   // (recorded by after_kernel: a queued kernel may still use the page;
-  // evicted under it, the page would fault straight back), and `stream`
-  // waits for the migrations issued here before the kernel starts (room
-  // made, pages arrived; and, as they share the pager's stream, those the
-  // policy issued ahead for later kernels). Work on other streams, and on an
+  // evicted under it, the page would fault straight back), and when pages
+  // come in for the kernel (prefetched or faulted now) `stream` waits for
+  // the migrations issued before it starts (the policy's evictions, room
+  // made, its pages' prefetches). The policy's prefetches for later kernels
+  // are issued after that wait, and a kernel whose pages are all there does
+  // not wait at all. Work on other streams, and on an
   // earlier kernel's stream once a kernel on another is queued, is not waited
   // for: a page it uses may be evicted under it and fault back.
   uint64_t before_kernel(uint64_t exec_id, std::span<const VaRange> used, uint64_t duration_ns,
@@ -226,6 +229,7 @@ class UmPager {
   uint64_t kernel_duration_ns_ = 0;
   size_t largest_kernel_pages_ = 0;
   Decisions decisions_;
+  Decisions ahead_;  // the policy's prefetches for later kernels, issued after the fence
   UmPagerStats stats_;
   // Fault reports: whether the driver gives them, whether this thread's work
   // carries a kernel's tag now, what kernels used unnamed, the next op's

@@ -273,6 +273,36 @@ TEST_F(PagerDiscards, AKernelWaitsForTheMigrationsMadeForItAndOnlyThen) {
   EXPECT_EQ(pager_->stats().fences, 2u);
 }
 
+// A kernel waits for the pager's stream only when pages come in for it, not
+// for the evictions and prefetches the planner queues for later kernels: in
+// the steady iteration of six pages cycling through four slots (a millisecond
+// a kernel), no kernel faults, and fewer kernels wait than see migrations.
+TEST_F(PagerDiscards, AKernelDoesNotWaitForMigrationsMeantForLaterKernels) {
+  for (size_t page = 0; page < 6; ++page) pager_->on_allocate(base_ + page * kPage, kPage);
+  uint64_t kernels_with_migrations = 0;
+  uint64_t kernels_waiting = 0;
+  uint64_t faults = 0;
+  for (int iteration = 0; iteration < 6; ++iteration) {
+    for (size_t page = 0; page < 6; ++page) {
+      const VaRange range{reinterpret_cast<uintptr_t>(base_ + page * kPage), kPage};
+      const UmPagerStats before = pager_->stats();
+      pager_->before_kernel(page, std::span<const VaRange>(&range, 1), 1'000'000);
+      const UmPagerStats after = pager_->stats();
+      ASSERT_TRUE(driver_.run_kernel(std::span<const VaRange>(&range, 1), 1'000'000).is_ok());
+      pager_->after_kernel();
+      if (iteration < 5) continue;
+      const bool migrated = after.prefetches + after.evictions + after.room_evictions !=
+                            before.prefetches + before.evictions + before.room_evictions;
+      kernels_with_migrations += migrated;
+      kernels_waiting += after.kernel_waits - before.kernel_waits;
+      faults += after.faulted_pages - before.faulted_pages;
+    }
+    pager_->on_iteration();
+  }
+  EXPECT_EQ(faults, 0u) << "the plan did not hold";
+  EXPECT_LT(kernels_waiting, kernels_with_migrations) << "kernels waited for migrations meant for later ones";
+}
+
 // The last kernel's stream captures a CUDA graph now: the pager's fences stay
 // out of it (a record there would be a node of the application's graph), and
 // its migrations run unordered, as without a fence.
