@@ -64,7 +64,8 @@ UmPager::UmPager(Driver& driver, DeviceId device, VaRange arena, uint64_t page_b
       pinned_(arena.bytes / page_bytes, 0),
       held_by_(arena.bytes / page_bytes, 0),
       discard_when_released_(arena.bytes / page_bytes, 0),
-      settled_(arena.bytes / page_bytes, 0) {}
+      settled_(arena.bytes / page_bytes, 0),
+      prefetched_at_(arena.bytes / page_bytes, 0) {}
 
 UmPager::~UmPager() {
   for (const Hold& hold : holds_) {
@@ -261,11 +262,16 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   stats_.faulted_pages += faulted_.size();
   if (!faulted_.empty()) policy_->on_faults(view, faulted_);
   note_peak();
-  // The kernel starts after its room is made and its prefetches arrive.
-  if ((prefetched_for_kernel || !faulted_.empty()) && migrated_for_kernel_ && outside_graphs(launch_stream_) &&
-      recorded(migrations_done_, stream_) && driver_.stream_wait_event(launch_stream_, migrations_done_).is_ok()) {
+  // The kernel starts after its room is made and its prefetches arrive,
+  // those issued ahead while an earlier kernel was announced too.
+  const bool awaits_prefetch = std::any_of(kernel_pages_.begin(), kernel_pages_.end(),
+                                           [this](PageId page) { return prefetched_at_[page] > fenced_at_; });
+  if ((prefetched_for_kernel || !faulted_.empty() || awaits_prefetch) && (migrated_for_kernel_ || awaits_prefetch) &&
+      outside_graphs(launch_stream_) && recorded(migrations_done_, stream_) &&
+      driver_.stream_wait_event(launch_stream_, migrations_done_).is_ok()) {
     ++stats_.fences;
     ++stats_.kernel_waits;
+    fenced_at_ = migrations_;
   }
   apply(ahead_);
   migrated_for_kernel_ = false;
@@ -365,6 +371,7 @@ void UmPager::prefetch(PageId page) {
   residency_.start_arrival(page);
   residency_.arrive(page, clock_++);
   settled_[page] = kernel_stamp_;
+  prefetched_at_[page] = ++migrations_;
   migrate(page, false);
   ++stats_.prefetches;
 }

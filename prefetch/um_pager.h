@@ -112,11 +112,12 @@ class UmPager {
   // eviction waits for the work queued on the last kernel's stream up to it
   // (recorded by after_kernel: a queued kernel may still use the page;
   // evicted under it, the page would fault straight back), and when pages
-  // come in for the kernel (prefetched or faulted now) `stream` waits for
-  // the migrations issued before it starts (the policy's evictions, room
-  // made, its pages' prefetches). The policy's prefetches for later kernels
-  // are issued after that wait, and a kernel whose pages are all there does
-  // not wait at all. Work on other streams, and on an
+  // come in for the kernel (prefetched or faulted now, or prefetched ahead
+  // since the last kernel that waited) `stream` waits for the migrations
+  // issued before it starts (the policy's evictions, room made, its pages'
+  // prefetches). The policy's prefetches for later kernels are issued after
+  // that wait, and a kernel whose pages are all there does not wait at all.
+  // Work on other streams, and on an
   // earlier kernel's stream once a kernel on another is queued, is not waited
   // for: a page it uses may be evicted under it and fault back.
   uint64_t before_kernel(uint64_t exec_id, std::span<const VaRange> used, uint64_t duration_ns,
@@ -230,6 +231,11 @@ class UmPager {
   size_t largest_kernel_pages_ = 0;
   Decisions decisions_;
   Decisions ahead_;  // the policy's prefetches for later kernels, issued after the fence
+  // Prefetches numbered as issued, each page's latest, and the number of the
+  // last one a kernel's stream was made to wait for: a kernel using a page
+  // whose prefetch came after that waits (it may still be on its way).
+  uint64_t migrations_ = 0;
+  uint64_t fenced_at_ = 0;
   UmPagerStats stats_;
   // Fault reports: whether the driver gives them, whether this thread's work
   // carries a kernel's tag now, what kernels used unnamed, the next op's
@@ -244,6 +250,7 @@ class UmPager {
   uint64_t stamp_at_last_take_ = 0;
   std::vector<ManagedFault> reports_;
   std::vector<uint64_t> settled_;
+  std::vector<uint64_t> prefetched_at_;
 };
 
 }  // namespace zico::prefetch
