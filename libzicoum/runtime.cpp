@@ -241,6 +241,11 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
     *why = name + " has no managed (unified) memory, which ZICO_MODE=um needs; use ZICO_MODE=vmm";
     return Status(Errc::kNotSupported);
   }
+  if (!caps.concurrent_managed_access) {
+    *why = name + " has managed memory but no concurrent managed access (a GPU before Pascal, Windows or WSL, "
+                  "some vGPUs): its pages cannot fault in on demand, which ZICO_MODE=um needs; use ZICO_MODE=vmm";
+    return Status(Errc::kNotSupported);
+  }
   bool under_node = false;
   size_t node_chunk = 0;
   uint64_t lent = 0;

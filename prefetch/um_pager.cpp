@@ -35,6 +35,12 @@ Status UmPager::create(Driver& driver, DeviceId device, VaRange arena, uint64_t 
     *why = "device " + std::to_string(device.value) + " has no managed memory";
     return Status(Errc::kNotSupported);
   }
+  if (!caps.concurrent_managed_access) {
+    *why = "device " + std::to_string(device.value) +
+           " has no concurrent managed access (a GPU before Pascal, Windows or WSL, some vGPUs): its pages "
+           "cannot fault in on demand, so no budget can hold";
+    return Status(Errc::kNotSupported);
+  }
   std::unique_ptr<UmPager> pager(new UmPager(driver, device, arena, page_bytes, options));
   if (Status status = driver.stream_create(device, &pager->stream_); !status.is_ok()) {
     *why = "cannot create the pager's stream";

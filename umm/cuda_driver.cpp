@@ -433,6 +433,8 @@ Status CudaDriver::device_caps(DeviceId device, Capabilities* caps) noexcept {
               CUDA_SUCCESS ||
           concurrent == 0) {
         concurrent_everywhere = false;
+      } else if (devices_[i].handle == slot.handle) {
+        found.concurrent_managed_access = found.managed_memory;
       }
     }
     found.discard = found.managed_memory && concurrent_everywhere && api_->cuMemDiscardBatchAsync != nullptr;

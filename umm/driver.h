@@ -35,6 +35,10 @@ struct Capabilities {
   size_t total_memory = 0;      // device memory in bytes
   bool posix_fd_export = false; // chunks can be exported/imported as POSIX fds
   bool managed_memory = false;  // managed (unified) allocations are available
+  // The GPU faults managed pages in on demand while the CPU may touch the
+  // rest (Pascal and later on Linux). Without it a launch migrates every
+  // managed page the stream can reach, so no budget can hold.
+  bool concurrent_managed_access = false;
   bool discard = false;         // managed ranges can be discarded (cuMemDiscardBatchAsync)
   // Chunks are created registrable for GPUDirect RDMA (NICs, GPUDirect
   // Storage): the device supports the flag with virtual memory management.

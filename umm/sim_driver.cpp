@@ -328,6 +328,7 @@ Status SimDriver::capabilities(DeviceId device, Capabilities* caps) noexcept {
   caps->total_memory = options_.capacity;
   caps->posix_fd_export = options_.posix_fd_export;
   caps->managed_memory = true;
+  caps->concurrent_managed_access = options_.concurrent_managed_access;
   caps->discard = options_.discard;
   static constexpr char kName[] = "zicoum-sim-gpu";
   caps->uuid.fill(0);

@@ -44,6 +44,8 @@ struct SimOptions {
   double copy_latency_s = 0;
   bool posix_fd_export = true;
   bool discard = true;
+  // Off only for tests of what needs the GPU to fault managed pages on demand.
+  bool concurrent_managed_access = true;
   // Whether process_memory() can tell (false: kNotSupported, as on CUDA).
   bool process_memory = true;
   // A stream handle that stream_capturing() reports as capturing a CUDA

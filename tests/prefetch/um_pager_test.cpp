@@ -57,6 +57,17 @@ TEST(UmPager, RefusesWhatCannotWork) {
   ASSERT_TRUE(UmPager::create(driver, DeviceId{0}, range, kPage, options, &pager, &why).is_ok()) << why;
   pager.reset();
   ASSERT_TRUE(driver.managed_free(arena).is_ok());
+
+  SimOptions no_faults;
+  no_faults.concurrent_managed_access = false;
+  SimDriver old_gpu(no_faults);
+  ASSERT_TRUE(old_gpu.managed_allocate(16 * kPage, &arena).is_ok());
+  EXPECT_EQ(UmPager::create(old_gpu, DeviceId{0}, VaRange{reinterpret_cast<uintptr_t>(arena), 16 * kPage}, kPage,
+                            options, &pager, &why)
+                .code(),
+            Errc::kNotSupported);
+  EXPECT_NE(why.find("no concurrent managed access"), std::string::npos) << why;
+  ASSERT_TRUE(old_gpu.managed_free(arena).is_ok());
 }
 
 // The zico pager over 8 pages of SimDriver's unified memory with a budget
