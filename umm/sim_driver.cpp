@@ -151,17 +151,37 @@ struct SimDriver::State {
   static constexpr size_t kMaxFaultReports = size_t{1} << 20;
 
   // Runs a kernel on device 0's unified memory, reporting what it faulted in under `tag`.
+  // Host memory for the reports running out drops them (counted), never
+  // the kernel: this runs inside noexcept calls (a copy's stream work).
   Status run_managed(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit, uint64_t tag) {
     faulted_scratch.clear();
-    Status status = managed->run_kernel(ranges, duration_ns, limit, reporting_faults ? &faulted_scratch : nullptr);
+    if (reporting_faults) {
+      try {
+        faulted_scratch.reserve(faulted_scratch.size() + page_count(ranges));
+      } catch (const std::bad_alloc&) {
+        ++dropped_fault_reports;
+      }
+    }
+    const bool report = reporting_faults && faulted_scratch.capacity() >= page_count(ranges);
+    Status status = managed->run_kernel(ranges, duration_ns, limit, report ? &faulted_scratch : nullptr);
     for (const uintptr_t address : faulted_scratch) {
       if (fault_reports.size() >= kMaxFaultReports) {
         ++dropped_fault_reports;
         continue;
       }
-      fault_reports.push_back(ManagedFault{tag, address});
+      try {
+        fault_reports.push_back(ManagedFault{tag, address});
+      } catch (const std::bad_alloc&) {
+        ++dropped_fault_reports;
+      }
     }
     return status;
+  }
+  // An upper bound on the pages `ranges` span.
+  size_t page_count(std::span<const VaRange> ranges) const {
+    size_t pages = 0;
+    for (const VaRange& range : ranges) pages += range.bytes / managed->page_bytes() + 2;
+    return pages;
   }
 
   Status take_fault(SimOp op) {
