@@ -22,6 +22,18 @@ namespace {
 
 constexpr uint64_t kPage = uint64_t{2} << 20;
 
+// A pager over the first `pages` pages of `arena` (managed memory of
+// `driver`), or null with a test failure that says why.
+std::unique_ptr<UmPager> pager_over(Driver& driver, void* arena, uint64_t pages, const UmPagerOptions& options) {
+  std::unique_ptr<UmPager> pager;
+  std::string why;
+  EXPECT_TRUE(UmPager::create(driver, DeviceId{0}, VaRange{reinterpret_cast<uintptr_t>(arena), pages * kPage}, kPage,
+                              options, &pager, &why)
+                  .is_ok())
+      << why;
+  return pager;
+}
+
 TEST(UmPager, ZicoPagingPolicyAcceptsExactlyThePolicies) {
   for (const std::string_view policy : kPolicyNames) {
     Config config;
@@ -86,11 +98,8 @@ class PagerDiscards : public ::testing::Test {
     UmPagerOptions options;
     options.policy = policy;
     options.budget_bytes = 4 * kPage;
-    std::string why;
-    ASSERT_TRUE(UmPager::create(driver_, DeviceId{0}, VaRange{reinterpret_cast<uintptr_t>(arena_), 8 * kPage}, kPage,
-                                options, &pager_, &why)
-                    .is_ok())
-        << why;
+    pager_ = pager_over(driver_, arena_, 8, options);
+    ASSERT_NE(pager_, nullptr);
   }
   void TearDown() override {
     ASSERT_TRUE(driver_.stream_destroy(busy_).is_ok());
@@ -327,12 +336,8 @@ TEST(UmPager, PutsNoFenceOnAStreamCapturingAGraph) {
   UmPagerOptions options;
   options.policy = "um";
   options.budget_bytes = kPage;
-  std::unique_ptr<UmPager> pager;
-  std::string why;
-  ASSERT_TRUE(UmPager::create(driver, DeviceId{0}, VaRange{reinterpret_cast<uintptr_t>(arena), 2 * kPage}, kPage,
-                              options, &pager, &why)
-                  .is_ok())
-      << why;
+  std::unique_ptr<UmPager> pager = pager_over(driver, arena, 2, options);
+  ASSERT_NE(pager, nullptr);
   for (size_t page = 0; page < 2; ++page) {
     pager->on_allocate(base + page * kPage, kPage);
     std::memset(base + page * kPage, static_cast<int>(0x30 + page), kPage);
@@ -371,12 +376,7 @@ UnseenRun run_with_an_unseen_use(bool learn_from_faults) {
   UmPagerOptions options;
   options.budget_bytes = 4 * kPage;
   options.learn_from_faults = learn_from_faults;
-  std::unique_ptr<UmPager> pager;
-  std::string why;
-  EXPECT_TRUE(UmPager::create(driver, DeviceId{0}, VaRange{reinterpret_cast<uintptr_t>(arena), 8 * kPage}, kPage,
-                              options, &pager, &why)
-                  .is_ok())
-      << why;
+  std::unique_ptr<UmPager> pager = pager_over(driver, arena, 8, options);
   if (pager == nullptr) return run;
   EXPECT_EQ(pager->learns_from_faults(), learn_from_faults);
   const auto page_of = [&](size_t page) { return VaRange{reinterpret_cast<uintptr_t>(base + page * kPage), kPage}; };
