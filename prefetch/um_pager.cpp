@@ -246,34 +246,25 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   };
   std::copy_if(decisions_.begin(), decisions_.end(), std::back_inserter(ahead_), for_later);
   decisions_.erase(std::remove_if(decisions_.begin(), decisions_.end(), for_later), decisions_.end());
-  const uint64_t prefetches_before = stats_.prefetches;
   apply(decisions_);
-  const bool prefetched_for_kernel = stats_.prefetches != prefetches_before;
 
   // What is still absent faults in when the kernel runs: room first, the
   // least recently migrated page the kernel does not use going out.
   faulted_.clear();
   for (const PageId page : kernel_pages_) {
-    if (residency_.state(page) != PageState::kAbsent) continue;
-    while (residency_.free_pages() == 0) {
-      if (!evict_oldest_unpinned()) break;  // the kernel alone needs more than the budget: the driver's eviction decides
-      ++stats_.room_evictions;
-    }
-    if (residency_.free_pages() == 0) continue;
-    residency_.start_arrival(page);
-    residency_.arrive(page, clock_++);
-    settled_[page] = kernel_stamp_;
-    faulted_.push_back(page);
+    // No room: the kernel alone needs more than the budget, the driver's eviction decides.
+    if (residency_.state(page) == PageState::kAbsent && count_arrival(page)) faulted_.push_back(page);
   }
   stats_.faulted_pages += faulted_.size();
   if (!faulted_.empty()) policy_->on_faults(view, faulted_);
   note_peak();
-  // The kernel starts after its room is made and its prefetches arrive,
-  // those issued ahead while an earlier kernel was announced too.
+  // The kernel starts after its prefetches arrive (made now, or ahead while
+  // an earlier kernel was announced) and, if it faults, after the room made
+  // for that.
   const bool awaits_prefetch = std::any_of(kernel_pages_.begin(), kernel_pages_.end(),
                                            [this](PageId page) { return prefetched_at_[page] > fenced_at_; });
-  if ((prefetched_for_kernel || !faulted_.empty() || awaits_prefetch) && (migrated_for_kernel_ || awaits_prefetch) &&
-      outside_graphs(launch_stream_) && recorded(migrations_done_, stream_) &&
+  if ((awaits_prefetch || (migrated_for_kernel_ && !faulted_.empty())) && outside_graphs(launch_stream_) &&
+      recorded(migrations_done_, stream_) &&
       driver_.stream_wait_event(launch_stream_, migrations_done_).is_ok()) {
     ++stats_.fences;
     ++stats_.kernel_waits;
@@ -337,12 +328,8 @@ void UmPager::take_fault_reports() {
     // ordered against the pager's moves; counting it at worst costs a slot
     // until the page is evicted as the oldest.
     if (residency_.state(page) != PageState::kAbsent || (report.tag != 0 && settled_[page] >= report.tag)) continue;
-    while (residency_.free_pages() == 0 && evict_oldest_unpinned()) ++stats_.room_evictions;
-    if (residency_.free_pages() == 0) continue;
-    residency_.start_arrival(page);
-    residency_.arrive(page, clock_++);
+    if (!count_arrival(page)) continue;
     residency_.set_has_data(page, true);
-    settled_[page] = kernel_stamp_;
     ++stats_.unasked_arrivals;
   }
   unseen_.reports_read();
@@ -380,6 +367,15 @@ void UmPager::prefetch(PageId page) {
   prefetched_at_[page] = ++migrations_;
   migrate(page, false);
   ++stats_.prefetches;
+}
+
+bool UmPager::count_arrival(PageId page) {
+  while (residency_.free_pages() == 0 && evict_oldest_unpinned()) ++stats_.room_evictions;
+  if (residency_.free_pages() == 0) return false;
+  residency_.start_arrival(page);
+  residency_.arrive(page, clock_++);
+  settled_[page] = kernel_stamp_;
+  return true;
 }
 
 bool UmPager::evict_oldest_unpinned() {

@@ -184,6 +184,9 @@ class UmPager {
   void take_fault_reports();
   // Evicts the least recently migrated page no running kernel uses; false if none.
   bool evict_oldest_unpinned();
+  // Counts an absent page on the GPU without migrating it (the device brings
+  // it: a fault), room made first; false when no page can make room.
+  bool count_arrival(PageId page);
   [[nodiscard]] bool pinned(PageId page) const { return in_kernel_ && pinned_[page] == kernel_stamp_; }
 
   Driver& driver_;
