@@ -204,22 +204,26 @@ void TimeShiftScheduler::unplan(JobId job) {
   if (it != jobs_.end()) it->second.in_iteration = false;
 }
 
-uint64_t TimeShiftScheduler::predicted_max(const Job& job, uint64_t from, uint64_t to) {
+uint64_t TimeShiftScheduler::predicted_max(const Job& job, uint64_t now_ns, uint64_t from, uint64_t to) {
   const DemandCurve& curve = job.curve;
   if (!curve.known()) return job.held;
-  // Past its iteration a job is at its end level, unless it still holds
-  // more: then it has overrun (stalled on memory, or slowed down) and will
-  // keep what it holds until it really ends.
   // A UM job between iterations runs no kernel: part of what it holds there
   // can be paged out for another job's iteration (gate_paging()).
-  const uint64_t level = std::max(curve.end_bytes, job.held);
-  const uint64_t idle = level - std::min(level, job.paged_at_gate);
-  if (!job.in_iteration) return idle;
+  const auto resting = [&](uint64_t level) { return level - std::min(level, job.paged_at_gate); };
+  // Between iterations, and waiting for a planned start, a job keeps what it holds.
+  const uint64_t holding = resting(std::max(curve.end_bytes, job.held));
+  if (!job.in_iteration) return holding;
   const uint64_t end = job.start_ns + iteration_ns(job);
   uint64_t most = 0;
-  // Before its (planned) start the job waits at its end level.
-  if (from < job.start_ns) most = idle;
-  if (to > end) most = std::max(most, idle);
+  if (from < job.start_ns) most = holding;
+  // Past its iteration's end a job is at its end level. What it holds now,
+  // in the middle of its iteration, says nothing about then; only a job
+  // already past its end (overrun: stalled on memory, or slowed down) keeps
+  // what it holds until it really ends. Predicted at what it held mid-way, a
+  // job at its peak looked as if it stayed there, and the others' starts
+  // waited for it: three jobs at busy fraction 0.25 fell into a convoy at
+  // 0.78 x unlimited, and 0.91-0.97 without (docs/benchmarks.md).
+  if (to > end) most = std::max(most, now_ns >= end ? holding : resting(curve.end_bytes));
   const uint64_t lo = std::max(from, job.start_ns);
   const uint64_t hi = std::min(to, end);
   if (lo < hi) {
@@ -244,7 +248,7 @@ uint64_t TimeShiftScheduler::iteration_ns(const Job& job) {
 
 uint64_t TimeShiftScheduler::predicted_bytes(uint64_t t) const {
   uint64_t sum = 0;
-  for (const auto& [id, job] : jobs_) sum = add_saturating(sum, predicted_max(job, t, t + 1));
+  for (const auto& [id, job] : jobs_) sum = add_saturating(sum, predicted_max(job, t, t, t + 1));
   return sum;
 }
 
@@ -296,7 +300,7 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
     if (id == job_id) continue;
     for (size_t c = 0; c < cells; ++c) {
       const uint64_t from = now_ns + c * step;
-      scratch_[c] = add_saturating(scratch_[c], predicted_max(other, from, from + step));
+      scratch_[c] = add_saturating(scratch_[c], predicted_max(other, now_ns, from, from + step));
     }
   }
 

@@ -17,7 +17,9 @@
 //    curve's bin at phase t - s while t < s + period;
 //  - afterwards, and for a job between iterations: the curve's end level
 //    (what it holds while waiting for its next gate), less what a UM job
-//    pages out there (gate_paging()). Its next iteration will
+//    pages out there (gate_paging()); what k holds now if more, only where
+//    k is already past its end (overrun) or between iterations: in the
+//    middle of an iteration it says nothing of the end. Its next iteration will
 //    pass its own gate, which sees this job's plan; whoever asks first is
 //    placed first, so no job is counted twice and none is starved for long;
 //  - k still learning (no curve): what it holds now.
@@ -189,8 +191,8 @@ class TimeShiftScheduler {
   // Recomputes peak_shortfall_ and each job's paged_at_gate: a change of
   // what any job pages at its gate is a re-plan.
   void refresh_gate_paging();
-  // The most bytes job `job` is predicted to hold within [from, to).
-  [[nodiscard]] static uint64_t predicted_max(const Job& job, uint64_t from, uint64_t to);
+  // The most bytes job `job` is predicted to hold within [from, to), asked at now_ns.
+  [[nodiscard]] static uint64_t predicted_max(const Job& job, uint64_t now_ns, uint64_t from, uint64_t to);
   // Its planned or current iteration's length (a capped one runs longer).
   [[nodiscard]] static uint64_t iteration_ns(const Job& job);
 

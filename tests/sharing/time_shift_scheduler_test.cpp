@@ -171,6 +171,21 @@ TEST(TimeShiftScheduler, AnOverrunJobIsPredictedAtWhatItHolds) {
   EXPECT_EQ(scheduler.predicted_bytes(150 * kMs), 1 * kGiB);
 }
 
+// A job in the middle of its iteration holds far more than it will once it
+// ends; until its end has passed it is not overrun, and beyond that end it
+// is predicted at its end level. Job 1 is at its peak (10 GiB) halfway
+// through: job 2 starting now climbs while job 1 falls, 11 GiB together
+// throughout, and job 2's peak comes as job 1 rests at 1 GiB. Predicted at
+// what job 1 holds now past its end, nothing would have fitted.
+TEST(TimeShiftScheduler, AJobMidIterationIsPredictedAtItsEndLevelPastItsEnd) {
+  TimeShiftScheduler scheduler = pair_first_started(14 * kGiB, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
+  scheduler.set_held(1, 10 * kGiB);
+  const StartDecision decision = scheduler.plan_start(2, 50 * kMs);
+  EXPECT_TRUE(decision.fits);
+  EXPECT_EQ(decision.start_ns, 50 * kMs);
+  EXPECT_LE(decision.predicted_peak, 12 * kGiB);
+}
+
 // A UM job that pages part of its memory out at its gate is predicted at
 // that much less between iterations: where its floor was in the way of the
 // other's peak (WhenNothingFitsItPicksTheLeastOverflowAndSaysSo), a start
