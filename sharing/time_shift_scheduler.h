@@ -14,7 +14,9 @@
 //
 // Prediction of another job k at a future time t:
 //  - k in an iteration that began at s (or is planned to begin at s): the
-//    curve's bin at phase t - s while t < s + period;
+//    curve's bin at phase (t - s) / pace while t < s + period * pace, its
+//    pace how long its recent iterations took over its period (co-running
+//    jobs share the GPU's compute, and run slower than their curves);
 //  - afterwards, and for a job between iterations: the curve's end level
 //    (what it holds while waiting for its next gate), less what a UM job
 //    pages out there (gate_paging()); what k holds now if more, only where
@@ -26,9 +28,10 @@
 //
 // If no start within the horizon (until every other job's current iteration
 // has ended, where waiting longer cannot help, and at most max_delay_periods
-// of the job's own period) fits, the start with the smallest predicted peak
-// is returned (fits = false): the hard budget in the ledger still holds, and
-// its deadlock rule serves one job when all wait.
+// of the job's own period) fits, the earliest within the budget itself (its
+// headroom spent) is returned, or where none is, the start with the
+// smallest predicted peak (fits = false either way): the hard budget in the
+// ledger still holds, and its deadlock rule serves one job when all wait.
 //
 // A job in Unified Memory mode (its PagingCost known) has one more way to
 // fit when nothing fits as it is: capping its resident bytes, paging the
@@ -187,7 +190,9 @@ class TimeShiftScheduler {
     uint64_t paged_at_gate = 0; // what it pages there now (gate_paging())
     uint32_t starts_on_curve = 0;  // iterations started since its curve was set
     uint32_t curves_set = 0;       // known curves set in a row
+    double pace = 1.0;             // its iterations' length over its curve's period, lately (0.5-4)
   };
+  [[nodiscard]] static double slowness(const Job& job);
   // Recomputes peak_shortfall_ and each job's paged_at_gate: a change of
   // what any job pages at its gate is a re-plan.
   void refresh_gate_paging();
