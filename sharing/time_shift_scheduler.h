@@ -16,7 +16,8 @@
 //  - k in an iteration that began at s (or is planned to begin at s): the
 //    curve's bin at phase (t - s) / pace while t < s + period * pace, its
 //    pace how long its recent iterations took over its period (co-running
-//    jobs share the GPU's compute, and run slower than their curves);
+//    jobs share the GPU's compute, and run slower than their curves; 1 for
+//    a UM job while it pages at its gate, whose page-ins come at its start);
 //  - afterwards, and for a job between iterations: the curve's end level
 //    (what it holds while waiting for its next gate), less what a UM job
 //    pages out there (gate_paging()); what k holds now if more, only where
@@ -192,6 +193,8 @@ class TimeShiftScheduler {
     uint32_t curves_set = 0;       // known curves set in a row
     double pace = 1.0;             // its iterations' length over its curve's period, lately (0.5-4)
   };
+  // How many times its curve's period the job's iteration lasts: a cap's
+  // stretch, and its pace unless it pages at its gate.
   [[nodiscard]] static double slowness(const Job& job);
   // Recomputes peak_shortfall_ and each job's paged_at_gate: a change of
   // what any job pages at its gate is a re-plan.
