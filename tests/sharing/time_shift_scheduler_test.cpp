@@ -162,6 +162,13 @@ TEST(TimeShiftScheduler, AJobIsPredictedAtThePaceItsIterationsRan) {
   EXPECT_EQ(scheduler.predicted_bytes(260 * kMs), triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB).bins[112]);
   EXPECT_GT(scheduler.predicted_bytes(260 * kMs), 3 * kGiB);
   EXPECT_EQ(scheduler.predicted_bytes(280 * kMs), 1 * kGiB) << "and ends at 125 ms";
+  // A UM job paging at its gate (its peak is above the budget) is predicted
+  // at its curve's pace: at 260 ms it has ended, and rests at its end level
+  // less what it pages out there.
+  scheduler.set_budget(9 * kGiB);
+  scheduler.set_gate_paging(1, 1 * kGiB);
+  ASSERT_EQ(scheduler.gate_paging(1), 1 * kGiB);
+  EXPECT_EQ(scheduler.predicted_bytes(260 * kMs), 0u);
 }
 
 // Where no start keeps the headroom free, the earliest within the budget
