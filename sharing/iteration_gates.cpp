@@ -72,7 +72,11 @@ uint64_t IterationGates::decide(JobId job, uint64_t now_ns) {
 }
 
 void IterationGates::arrive(JobId job, uint64_t sequence, uint64_t now_ns) {
-  std::erase_if(waiting_, [job](const Waiting& w) { return w.job == job; });
+  // A gate asked again: its plan was never an iteration the job ran, so no
+  // scheduler may take it for one (TimeShiftScheduler's pace).
+  if (std::erase_if(waiting_, [job](const Waiting& w) { return w.job == job; }) != 0) {
+    for (TimeShiftScheduler& gpu : gpus_) gpu.unplan(job);
+  }
   const uint64_t open_ns = decide(job, now_ns);
   waiting_.push_back(Waiting{job, sequence, now_ns, open_ns});
 }

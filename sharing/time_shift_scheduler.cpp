@@ -21,6 +21,11 @@ constexpr uint32_t kStartsToTrustCurve = 2;
 // The most SchedulerOptions::max_stretch is taken as.
 constexpr double kMaxStretch = 8.0;
 
+// A job's pace is kept within these: one iteration stalled for long (a
+// suspend, a debugger) must not make the job look gone for many periods.
+constexpr double kLeastPace = 0.5;
+constexpr double kMostPace = 4.0;
+
 // What a capped start is weighed on: the job's curve and paging cost, the
 // others' predicted aggregate per cell of `step` ns, and the limit.
 struct CappedSearch {
@@ -30,11 +35,12 @@ struct CappedSearch {
   uint64_t step = 0;
   uint64_t limit = 0;
   double max_stretch = 1.0;
+  double pace = 1.0;  // the job's, on top of a cap's stretch
 
   // The others' most over bin b of an iteration starting at cell d and
-  // lasting `stretch` times its period.
+  // lasting `stretch` times its period (at its pace).
   [[nodiscard]] uint64_t over(size_t d, size_t b, double stretch) const {
-    const double width = static_cast<double>(curve.bin_ns()) * stretch;
+    const double width = static_cast<double>(curve.bin_ns()) * stretch * pace;
     const size_t first = d + static_cast<size_t>(static_cast<double>(b) * width / static_cast<double>(step));
     const size_t last = d + static_cast<size_t>((static_cast<double>(b + 1) * width - 1) / static_cast<double>(step));
     uint64_t most = 0;
@@ -68,7 +74,7 @@ struct CappedStart {
 std::optional<CappedStart> earliest_capped_end(const CappedSearch& search, size_t candidates) {
   std::optional<CappedStart> best;
   double best_end = 0;
-  const auto period = static_cast<double>(search.curve.period_ns);
+  const auto period = static_cast<double>(search.curve.period_ns) * search.pace;
   for (size_t d = 0; d < candidates; ++d) {
     const double start = static_cast<double>(d * search.step);
     if (best && start + period >= best_end) break;  // a cap never shortens an iteration
@@ -122,9 +128,16 @@ void TimeShiftScheduler::set_curve(JobId job, const DemandCurve& curve) {
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return;
   if (materially_different(it->second.curve, curve, options_.replan_tolerance)) ++generation_;
-  it->second.curve = curve;
-  it->second.starts_on_curve = 0;
-  it->second.curves_set = curve.known() ? it->second.curves_set + 1 : 0;
+  // The pace was measured against the old period: a tracker that learned
+  // the slower iterations as the new period leaves the same length.
+  Job& j = it->second;
+  j.pace = j.curve.known() && curve.known()
+                 ? std::clamp(j.pace * static_cast<double>(j.curve.period_ns) / static_cast<double>(curve.period_ns),
+                              kLeastPace, kMostPace)
+                 : 1.0;
+  j.curve = curve;
+  j.starts_on_curve = 0;
+  j.curves_set = curve.known() ? j.curves_set + 1 : 0;
   refresh_gate_paging();
 }
 
@@ -272,10 +285,10 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
   // predicted at its curve's own pace (slowness()): its page-ins come at its
   // start, not spread over its iteration, and spread there they cost
   // bert_base + gpt2_medium below their bound 0.87 -> 0.83 x unlimited.
-  if (!job.asked && job.in_iteration && job.curve.known() && now_ns > job.start_ns) {
+  if (!job.asked && job.in_iteration && job.curve.known() && job.paged_at_gate == 0 && now_ns > job.start_ns) {
     const double took = static_cast<double>(now_ns - job.start_ns) /
                         (static_cast<double>(job.curve.period_ns) * (job.cap == 0 ? 1.0 : job.stretch));
-    job.pace = std::clamp(0.5 * job.pace + 0.5 * took, 0.5, 4.0);
+    job.pace = std::clamp(0.5 * job.pace + 0.5 * took, kLeastPace, kMostPace);
   }
   // A new ask replaces the job's earlier plan.
   job.in_iteration = false;
@@ -310,7 +323,10 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
   // A capped UM iteration lasts up to max_stretch periods.
   // At most kMaxStretch: a capped iteration's cells are allocated up front.
   const double max_stretch = job.paging.known() ? std::clamp(options_.max_stretch, 1.0, kMaxStretch) : 1.0;
-  const size_t cells = candidates + static_cast<size_t>(std::ceil(static_cast<double>(kDemandBins) * max_stretch));
+  // The job's own iteration is placed at its pace, as the others will predict it.
+  const double own_pace = slowness(job);
+  const double bin_width = static_cast<double>(curve.bin_ns()) * own_pace;
+  const size_t cells = candidates + static_cast<size_t>(std::ceil(static_cast<double>(kDemandBins) * max_stretch * own_pace));
 
   // The others' predicted aggregate, cell by cell on this job's bin grid
   // anchored at now: each cell holds the sum of the others' maxima over it,
@@ -336,12 +352,14 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
   std::optional<std::pair<size_t, uint64_t>> within_budget;
   for (size_t d = 0; d < candidates; ++d) {
     uint64_t peak = 0;
-    const uint64_t enough = within_budget ? best_peak : std::max(best_peak, budget_);
-    for (size_t b = 0; b < kDemandBins && peak <= enough; ++b) {
+    // Cut short above the best peak so far: until a start within the budget
+    // is found, that best is above the budget too, so no such start is missed.
+    for (size_t b = 0; b < kDemandBins && peak <= best_peak; ++b) {
       // Bin b of a start at cell d covers [d*step + b*bin, +bin): with a
       // coarsened grid that is cell d + b*bin/step, and maybe the next.
-      const size_t first = d + static_cast<size_t>(b * curve.bin_ns() / step);
-      const size_t last = d + static_cast<size_t>(((b + 1) * curve.bin_ns() - 1) / step);
+      const size_t first = d + static_cast<size_t>(static_cast<double>(b) * bin_width / static_cast<double>(step));
+      const size_t last =
+          d + static_cast<size_t>((static_cast<double>(b + 1) * bin_width - 1) / static_cast<double>(step));
       uint64_t others = 0;
       for (size_t c = first; c <= last && c < cells; ++c) others = std::max(others, scratch_[c]);
       peak = std::max(peak, add_saturating(curve.bins[b], others));
@@ -366,7 +384,7 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
   const bool fits = best_peak <= limit;
   std::optional<CappedStart> capped;
   if (!fits && job.paging.known()) {
-    const CappedSearch search{curve, job.paging, scratch_, step, limit, max_stretch};
+    const CappedSearch search{curve, job.paging, scratch_, step, limit, max_stretch, own_pace};
     capped = earliest_capped_end(search, candidates);
   }
   if (capped) {

@@ -171,6 +171,36 @@ TEST(TimeShiftScheduler, AJobIsPredictedAtThePaceItsIterationsRan) {
   EXPECT_EQ(scheduler.predicted_bytes(260 * kMs), 0u);
 }
 
+// Only an iteration the job ran sets its pace: not a plan asked again, nor
+// one withdrawn (unplanned). A new curve carries the pace over to its own
+// period, and one stalled iteration counts at most 4 periods.
+TEST(TimeShiftScheduler, APaceComesFromIterationsRunAndFollowsTheCurvesPeriod) {
+  const DemandCurve curve = triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB);
+  TimeShiftScheduler scheduler;
+  scheduler.set_budget(30 * kGiB);
+  scheduler.add_job(1);
+  scheduler.set_curve(1, curve);
+  (void)scheduler.plan_start(1, 0);
+  scheduler.started(1, 0);
+  scheduler.unplan(1);
+  (void)scheduler.plan_start(1, 10 * kMs);  // 10 ms is not an iteration it ran
+  scheduler.started(1, 10 * kMs);
+  EXPECT_EQ(scheduler.predicted_bytes(90 * kMs), curve.bins[kDemandBins * 80 / 100]) << "still at pace 1";
+
+  // It ran 150 ms: pace 1.25. Its tracker then learns 125 ms as its period.
+  (void)scheduler.plan_start(1, 160 * kMs);
+  scheduler.started(1, 160 * kMs);
+  EXPECT_GT(scheduler.predicted_bytes(280 * kMs), 1 * kGiB) << "120 ms into its 125";
+  scheduler.set_curve(1, triangle_curve(125 * kMs, 1 * kGiB, 10 * kGiB));
+  EXPECT_EQ(scheduler.predicted_bytes(300 * kMs), 1 * kGiB) << "its 125 ms are over, not 1.25 x 125";
+
+  // A stall of ten periods: pace at most 4.
+  (void)scheduler.plan_start(1, 1410 * kMs);
+  scheduler.started(1, 1410 * kMs);
+  EXPECT_GT(scheduler.predicted_bytes(1410 * kMs + 490 * kMs), 1 * kGiB);
+  EXPECT_EQ(scheduler.predicted_bytes(1410 * kMs + 510 * kMs), 1 * kGiB) << "ended at 4 x 125 ms";
+}
+
 // Where no start keeps the headroom free, the earliest within the budget
 // itself is taken, not the one of least predicted peak: at the bound's
 // peak, waiting for the least peak delayed the longer of gpt2+gpt2_medium
@@ -400,6 +430,8 @@ TEST(TimeShiftScheduler, AJobDelayedMostOfAPeriodAtTwoGatesInARowLooksOnlyHalfAP
   // is down, 60-70 ms on, more than half of job 2's 100 ms period.
   const auto gate = [&](uint64_t now, int asks) {
     scheduler.started(1, now);
+    // The gates are a second apart: not iterations job 2 ran at a pace.
+    scheduler.unplan(2);
     StartDecision decision;
     for (int a = 0; a < asks; ++a) decision = scheduler.plan_start(2, now);
     scheduler.started(2, decision.start_ns);
