@@ -236,7 +236,7 @@ uint64_t TimeShiftScheduler::predicted_max(const Job& job, uint64_t now_ns, uint
   // what it holds until it really ends. Predicted at what it held mid-way, a
   // job at its peak looked as if it stayed there, and the others' starts
   // waited for it: three jobs at busy fraction 0.25 fell into a convoy at
-  // 0.78 x unlimited, and 0.91-0.97 without (docs/benchmarks.md).
+  // 0.79 x unlimited at the bound's peak, and 0.91 without (docs/benchmarks.md).
   if (to > end) most = std::max(most, now_ns >= end ? holding : resting(curve.end_bytes));
   const uint64_t lo = std::max(from, job.start_ns);
   const uint64_t hi = std::min(to, end);

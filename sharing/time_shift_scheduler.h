@@ -15,9 +15,11 @@
 // Prediction of another job k at a future time t:
 //  - k in an iteration that began at s (or is planned to begin at s): the
 //    curve's bin at phase (t - s) / pace while t < s + period * pace, its
-//    pace how long its recent iterations took over its period (co-running
-//    jobs share the GPU's compute, and run slower than their curves; 1 for
-//    a UM job while it pages at its gate, whose page-ins come at its start);
+//    pace how long its recent iterations took over its period (a cap's
+//    stretch aside; each new one counts half, kept to 0.5-4): co-running
+//    jobs share the GPU's compute, and run slower than their curves. 1 for
+//    a UM job while it pages at its gate, whose page-ins come at its start.
+//    The asking job's own iteration is placed at its pace too;
 //  - afterwards, and for a job between iterations: the curve's end level
 //    (what it holds while waiting for its next gate), less what a UM job
 //    pages out there (gate_paging()); what k holds now if more, only where

@@ -204,7 +204,7 @@ TEST(TimeShiftScheduler, APaceComesFromIterationsRunAndFollowsTheCurvesPeriod) {
 // Where no start keeps the headroom free, the earliest within the budget
 // itself is taken, not the one of least predicted peak: at the bound's
 // peak, waiting for the least peak delayed the longer of gpt2+gpt2_medium
-// at every gate (0.88 x unlimited, 0.97 with this; docs/benchmarks.md).
+// at every gate (0.88 x unlimited, 0.96 with this; docs/benchmarks.md).
 TEST(TimeShiftScheduler, WhereNoStartKeepsTheHeadroomTheEarliestWithinTheBudgetIsTaken) {
   SchedulerOptions options;
   options.headroom = 0.10;
