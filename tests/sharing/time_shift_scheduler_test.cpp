@@ -34,6 +34,31 @@ TimeShiftScheduler pair_first_started(uint64_t budget, const DemandCurve& curve)
   return scheduler;
 }
 
+// Job 1 alone on a 1-10 GiB triangle of 100 ms under `budget`, begun at 0.
+TimeShiftScheduler one_triangle_job_started(uint64_t budget) {
+  TimeShiftScheduler scheduler;
+  scheduler.set_budget(budget);
+  scheduler.add_job(1);
+  scheduler.set_curve(1, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
+  scheduler.started(1, 0);
+  return scheduler;
+}
+
+// Two jobs on a 1-10 GiB triangle under `budget`, keeping `headroom` of it
+// free; job 1 began its iteration at 0.
+TimeShiftScheduler triangle_pair_keeping_headroom(double headroom, uint64_t budget) {
+  SchedulerOptions options;
+  options.headroom = headroom;
+  TimeShiftScheduler scheduler(options);
+  scheduler.set_budget(budget);
+  for (JobId job : {1, 2}) {
+    scheduler.add_job(job);
+    scheduler.set_curve(job, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
+  }
+  scheduler.started(1, 0);
+  return scheduler;
+}
+
 // The most the scheduler predicts over [from, to), sampled finely.
 uint64_t predicted_peak_over(const TimeShiftScheduler& scheduler, uint64_t from, uint64_t to) {
   uint64_t most = 0;
@@ -131,15 +156,7 @@ TEST(TimeShiftScheduler, WhenNothingFitsItPicksTheLeastOverflowAndSaysSo) {
 }
 
 TEST(TimeShiftScheduler, HeadroomIsKeptFree) {
-  SchedulerOptions options;
-  options.headroom = 0.10;
-  TimeShiftScheduler scheduler(options);
-  scheduler.set_budget(20 * kGiB);
-  for (JobId job : {1, 2}) {
-    scheduler.add_job(job);
-    scheduler.set_curve(job, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
-  }
-  scheduler.started(1, 0);
+  TimeShiftScheduler scheduler = triangle_pair_keeping_headroom(0.10, 20 * kGiB);
   // 20 GiB of peaks would fit the budget but not the budget less 10 %.
   const StartDecision decision = scheduler.plan_start(2, 0);
   EXPECT_GT(decision.start_ns, 0u);
@@ -149,11 +166,7 @@ TEST(TimeShiftScheduler, HeadroomIsKeptFree) {
 // A job whose iterations take longer than its curve's period (it shares
 // the GPU's compute with the others) is predicted at the pace it ran at.
 TEST(TimeShiftScheduler, AJobIsPredictedAtThePaceItsIterationsRan) {
-  TimeShiftScheduler scheduler;
-  scheduler.set_budget(30 * kGiB);
-  scheduler.add_job(1);
-  scheduler.set_curve(1, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
-  scheduler.started(1, 0);
+  TimeShiftScheduler scheduler = one_triangle_job_started(30 * kGiB);
   EXPECT_EQ(scheduler.predicted_bytes(110 * kMs), 1 * kGiB) << "at its curve's pace it has ended";
   // Its first iteration took 150 ms: its pace is halfway from 1 to 1.5.
   (void)scheduler.plan_start(1, 150 * kMs);
@@ -176,12 +189,7 @@ TEST(TimeShiftScheduler, AJobIsPredictedAtThePaceItsIterationsRan) {
 // period, and one stalled iteration counts at most 4 periods.
 TEST(TimeShiftScheduler, APaceComesFromIterationsRunAndFollowsTheCurvesPeriod) {
   const DemandCurve curve = triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB);
-  TimeShiftScheduler scheduler;
-  scheduler.set_budget(30 * kGiB);
-  scheduler.add_job(1);
-  scheduler.set_curve(1, curve);
-  (void)scheduler.plan_start(1, 0);
-  scheduler.started(1, 0);
+  TimeShiftScheduler scheduler = one_triangle_job_started(30 * kGiB);
   scheduler.unplan(1);
   (void)scheduler.plan_start(1, 10 * kMs);  // 10 ms is not an iteration it ran
   scheduler.started(1, 10 * kMs);
@@ -206,15 +214,7 @@ TEST(TimeShiftScheduler, APaceComesFromIterationsRunAndFollowsTheCurvesPeriod) {
 // peak, waiting for the least peak delayed the longer of gpt2+gpt2_medium
 // at every gate (0.88 x unlimited, 0.96 with this; docs/benchmarks.md).
 TEST(TimeShiftScheduler, WhereNoStartKeepsTheHeadroomTheEarliestWithinTheBudgetIsTaken) {
-  SchedulerOptions options;
-  options.headroom = 0.10;
-  TimeShiftScheduler scheduler(options);
-  scheduler.set_budget(12 * kGiB);
-  for (JobId job : {1, 2}) {
-    scheduler.add_job(job);
-    scheduler.set_curve(job, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
-  }
-  scheduler.started(1, 0);
+  TimeShiftScheduler scheduler = triangle_pair_keeping_headroom(0.10, 12 * kGiB);
   // Half a period apart they hold 11 GiB together, the least there is,
   // above the budget less its headroom (10.8 GiB).
   const StartDecision decision = scheduler.plan_start(2, 0);
@@ -239,11 +239,7 @@ TEST(TimeShiftScheduler, LearningJobsCountWithWhatTheyHold) {
 // (waiting for memory, swapping): it is predicted at what it holds, not at
 // its end level, so no other job is started into it.
 TEST(TimeShiftScheduler, AnOverrunJobIsPredictedAtWhatItHolds) {
-  TimeShiftScheduler scheduler;
-  scheduler.set_budget(14 * kGiB);
-  scheduler.add_job(1);
-  scheduler.set_curve(1, triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB));
-  scheduler.started(1, 0);
+  TimeShiftScheduler scheduler = one_triangle_job_started(14 * kGiB);
   scheduler.set_held(1, 9 * kGiB);
   EXPECT_EQ(scheduler.predicted_bytes(150 * kMs), 9 * kGiB);
   scheduler.set_held(1, 1 * kGiB);  // it ended and gave its transient memory back
