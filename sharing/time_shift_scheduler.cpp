@@ -260,7 +260,7 @@ uint64_t TimeShiftScheduler::iteration_ns(const Job& job) {
 }
 
 double TimeShiftScheduler::slowness(const Job& job) {
-  return (job.cap == 0 ? 1.0 : job.stretch) * (job.paged_at_gate == 0 ? job.pace : 1.0);
+  return (job.cap == 0 ? 1.0 : job.stretch) * (job.paging.known() ? 1.0 : job.pace);
 }
 
 uint64_t TimeShiftScheduler::predicted_bytes(uint64_t t) const {
@@ -281,11 +281,13 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
   // than planned, the starts planned after them met the hard budget, and
   // three jobs at busy fraction 0.5 waited there 8-15 ms an iteration
   // (mobilenet_v2 + nasnetalarge x 2 at summed peaks / 1.6: 0.90 x
-  // unlimited, 0.97 with the pace). A UM job that pages at its gate is
-  // predicted at its curve's own pace (slowness()): its page-ins come at its
-  // start, not spread over its iteration, and spread there they cost
-  // bert_base + gpt2_medium below their bound 0.87 -> 0.83 x unlimited.
-  if (!job.asked && job.in_iteration && job.curve.known() && job.paged_at_gate == 0 && now_ns > job.start_ns) {
+  // unlimited, 0.97 with the pace). A UM job has none (slowness()): its
+  // paging cost models how much longer its iterations run, and its stalls
+  // come where its pages come in, not spread over the iteration. Spread as
+  // a pace they cost bert_base + gpt2 as UM jobs at summed peaks / 1.45 on
+  // a 55 GB/s link 0.96 -> 0.26 x unlimited, the gates planning around
+  // capped iterations that were not as long as predicted.
+  if (!job.asked && job.in_iteration && job.curve.known() && !job.paging.known() && now_ns > job.start_ns) {
     const double took = static_cast<double>(now_ns - job.start_ns) /
                         (static_cast<double>(job.curve.period_ns) * (job.cap == 0 ? 1.0 : job.stretch));
     job.pace = std::clamp(0.5 * job.pace + 0.5 * took, kLeastPace, kMostPace);

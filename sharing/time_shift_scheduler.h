@@ -18,8 +18,8 @@
 //    pace how long its recent iterations took over its period (a cap's
 //    stretch aside; each new one counts half, kept to 0.5-4): co-running
 //    jobs share the GPU's compute, and run slower than their curves. 1 for
-//    a UM job while it pages at its gate, whose page-ins come at its start.
-//    The asking job's own iteration is placed at its pace too;
+//    a UM job, whose paging cost models its longer iterations. The asking
+//    job's own iteration is placed at its pace too;
 //  - afterwards, and for a job between iterations: the curve's end level
 //    (what it holds while waiting for its next gate), less what a UM job
 //    pages out there (gate_paging()); what k holds now if more, only where
@@ -196,7 +196,7 @@ class TimeShiftScheduler {
     double pace = 1.0;             // its iterations' length over its curve's period, lately (0.5-4)
   };
   // How many times its curve's period the job's iteration lasts: a cap's
-  // stretch, and its pace unless it pages at its gate.
+  // stretch, and an ordinary job's pace.
   [[nodiscard]] static double slowness(const Job& job);
   // Recomputes peak_shortfall_ and each job's paged_at_gate: a change of
   // what any job pages at its gate is a re-plan.

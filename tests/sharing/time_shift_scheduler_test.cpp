@@ -34,6 +34,15 @@ TimeShiftScheduler pair_first_started(uint64_t budget, const DemandCurve& curve)
   return scheduler;
 }
 
+// A UM job's paging cost: it runs at 4 GiB (3x slower), at 9 GiB 1.08x, at
+// its 10 GiB peak in memory.
+PagingCost gentle_paging() {
+  PagingCost cost;
+  cost.floor_bytes = 4 * kGiB;
+  cost.points = {{4 * kGiB, 3.0}, {9 * kGiB, 1.08}, {10 * kGiB, 1.0}};
+  return cost;
+}
+
 // Job 1 alone on a 1-10 GiB triangle of 100 ms under `budget`, begun at 0.
 TimeShiftScheduler one_triangle_job_started(uint64_t budget) {
   TimeShiftScheduler scheduler;
@@ -175,13 +184,10 @@ TEST(TimeShiftScheduler, AJobIsPredictedAtThePaceItsIterationsRan) {
   EXPECT_EQ(scheduler.predicted_bytes(260 * kMs), triangle_curve(100 * kMs, 1 * kGiB, 10 * kGiB).bins[112]);
   EXPECT_GT(scheduler.predicted_bytes(260 * kMs), 3 * kGiB);
   EXPECT_EQ(scheduler.predicted_bytes(280 * kMs), 1 * kGiB) << "and ends at 125 ms";
-  // A UM job paging at its gate (its peak is above the budget) is predicted
-  // at its curve's pace: at 260 ms it has ended, and rests at its end level
-  // less what it pages out there.
-  scheduler.set_budget(9 * kGiB);
-  scheduler.set_gate_paging(1, 1 * kGiB);
-  ASSERT_EQ(scheduler.gate_paging(1), 1 * kGiB);
-  EXPECT_EQ(scheduler.predicted_bytes(260 * kMs), 0u);
+  // A UM job is predicted at its curve's pace (its paging cost says how
+  // much longer it runs): at 260 ms it has ended.
+  ASSERT_TRUE(scheduler.set_paging_cost(1, gentle_paging()));
+  EXPECT_EQ(scheduler.predicted_bytes(260 * kMs), 1 * kGiB);
 }
 
 // Only an iteration the job ran sets its pace: not a plan asked again, nor
@@ -472,15 +478,6 @@ TEST(TimeShiftScheduler, TwoPeriodicJobsSettleIntoAFixedOffset) {
   EXPECT_EQ(delays_after_warmup, 0u);
   const uint64_t offset = (next[2] - next[1]) % period;
   EXPECT_GT(offset, 0u);
-}
-
-// A UM job's paging cost: it runs at 4 GiB (3x slower), at 9 GiB 1.08x, at
-// its 10 GiB peak in memory.
-PagingCost gentle_paging() {
-  PagingCost cost;
-  cost.floor_bytes = 4 * kGiB;
-  cost.points = {{4 * kGiB, 3.0}, {9 * kGiB, 1.08}, {10 * kGiB, 1.0}};
-  return cost;
 }
 
 // Job 1 began at 0; job 2 asks at 0. Under 10.5 GiB job 2's 10 GiB peak and
