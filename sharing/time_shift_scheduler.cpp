@@ -35,12 +35,11 @@ struct CappedSearch {
   uint64_t step = 0;
   uint64_t limit = 0;
   double max_stretch = 1.0;
-  double pace = 1.0;  // the job's, on top of a cap's stretch
 
   // The others' most over bin b of an iteration starting at cell d and
-  // lasting `stretch` times its period (at its pace).
+  // lasting `stretch` times its period.
   [[nodiscard]] uint64_t over(size_t d, size_t b, double stretch) const {
-    const double width = static_cast<double>(curve.bin_ns()) * stretch * pace;
+    const double width = static_cast<double>(curve.bin_ns()) * stretch;
     const size_t first = d + static_cast<size_t>(static_cast<double>(b) * width / static_cast<double>(step));
     const size_t last = d + static_cast<size_t>((static_cast<double>(b + 1) * width - 1) / static_cast<double>(step));
     uint64_t most = 0;
@@ -74,7 +73,7 @@ struct CappedStart {
 std::optional<CappedStart> earliest_capped_end(const CappedSearch& search, size_t candidates) {
   std::optional<CappedStart> best;
   double best_end = 0;
-  const auto period = static_cast<double>(search.curve.period_ns) * search.pace;
+  const auto period = static_cast<double>(search.curve.period_ns);
   for (size_t d = 0; d < candidates; ++d) {
     const double start = static_cast<double>(d * search.step);
     if (best && start + period >= best_end) break;  // a cap never shortens an iteration
@@ -288,8 +287,8 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
   // a 55 GB/s link 0.96 -> 0.26 x unlimited, the gates planning around
   // capped iterations that were not as long as predicted.
   if (!job.asked && job.in_iteration && job.curve.known() && !job.paging.known() && now_ns > job.start_ns) {
-    const double took = static_cast<double>(now_ns - job.start_ns) /
-                        (static_cast<double>(job.curve.period_ns) * (job.cap == 0 ? 1.0 : job.stretch));
+    // Ordinary jobs are never capped: the period alone is what it ran against.
+    const double took = static_cast<double>(now_ns - job.start_ns) / static_cast<double>(job.curve.period_ns);
     job.pace = std::clamp(0.5 * job.pace + 0.5 * took, kLeastPace, kMostPace);
   }
   // A new ask replaces the job's earlier plan.
@@ -386,7 +385,8 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
   const bool fits = best_peak <= limit;
   std::optional<CappedStart> capped;
   if (!fits && job.paging.known()) {
-    const CappedSearch search{curve, job.paging, scratch_, step, limit, max_stretch, own_pace};
+    // A UM job has no pace (slowness()): its capped iteration is its curve stretched.
+    const CappedSearch search{curve, job.paging, scratch_, step, limit, max_stretch};
     capped = earliest_capped_end(search, candidates);
   }
   if (capped) {

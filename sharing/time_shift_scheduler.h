@@ -15,8 +15,8 @@
 // Prediction of another job k at a future time t:
 //  - k in an iteration that began at s (or is planned to begin at s): the
 //    curve's bin at phase (t - s) / pace while t < s + period * pace, its
-//    pace how long its recent iterations took over its period (a cap's
-//    stretch aside; each new one counts half, kept to 0.5-4): co-running
+//    pace how long its recent iterations took over its period (each new
+//    one counts half, kept to 0.5-4): co-running
 //    jobs share the GPU's compute, and run slower than their curves. 1 for
 //    a UM job, whose paging cost models its longer iterations. The asking
 //    job's own iteration is placed at its pace too;
