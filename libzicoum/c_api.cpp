@@ -126,6 +126,7 @@ zico_status_t zico_get_stats(int device, zico_stats_t* stats) {
     const zico::LaunchCounts launches = zico::launch_counts();
     full.kernels = launches.launches;
     full.kernels_without_blocks = launches.without_blocks;
+    full.copies = launches.copies;
     full.unnamed_faults = p.unnamed_faults;
     full.learnt_pages = p.learnt_pages;
     full.unasked_arrivals = p.unasked_arrivals;

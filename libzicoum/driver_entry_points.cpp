@@ -4,8 +4,8 @@
 // PyTorch's expandable segments use). LD_PRELOAD reaches neither route, so
 // the memory calls handed out there would escape the budget: each hook asks
 // the real function, then swaps the driver's memory calls (and its kernel
-// launches, observed in UM mode) for the ones libzicoum defines (the same ones
-// a program linked with -lcuda gets).
+// launches, copies and memsets, observed in UM mode) for the ones libzicoum
+// defines (the same ones a program linked with -lcuda gets).
 //
 // A swap happens only where the caller gets exactly that function's ABI: the
 // name asked for, at a version at least the one that introduced it (an older
@@ -40,7 +40,7 @@ struct Substitute {
   int since;           // the CUDA version whose ABI libzicoum's function has...
   int until;           // ...up to this one, exclusive (0: still current)
   void* legacy;        // what the legacy default stream build gets
-  void* per_thread;    // what the per-thread default stream build gets...
+  void* per_thread;    // what the per-thread default stream build gets (null: the driver's own)...
   int per_thread_since;  // ...from this version on (0: since `since`)
 };
 
@@ -59,6 +59,21 @@ const Substitute kSubstitutes[] = {
     {"cuMemUnmap", 10020, 0, fn(&cuMemUnmap), fn(&cuMemUnmap), 0},
     {"cuLaunchKernel", 4000, 0, fn(&cuLaunchKernel), fn(&cuLaunchKernel_ptsz), 7000},
     {"cuLaunchKernelEx", 11060, 0, fn(&cuLaunchKernelEx), fn(&cuLaunchKernelEx_ptsz), 0},
+    // Copies and memsets (copy_interpose.cpp); their per-thread twins stay the driver's.
+    {"cuMemcpy", 4000, 0, fn(&cuMemcpy), nullptr, 0},
+    {"cuMemcpyAsync", 4000, 0, fn(&cuMemcpyAsync), nullptr, 0},
+    {"cuMemcpyHtoD", 3020, 0, fn(&cuMemcpyHtoD_v2), nullptr, 0},
+    {"cuMemcpyHtoDAsync", 3020, 0, fn(&cuMemcpyHtoDAsync_v2), nullptr, 0},
+    {"cuMemcpyDtoH", 3020, 0, fn(&cuMemcpyDtoH_v2), nullptr, 0},
+    {"cuMemcpyDtoHAsync", 3020, 0, fn(&cuMemcpyDtoHAsync_v2), nullptr, 0},
+    {"cuMemcpyDtoD", 3020, 0, fn(&cuMemcpyDtoD_v2), nullptr, 0},
+    {"cuMemcpyDtoDAsync", 3020, 0, fn(&cuMemcpyDtoDAsync_v2), nullptr, 0},
+    {"cuMemsetD8", 3020, 0, fn(&cuMemsetD8_v2), nullptr, 0},
+    {"cuMemsetD8Async", 3020, 0, fn(&cuMemsetD8Async), nullptr, 0},
+    {"cuMemsetD16", 3020, 0, fn(&cuMemsetD16_v2), nullptr, 0},
+    {"cuMemsetD16Async", 3020, 0, fn(&cuMemsetD16Async), nullptr, 0},
+    {"cuMemsetD32", 3020, 0, fn(&cuMemsetD32_v2), nullptr, 0},
+    {"cuMemsetD32Async", 3020, 0, fn(&cuMemsetD32Async), nullptr, 0},
     {"cuModuleUnload", 2000, 0, fn(&cuModuleUnload), fn(&cuModuleUnload), 0},
     {"cuLibraryUnload", 12000, 0, fn(&cuLibraryUnload), fn(&cuLibraryUnload), 0},
     // The lookup itself, so that what is found through it is swapped too.
@@ -74,7 +89,7 @@ void substitute(const char* symbol, int version, bool per_thread, void** pfn) {
     if (std::strcmp(symbol, s.symbol) != 0 || version < s.since || (s.until != 0 && version >= s.until)) continue;
     if (!per_thread) {
       *pfn = s.legacy;
-    } else if (version >= s.per_thread_since) {
+    } else if (s.per_thread != nullptr && version >= s.per_thread_since) {
       *pfn = s.per_thread;
     }
     return;

@@ -140,6 +140,7 @@ uint64_t mix(uint64_t h, uint64_t value) {
 
 std::atomic<uint64_t> g_launches{0};
 std::atomic<uint64_t> g_launches_without_blocks{0};
+std::atomic<uint64_t> g_copies{0};
 std::atomic<bool> g_route_seen[3];
 
 const char* route_name(Callee callee) {
@@ -151,11 +152,28 @@ const char* route_name(Callee callee) {
   return "?";
 }
 
+// The runtime to announce work queued on `stream` to, or nullptr where
+// nothing is announced: not UM mode, an explicit op of the caller's is open
+// (it covers this work), or `stream` is capturing a graph.
+const Runtime* announcing_runtime(CUstream stream) {
+  const Runtime* runtime = Runtime::if_created();
+  if (runtime == nullptr || runtime->config().mode != Mode::kUm || api_op_pending()) return nullptr;
+  if (api_capture_state(StreamHandle{reinterpret_cast<uintptr_t>(stream)}) != CaptureState::kNone) return nullptr;
+  return runtime;
+}
+
+// Whether an op using `used` began (and so must be ended).
+bool begin_op(uint64_t id, const void* const* used, size_t count, CUstream stream) {
+  return api_op_begin(id, used, count, 0, StreamHandle{reinterpret_cast<uintptr_t>(stream)}).is_ok() &&
+         api_op_pending();
+}
+
 }  // namespace
 
 LaunchCounts launch_counts() noexcept {
   return LaunchCounts{g_launches.load(std::memory_order_relaxed),
-                      g_launches_without_blocks.load(std::memory_order_relaxed)};
+                      g_launches_without_blocks.load(std::memory_order_relaxed),
+                      g_copies.load(std::memory_order_relaxed)};
 }
 
 uint64_t launch_id(const void* key, const LaunchShape& shape) noexcept {
@@ -163,6 +181,14 @@ uint64_t launch_id(const void* key, const LaunchShape& shape) noexcept {
   for (const unsigned d : shape.grid) h = mix(h, d);
   for (const unsigned d : shape.block) h = mix(h, d);
   return h;
+}
+
+uint64_t copy_id(CopyOp kind, bool dst_is_zicoum, bool src_is_zicoum, size_t bytes) noexcept {
+  // Tagged apart from every launch's ID, whose first word is a function's address.
+  uint64_t h = mix(0, 0xc0b1ULL);
+  h = mix(h, static_cast<uint64_t>(kind));
+  h = mix(h, (dst_is_zicoum ? 1u : 0u) | (src_is_zicoum ? 2u : 0u));
+  return mix(h, bytes);
 }
 
 void forget_launch_layouts() noexcept {
@@ -174,10 +200,9 @@ void forget_launch_layouts() noexcept {
 
 ObservedLaunch::ObservedLaunch(const void* key, Callee callee, const LaunchShape& shape, void** args, void** extra,
                                CUstream stream) noexcept {
-  const Runtime* runtime = Runtime::if_created();
-  if (runtime == nullptr || runtime->config().mode != Mode::kUm || api_op_pending()) return;
   try {
-    if (api_capture_state(StreamHandle{reinterpret_cast<uintptr_t>(stream)}) != CaptureState::kNone) return;
+    const Runtime* runtime = announcing_runtime(stream);
+    if (runtime == nullptr) return;
     thread_local std::vector<const void*> used;
     used.clear();
     const std::shared_ptr<const ParamLayout> layout = Layouts::instance().get(key, callee);
@@ -195,9 +220,7 @@ ObservedLaunch::ObservedLaunch(const void* key, Callee callee, const LaunchShape
       g_launches_without_blocks.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    begun_ = api_op_begin(launch_id(key, shape), used.data(), used.size(), 0,
-                          StreamHandle{reinterpret_cast<uintptr_t>(stream)}).is_ok() &&
-             api_op_pending();
+    begun_ = begin_op(launch_id(key, shape), used.data(), used.size(), stream);
   } catch (...) {
     // Host memory for bookkeeping ran out (or a lock failed): the launch goes
     // unannounced, and its pages fault in.
@@ -205,6 +228,28 @@ ObservedLaunch::ObservedLaunch(const void* key, Callee callee, const LaunchShape
 }
 
 ObservedLaunch::~ObservedLaunch() {
+  if (begun_) (void)api_op_end();
+}
+
+ObservedCopy::ObservedCopy(CopyOp kind, const void* dst, const void* src, size_t bytes, CUstream stream) noexcept {
+  try {
+    const Runtime* runtime = announcing_runtime(stream);
+    if (runtime == nullptr) return;
+    const bool dst_is_zicoum = runtime->owner_of(dst) != nullptr;
+    const bool src_is_zicoum = src != nullptr && runtime->owner_of(src) != nullptr;
+    const void* used[2];
+    size_t count = 0;
+    if (dst_is_zicoum) used[count++] = dst;
+    if (src_is_zicoum) used[count++] = src;
+    if (count == 0) return;
+    g_copies.fetch_add(1, std::memory_order_relaxed);
+    begun_ = begin_op(copy_id(kind, dst_is_zicoum, src_is_zicoum, bytes), used, count, stream);
+  } catch (...) {
+    // As for a launch: the copy goes unannounced, and the driver brings its pages in.
+  }
+}
+
+ObservedCopy::~ObservedCopy() {
   if (begun_) (void)api_op_end();
 }
 

@@ -1,6 +1,6 @@
-// Kernel launches as the pager's ops, in UM mode: what unmodified programs
-// tell zicoum without a line of theirs changed (zico_op_begin / zico_op_end
-// say the same explicitly).
+// Kernel launches, copies and memsets as the pager's ops, in UM mode: what
+// unmodified programs tell zicoum without a line of theirs changed
+// (zico_op_begin / zico_op_end say the same explicitly).
 //
 // A launch gets an execution ID (its function and launch shape, hashed: the
 // same kernel at the same shape in the next iteration has the same ID), and
@@ -18,7 +18,15 @@
 // pages fault in, and the pager learns them from the driver's fault reports
 // (prefetch/unseen_uses.h) for the next iteration.
 //
-// A launch captured into a CUDA graph is not announced (it runs at each
+// A copy or memset (cudaMemcpy[Async], cudaMemset[Async], the driver's
+// one-dimensional cuMemcpy* and cuMemsetD*) names its blocks itself: the
+// destination and the source, where they are in a zicoum arena. Announced,
+// its blocks come to the GPU within the budget; unannounced, the driver would
+// bring what it touches in behind the pager's back, over the budget. Its
+// execution ID is its kind and size (a copy of the same tensor in the next
+// iteration has the same).
+//
+// Work captured into a CUDA graph is not announced (it runs at each
 // replay, not now). Layouts are forgotten when a module or library is
 // unloaded (its functions' handles may be given to new ones). In VMM mode,
 // or before anything started zicoum, a launch costs one atomic load and a
@@ -65,19 +73,44 @@ class ObservedLaunch {
   bool begun_ = false;
 };
 
+// What a copy does to its destination, for its execution ID (not umm/driver.h's
+// CopyKind, which is a direction).
+enum class CopyOp : uint8_t {
+  kCopy,  // from `src` (cudaMemcpy*, cuMemcpy*)
+  kSet,   // to a value (cudaMemset*, cuMemsetD*); no source
+};
+
+// Announces a copy or memset to the pager for the lifetime of the object, as
+// ObservedLaunch does a launch: its zicoum blocks (the destination's and the
+// source's) come to the GPU first. `src` is null for a memset; either pointer
+// may be host memory or another allocator's (then it is not a zicoum block).
+class ObservedCopy {
+ public:
+  ObservedCopy(CopyOp kind, const void* dst, const void* src, size_t bytes, CUstream stream) noexcept;
+  ~ObservedCopy();
+  ObservedCopy(const ObservedCopy&) = delete;
+  ObservedCopy& operator=(const ObservedCopy&) = delete;
+
+ private:
+  bool begun_ = false;
+};
+
 // Launches observed in UM mode so far, in the whole process (not in a graph
-// capture nor inside an explicit op), and how many of those had no pointer
-// into zicoum memory among the parameters read.
+// capture nor inside an explicit op), how many of those had no pointer into
+// zicoum memory among the parameters read, and the copies and memsets
+// announced (those that touched zicoum memory).
 struct LaunchCounts {
   uint64_t launches = 0;
   uint64_t without_blocks = 0;
+  uint64_t copies = 0;
 };
 [[nodiscard]] LaunchCounts launch_counts() noexcept;
 
 // A module or library was unloaded: every parameter layout is asked again.
 void forget_launch_layouts() noexcept;
 
-// The execution ID of a launch (exposed for tests).
+// The execution IDs of a launch and of a copy (exposed for tests).
 [[nodiscard]] uint64_t launch_id(const void* key, const LaunchShape& shape) noexcept;
+[[nodiscard]] uint64_t copy_id(CopyOp kind, bool dst_is_zicoum, bool src_is_zicoum, size_t bytes) noexcept;
 
 }  // namespace zico

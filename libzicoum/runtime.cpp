@@ -306,10 +306,11 @@ void Runtime::log_paging_summary() const noexcept {
     if (pager == nullptr) continue;
     const prefetch::UmPagerStats s = pager->stats();
     ZICO_LOG(kInfo,
-             "device %d, UM paging: %llu kernels announced (%llu launches seen in the process, %llu without zicoum "
-             "memory); %llu pages faulted in, %llu prefetched, %llu evicted; at most %s on the GPU of a %s budget",
+             "device %d, UM paging: %llu ops announced (%llu launches seen in the process, %llu without zicoum "
+             "memory; %llu copies and memsets); %llu pages faulted in, %llu prefetched, %llu evicted; at most %s on "
+             "the GPU of a %s budget",
              device, static_cast<unsigned long long>(s.kernels), static_cast<unsigned long long>(launches.launches),
-             static_cast<unsigned long long>(launches.without_blocks),
+             static_cast<unsigned long long>(launches.without_blocks), static_cast<unsigned long long>(launches.copies),
              static_cast<unsigned long long>(s.faulted_pages), static_cast<unsigned long long>(s.prefetches),
              static_cast<unsigned long long>(s.evictions + s.room_evictions + s.budget_evictions),
              format_size(s.peak_resident_bytes).c_str(), format_size(pager->budget_bytes()).c_str());

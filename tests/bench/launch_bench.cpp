@@ -14,9 +14,12 @@
 //    In UM mode this adds the pager's work per op (the policy's decision and
 //    the simulated backend running the kernel on its model), which
 //    paging_bench measures on its own; in VMM mode it equals host_params.
+//  - The same three for a copy: the driver's cuMemsetD32Async of 64 bytes
+//    (the stand-in really sets them) into host memory or a zicoum block.
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
@@ -34,13 +37,16 @@ namespace {
 using Launch = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                             CUstream, void**, void**);
 
-// The stand-in driver's own cuLaunchKernel (the global name is libzicoum's).
-Launch direct_launch() {
+using SetD32 = CUresult (*)(CUdeviceptr, unsigned, size_t, CUstream);
+
+// The stand-in driver's own `name` (the global name is libzicoum's).
+template <typename Fn>
+Fn direct(const char* name) {
   Dl_info info{};
   // A function's address is in the stand-in itself (a variable's may be a copy in this program).
   if (dladdr(reinterpret_cast<void*>(&fake_other_function), &info) == 0 || info.dli_fname == nullptr) return nullptr;
   void* driver = dlopen(info.dli_fname, RTLD_NOLOAD | RTLD_LAZY);
-  return driver != nullptr ? reinterpret_cast<Launch>(dlsym(driver, "cuLaunchKernel")) : nullptr;
+  return driver != nullptr ? reinterpret_cast<Fn>(dlsym(driver, name)) : nullptr;
 }
 
 void* zicoum_block() {
@@ -65,15 +71,31 @@ void run(benchmark::State& state, Launch launch, void* pointer) {
   }
 }
 
-int host_word = 0;
+void run_copy(benchmark::State& state, SetD32 set, void* destination) {
+  if (set == nullptr) {
+    state.SkipWithError("the stand-in driver's cuMemsetD32Async was not found");
+    return;
+  }
+  const auto dst = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(destination));
+  for (auto _ : state) benchmark::DoNotOptimize(set(dst, 7u, 16, nullptr));
+}
 
-void BM_Direct(benchmark::State& state) { run(state, direct_launch(), &host_word); }
+int host_word = 0;
+unsigned host_words[16];
+
+void BM_Direct(benchmark::State& state) { run(state, direct<Launch>("cuLaunchKernel"), &host_word); }
 void BM_Interposed_host_params(benchmark::State& state) { run(state, &cuLaunchKernel, &host_word); }
 void BM_Interposed_zicoum_params(benchmark::State& state) { run(state, &cuLaunchKernel, zicoum_block()); }
+void BM_Copy_Direct(benchmark::State& state) { run_copy(state, direct<SetD32>("cuMemsetD32Async"), host_words); }
+void BM_Copy_Interposed_host(benchmark::State& state) { run_copy(state, &cuMemsetD32Async, host_words); }
+void BM_Copy_Interposed_zicoum(benchmark::State& state) { run_copy(state, &cuMemsetD32Async, zicoum_block()); }
 
 BENCHMARK(BM_Direct);
 BENCHMARK(BM_Interposed_host_params);
 BENCHMARK(BM_Interposed_zicoum_params);
+BENCHMARK(BM_Copy_Direct);
+BENCHMARK(BM_Copy_Interposed_host);
+BENCHMARK(BM_Copy_Interposed_zicoum);
 
 }  // namespace
 

@@ -39,7 +39,7 @@ def against(native, run, budget):
     if zico:
         for name in ("peak_resident_bytes", "faulted_pages", "prefetched_pages", "evicted_pages", "iterations",
                      "kernels", "kernels_without_blocks", "gemm_kernels_seen", "unnamed_faults", "learnt_pages",
-                     "unasked_arrivals"):
+                     "unasked_arrivals", "copies"):
             figures[name] = zico.get(name)
         if budget is not None:
             figures["budget_bytes"] = budget

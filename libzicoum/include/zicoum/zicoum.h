@@ -117,6 +117,10 @@ typedef struct zico_stats {
   uint64_t unnamed_faults;
   uint64_t learnt_pages;
   uint64_t unasked_arrivals;
+  /* UM mode: copies and memsets (cudaMemcpy*, cudaMemset*, the driver's
+   * cuMemcpy* and cuMemsetD*) that touched zicoum memory, announced to the
+   * pager like kernels (every device). */
+  uint64_t copies;
 } zico_stats_t;
 
 ZICO_API zico_status_t zico_get_stats(int device, zico_stats_t* stats);

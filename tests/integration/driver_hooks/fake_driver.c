@@ -2,6 +2,7 @@
  * libzicoum's proc-address hooks on a machine without a GPU: its lookups hand
  * out its own functions, which count their calls, so the probe can tell
  * whether a function it got came from zicoum or from "the driver". */
+#include <stdint.h>
 #include <string.h>
 
 #include <cuda.h>
@@ -73,6 +74,7 @@ static void* lookup(const char* symbol, int version) {
   if (strcmp(symbol, "cuLaunchKernel") == 0) return (void*)fake_other_function;
   if (strcmp(symbol, "cuLaunchKernelEx") == 0) return (void*)fake_other_function;
   if (strcmp(symbol, "cuCtxSynchronize") == 0) return (void*)fake_other_function;
+  if (strcmp(symbol, "cuMemsetD32Async") == 0) return (void*)fake_other_function;
   if (strcmp(symbol, "cuGetProcAddress") == 0) return (void*)fake_other_function;
   return NULL;
 }
@@ -174,4 +176,43 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
   (void)sharedMemBytes, (void)hStream, (void)kernelParams, (void)extra;
   ++fake_launches;
   return CUDA_SUCCESS;
+}
+
+/* Copies and memsets: on the simulated backend zicoum's blocks are host
+ * memory, so "the driver" really copies, and a probe can check the bytes. */
+int fake_copies = 0;
+
+static cudaError_t copy(void* dst, const void* src, size_t count) {
+  ++fake_copies;
+  memmove(dst, src, count);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
+  (void)kind;
+  return copy(dst, src, count);
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream) {
+  (void)kind, (void)stream;
+  return copy(dst, src, count);
+}
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t stream) {
+  (void)stream;
+  ++fake_copies;
+  memset(dst, value, count);
+  return cudaSuccess;
+}
+CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {
+  ++fake_copies;
+  memmove(dst, (const void*)(uintptr_t)src, bytes);
+  return CUDA_SUCCESS;
+}
+static CUresult memset_d32_async(CUdeviceptr dst, unsigned int value, size_t count, CUstream stream) {
+  (void)stream;
+  ++fake_copies;
+  unsigned int* words = (unsigned int*)(uintptr_t)dst;
+  for (size_t i = 0; i < count; ++i) words[i] = value;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t count, CUstream stream) {
+  return memset_d32_async(dst, value, count, stream);
 }
