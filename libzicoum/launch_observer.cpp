@@ -233,6 +233,7 @@ ObservedLaunch::~ObservedLaunch() {
 
 ObservedCopy::ObservedCopy(CopyOp kind, const void* dst, const void* src, size_t bytes, CUstream stream) noexcept {
   try {
+    if (bytes == 0) return;  // touches nothing
     const Runtime* runtime = announcing_runtime(stream);
     if (runtime == nullptr) return;
     const bool dst_is_zicoum = runtime->owner_of(dst) != nullptr;

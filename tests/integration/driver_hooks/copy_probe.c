@@ -2,7 +2,7 @@
  * reads or writes come to the GPU before it (cudaMemcpyAsync device to
  * device: both; cudaMemsetAsync; cudaMemcpy host to device: the destination;
  * cuMemcpyDtoH: the source; cuMemsetD32Async found through cuGetProcAddress),
- * a copy between host buffers is not announced, and every copy reaches the
+ * a copy between host buffers or of no bytes is not announced, and every copy reaches the
  * driver with its bytes intact. In VMM mode nothing is paged. Linked ahead of
  * fake_driver.c's library, on the simulated backend. Prints OK. */
 #include <dlfcn.h>
@@ -74,6 +74,9 @@ int main(void) {
   const uint64_t copies_before = stats().copies;
   CHECK(cudaMemcpy(other, host, sizeof other, cudaMemcpyHostToHost) == cudaSuccess, "H2H");
   CHECK(stats().copies == copies_before, "a copy between host buffers was announced");
+  /* Nor is a copy of no bytes, which touches nothing. */
+  CHECK(cudaMemsetAsync(blocks[0], 0, 0, NULL) == cudaSuccess, "an empty memset");
+  CHECK(stats().copies == copies_before, "an empty memset was announced");
   if (um) CHECK(copies_before == 4, "not every copy into zicoum memory was counted");
 
   /* The driver's memset, found by lookup, is zicoum's and observes too. */
@@ -88,7 +91,7 @@ int main(void) {
     memcpy(&word, blocks[5] + 4092, sizeof word);
     CHECK(word == 0x01020304u && blocks[5][4096] == 6, "the driver's memset's bytes");
   }
-  CHECK(fake_copies == 6, "not every copy reached the driver");
+  CHECK(fake_copies == 7, "not every copy reached the driver");
   CHECK(blocks[2][0] == 0x5a && blocks[2][4 * MiB] == 3, "the memset's bytes");
   CHECK(blocks[3][MiB] == 0x77 && blocks[3][0] == 4 && blocks[3][2 * MiB] == 4, "the host-to-device copy's bytes");
   free(host);
