@@ -158,6 +158,7 @@ Status Ledger::returned(JobId job, uint32_t gpu, uint64_t chunks, bool reclaim_r
   g.granted -= chunks;
   g.returns += chunks;
   if (reclaim_reply) {
+    use->gave_nothing = chunks == 0;
     use->reclaim_outstanding = false;
     use->reclaim_asked = 0;
     use->ever_asked = true;

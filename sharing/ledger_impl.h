@@ -50,6 +50,9 @@ struct Ledger::Impl {
     uint64_t reclaim_asked = 0;
     bool ever_asked = false;
     uint64_t last_asked_ns = 0;  // the last ask or reply, for reclaim_retry_ns
+    // Its last reply to a kReclaim gave nothing back, and nothing was granted
+    // to it since: it has no idle chunks (break_deadlock).
+    bool gave_nothing = false;
     // Turns (ledger.h): parked from kPark to kResume, then its turn.
     uint64_t gate_peak = 0;  // between: the peak of the iteration it waits to start (0: unknown)
     bool parked = false;

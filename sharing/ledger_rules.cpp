@@ -142,6 +142,7 @@ Ledger::Impl::Request Ledger::Impl::finish(Gpu& gpu, size_t index, uint64_t now_
 void Ledger::Impl::grant(Gpu& gpu, uint32_t g, size_t index, uint64_t now_ns, std::vector<LedgerAction>* out) {
   const Request r = finish(gpu, index, now_ns);
   gpu.users.at(r.job).held += r.chunks;
+  gpu.users.at(r.job).gave_nothing = false;
   gpu.granted += r.chunks;
   gpu.grants += r.chunks;
   out->push_back({LedgerAction::Kind::kGrant, r.job, g, r.id, r.chunks, Errc::kOk, {}});
@@ -255,7 +256,16 @@ bool Ledger::Impl::break_deadlock(Gpu& gpu, uint32_t g, uint64_t now_ns, std::ve
       if (use.held > use.min) return false;
       continue;
     }
-    if (use.waiting_requests == 0) return false;  // reclaim can reach it
+    if (use.waiting_requests == 0) {
+      // A job that gave nothing when asked, and keeps all it holds past its
+      // iteration's end as far as anyone knows (its claim says so, or it has
+      // none: an idle holder, a job resting at its gate), frees nothing for
+      // the waiters: it must not hide their jam. Before, two jobs each
+      // waiting mid-iteration beside an idle 8 MiB holder stalled until their
+      // allocations timed out.
+      if (use.gave_nothing && (use.claim_peak == 0 || kept_between(use) >= use.held)) continue;
+      return false;  // reclaim can reach it
+    }
     if (found) {
       const uint64_t best = gpu.users.at(victim).held;
       const bool better = options.deadlock_policy == DeadlockPolicy::kYield

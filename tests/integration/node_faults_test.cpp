@@ -165,6 +165,22 @@ TEST_F(NodeFaults, ABudgetCutGivesThePoolsIdleMemoryBack) {
   EXPECT_LE(status.gpus.at(0).pool_bytes, 16 * kMiB);
 }
 
+// Two jobs that meet mid-iteration, each waiting for memory the other holds,
+// beside a job that holds memory it uses and never waits: the jam is broken
+// (one of the two yields) once the holder had nothing to give back, rather
+// than both waiting until their allocations time out.
+TEST_F(NodeFaults, TwoJobsJammedBesideAnIdleHolderRunToTheEnd) {
+  start_daemon(64 * kMiB);
+  Child& holder = start_job(1, 100000, 16 * kMiB, 16 * kMiB, 20, {}, {"--block", "2MiB"});
+  ASSERT_TRUE(wait_for_job(holder.pid, 16 * kMiB, 10s)) << holder.output();
+  const std::vector<std::string> patience = {"ZICO_WAIT_TIMEOUT=10s"};
+  Child& first = start_job(2, 4, 40 * kMiB, 0, 100, patience, {"--block", "2MiB"});
+  Child& second = start_job(3, 4, 40 * kMiB, 0, 100, patience, {"--block", "2MiB"});
+  EXPECT_TRUE(first.succeeded()) << first.output();
+  EXPECT_TRUE(second.succeeded()) << second.output();
+  EXPECT_TRUE(holder.running()) << holder.output();
+}
+
 TEST_F(NodeFaults, TheJobListSaysWhenItIsCut) {
   start_daemon(64 * kMiB);
   std::deque<RawJob> many;

@@ -333,6 +333,44 @@ TEST(LedgerDeadlock, IdleJobAtItsMinimumDoesNotHideIt) {
   EXPECT_TRUE(same(actions[0], Kind::kYield, 2, 2, 5)) << "equal holders: the youngest yields: " << describe(actions);
 }
 
+// A job that is not waiting hides a jam only while it might give something
+// back: once it answered a reclaim with nothing, and keeps all it holds past
+// its iteration's end as far as its claim tells (or it has none), the
+// waiters' jam is broken; a job whose claim says it will settle lower is
+// waited for.
+TEST(LedgerDeadlock, AnIdleHolderThatGaveNothingDoesNotHideIt) {
+  enum class Claim { kItsRest, kNone, kSettlesLower };
+  for (const Claim claim : {Claim::kItsRest, Claim::kNone, Claim::kSettlesLower}) {
+    Books b(12);
+    b.join(1);
+    b.join(2);
+    b.join(3);
+    b.hold(3, 1, 2);  // holds 2 in use and never waits
+    if (claim == Claim::kItsRest) {
+      ASSERT_TRUE(b.ledger.set_claim(3, 0, 2, 2));
+    } else if (claim == Claim::kSettlesLower) {
+      ASSERT_TRUE(b.ledger.set_claim(3, 0, 2, 1));
+    }
+    b.hold(1, 1, 5);
+    b.hold(2, 1, 4);
+    b.ask(1, 2, 2);
+    b.ask(2, 2, 2);
+    std::vector<LedgerAction> actions = b.ledger.pump(0);
+    ASSERT_EQ(actions.size(), 1u) << describe(actions);
+    EXPECT_TRUE(same(actions[0], Kind::kReclaim, 3, 0, 1)) << "it might have idle chunks: " << describe(actions);
+    b.give(3, 0, /*reclaim_reply=*/true, 10);
+    actions = b.ledger.pump(10);
+    if (claim == Claim::kSettlesLower) {
+      EXPECT_EQ(count(actions, Kind::kYield), 0u) << "it gives back at its iteration's end: " << describe(actions);
+    } else {
+      ASSERT_EQ(count(actions, Kind::kYield), 1u) << describe(actions);
+      EXPECT_TRUE(same(actions[0], Kind::kYield, 1, 2, 5)) << "the biggest waiter yields: " << describe(actions);
+      EXPECT_EQ(b.ledger.gpu(0).deadlocks, 1u);
+    }
+    EXPECT_EQ(b.ledger.check(), "");
+  }
+}
+
 TEST(LedgerDeadlock, VictimHoldsMoreThanItsMinimum) {
   Books b(12);
   b.join(1, /*min=*/7);
