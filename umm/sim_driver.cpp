@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "host_memory.h"
 #include "log.h"
 #include "sizes.h"
 
@@ -72,25 +73,6 @@ struct SimEvent {
 
 Status os_error() { return Status(Errc::kOsError, errno); }
 
-// The host's available memory (MemAvailable), 0 if unknown.
-uint64_t host_available_bytes() {
-  FILE* meminfo = std::fopen("/proc/meminfo", "r");
-  if (meminfo == nullptr) return 0;
-  char line[128];
-  unsigned long long kib = 0;
-  while (std::fgets(line, sizeof line, meminfo) != nullptr) {
-    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
-  }
-  std::fclose(meminfo);
-  return uint64_t{kib} << 10;
-}
-
-uint64_t host_total_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
-}
-
 // What SimOptions::capturing_stream makes of `stream` (stream_capture_state).
 CaptureState sim_capture_state(uintptr_t capturing_stream, uintptr_t stream) {
   if (capturing_stream == 0) return CaptureState::kNone;
@@ -118,24 +100,30 @@ struct SimDriver::State {
   std::unordered_map<uintptr_t, SimStream> streams;
   std::unordered_map<uintptr_t, SimEvent> events;
   std::vector<size_t> created_bytes;  // per device
-  // The host's available memory as last read, less what was created since
-  // (read again when that estimate nears the reserve).
-  uint64_t host_available = 0;
-  bool host_reading = false;
+  // The host's memory as last read (host_memory.h), its available less what
+  // was created since: read again when that estimate nears the reserve, or
+  // 10 ms after the last reading (other processes take memory too).
+  HostMemory host;
+  std::chrono::steady_clock::time_point host_read_at;
   bool host_refusal_said = false;
 
-  // Would creating `bytes` more leave the host less than `reserve`? Reads
-  // /proc/meminfo only near the limit, so the allocation path stays cheap.
-  bool host_would_run_low(uint64_t bytes, uint64_t reserve, uint64_t* available) {
-    if (!host_reading || host_available < reserve + bytes + (uint64_t{256} << 20)) {
-      host_available = host_available_bytes();
-      host_reading = true;
-      if (host_available == 0) return false;  // unknown: do not guess
+  // Would creating `bytes` more leave the host less than `reserve`
+  // (host_reserve(): 5 % of its total, at least 512 MiB, if 0)?
+  bool host_would_run_low(uint64_t bytes, uint64_t reserve, HostMemory* seen) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!host.known || now - host_read_at > std::chrono::milliseconds(10) ||
+        host.available_bytes < host_reserve(reserve) + bytes + (uint64_t{256} << 20)) {
+      host = read_host_memory();
+      host_read_at = now;
+      if (!host.known) return false;  // unknown: do not guess
     }
-    *available = host_available;
-    if (host_available < reserve + bytes) return true;
-    host_available -= bytes;
+    *seen = host;
+    if (host.available_bytes < host_reserve(reserve) + bytes) return true;
+    host.available_bytes -= bytes;
     return false;
+  }
+  uint64_t host_reserve(uint64_t reserve) const {
+    return reserve != 0 ? reserve : std::max<uint64_t>(host.total_bytes / 20, uint64_t{512} << 20);
   }
   uintptr_t next_id = kFirstObjectId;
   std::array<uint64_t, static_cast<size_t>(SimOp::kCount)> calls{};
@@ -406,17 +394,15 @@ Status SimDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcep
   size_t& used = state_->created_bytes[static_cast<size_t>(device.value)];
   const size_t managed = device.value == 0 ? state_->managed->resident_bytes() : 0;
   if (bytes > options_.capacity - used - managed) return Status(Errc::kOutOfMemory);
-  const uint64_t total = host_total_bytes();
-  const uint64_t reserve = options_.host_reserve_bytes != 0 ? options_.host_reserve_bytes
-                                                             : std::max<uint64_t>(total / 20, uint64_t{512} << 20);
-  if (uint64_t available = 0; state_->host_would_run_low(bytes, reserve, &available)) {
+  if (HostMemory host; state_->host_would_run_low(bytes, options_.host_reserve_bytes, &host)) {
     if (!state_->host_refusal_said) {
       state_->host_refusal_said = true;
       ZICO_LOG(kError,
-               "sim device %d: refusing %s more of simulated device memory: the host has %s available of %s, and "
-               "keeps %s free (simulated memory is host memory; set a budget, or ZICO_SIM_CAPACITY, below it)",
-               device.value, format_size(bytes).c_str(), format_size(available).c_str(), format_size(total).c_str(),
-               format_size(reserve).c_str());
+               "sim device %d: refusing %s more of simulated device memory: the host has %s available of %s (its "
+               "memory cgroup's limit, if lower), and keeps %s free (simulated memory is host memory; set a budget, "
+               "or ZICO_SIM_CAPACITY, below it)",
+               device.value, format_size(bytes).c_str(), format_size(host.available_bytes).c_str(),
+               format_size(host.total_bytes).c_str(), format_size(state_->host_reserve(options_.host_reserve_bytes)).c_str());
     }
     return Status(Errc::kOutOfMemory, ENOMEM);
   }
