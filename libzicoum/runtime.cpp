@@ -534,7 +534,8 @@ Status Runtime::memory_info(DeviceId device, size_t* free_bytes, size_t* total_b
   // Only whole chunks are ever mapped: what is reported is what can be allocated.
   // Under zico-umd, no more than the daemon could ever lend the job.
   const size_t chunk = allocator->chunk_bytes();
-  size_t limit = stats.budget_bytes;
+  // A budget above the device is bound by the device (said once at start).
+  size_t limit = std::min<size_t>(stats.budget_bytes, device_total);
   if (const sharing::NodeClient* node = this->node(); node != nullptr) {
     if (const uint64_t share = node->share_bytes(device); share != 0) limit = std::min<uint64_t>(limit, share);
   }

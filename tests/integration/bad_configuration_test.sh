@@ -53,5 +53,15 @@ if [[ $out != "cudaMalloc=0 cudaMemGetInfo=0 total=67108864 "* || -n $err ]]; th
   failures=$((failures + 1))
 fi
 
-echo "$((6 + 2 + 1 - failures)) passed, $failures failed"
+# A budget above the device: one warning with both sizes, and cudaMemGetInfo
+# reports the device's 80 GiB, what can really be had, not the budget.
+out=$(env -u ZICO_CHUNK_SIZE ZICO_BACKEND=sim ZICO_BUDGET=100GiB "$probe" 2>/tmp/zico_big_budget.$$)
+err=$(cat /tmp/zico_big_budget.$$)
+rm -f /tmp/zico_big_budget.$$
+if [[ $out != "cudaMalloc=0 cudaMemGetInfo=0 total=85899345920 "* || $err != *"100 GiB is more than device 0 has (80 GiB)"* ]]; then
+  echo "FAIL budget above the device: stdout=[$out] stderr=[$err]"
+  failures=$((failures + 1))
+fi
+
+echo "$((6 + 2 + 1 + 1 - failures)) passed, $failures failed"
 exit $((failures > 0))
