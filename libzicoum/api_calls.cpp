@@ -41,10 +41,16 @@ Status api_allocate(size_t bytes, DeviceId device, StreamHandle stream, void** o
   try {
     const AllocatorStats stats = allocator->stats();
     std::string text = "device " + std::to_string(device.value) + ": cannot allocate " + format_size(bytes) + ": " +
-                       status.message() + "; " + format_size(stats.allocated_bytes) + " of the " +
-                       format_size(stats.budget_bytes) + " budget allocated, " + format_size(stats.mapped_bytes) +
-                       " mapped";
-    if (sharing::NodeClient* node = runtime.node()) {
+                       status.message() + "; " + format_size(stats.allocated_bytes);
+    sharing::NodeClient* node = runtime.node();
+    // Under zico-umd the budget is the node's, lent as needed: the job's own is only the device's size.
+    if (const uint64_t share = node != nullptr ? node->share_bytes(device) : 0; share != 0) {
+      text += " allocated of the " + format_size(share) + " zico-umd could lend this job";
+    } else {
+      text += " of the " + format_size(stats.budget_bytes) + " budget allocated";
+    }
+    text += ", " + format_size(stats.mapped_bytes) + " mapped";
+    if (node != nullptr) {
       if (const std::string why = node->take_last_failure(); !why.empty()) text += "; " + why;
     }
     ZICO_LOG(kInfo, "%s", text.c_str());

@@ -16,9 +16,12 @@ namespace {
 // After a timeout, how long to wait for the daemon to confirm the cancel.
 constexpr auto kCancelGrace = std::chrono::seconds(5);
 
-// When the current allocation call first waited (AllocationWaitScope).
+// When the current allocation call first waited (AllocationWaitScope), and
+// whether it has said why it failed: an allocation retried after emptying
+// its caches fails again at once, and once is enough to say so.
 thread_local std::optional<std::chrono::steady_clock::time_point> t_first_wait;
 thread_local bool t_in_scope = false;
+thread_local bool t_failure_said = false;
 
 }  // namespace
 
@@ -28,6 +31,7 @@ AllocationWaitScope::~AllocationWaitScope() {
   if (!outermost_) return;
   t_in_scope = false;
   t_first_wait.reset();
+  t_failure_said = false;
 }
 
 // --- chunk source -------------------------------------------------------------------
@@ -165,7 +169,8 @@ Status NodeClient::Impl::obtain(size_t slot, size_t count, Patience patience, st
                             : start + std::chrono::nanoseconds(options.wait_timeout_ns);
   const auto fail = [&](std::string reason) {
     last_failure = std::move(reason);
-    ZICO_LOG(kWarn, "%s", last_failure.c_str());
+    if (!t_failure_said) ZICO_LOG(kWarn, "%s", last_failure.c_str());
+    t_failure_said = t_in_scope;
     return Status(Errc::kOutOfMemory);
   };
   const auto timed_out = [&] {

@@ -181,6 +181,25 @@ TEST_F(NodeFaults, TwoJobsJammedBesideAnIdleHolderRunToTheEnd) {
   EXPECT_TRUE(holder.running()) << holder.output();
 }
 
+// An allocation that waits out ZICO_WAIT_TIMEOUT says why once (the
+// allocator's retry after emptying its caches fails at once, silently), in
+// bytes, against what zico-umd could lend the job (not the device's size).
+TEST_F(NodeFaults, ATimedOutAllocationSaysWhyOnceInBytes) {
+  start_daemon(16 * kMiB);
+  Child& holder = start_job(1, 100000, 12 * kMiB, 12 * kMiB, 20, {}, {"--block", "2MiB"});
+  ASSERT_TRUE(wait_for_job(holder.pid, 12 * kMiB, 10s)) << holder.output();
+  Child& job = start_job(2, 1, 8 * kMiB, 0, 0, {"ZICO_WAIT_TIMEOUT=1s"}, {"--block", "8MiB"});
+  job.wait();
+  const std::string output = job.output();
+  EXPECT_NE(output.find("[exit status 2]"), std::string::npos) << output;
+  size_t said = 0;
+  for (size_t at = output.find("warning: waited"); at != std::string::npos; at = output.find("warning: waited", at + 1)) {
+    ++said;
+  }
+  EXPECT_EQ(said, 1u) << output;
+  EXPECT_NE(output.find("0 B allocated of the 16 MiB zico-umd could lend this job"), std::string::npos) << output;
+}
+
 TEST_F(NodeFaults, TheJobListSaysWhenItIsCut) {
   start_daemon(64 * kMiB);
   std::deque<RawJob> many;
