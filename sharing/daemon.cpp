@@ -131,7 +131,7 @@ Status Daemon::Impl::setup(std::string* why) {
       *why = "reserving addresses on GPU " + std::to_string(config.device.value) + ": " + status.message();
       return status;
     }
-    (void)ledger.add_gpu(budget / gpu.chunk_bytes);
+    (void)ledger.add_gpu(budget / gpu.chunk_bytes, gpu.chunk_bytes);
     gates.add_gpu(budget / gpu.chunk_bytes * gpu.chunk_bytes);
     gpus.push_back(std::move(gpu));
     events.gpus.emplace_back();

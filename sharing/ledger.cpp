@@ -19,9 +19,10 @@ void Ledger::ImplDeleter::operator()(Impl* impl) const { delete impl; }
 
 Ledger::Ledger(LedgerOptions options) : impl_(new Impl) { impl_->options = options; }
 
-uint32_t Ledger::add_gpu(uint64_t budget_chunks) {
+uint32_t Ledger::add_gpu(uint64_t budget_chunks, uint64_t chunk_bytes) {
   impl_->gpus.emplace_back();
   impl_->gpus.back().budget = budget_chunks;
+  impl_->gpus.back().chunk_bytes = chunk_bytes;
   return static_cast<uint32_t>(impl_->gpus.size() - 1);
 }
 
@@ -188,8 +189,8 @@ Status Ledger::set_budget(uint32_t gpu, uint64_t chunks, std::string* why) {
   Impl::Gpu& g = impl_->gpus[gpu];
   const uint64_t mins = Impl::sum_mins(g);
   if (chunks < mins) {
-    return invalid(why, "budget " + std::to_string(chunks) + " chunks for GPU " + std::to_string(gpu) +
-                            " is below the jobs' guaranteed minimums, " + std::to_string(mins) + " in all");
+    return invalid(why, "budget " + Impl::amount(g, chunks) + " for GPU " + std::to_string(gpu) +
+                            " is below the jobs' guaranteed minimums, " + Impl::amount(g, mins) + " in all");
   }
   g.budget = chunks;
   return Status::ok();
@@ -318,14 +319,14 @@ Status Ledger::set_job_limits(JobId job, uint32_t gpu, uint64_t min_chunks, uint
   if (use == nullptr) {
     return invalid(why, "job " + std::to_string(job) + " has not opened GPU " + std::to_string(gpu));
   }
-  if (min_chunks > max_chunks) {
-    return invalid(why, "minimum " + std::to_string(min_chunks) + " exceeds maximum " + std::to_string(max_chunks));
-  }
   const Impl::Gpu& g = impl_->gpus[gpu];
+  if (min_chunks > max_chunks) {
+    return invalid(why, "minimum " + Impl::amount(g, min_chunks) + " exceeds maximum " + Impl::amount(g, max_chunks));
+  }
   const uint64_t mins = Impl::sum_mins(g) - use->min + min_chunks;
   if (mins > g.budget) {
-    return invalid(why, "minimums would total " + std::to_string(mins) + " chunks on GPU " + std::to_string(gpu) +
-                            ", above its budget " + std::to_string(g.budget));
+    return invalid(why, "minimums would total " + Impl::amount(g, mins) + " on GPU " + std::to_string(gpu) +
+                            ", above its budget " + Impl::amount(g, g.budget));
   }
   use->min = min_chunks;
   use->max = max_chunks;

@@ -181,8 +181,9 @@ class Ledger {
  public:
   explicit Ledger(LedgerOptions options = {});
 
-  // GPUs are numbered 0, 1, ... in the order added.
-  uint32_t add_gpu(uint64_t budget_chunks);
+  // GPUs are numbered 0, 1, ... in the order added. `chunk_bytes`, if
+  // known, only makes the reasons given to users speak bytes, not chunks.
+  uint32_t add_gpu(uint64_t budget_chunks, uint64_t chunk_bytes = 0);
   [[nodiscard]] size_t gpu_count() const;
 
   // `order` ranks jobs by arrival (higher = younger). False if `job` exists.

@@ -72,6 +72,7 @@ struct Ledger::Impl {
 
   struct Gpu {
     uint64_t budget = 0;
+    uint64_t chunk_bytes = 0;  // for what users read (amount()); 0: unknown
     uint64_t granted = 0;
     uint64_t grants = 0;
     uint64_t returns = 0;
@@ -190,6 +191,8 @@ struct Ledger::Impl {
   // What a job keeps between its iterations: what it holds at its gate, its
   // claim's settle in mid-iteration (its last claim's while it has none).
   static uint64_t kept_between(const Use& use);
+  // `chunks` as users read them: a size where the chunk is known.
+  static std::string amount(const Gpu& gpu, uint64_t chunks);
   // At its gate with something left to page out there (set_gate_paging).
   static bool pages_here(const Use& use);
   // The request reclaims serve (the first ordinary one, else the first),

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "ledger_impl.h"
+#include "sizes.h"
 
 namespace zico::sharing {
 
@@ -170,12 +171,12 @@ bool Ledger::Impl::deny_impossible(Gpu& gpu, uint32_t g, uint64_t now_ns, std::v
       ++i;
       continue;
     }
-    std::string reason = "GPU " + std::to_string(g) + ": asks for " + std::to_string(r.chunks) +
-                         " chunks while holding " + std::to_string(use.held) + ", but the job can hold at most " +
-                         std::to_string(ceiling(gpu, r.job)) + " (its max " +
-                         (use.max == UINT64_MAX ? std::string("unlimited") : std::to_string(use.max)) +
-                         ", budget " + std::to_string(gpu.budget) + " less the other jobs' minimums " +
-                         std::to_string(sum_mins(gpu) - use.min) + ")";
+    std::string reason = "GPU " + std::to_string(g) + ": asks for " + amount(gpu, r.chunks) + " while holding " +
+                         amount(gpu, use.held) + ", but the job can hold at most " +
+                         amount(gpu, ceiling(gpu, r.job)) + " (its max " +
+                         (use.max == UINT64_MAX ? std::string("unlimited") : amount(gpu, use.max)) + ", the budget " +
+                         amount(gpu, gpu.budget) + " less the other jobs' minimums, " +
+                         amount(gpu, sum_mins(gpu) - use.min) + ")";
     deny(gpu, g, i, now_ns, std::move(reason), out);
     denied = true;
   }
@@ -300,6 +301,11 @@ bool Ledger::Impl::break_deadlock(Gpu& gpu, uint32_t g, uint64_t now_ns, std::ve
     gpu.yield_victim = victim;
   }
   return true;
+}
+
+std::string Ledger::Impl::amount(const Gpu& gpu, uint64_t chunks) {
+  if (gpu.chunk_bytes == 0 || chunks > UINT64_MAX / gpu.chunk_bytes) return std::to_string(chunks) + " chunks";
+  return format_size(chunks * gpu.chunk_bytes);
 }
 
 uint64_t Ledger::Impl::kept_between(const Use& use) {

@@ -139,6 +139,24 @@ TEST(LedgerGrant, DeniesImpossibleRequestAtOnceAnywhereInTheQueue) {
   EXPECT_EQ(b.ledger.check(), "");
 }
 
+// Where the chunk's size is known (the daemon, the simulator), the reason a
+// user reads speaks bytes.
+TEST(LedgerGrant, ADenialsReasonSpeaksBytesWhereTheChunkIsKnown) {
+  Ledger ledger;
+  ledger.add_gpu(8, 2 << 20);
+  std::string why;
+  ASSERT_TRUE(ledger.add_job(1, 1000, 1));
+  ASSERT_TRUE(ledger.open(1, 0, 0, &why).is_ok()) << why;
+  ASSERT_TRUE(ledger.request(1, 0, 1, 9, 0, &why).is_ok()) << why;
+  const std::vector<LedgerAction> actions = ledger.pump(0);
+  ASSERT_EQ(actions.size(), 1u) << describe(actions);
+  EXPECT_EQ(actions[0].kind, Kind::kDeny);
+  EXPECT_NE(actions[0].reason.find("asks for 18 MiB while holding 0 B, but the job can hold at most 16 MiB"),
+            std::string::npos)
+      << actions[0].reason;
+  EXPECT_EQ(actions[0].reason.find("chunks"), std::string::npos) << actions[0].reason;
+}
+
 TEST(LedgerGrant, BudgetShrinkOrNewLimitsDenyWaitingRequests) {
   Books b(10);
   b.join(1);

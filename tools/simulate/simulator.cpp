@@ -132,7 +132,8 @@ class Engine {
     budget_bytes_ = budget_steps_.empty() ? 0 : budget_steps_.front().bytes;
     next_step_ = budget_steps_.empty() ? 0 : 1;
     if (ledger) {
-      (void)ledger_.add_gpu(budget_steps_.empty() ? kUnlimitedChunks : budget_bytes_ / options.chunk_bytes);
+      (void)ledger_.add_gpu(budget_steps_.empty() ? kUnlimitedChunks : budget_bytes_ / options.chunk_bytes,
+                            options.chunk_bytes);
     }
     if (options.policy == Policy::kZico) scheduler_.set_budget(budget_bytes_ / options.chunk_bytes * options.chunk_bytes);
     if (options.static_plan) plan_ = *options.static_plan;
