@@ -258,13 +258,16 @@ bool Ledger::Impl::break_deadlock(Gpu& gpu, uint32_t g, uint64_t now_ns, std::ve
       continue;
     }
     if (use.waiting_requests == 0) {
-      // A job that gave nothing when asked, and keeps all it holds past its
-      // iteration's end as far as anyone knows (its claim says so, or it has
-      // none: an idle holder, a job resting at its gate), frees nothing for
-      // the waiters: it must not hide their jam. Before, two jobs each
-      // waiting mid-iteration beside an idle 8 MiB holder stalled until their
-      // allocations timed out.
-      if (use.gave_nothing && (use.claim_peak == 0 || kept_between(use) >= use.held)) continue;
+      // Without turns, a job that gave nothing when asked, and keeps all it
+      // holds past its iteration's end as far as anyone knows (its claim
+      // says so, or it has none: an idle holder, a job resting at its gate),
+      // frees nothing for the waiters: it must not hide their jam (two jobs
+      // each waiting mid-iteration beside an idle 8 MiB holder stalled until
+      // their allocations timed out). With turns it gives back at its next
+      // gate, where it is parked for them (rule 6).
+      if (use.gave_nothing && !options.park_between && (use.claim_peak == 0 || kept_between(use) >= use.held)) {
+        continue;
+      }
       return false;  // reclaim can reach it
     }
     if (found) {
