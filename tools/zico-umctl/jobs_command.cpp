@@ -16,9 +16,11 @@ namespace {
 constexpr const char* kUsage =
     "Usage: zico-umctl jobs [--json] [--socket PATH]\n"
     "List the jobs zico-umd serves, one line per job and GPU:\n"
-    "  HELD        memory granted to the job\n"
+    "  HELD        memory granted to the job, now\n"
     "  PERSISTENT  live across its last iteration (weights, optimizer state)\n"
-    "  TRANSIENT   live now but not across the last iteration (allocated - persistent)\n"
+    "  TRANSIENT   live but not across the last iteration (allocated - persistent)\n"
+    "              (both as of the job's last usage report, sent every 0.5 s: mid-iteration\n"
+    "              they can be a moment behind HELD, and above it)\n"
     "  WAITING     asked for and not yet granted; WAIT: total time it spent waiting\n"
     "  STATE       running, suspend-requested or suspended\n"
     "  MODE        vmm, or um: a Unified Memory job, lent room for its pages (they may exceed HELD)\n"

@@ -32,8 +32,9 @@ namespace {
 constexpr const char* kUsage =
     "Usage: zico-umctl top [--interval SECONDS] [--iterations N] [--socket PATH]\n"
     "A live view of zico-umd: per GPU the budget, what jobs hold and wait for; per job\n"
-    "HELD (granted), PERSISTENT and TRANSIENT memory, WAIT (total time spent waiting for\n"
-    "memory), STATE, and a sparkline of HELD over the last minute, scaled to its peak there.\n"
+    "HELD (granted), PERSISTENT and TRANSIENT memory (as of the job's last usage report,\n"
+    "every 0.5 s: a moment behind HELD), WAIT (total time spent waiting for memory), STATE,\n"
+    "and a sparkline of HELD over the last minute, scaled to its peak there.\n"
     "Ctrl-C (or q then Enter) quits.\n"
     "\n"
     "  --interval SECONDS  time between refreshes, 0.1 to 3600 (default 1)\n"
