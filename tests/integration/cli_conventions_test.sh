@@ -77,6 +77,8 @@ run "$budget_demo" --help
 [[ $status == 0 ]] && grep -q "^Usage: " "$out" || fail "budget_demo --help"
 run "$budget_demo" --bogus
 expect 2 "'--bogus'" "budget_demo --bogus"
+ZICO_BACKEND=cuda run "$budget_demo"
+expect 2 "zico-run --backend sim --budget 64MiB -- $budget_demo" "budget_demo off the sim backend"
 run timeout 5 "$umd" --socket "$tmp/no-such-folder/zicoum.sock"
 expect 1 "create $tmp/no-such-folder" "zico-umd in a missing folder"
 grep -qF -- "--socket" "$err" || fail "zico-umd in a missing folder: no hint at --socket"

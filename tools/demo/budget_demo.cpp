@@ -118,8 +118,8 @@ constexpr const char* kUsage =
     "Fills a zicoum budget with 1 MiB blocks until cudaMalloc says no, frees half, allocates\n"
     "again and churns random allocations, checking every block's data; exits 1 on a mismatch.\n"
     "It reads device memory from the CPU, so it runs on the simulated backend:\n"
-    "  ZICO_BACKEND=sim ZICO_BUDGET=64MiB %s\n"
-    "  zico-run --backend sim --budget 64MiB -- budget_demo_cudart   (the build linked to libcudart)\n"
+    "  zico-run --backend sim --budget 64MiB -- %s\n"
+    "  (budget_demo, linked to libzicoum, also runs as ZICO_BACKEND=sim ZICO_BUDGET=64MiB budget_demo)\n"
     "\n"
     "  --torch-abi   allocate through PyTorch's pluggable-allocator entry points instead\n"
     "  -h, --help    print this help\n";
@@ -136,9 +136,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // Linked to libcudart (budget_demo_cudart), zicoum comes only by preload.
+  const bool zicoum_loaded = dlsym(RTLD_DEFAULT, "zico_malloc") != nullptr;
   const char* backend = std::getenv("ZICO_BACKEND");
-  if (backend == nullptr || std::strcmp(backend, "sim") != 0) {
-    std::fprintf(stderr, "budget_demo touches memory from the CPU: run it with ZICO_BACKEND=sim\n");
+  if (!zicoum_loaded || backend == nullptr || std::strcmp(backend, "sim") != 0) {
+    std::fprintf(stderr,
+                 "%s: %s; it reads device memory from the CPU, so it runs on the simulated backend:\n"
+                 "  zico-run --backend sim --budget 64MiB -- %s\n",
+                 argv[0], zicoum_loaded ? "ZICO_BACKEND is not sim" : "libzicoum is not loaded (run it through zico-run)",
+                 argv[0]);
     return 2;
   }
   std::printf("zicoum budget demo (%s)\n", g_torch_abi ? "PyTorch pluggable-allocator ABI" : "CUDA runtime API");
