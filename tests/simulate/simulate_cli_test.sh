@@ -144,7 +144,7 @@ assert b == min(t["budget_bytes"] for t in trials) or any(
 { [ -s "$tmp/found.svg" ] && grep -q 'id="budget"' "$tmp/found.svg"; } || fail "find-budget plot"
 run --find-budget 0.9 --utilization 0.5 --iterations 40 "$bert" "$vit"
 [ "$status" -eq 0 ] || fail "find-budget text: exit $status"
-grep -qE "^least budget for zico at >= 0.9x unlimited: [0-9.]+ GiB \(2 jobs x 40 iterations\)" "$out" ||
+grep -qE "^least budget found for zico at >= 0.9x unlimited: [0-9.]+ GiB \(2 jobs x 40 iterations\)" "$out" ||
   fail "find-budget headline"
 grep -q "exhaustive fixed-offset bound" "$out" && grep -q "budgets tried, in order" "$out" || fail "find-budget detail"
 

@@ -61,11 +61,13 @@ constexpr const char* kUsage =
     "                             a job may run with part of its memory paged out, slower by\n"
     "                             what its trace costs the paging planner at that cap\n"
     "                             (zico-umctl page); the traces need access records\n"
-    "  --find-budget R            instead of a budget and policy: the least budget at which zico\n"
-    "                             keeps the jobs at R x their unlimited throughput, R in (0, 1],\n"
-    "                             between the largest job's own peak and unlimited's: 16 steps\n"
-    "                             upwards, then bisection to 0.5 %% of unlimited's peak; every\n"
-    "                             budget tried is listed, with the exhaustive bound for 2-3 jobs\n"
+    "  --find-budget R            instead of a budget and policy: the least budget found at which\n"
+    "                             zico keeps the jobs at R x their unlimited throughput, R in\n"
+    "                             (0, 1], between the largest job's own peak and unlimited's: 16\n"
+    "                             steps upwards, then bisection to 0.5 %% of unlimited's peak (the\n"
+    "                             throughput is not monotone in the budget, so a lower one may\n"
+    "                             also meet R); every budget tried is listed, with the exhaustive\n"
+    "                             bound for 2-3 jobs\n"
     "  --plot FILE.svg            memory held per job over time; with --policy all, one file per\n"
     "                             policy, FILE-POLICY.svg; with --find-budget, zico's run there\n"
     "  --json                     machine-readable output on stdout: the policy's result, or\n"
@@ -608,9 +610,21 @@ std::optional<simulate::StretchedCycle> stretched_of(const std::vector<simulate:
 void print_budget_search(const simulate::BudgetSearch& search, const std::optional<simulate::ExhaustiveBound>& bound) {
   const simulate::SimulationResult& unlimited = search.unlimited;
   if (search.found) {
-    std::printf("least budget for zico at >= %.3gx unlimited: %s (%zu job%s x %u iterations)\n", search.target,
+    std::printf("least budget found for zico at >= %.3gx unlimited: %s (%zu job%s x %u iterations)\n", search.target,
                 format_size(search.budget_bytes).c_str(), unlimited.jobs.size(), unlimited.jobs.size() == 1 ? "" : "s",
                 unlimited.iterations);
+    // The nearest budget below that was tried and fell short, if any.
+    uint64_t short_below = 0;
+    for (const simulate::BudgetTrial& trial : search.trials) {
+      if (!trial.met && trial.budget_bytes < search.budget_bytes) short_below = std::max(short_below, trial.budget_bytes);
+    }
+    if (search.budget_bytes <= search.largest_job_peak_bytes) {
+      std::printf("  (the least any budget can be: the largest job's own peak)\n");
+    } else if (short_below != 0) {
+      std::printf("  (%s did not meet it; throughput is not monotone in the budget, so a budget below that\n"
+                  "  might: every budget tried is listed below)\n",
+                  format_size(short_below).c_str());
+    }
     const simulate::SimulationResult& z = search.zico;
     std::printf("  zico there: %.3fx unlimited (%.2f vs %.2f iterations/s), peak held %s, budget kept, %llu yield%s\n",
                 throughput_ratio(z, unlimited), z.aggregate_iters_per_s, unlimited.aggregate_iters_per_s,
