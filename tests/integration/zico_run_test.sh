@@ -38,7 +38,9 @@ run --budget=0 -- true
 
 run --list-env
 [[ $status == 0 ]] || fail "--list-env: exit $status"
-grep -q '^ZICO_BUDGET ' "$out" || fail "--list-env does not list ZICO_BUDGET"
+grep -q '^ZICO_BUDGET$' "$out" || fail "--list-env does not list ZICO_BUDGET"
+# It fits an 80-column terminal (a word longer than the line aside).
+(( $(awk '{ if (length > 80 && $0 ~ / /) n++ } END { print n + 0 }' "$out") == 0 )) || fail "--list-env is wider than 80 columns"
 
 run --version
 [[ $status == 0 ]] || fail "--version: exit $status"

@@ -140,22 +140,35 @@ std::optional<int> validate(const Options& options) {
   return std::nullopt;
 }
 
-void print_option_table() {
-  const auto table = zico::option_table();
-  size_t name_width = 8;
-  size_t default_width = 7;
-  size_t accepted_width = 8;
-  for (const zico::OptionInfo& option : table) {
-    name_width = std::max(name_width, std::strlen(option.name));
-    default_width = std::max(default_width, std::strlen(option.default_text));
-    accepted_width = std::max(accepted_width, std::strlen(option.accepted));
+// `text` wrapped at 80 columns, each line indented by four spaces.
+void print_wrapped(const std::string& text) {
+  constexpr size_t kWidth = 80;
+  const std::string indent = "    ";
+  std::string line = indent;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t start = text.find_first_not_of(' ', at);
+    if (start == std::string::npos) break;
+    const size_t end = std::min(text.find(' ', start), text.size());
+    const std::string word = text.substr(start, end - start);
+    if (line.size() > indent.size() && line.size() + 1 + word.size() > kWidth) {
+      std::printf("%s\n", line.c_str());
+      line = indent;
+    }
+    line += (line.size() > indent.size() ? " " : "") + word;
+    at = end;
   }
-  const auto row = [&](const char* name, const char* default_text, const char* accepted, const char* meaning) {
-    std::printf("%-*s  %-*s  %-*s  %s\n", static_cast<int>(name_width), name, static_cast<int>(default_width),
-                default_text, static_cast<int>(accepted_width), accepted, meaning);
-  };
-  row("VARIABLE", "DEFAULT", "ACCEPTED", "MEANING");
-  for (const zico::OptionInfo& option : table) row(option.name, option.default_text, option.accepted, option.meaning);
+  if (line.size() > indent.size()) std::printf("%s\n", line.c_str());
+}
+
+// One block per variable, to fit an 80-column terminal: its name, then its
+// default and accepted values and what it means, wrapped and indented.
+void print_option_table() {
+  for (const zico::OptionInfo& option : zico::option_table()) {
+    std::printf("%s\n", option.name);
+    print_wrapped(std::string("default: ") + option.default_text + "; accepted: " + option.accepted);
+    print_wrapped(option.meaning);
+  }
 }
 
 // Where libzicoum.so may be, in order, each with why it was tried. An explicit
