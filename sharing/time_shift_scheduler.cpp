@@ -381,13 +381,22 @@ StartDecision TimeShiftScheduler::plan_start(JobId job_id, uint64_t now_ns) {
     best_peak = within_budget->second;
   }
 
-  // Nothing fits as it is: a UM job may fit capped, paging the rest.
+  // Nothing fits as it is: a UM job may fit capped, paging the rest, where
+  // that ends its iteration before the earliest uncapped start within the
+  // budget would (spending the headroom costs nothing if the prediction
+  // holds; a cap costs its paging for certain).
   const bool fits = best_peak <= limit;
   std::optional<CappedStart> capped;
   if (!fits && job.paging.known()) {
     // A UM job has no pace (slowness()): its capped iteration is its curve stretched.
     const CappedSearch search{curve, job.paging, scratch_, step, limit, max_stretch};
     capped = earliest_capped_end(search, candidates);
+    const auto period = static_cast<double>(curve.period_ns);
+    if (capped && best_peak <= budget_ &&
+        static_cast<double>(capped->cell * step) + period * capped->stretch >=
+            static_cast<double>(best * step) + period) {
+      capped.reset();
+    }
   }
   if (capped) {
     best = capped->cell;
