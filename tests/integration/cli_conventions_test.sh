@@ -77,6 +77,16 @@ run "$budget_demo" --help
 [[ $status == 0 ]] && grep -q "^Usage: " "$out" || fail "budget_demo --help"
 run "$budget_demo" --bogus
 expect 2 "'--bogus'" "budget_demo --bogus"
+# A usage error ends with the same hint in every tool.
+for tool in "$zico_run" "$umd" "$demo" "$budget_demo"; do
+  run "$tool" --bogus-option
+  name=$(basename "$tool")
+  last=$(tail -n 1 "$err")
+  [[ $status == 2 && ( $last == "Try '$name --help'." || $last == "Try '$tool --help'." ) ]] ||
+    fail "$name --bogus-option: exit $status, last line '$last', not the hint"
+done
+run "$umctl" status --bogus-option
+tail -n 1 "$err" | grep -qxF "Try 'zico-umctl status --help'." || fail "zico-umctl status --bogus-option: no hint"
 ZICO_BACKEND=cuda run "$budget_demo"
 expect 2 "zico-run --backend sim --budget 64MiB -- $budget_demo" "budget_demo off the sim backend"
 run timeout 5 "$umd" --socket "$tmp/no-such-folder/zicoum.sock"

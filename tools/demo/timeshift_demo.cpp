@@ -89,7 +89,7 @@ std::atomic<int> g_signal{0};
 void on_signal(int signal) { g_signal = signal; }
 
 int usage_error(const std::string& message) {
-  std::fprintf(stderr, "zico-demo: %s\n(zico-demo --help lists the options)\n", message.c_str());
+  std::fprintf(stderr, "zico-demo: %s\nTry 'zico-demo --help'.\n", message.c_str());
   return 2;
 }
 

@@ -65,7 +65,7 @@ struct Options {
 };
 
 int usage_error(const std::string& message) {
-  std::fprintf(stderr, "zico-run: %s\nTry 'zico-run --help' for more information.\n", message.c_str());
+  std::fprintf(stderr, "zico-run: %s\nTry 'zico-run --help'.\n", message.c_str());
   return kUsageError;
 }
 

@@ -61,7 +61,7 @@ constexpr const char* kUsage =
     "Exit status: 0 after SIGINT/SIGTERM, 2 for bad usage, 1 for other failures.\n";
 
 int usage_error(const std::string& message) {
-  std::fprintf(stderr, "zico-umd: %s\n(zico-umd --help lists the options)\n", message.c_str());
+  std::fprintf(stderr, "zico-umd: %s\nTry 'zico-umd --help'.\n", message.c_str());
   return 2;
 }
 
