@@ -106,6 +106,9 @@ expect 2 "'$missing/deeper': cannot create it: No such file or directory" "zico-
 # --- arguments that are not what the tool expects ----------------------------------
 run "$umctl" replay "$traces"
 expect 2 "$traces: is a directory" "replay given a folder"
+mkdir -p "$tmp/sub" && echo "not a trace" >"$tmp/sub/notes.txt"
+run "$umctl" replay "$tmp/sub/notes.txt"
+expect 2 "$tmp/sub/notes.txt:1: not a zicoum trace" "replay given a file that is not a trace (named as given)"
 echo 'not a program' >"$tmp/notes.txt"
 (cd "$tmp" && "$zico_run" -- notes.txt >"$out" 2>"$err")
 status=$?

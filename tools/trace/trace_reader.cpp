@@ -331,7 +331,10 @@ Status read_trace_file(const std::string& path, Trace* out, std::string* error) 
     return Status(Errc::kInvalidArgument);
   }
   gzclose(file);
-  return parse_trace(text, name, out, error);
+  // Errors name the file as given; the trace is named by its file's name.
+  const Status status = parse_trace(text, path, out, error);
+  out->name = name;
+  return status;
 }
 
 }  // namespace zico::trace
