@@ -55,6 +55,7 @@ struct PlanOutcome {
 
 struct TraceOutcome {
   const trace::Trace* trace = nullptr;
+  std::string path;  // as given, as simulate's JSON names its traces
   std::vector<replay::ReplayResult> results;  // naive, pytorch-caching, zicoum
   PlanOutcome plan;
   bool has_plan = false;
@@ -175,7 +176,7 @@ void write_json(const std::vector<TraceOutcome>& outcomes) {
   for (const TraceOutcome& o : outcomes) {
     const trace::Trace& t = *o.trace;
     json.begin_object();
-    json.field("trace", t.name);
+    json.field("trace", o.path);
     json.field("model", t.meta.count("model") ? t.meta.at("model") : "");
     json.field("iterations_count", static_cast<uint64_t>(t.iteration_starts.size()));
     json.field("blocks", static_cast<uint64_t>(t.blocks.size()));
@@ -273,6 +274,7 @@ int run_replay(int argc, char** argv) {
   }
   std::vector<TraceOutcome> outcomes(traces.size());
   for (size_t i = 0; i < traces.size(); ++i) {
+    outcomes[i].path = options.traces[i];
     std::string error;
     if (!run_all(traces[i], &outcomes[i], &error).is_ok()) {
       std::fprintf(stderr, "zico-umctl replay: %s\n", error.c_str());
