@@ -104,6 +104,12 @@ zico_status_t zico_get_stats(int device, zico_stats_t* stats) {
   zico_stats_t full{};
   full.struct_size = sizeof(zico_stats_t);
   full.budget_bytes = s.budget_bytes;
+  // Under zico-umd the job's own budget is only the device's size: what binds is the daemon's share.
+  if (const zico::sharing::NodeClient* node = Runtime::instance().node()) {
+    if (const uint64_t share = node->share_bytes(zico::DeviceId{device}); share != 0) {
+      full.budget_bytes = std::min<uint64_t>(full.budget_bytes, share);
+    }
+  }
   full.allocated_bytes = s.allocated_bytes;
   full.peak_allocated_bytes = s.peak_allocated_bytes;
   full.mapped_bytes = s.mapped_bytes;

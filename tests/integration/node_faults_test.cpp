@@ -179,6 +179,8 @@ TEST_F(NodeFaults, TwoJobsJammedBesideAnIdleHolderRunToTheEnd) {
   EXPECT_TRUE(first.succeeded()) << first.output();
   EXPECT_TRUE(second.succeeded()) << second.output();
   EXPECT_TRUE(holder.running()) << holder.output();
+  // Its stats' budget is the daemon's, not the device's 80 GiB.
+  EXPECT_NE(first.output().find("done, budget 67108864\n"), std::string::npos) << first.output();
 }
 
 // An allocation that waits out ZICO_WAIT_TIMEOUT says why once (the

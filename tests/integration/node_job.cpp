@@ -9,7 +9,7 @@
 // --block: every block has this size (else 1-4 MiB weights, 64 KiB-8 MiB
 // activations); with the chunk size, a job can ask for exactly its budget.
 //
-// Exit: 0 and "done" when every byte verified; 1 "MISMATCH ..." on wrong data;
+// Exit: 0 and "done, budget N" (zico_get_stats' budget) when every byte verified; 1 "MISMATCH ..." on wrong data;
 // 2 "OOM ..." when an allocation failed; 64 on bad usage.
 #include <algorithm>
 #include <chrono>
@@ -132,6 +132,13 @@ int main(int argc, char** argv) {
     (void)zico_mark_iteration();
   }
   for (const Block& b : weights) (void)zico_free(b.words, nullptr);
-  std::printf("done\n");
+  zico_stats_t stats;
+  std::memset(&stats, 0, sizeof stats);
+  stats.struct_size = sizeof stats;
+  if (zico_get_stats(0, &stats) != ZICO_OK) {
+    std::printf("zico_get_stats failed: %s\n", zico_last_error());
+    return 1;
+  }
+  std::printf("done, budget %llu\n", static_cast<unsigned long long>(stats.budget_bytes));
   return 0;
 }

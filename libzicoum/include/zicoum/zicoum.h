@@ -79,7 +79,7 @@ ZICO_API zico_status_t zico_record_stream(void* ptr, void* stream);
  * by the caller, so fields can be added without breaking old callers. */
 typedef struct zico_stats {
   size_t struct_size;
-  uint64_t budget_bytes;        /* cap on mapped bytes */
+  uint64_t budget_bytes;        /* cap on mapped bytes (under zico-umd: the most the daemon could lend) */
   uint64_t allocated_bytes;     /* bytes in live allocations (rounded sizes) */
   uint64_t peak_allocated_bytes;
   uint64_t mapped_bytes;        /* physical memory held: allocated + cached */
