@@ -35,6 +35,10 @@ grep -q "MiB" "$err" || fail "bad budget: message does not give the accepted for
 
 run --budget=0 -- true
 [[ $status == 2 ]] || fail "zero budget: exit $status, want 2"
+run --budget 1B -- true
+[[ $status == 2 ]] && grep -q "smaller than one chunk (2 MiB)" "$err" || fail "budget below a chunk: exit $status"
+run --mode um --backend sim --budget 1MiB -- true
+[[ $status == 0 ]] || fail "a UM budget below a chunk (it caps pages): exit $status"
 
 run --list-env
 [[ $status == 0 ]] || fail "--list-env: exit $status"
