@@ -115,8 +115,8 @@ TEST(MemoryPlot, DrawsOneAreaPerCategoryPresent) {
   EXPECT_NE(svg.find("id=\"area-temp\""), std::string::npos);
   EXPECT_EQ(svg.find("id=\"area-grad\""), std::string::npos);
   // The legend names exactly the categories drawn.
-  EXPECT_NE(svg.find(">act</text>"), std::string::npos);
-  EXPECT_EQ(svg.find(">optim</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">activations</text>"), std::string::npos) << "categories are spelled out";
+  EXPECT_EQ(svg.find(">optimizer state</text>"), std::string::npos);
 }
 
 TEST(MemoryPlot, BudgetLineOnlyWhenAsked) {

@@ -204,9 +204,12 @@ std::string memory_plot_svg(const Trace& trace, const PlotOptions& options) {
     line(&svg, f.x0, y, f.x1, y, "id=\"budget\" stroke=\"#000\" stroke-width=\"1.5\"");
     text(&svg, f.x1 - 4, y - 4, "text-anchor=\"end\" font-size=\"11\"", "budget " + format_size(options.budget_bytes));
   }
+  // The trace format's short category names, spelled out for a reader.
+  static constexpr std::array<const char*, kCategoryCount> kLegendNames = {
+      "parameters", "gradients", "optimizer state", "activations", "temporaries", "inputs", "other"};
   std::vector<plot::LegendEntry> legend;
   for (size_t c = 0; c < kCategoryCount; ++c) {
-    if (present[c]) legend.push_back({trace::to_string(static_cast<Category>(c)), kCategoryColours[c]});
+    if (present[c]) legend.push_back({kLegendNames[c], kCategoryColours[c]});
   }
   plot::draw_legend(&svg, f, legend, options.budget_bytes > 0);
   svg += "</svg>\n";
