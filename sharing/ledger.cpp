@@ -159,7 +159,7 @@ Status Ledger::returned(JobId job, uint32_t gpu, uint64_t chunks, bool reclaim_r
   g.granted -= chunks;
   g.returns += chunks;
   if (reclaim_reply) {
-    use->gave_nothing = chunks == 0;
+    use->empty_replies = chunks == 0 ? use->empty_replies + 1 : 0;
     use->reclaim_outstanding = false;
     use->reclaim_asked = 0;
     use->ever_asked = true;
@@ -308,6 +308,7 @@ bool Ledger::set_between_iterations(JobId job, uint32_t gpu, uint64_t next_peak_
     impl_->gpus[gpu].between_users += 1;
     use->paged_at_gate = 0;  // a new gate
   }
+  use->ever_at_gate = true;
   use->between = true;
   use->gate_peak = next_peak_chunks;
   return true;

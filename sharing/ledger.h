@@ -95,10 +95,13 @@
 // 5. Deadlock: a request still waits after serving (its head does not fit,
 //    or is not safe), nothing is on its way back on the GPU, and every job
 //    holding more than its minimum of the GPU is waiting on it, or, without
-//    turns (rule 6), can give nothing back: its last reply to a reclaim gave
-//    nothing (and nothing was granted to it since), and it keeps all it holds
-//    past its iteration's end (its claim's settle, or no claim). With turns
-//    such a job is parked for the waiters at its next gate. (Chunks within a minimum can never
+//    turns (rule 6), can give nothing back: asked within the last
+//    reclaim_retry_ns, it gave nothing (twice running if it has no claim: a
+//    job in its first iteration frees its memory at the end), and its claim,
+//    if any, does not settle below what it holds. A job whose answer is older
+//    is asked again first (the reclaims of rule 4 follow a shortfall, which
+//    a request that fits but is not safe does not have). With turns such a
+//    job is left to rule 6's parks. (Chunks within a minimum can never
 //    be reclaimed, so an idle job sitting at its minimum must not hide a
 //    deadlock among the others, nor may an idle holder whose chunks are all
 //    in use; a frozen job gives back only when it goes and is left out.) Only waiters holding more than

@@ -50,9 +50,12 @@ struct Ledger::Impl {
     uint64_t reclaim_asked = 0;
     bool ever_asked = false;
     uint64_t last_asked_ns = 0;  // the last ask or reply, for reclaim_retry_ns
-    // Its last reply to a kReclaim gave nothing back, and nothing was granted
-    // to it since: it has no idle chunks (break_deadlock).
-    bool gave_nothing = false;
+    // Its reclaim replies in a row that gave nothing back, since it was last
+    // granted memory (gives_nothing() trusts the last one for a retry
+    // interval); and whether it ever came to a gate (one that never does
+    // cannot be parked at one).
+    uint32_t empty_replies = 0;
+    bool ever_at_gate = false;
     // Turns (ledger.h): parked from kPark to kResume, then its turn.
     uint64_t gate_peak = 0;  // between: the peak of the iteration it waits to start (0: unknown)
     bool parked = false;
@@ -191,6 +194,13 @@ struct Ledger::Impl {
   // What a job keeps between its iterations: what it holds at its gate, its
   // claim's settle in mid-iteration (its last claim's while it has none).
   static uint64_t kept_between(const Use& use);
+  // What a job that does not wait may free for those that do (rule 5).
+  enum class Giving : uint8_t {
+    kMay,       // a reclaim, a park or its iteration's end will reach it: no jam
+    kNothing,   // asked lately, it gave nothing, and keeps all it holds
+    kAskAgain,  // its answer is old or not yet conclusive: ask it first
+  };
+  [[nodiscard]] Giving giving(const Use& use, uint64_t now_ns) const;
   // `chunks` as users read them: a size where the chunk is known.
   static std::string amount(const Gpu& gpu, uint64_t chunks);
   // At its gate with something left to page out there (set_gate_paging).

@@ -143,7 +143,7 @@ Ledger::Impl::Request Ledger::Impl::finish(Gpu& gpu, size_t index, uint64_t now_
 void Ledger::Impl::grant(Gpu& gpu, uint32_t g, size_t index, uint64_t now_ns, std::vector<LedgerAction>* out) {
   const Request r = finish(gpu, index, now_ns);
   gpu.users.at(r.job).held += r.chunks;
-  gpu.users.at(r.job).gave_nothing = false;
+  gpu.users.at(r.job).empty_replies = 0;
   gpu.granted += r.chunks;
   gpu.grants += r.chunks;
   out->push_back({LedgerAction::Kind::kGrant, r.job, g, r.id, r.chunks, Errc::kOk, {}});
@@ -246,6 +246,9 @@ bool Ledger::Impl::break_deadlock(Gpu& gpu, uint32_t g, uint64_t now_ns, std::ve
   if (gpu.queue.empty()) return false;
   JobId victim = 0;
   bool found = false;
+  // Without turns, the jobs that do not wait but hold more than their
+  // minimum, to ask (again) before the jam is taken for one (giving()).
+  std::vector<JobId> ask_again;
   for (const auto& [id, use] : gpu.users) {
     if (incoming(gpu, id, use) > 0) return false;  // memory is on its way back: no jam (yet)
     if (use.held <= use.min) continue;  // its chunks are guaranteed, not part of the jam
@@ -258,17 +261,10 @@ bool Ledger::Impl::break_deadlock(Gpu& gpu, uint32_t g, uint64_t now_ns, std::ve
       continue;
     }
     if (use.waiting_requests == 0) {
-      // Without turns, a job that gave nothing when asked, and keeps all it
-      // holds past its iteration's end as far as anyone knows (its claim
-      // says so, or it has none: an idle holder, a job resting at its gate),
-      // frees nothing for the waiters: it must not hide their jam (two jobs
-      // each waiting mid-iteration beside an idle 8 MiB holder stalled until
-      // their allocations timed out). With turns it gives back at its next
-      // gate, where it is parked for them (rule 6).
-      if (use.gave_nothing && !options.park_between && (use.claim_peak == 0 || kept_between(use) >= use.held)) {
-        continue;
-      }
-      return false;  // reclaim can reach it
+      const Giving gives = giving(use, now_ns);
+      if (gives == Giving::kMay) return false;  // reclaim, a park or its iteration's end reaches it
+      if (gives == Giving::kAskAgain) ask_again.push_back(id);
+      continue;  // kNothing: not part of the jam, and no help out of it
     }
     if (found) {
       const uint64_t best = gpu.users.at(victim).held;
@@ -283,6 +279,17 @@ bool Ledger::Impl::break_deadlock(Gpu& gpu, uint32_t g, uint64_t now_ns, std::ve
   // None found: every job above its minimum is frozen (it gives back only
   // when it goes), so no yield or refusal can help.
   if (!found) return false;
+  // A holder whose answer is old, or not yet conclusive, is asked first (the
+  // reclaims of rule 4 ask only for a shortfall, and a request that fits but
+  // is not safe has none); its answer decides at a later pump.
+  if (!ask_again.empty()) {
+    for (const JobId id : ask_again) {
+      Use& use = gpu.users.at(id);
+      if (use.ever_asked && now_ns >= use.last_asked_ns && now_ns - use.last_asked_ns < options.reclaim_retry_ns) continue;
+      (void)ask_back(g, id, use, use.held - use.min, now_ns, out);
+    }
+    return false;
+  }
   gpu.deadlocks += 1;
   for (size_t i = 0; i < gpu.queue.size();) {
     if (gpu.queue[i].job != victim) {
@@ -309,6 +316,21 @@ bool Ledger::Impl::break_deadlock(Gpu& gpu, uint32_t g, uint64_t now_ns, std::ve
 std::string Ledger::Impl::amount(const Gpu& gpu, uint64_t chunks) {
   if (gpu.chunk_bytes == 0 || chunks > UINT64_MAX / gpu.chunk_bytes) return std::to_string(chunks) + " chunks";
   return format_size(chunks * gpu.chunk_bytes);
+}
+
+Ledger::Impl::Giving Ledger::Impl::giving(const Use& use, uint64_t now_ns) const {
+  // With turns, a job is parked at a gate for the waiters (rule 6).
+  if (options.park_between) return Giving::kMay;
+  // Its claim says it settles lower at its iteration's end: wait for that.
+  if (use.claim_peak != 0 && kept_between(use) < use.held) return Giving::kMay;
+  // Asked within the last retry interval, it gave nothing: twice running
+  // where nothing says it keeps what it holds (a job in its first iteration
+  // frees its memory at the end).
+  const bool fresh = use.empty_replies > 0 && now_ns >= use.last_asked_ns &&
+                     now_ns - use.last_asked_ns < options.reclaim_retry_ns;
+  const bool known_to_keep = use.claim_peak != 0 || use.between;
+  if (fresh && (known_to_keep || use.empty_replies >= 2)) return Giving::kNothing;
+  return Giving::kAskAgain;
 }
 
 uint64_t Ledger::Impl::kept_between(const Use& use) {

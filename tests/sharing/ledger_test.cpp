@@ -352,44 +352,74 @@ TEST(LedgerDeadlock, IdleJobAtItsMinimumDoesNotHideIt) {
 }
 
 // Without turns, a job that is not waiting hides a jam only while it might
-// give something back: once it answered a reclaim with nothing, and keeps all
-// it holds past its iteration's end as far as its claim tells (or it has
-// none), the waiters' jam is broken; a job whose claim says it will settle
-// lower is waited for, and so is any job with turns (it is parked for the
-// waiters at its next gate).
-TEST(LedgerDeadlock, WithoutTurnsAnIdleHolderThatGaveNothingDoesNotHideIt) {
-  enum class Claim { kItsRest, kNone, kSettlesLower, kItsRestWithTurns };
-  for (const Claim claim : {Claim::kItsRest, Claim::kNone, Claim::kSettlesLower, Claim::kItsRestWithTurns}) {
-    LedgerOptions options;
-    options.park_between = claim == Claim::kItsRestWithTurns;
-    Books b(12, options);
-    b.join(1);
-    b.join(2);
-    b.join(3);
-    b.hold(3, 1, 2);  // holds 2 in use and never waits
-    if (claim == Claim::kItsRest || claim == Claim::kItsRestWithTurns) {
-      ASSERT_TRUE(b.ledger.set_claim(3, 0, 2, 2));
-    } else if (claim == Claim::kSettlesLower) {
-      ASSERT_TRUE(b.ledger.set_claim(3, 0, 2, 1));
-    }
-    b.hold(1, 1, 5);
-    b.hold(2, 1, 4);
-    b.ask(1, 2, 2);
-    b.ask(2, 2, 2);
-    std::vector<LedgerAction> actions = b.ledger.pump(0);
-    ASSERT_EQ(actions.size(), 1u) << describe(actions);
-    EXPECT_TRUE(same(actions[0], Kind::kReclaim, 3, 0, 1)) << "it might have idle chunks: " << describe(actions);
-    b.give(3, 0, /*reclaim_reply=*/true, 10);
-    actions = b.ledger.pump(10);
-    if (claim == Claim::kSettlesLower || claim == Claim::kItsRestWithTurns) {
-      EXPECT_EQ(count(actions, Kind::kYield), 0u) << "it gives back later: " << describe(actions);
-    } else {
-      ASSERT_EQ(count(actions, Kind::kYield), 1u) << describe(actions);
-      EXPECT_TRUE(same(actions[0], Kind::kYield, 1, 2, 5)) << "the biggest waiter yields: " << describe(actions);
-      EXPECT_EQ(b.ledger.gpu(0).deadlocks, 1u);
-    }
+// give something back. Once, asked within the last retry interval, it gave
+// nothing and keeps all it holds past its iteration's end (its claim says so;
+// without one, it gave nothing twice running), the waiters' jam is broken. A
+// job whose claim says it settles lower is waited for; with turns, any job is
+// (it is parked at its next gate).
+enum class Holder { kClaimsItsRest, kNoClaim, kSettlesLower, kAtGatesWithTurns, kNoGatesWithTurns };
+
+// Jobs 1 and 2 wait mid-iteration holding 5 and 4 of 12; job 3 holds 2 and
+// does not wait. Returns the ledger after job 3 was asked and gave nothing
+// (or, resting at its gate with turns, was parked).
+Books jam_beside_a_holder(Holder holder) {
+  LedgerOptions options;
+  options.park_between = holder == Holder::kAtGatesWithTurns || holder == Holder::kNoGatesWithTurns;
+  Books b(12, options);
+  b.join(1);
+  b.join(2);
+  b.join(3);
+  b.hold(3, 1, 2);
+  bool set = true;
+  if (holder == Holder::kAtGatesWithTurns) set = b.ledger.set_between_iterations(3, 0, 2);
+  if (holder == Holder::kClaimsItsRest || holder == Holder::kNoGatesWithTurns) set = b.ledger.set_claim(3, 0, 2, 2);
+  if (holder == Holder::kSettlesLower) set = b.ledger.set_claim(3, 0, 2, 1);
+  EXPECT_TRUE(set);
+  b.hold(1, 1, 5);
+  b.hold(2, 1, 4);
+  b.ask(1, 2, 2);
+  b.ask(2, 2, 2);
+  const std::vector<LedgerAction> actions = b.ledger.pump(0);
+  EXPECT_EQ(actions.size(), 1u) << describe(actions);
+  if (holder == Holder::kAtGatesWithTurns) {  // resting at its gate, it is parked for them at once
+    EXPECT_TRUE(!actions.empty() && same(actions[0], Kind::kPark, 3, 0, 2)) << describe(actions);
+    return b;
+  }
+  EXPECT_TRUE(!actions.empty() && actions[0].kind == Kind::kReclaim && actions[0].job == 3)
+      << "it may have idle chunks: " << describe(actions);
+  b.give(3, 0, /*reclaim_reply=*/true, 10);
+  return b;
+}
+
+TEST(LedgerDeadlock, AnIdleHolderThatGaveNothingDoesNotHideIt) {
+  {
+    Books b = jam_beside_a_holder(Holder::kClaimsItsRest);
+    const std::vector<LedgerAction> actions = b.ledger.pump(10);
+    ASSERT_EQ(count(actions, Kind::kYield), 1u) << describe(actions);
+    EXPECT_TRUE(same(actions[0], Kind::kYield, 1, 2, 5)) << "the biggest waiter yields: " << describe(actions);
+    EXPECT_EQ(b.ledger.gpu(0).deadlocks, 1u);
     EXPECT_EQ(b.ledger.check(), "");
   }
+}
+
+TEST(LedgerDeadlock, AHolderThatMayStillGiveIsWaitedFor) {
+  for (const Holder holder : {Holder::kSettlesLower, Holder::kAtGatesWithTurns, Holder::kNoGatesWithTurns}) {
+    Books b = jam_beside_a_holder(holder);
+    EXPECT_EQ(count(b.ledger.pump(10), Kind::kYield), 0u);
+  }
+  // Its reply is stale after a retry interval: it is asked again first.
+  Books stale = jam_beside_a_holder(Holder::kClaimsItsRest);
+  std::vector<LedgerAction> actions = stale.ledger.pump(10 + kRetry);
+  EXPECT_EQ(count(actions, Kind::kYield), 0u) << describe(actions);
+  EXPECT_EQ(count(actions, Kind::kReclaim), 1u) << describe(actions);
+  // Without a claim, once is not enough: a job in its first iteration frees
+  // its memory at the end. Twice running, it is.
+  Books unclaimed = jam_beside_a_holder(Holder::kNoClaim);
+  EXPECT_EQ(count(unclaimed.ledger.pump(10), Kind::kYield), 0u);
+  actions = unclaimed.ledger.pump(10 + kRetry);
+  ASSERT_EQ(count(actions, Kind::kReclaim), 1u) << describe(actions);
+  unclaimed.give(3, 0, /*reclaim_reply=*/true, 20 + kRetry);
+  EXPECT_EQ(count(unclaimed.ledger.pump(20 + kRetry), Kind::kYield), 1u);
 }
 
 TEST(LedgerDeadlock, VictimHoldsMoreThanItsMinimum) {
