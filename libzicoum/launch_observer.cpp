@@ -152,14 +152,18 @@ const char* route_name(Callee callee) {
   return "?";
 }
 
-// The runtime to announce work queued on `stream` to, or nullptr where
-// nothing is announced: not UM mode, an explicit op of the caller's is open
-// (it covers this work), or `stream` is capturing a graph.
-const Runtime* announcing_runtime(CUstream stream) {
+// The runtime to announce work to, or nullptr where nothing is announced:
+// not UM mode, or an explicit op of the caller's is open (it covers this work).
+const Runtime* announcing_runtime() {
   const Runtime* runtime = Runtime::if_created();
   if (runtime == nullptr || runtime->config().mode != Mode::kUm || api_op_pending()) return nullptr;
-  if (api_capture_state(StreamHandle{reinterpret_cast<uintptr_t>(stream)}) != CaptureState::kNone) return nullptr;
   return runtime;
+}
+
+// Work queued on `stream` now would be captured into a graph: it runs at each
+// replay, not now, and is not announced. Asks the driver, so it comes last.
+bool capturing(CUstream stream) {
+  return api_capture_state(StreamHandle{reinterpret_cast<uintptr_t>(stream)}) != CaptureState::kNone;
 }
 
 // Whether an op using `used` began (and so must be ended).
@@ -201,8 +205,8 @@ void forget_launch_layouts() noexcept {
 ObservedLaunch::ObservedLaunch(const void* key, Callee callee, const LaunchShape& shape, void** args, void** extra,
                                CUstream stream) noexcept {
   try {
-    const Runtime* runtime = announcing_runtime(stream);
-    if (runtime == nullptr) return;
+    const Runtime* runtime = announcing_runtime();
+    if (runtime == nullptr || capturing(stream)) return;
     thread_local std::vector<const void*> used;
     used.clear();
     const std::shared_ptr<const ParamLayout> layout = Layouts::instance().get(key, callee);
@@ -234,7 +238,7 @@ ObservedLaunch::~ObservedLaunch() {
 ObservedCopy::ObservedCopy(CopyOp kind, const void* dst, const void* src, size_t bytes, CUstream stream) noexcept {
   try {
     if (bytes == 0) return;  // touches nothing
-    const Runtime* runtime = announcing_runtime(stream);
+    const Runtime* runtime = announcing_runtime();
     if (runtime == nullptr) return;
     const bool dst_is_zicoum = runtime->owner_of(dst) != nullptr;
     const bool src_is_zicoum = src != nullptr && runtime->owner_of(src) != nullptr;
@@ -242,7 +246,7 @@ ObservedCopy::ObservedCopy(CopyOp kind, const void* dst, const void* src, size_t
     size_t count = 0;
     if (dst_is_zicoum) used[count++] = dst;
     if (src_is_zicoum) used[count++] = src;
-    if (count == 0) return;
+    if (count == 0 || capturing(stream)) return;
     g_copies.fetch_add(1, std::memory_order_relaxed);
     begun_ = begin_op(copy_id(kind, dst_is_zicoum, src_is_zicoum, bytes), used, count, stream);
   } catch (...) {

@@ -542,7 +542,7 @@ Status Runtime::memory_info(DeviceId device, size_t* free_bytes, size_t* total_b
   const size_t usable = chunk != 0 ? limit / chunk * chunk : limit;
   const size_t budget_left = usable - std::min(usable, stats.allocated_bytes);
   // The process's own driver allocations took their share of the budget.
-  *total_bytes = usable + (outside_counts_against_budget() ? outside_bytes(device) : 0);
+  *total_bytes = std::min(device_total, usable + (outside_counts_against_budget() ? outside_bytes(device) : 0));
   *free_bytes = std::min(budget_left, device_free + stats.cached_bytes);
   return Status::ok();
 }

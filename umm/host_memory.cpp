@@ -76,9 +76,11 @@ CgroupDirs memory_cgroup_dirs(const std::string& root) {
   const std::string mount = root + (found.v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory");
   // Inside a cgroup namespace the mount's root is the process's own cgroup,
   // and `path` names nothing under it: each ancestor that exists is read.
-  for (std::string p = path; !p.empty(); p = p.substr(0, p.rfind('/'))) {
-    if (p == "/") break;
+  for (std::string p = path; !p.empty() && p != "/";) {
     found.dirs.push_back(mount + p);
+    const size_t slash = p.rfind('/');
+    if (slash == std::string::npos) break;  // not a path the kernel writes; read no further up
+    p.resize(slash);
   }
   found.dirs.push_back(mount);
   return found;

@@ -102,9 +102,13 @@ struct SimDriver::State {
   std::vector<size_t> created_bytes;  // per device
   // The host's memory as last read (host_memory.h), its available less what
   // was created since: read again when that estimate nears the reserve, or
-  // 10 ms after the last reading (other processes take memory too).
+  // 10 ms after the last reading (other processes take memory too). A
+  // chunk's memory counts on the host only once touched, so a reading also
+  // takes off what was created in the interval before it (which may not be
+  // yet): an over-estimate of what is used, never an under-estimate.
   HostMemory host;
   std::chrono::steady_clock::time_point host_read_at;
+  uint64_t created_since_read = 0;
   bool host_refusal_said = false;
 
   // Would creating `bytes` more leave the host less than `reserve`
@@ -116,10 +120,13 @@ struct SimDriver::State {
       host = read_host_memory();
       host_read_at = now;
       if (!host.known) return false;  // unknown: do not guess
+      host.available_bytes -= std::min(host.available_bytes, created_since_read);
+      created_since_read = 0;
     }
     *seen = host;
     if (host.available_bytes < host_reserve(reserve) + bytes) return true;
     host.available_bytes -= bytes;
+    created_since_read += bytes;
     return false;
   }
   uint64_t host_reserve(uint64_t reserve) const {

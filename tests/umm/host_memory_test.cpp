@@ -85,6 +85,15 @@ TEST(HostMemory, InsideACgroupNamespaceTheMountsRootIsRead) {
   EXPECT_EQ(memory.available_bytes, 7 * kGiB);
 }
 
+TEST(HostMemory, ACgroupPathWithoutItsLeadingSlashEnds) {
+  FakeHost host;
+  host.meminfo();
+  host.write("/proc/self/cgroup", "0::job\n");  // not what a kernel writes: read, and no further up
+  const HostMemory memory = host.read();
+  EXPECT_TRUE(memory.known);
+  EXPECT_EQ(memory.total_bytes, 16 * kGiB);
+}
+
 TEST(HostMemory, NothingReadableIsUnknown) {
   FakeHost host;
   host.write("/proc/self/cgroup", "garbage\n");

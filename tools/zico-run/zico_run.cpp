@@ -128,9 +128,12 @@ std::optional<int> validate(const Options& options) {
     const std::optional<uint64_t> bytes = zico::parse_size(*options.budget);
     if (!bytes || *bytes == 0) return usage_error(zico::size_above_zero_error("--budget", *options.budget));
     // In VMM mode nothing smaller than a chunk is ever mapped (2 MiB, every
-    // NVIDIA GPU's granularity; a larger ZICO_CHUNK_SIZE the library checks).
+    // NVIDIA GPU's granularity; a larger ZICO_CHUNK_SIZE the library checks,
+    // and a smaller simulated one, ZICO_SIM_GRANULARITY, too).
     constexpr uint64_t kChunk = uint64_t{2} << 20;
-    if (options.mode.value_or("vmm") == "vmm" && *bytes < kChunk) {
+    const char* env_mode = std::getenv("ZICO_MODE");
+    const std::string mode = options.mode.value_or(env_mode != nullptr ? env_mode : "vmm");
+    if (mode == "vmm" && std::getenv("ZICO_SIM_GRANULARITY") == nullptr && *bytes < kChunk) {
       return usage_error("--budget " + zico::format_size(*bytes) + " is smaller than one chunk (2 MiB), the least " +
                          "that is mapped: nothing could ever be allocated; use at least 2MiB");
     }

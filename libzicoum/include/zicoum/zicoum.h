@@ -117,9 +117,10 @@ typedef struct zico_stats {
   uint64_t unnamed_faults;
   uint64_t learnt_pages;
   uint64_t unasked_arrivals;
-  /* UM mode: copies and memsets (cudaMemcpy*, cudaMemset*, the driver's
-   * cuMemcpy* and cuMemsetD*) that touched zicoum memory, announced to the
-   * pager like kernels (every device). */
+  /* UM mode: one-dimensional copies and memsets (cudaMemcpy[Async],
+   * cudaMemset[Async], the driver's cuMemcpy* and cuMemsetD*; not 2D/3D or
+   * peer copies, nor the driver's per-thread-stream twins) that touched
+   * zicoum memory, announced to the pager like kernels (every device). */
   uint64_t copies;
 } zico_stats_t;
 
