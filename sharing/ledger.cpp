@@ -308,7 +308,6 @@ bool Ledger::set_between_iterations(JobId job, uint32_t gpu, uint64_t next_peak_
     impl_->gpus[gpu].between_users += 1;
     use->paged_at_gate = 0;  // a new gate
   }
-  use->ever_at_gate = true;
   use->between = true;
   use->gate_peak = next_peak_chunks;
   return true;

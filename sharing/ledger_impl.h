@@ -51,11 +51,8 @@ struct Ledger::Impl {
     bool ever_asked = false;
     uint64_t last_asked_ns = 0;  // the last ask or reply, for reclaim_retry_ns
     // Its reclaim replies in a row that gave nothing back, since it was last
-    // granted memory (gives_nothing() trusts the last one for a retry
-    // interval); and whether it ever came to a gate (one that never does
-    // cannot be parked at one).
+    // granted memory (giving() trusts the last one for a retry interval).
     uint32_t empty_replies = 0;
-    bool ever_at_gate = false;
     // Turns (ledger.h): parked from kPark to kResume, then its turn.
     uint64_t gate_peak = 0;  // between: the peak of the iteration it waits to start (0: unknown)
     bool parked = false;
