@@ -131,7 +131,7 @@ bin="$build/bin"
 
 # --- 1. the gpu-labelled tests (driver contract on CudaDriver, torch_enable, ...) --
 if selected gpu_tests; then
-  run_step gpu_tests 240 ctest --test-dir "$build" -L gpu --output-on-failure
+  run_step gpu_tests 150 ctest --test-dir "$build" -L gpu --output-on-failure
   gpu_status=$?
   summary=$(python3 "$repo/tests/gpu/ctest_summary.py" "$out/gpu_tests.log")
   if ((gpu_status != 0)); then
@@ -151,7 +151,7 @@ if selected preload_kernels; then
     record preload_kernels skipped "no nvcc to build tests/gpu/preload_kernels.cu"
   elif ! timeout 180 nvcc -cudart shared -o "$out/preload_kernels" tests/gpu/preload_kernels.cu >"$out/preload_kernels.build.log" 2>&1; then
     record preload_kernels failed "nvcc failed: see preload_kernels.build.log"
-  elif run_step preload_kernels 120 env ZICO_SOCKET=off "$bin/zico-run" --backend cuda --budget 1GiB -- "$out/preload_kernels"; then
+  elif run_step preload_kernels 90 env ZICO_SOCKET=off "$bin/zico-run" --backend cuda --budget 1GiB -- "$out/preload_kernels"; then
     record preload_kernels passed ""
   else
     record preload_kernels failed "see preload_kernels.log"
@@ -163,35 +163,31 @@ fi
 # --- 3. PyTorch: native, zicoum.torch.enable, zico-run; losses bitwise equal --------
 export PYTHONPATH="$build/python:${PYTHONPATH:-}"
 torch_ok=1
-if ! python3 -c 'import torch' >/dev/null 2>&1; then
+python3 -c 'import torch' >/dev/null 2>&1 || torch_ok=-1
+if ! selected torch_training; then
+  record torch_training skipped "not selected: ZICO_GPU_ONLY=$only"
+elif ((torch_ok < 0)); then
   record torch_training skipped "python3 has no PyTorch"
-  torch_ok=-1
-fi
-if selected torch_training; then
+else
   for mode in native enable zico_run; do
-    ((torch_ok >= 0)) || break
     case $mode in
       native) command=(python3 tests/gpu/torch_training.py native) ;;
       enable) command=(env ZICO_SOCKET=off python3 tests/gpu/torch_training.py enable --budget "$budget") ;;
       zico_run) command=(env ZICO_SOCKET=off "$bin/zico-run" --backend cuda --budget "$budget" -- python3 tests/gpu/torch_training.py native) ;;
     esac
-    run_step "torch_$mode" 180 "${command[@]}" || torch_ok=0
+    run_step "torch_$mode" 120 "${command[@]}" || torch_ok=0
   done
   figures=$(python3 "$repo/tests/gpu/compare_training.py" "$out/torch_native.log" "$out/torch_enable.log" "$out/torch_zico_run.log")
-  if ((torch_ok < 0)); then
-    :  # recorded as skipped above
-  elif ((torch_ok)) && python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1]).get("all_equal") and json.loads(sys.argv[1]).get("graph_capture") == "refused" and json.loads(sys.argv[1]).get("record_stream") == "kept" else 1)' "$figures"; then
+  if ((torch_ok)) && python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1]).get("all_equal") and json.loads(sys.argv[1]).get("graph_capture") == "refused" and json.loads(sys.argv[1]).get("record_stream") == "kept" else 1)' "$figures"; then
     record torch_training passed "" "$figures"
   else
     record torch_training failed "see torch_*.log (losses must be bitwise equal; a graph capture must be refused; a record_stream'ed tensor kept)" "$figures"
   fi
-else
-  record torch_training skipped "not selected: ZICO_GPU_ONLY=$only"
 fi
 
 # --- 4. two processes through zico-umd on the GPU ------------------------------------
 if selected node_manager; then
-  if run_step node_manager 150 "$bin/zico-demo" --backend cuda; then
+  if run_step node_manager 120 "$bin/zico-demo" --backend cuda; then
     record node_manager passed "" "{\"demo\": \"see node_manager.log\"}"
   else
     record node_manager failed "zico-demo --backend cuda failed: see node_manager.log"
@@ -205,7 +201,7 @@ if selected suspend_resume; then
   if ((torch_ok < 0)); then
     record suspend_resume skipped "python3 has no PyTorch"
   else
-    run_step suspend_resume 180 env ZICO_SOCKET=off python3 tests/gpu/torch_training.py enable --budget "$budget" \
+    run_step suspend_resume 120 env ZICO_SOCKET=off python3 tests/gpu/torch_training.py enable --budget "$budget" \
       --suspend-at 12 --zico-stats
     status=$?
     figures=$(python3 "$repo/tests/gpu/compare_training.py" --against "$out/torch_native.log" "$out/suspend_resume.log")
@@ -230,7 +226,7 @@ if selected um_mode; then
     record um_node skipped "python3 has no PyTorch"
   else
     mlp=(python3 tests/gpu/torch_training.py native --model mlp --iterations 10 --sample-gpu-memory)
-    run_step um_native 120 "${mlp[@]}"
+    run_step um_native 90 "${mlp[@]}"
     peak=$(python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])["peak_reserved_bytes"])' "$out/um_native.log" 2>/dev/null)
     if [[ -z $peak ]]; then
       record um_mode failed "the native MLP run failed: see um_native.log"
@@ -244,7 +240,7 @@ if selected um_mode; then
         [[ $run == whole ]] && limit=$(((peak + (2 << 20) - 1) >> 21 << 21)) || limit=$half
         [[ $run == half_static ]] && static=on || static=off
         [[ $run == half_reports ]] && reports=on || reports=off
-        run_step "um_$run" 240 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=16GiB ZICO_STATIC_RUNTIMES=$static \
+        run_step "um_$run" 120 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=16GiB ZICO_STATIC_RUNTIMES=$static \
           ZICO_FAULT_REPORTS=$reports \
           "$bin/zico-run" --backend cuda --mode um --budget "$limit" -- "${mlp[@]}" --mark-iterations --zico-stats || um_ok=0
         python3 "$repo/tests/gpu/compare_training.py" --against "$out/um_native.log" "$out/um_$run.log" "$limit" \
@@ -264,7 +260,7 @@ PY
         record um_mode failed "see um_half.log, um_whole.log, um_half_static.log, um_half_reports.log (losses bitwise equal to um_native.log's; pages on the GPU within the budget)" "$figures"
       fi
       # --- 7. two such UM jobs under zico-umd, 1.25 x one's peak between them -------------
-      run_step um_node 300 python3 tests/gpu/um_node_gpu.py "$bin" "$out/um_native.log" $((peak * 5 / 4 >> 21 << 21)) "$out"
+      run_step um_node 180 python3 tests/gpu/um_node_gpu.py "$bin" "$out/um_native.log" $((peak * 5 / 4 >> 21 << 21)) "$out"
       status=$?
       figures=$(tail -n 1 "$out/um_node.log")
       python3 -c 'import json,sys; json.loads(sys.argv[1])' "$figures" 2>/dev/null || figures='{}'
@@ -283,7 +279,7 @@ elif ! python3 -c 'import transformers' >/dev/null 2>&1; then
   record um_gpt2 skipped "python3 has no transformers"
 elif selected um_gpt2; then
   gpt2=(python3 tests/gpu/torch_training.py native --model gpt2 --iterations 10 --sample-gpu-memory)
-  run_step gpt2_native 180 "${gpt2[@]}"
+  run_step gpt2_native 120 "${gpt2[@]}"
   peak=$(python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])["peak_reserved_bytes"])' "$out/gpt2_native.log" 2>/dev/null)
   if [[ -z $peak ]]; then
     record um_gpt2 failed "the native GPT-2 run failed: see gpt2_native.log"
@@ -291,7 +287,7 @@ elif selected um_gpt2; then
     half=$(((peak / 2) >> 21 << 21))
     gpt2_ok=1
     for policy in zico um; do
-      run_step "gpt2_$policy" 240 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=24GiB ZICO_PAGING_POLICY=$policy \
+      run_step "gpt2_$policy" 150 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=24GiB ZICO_PAGING_POLICY=$policy \
         "$bin/zico-run" --backend cuda --mode um --budget "$half" -- "${gpt2[@]}" --mark-iterations --zico-stats || gpt2_ok=0
       python3 "$repo/tests/gpu/compare_training.py" --against "$out/gpt2_native.log" "$out/gpt2_$policy.log" "$half" \
         >"$out/gpt2_$policy.json"
@@ -329,7 +325,7 @@ if selected um_unseen; then
 for d in site.getsitepackages(): print("\n".join(glob.glob(d + "/nvidia/**/libcupti.so*", recursive=True)))') \
       2>/dev/null | head -n 1)
     [[ -n $cupti ]] && cupti_dir=$(dirname "$cupti") || cupti_dir=""
-    run_step um_unseen 120 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=4GiB ZICO_FAULT_REPORTS=on \
+    run_step um_unseen 90 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=4GiB ZICO_FAULT_REPORTS=on \
       LD_LIBRARY_PATH="$cupti_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$bin/zico-run" --backend cuda \
       --mode um --budget 384MiB -- "$out/um_unseen_uses" $((384 << 20))
     status=$?

@@ -15,6 +15,7 @@ most. Logs land in OUTDIR (umd.log, um_node_job0.log, um_node_job1.log).
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -29,6 +30,8 @@ def last_json(text):
 
 def main():
     bin_dir, native_log, budget, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    # Stopped by the suite's step limit: end the jobs and the daemon too (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     native = last_json(open(native_log, errors="replace").read())
     if native is None:
         print(json.dumps({"passed": False, "why": f"no native result in {native_log}"}))
@@ -40,6 +43,7 @@ def main():
     daemon = subprocess.Popen([os.path.join(bin_dir, "zico-umd"), "--socket", socket, "--budget", str(budget)],
                               env=env, stdout=daemon_log, stderr=subprocess.STDOUT)
     figures = {"passed": False, "budget_bytes": budget}
+    jobs = []
     try:
         for _ in range(200):
             if os.path.exists(socket) or daemon.poll() is not None:
@@ -101,6 +105,9 @@ def main():
         print(json.dumps(figures))
         return 0 if figures["passed"] else 1
     finally:
+        for job in jobs:
+            if job.poll() is None:
+                job.kill()
         daemon.terminate()
         try:
             daemon.wait(timeout=10)
