@@ -67,7 +67,7 @@ run_step() {
 
 skip_all() {
   local reason=$1
-  for name in build gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node um_gpt2 um_unseen; do
+  for name in build gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node um_gpt2 um_resnet50 um_unseen; do
     record "$name" skipped "$reason"
   done
 }
@@ -122,7 +122,7 @@ if run_step build 300 bash -c "cmake -S '$repo' -B '$build' ${generator[*]} -DZI
   record build passed "" "{\"seconds\": $step_seconds}"
 else
   record build failed "the build failed: see build.log (missing libraries? see the header of this script)"
-  for name in gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node um_gpt2 um_unseen; do
+  for name in gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node um_gpt2 um_resnet50 um_unseen; do
     record "$name" skipped "the build failed"
   done
   finish "$gpu_name" 1
@@ -272,46 +272,69 @@ else
   record um_node skipped "not selected: ZICO_GPU_ONLY=$only"
 fi
 
-# --- 8. GPT-2 small in UM mode under half its peak: zico's paging against demand paging ------
-if ((torch_ok < 0)); then
-  record um_gpt2 skipped "python3 has no PyTorch"
-elif ! python3 -c 'import transformers' >/dev/null 2>&1; then
-  record um_gpt2 skipped "python3 has no transformers"
-elif selected um_gpt2; then
-  gpt2=(python3 tests/gpu/torch_training.py native --model gpt2 --iterations 10 --sample-gpu-memory)
-  run_step gpt2_native 120 "${gpt2[@]}"
-  peak=$(python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])["peak_reserved_bytes"])' "$out/gpt2_native.log" 2>/dev/null)
+# --- 8. GPT-2 small and ResNet-50 in UM mode under half their peak: zico's paging against demand paging ---
+# um_model_step STEP MODEL PREFIX ARENA: a native run (the losses and the time
+# to match), then zicoum's `zico` policy and plain demand paging (`um`), each
+# under half the native peak.
+um_model_step() {
+  local step=$1 model=$2 prefix=$3 arena=$4
+  if ((torch_ok < 0)); then
+    record "$step" skipped "python3 has no PyTorch"
+    return
+  fi
+  if [[ $model == gpt2 ]] && ! python3 -c 'import transformers' >/dev/null 2>&1; then
+    record "$step" skipped "python3 has no transformers"
+    return
+  fi
+  if [[ $model == resnet50 ]] && ! python3 -c 'import torchvision' >/dev/null 2>&1; then
+    record "$step" skipped "python3 has no torchvision"
+    return
+  fi
+  local train=(python3 tests/gpu/torch_training.py native --model "$model" --iterations 10 --sample-gpu-memory)
+  run_step "${prefix}_native" 120 "${train[@]}"
+  local peak
+  peak=$(python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])["peak_reserved_bytes"])' "$out/${prefix}_native.log" 2>/dev/null)
   if [[ -z $peak ]]; then
-    record um_gpt2 failed "the native GPT-2 run failed: see gpt2_native.log"
-  else
-    half=$(((peak / 2) >> 21 << 21))
-    gpt2_ok=1
-    for policy in zico um; do
-      run_step "gpt2_$policy" 150 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=24GiB ZICO_PAGING_POLICY=$policy \
-        "$bin/zico-run" --backend cuda --mode um --budget "$half" -- "${gpt2[@]}" --mark-iterations --zico-stats || gpt2_ok=0
-      python3 "$repo/tests/gpu/compare_training.py" --against "$out/gpt2_native.log" "$out/gpt2_$policy.log" "$half" \
-        >"$out/gpt2_$policy.json"
-    done
-    figures=$(python3 - "$out/gpt2_zico.json" "$out/gpt2_um.json" <<'PY'
+    record "$step" failed "the native run failed: see ${prefix}_native.log"
+    return
+  fi
+  local half=$(((peak / 2) >> 21 << 21)) ok=1 policy
+  for policy in zico um; do
+    run_step "${prefix}_$policy" 150 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE="$arena" ZICO_PAGING_POLICY=$policy \
+      "$bin/zico-run" --backend cuda --mode um --budget "$half" -- "${train[@]}" --mark-iterations --zico-stats || ok=0
+    python3 "$repo/tests/gpu/compare_training.py" --against "$out/${prefix}_native.log" "$out/${prefix}_$policy.log" "$half" \
+      >"$out/${prefix}_$policy.json"
+  done
+  local figures
+  figures=$(python3 - "$out/${prefix}_zico.json" "$out/${prefix}_um.json" <<'PY'
 import json, sys
 zico, demand = (json.load(open(path)) for path in sys.argv[1:3])
 print(json.dumps({"zico_policy": zico, "demand_paging": demand}))
 PY
 )
-    if ((gpt2_ok)) && python3 -c 'import json,sys; f=json.loads(sys.argv[1]); sys.exit(0 if all(f[k]["equal"] and f[k].get("within_budget") for k in f) and f["zico_policy"].get("kernels") and f["zico_policy"].get("evicted_pages") else 1)' "$figures"; then
-      record um_gpt2 passed "" "$figures"
-    else
-      record um_gpt2 failed "see gpt2_*.log (losses bitwise equal to gpt2_native.log's; pages on the GPU within the budget)" "$figures"
-    fi
+  if ((ok)) && python3 -c 'import json,sys; f=json.loads(sys.argv[1]); sys.exit(0 if all(f[k]["equal"] and f[k].get("within_budget") for k in f) and f["zico_policy"].get("kernels") and f["zico_policy"].get("evicted_pages") else 1)' "$figures"; then
+    record "$step" passed "" "$figures"
+  else
+    record "$step" failed "see ${prefix}_*.log (losses bitwise equal to ${prefix}_native.log's; pages on the GPU within the budget)" "$figures"
   fi
-else
-  record um_gpt2 skipped "not selected: ZICO_GPU_ONLY=$only"
-fi
+}
+for step in um_gpt2 um_resnet50; do
+  if ! selected $step; then
+    record $step skipped "not selected: ZICO_GPU_ONLY=$only"
+  elif [[ $step == um_gpt2 ]]; then
+    um_model_step um_gpt2 gpt2 gpt2 24GiB
+  else
+    um_model_step um_resnet50 resnet50 resnet50 16GiB
+  fi
+done
 
 # --- 9. a kernel that reaches blocks through a pointer table, in UM mode -----------------
 # Its parameters name only the table: the blocks are learnt from CUPTI's
 # fault reports (ZICO_FAULT_REPORTS), then fetched ahead and counted within
 # the budget. 512 MiB of blocks under a 384 MiB budget; every sum is checked.
+# tests/gpu/cupti_um_probe.cu first asks whether this platform's CUPTI reports
+# a kernel's faults at all (fault records, or the transfers faults caused):
+# where it reports neither, the step is skipped with that reason.
 if selected um_unseen; then
   if ! command -v nvcc >/dev/null 2>&1; then
     record um_unseen skipped "no nvcc to build tests/gpu/um_unseen_uses.cu"
@@ -325,16 +348,29 @@ if selected um_unseen; then
 for d in site.getsitepackages(): print("\n".join(glob.glob(d + "/nvidia/**/libcupti.so*", recursive=True)))') \
       2>/dev/null | head -n 1)
     [[ -n $cupti ]] && cupti_dir=$(dirname "$cupti") || cupti_dir=""
+    probe='{"probe": "not built: see cupti_probe.log"}' probe_status=2
+    if [[ -n $cupti_dir ]] && timeout 180 nvcc -cudart shared -I/usr/local/cuda/include -I/usr/local/cuda/extras/CUPTI/include \
+        -L"$cupti_dir" -Xlinker -rpath="$cupti_dir" -lcupti -o "$out/cupti_um_probe" tests/gpu/cupti_um_probe.cu \
+        >"$out/cupti_probe.log" 2>&1; then
+      timeout 60 "$out/cupti_um_probe" late >>"$out/cupti_probe.log" 2>&1
+      probe_status=$?
+      probe=$(grep '^{' "$out/cupti_probe.log" | tail -n 1)
+      python3 -c 'import json,sys; json.loads(sys.argv[1])' "$probe" 2>/dev/null || probe='{}'
+    fi
     run_step um_unseen 90 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE=4GiB ZICO_FAULT_REPORTS=on \
       LD_LIBRARY_PATH="$cupti_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$bin/zico-run" --backend cuda \
       --mode um --budget 384MiB -- "$out/um_unseen_uses" $((384 << 20))
     status=$?
     figures=$(grep '^{' "$out/um_unseen.log" | tail -n 1)
     python3 -c 'import json,sys; json.loads(sys.argv[1])' "$figures" 2>/dev/null || figures='{}'
+    figures=$(python3 -c 'import json,sys; f=json.loads(sys.argv[1]); f["cupti_probe"]=json.loads(sys.argv[2]); print(json.dumps(f))' \
+      "$figures" "$probe")
     if ((status == 0)); then
       record um_unseen passed "" "$figures"
+    elif ((probe_status == 1)); then
+      record um_unseen skipped "this platform's CUPTI reports neither GPU page faults nor the transfers they cause (cupti_probe.log)" "$figures"
     else
-      record um_unseen failed "see um_unseen.log (ZICO_LOG=info says whether CUPTI's fault reports started)" "$figures"
+      record um_unseen failed "see um_unseen.log (ZICO_LOG=info says whether CUPTI's fault reports started and what they held)" "$figures"
     fi
   fi
 else

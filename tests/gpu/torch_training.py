@@ -1,6 +1,6 @@
 """A deterministic PyTorch training loop for the GPU suite (tests/gpu/run.sh).
 
-    torch_training.py native|enable [--budget SIZE] [--iterations N] [--model conv|mlp|gpt2]
+    torch_training.py native|enable [--budget SIZE] [--iterations N] [--model conv|mlp|gpt2|resnet50]
                       [--suspend-at K] [--mark-iterations] [--zico-stats]
 
 native: PyTorch's own allocator (also what runs under zico-run, which
@@ -14,7 +14,9 @@ tensor another stream still reads after record_stream keeps its memory.
 gradients, momentum and activations peak at several GiB, for UM mode under a
 budget below that (run under zico-run --mode um). --model gpt2: GPT-2 small
 from a transformers config (random weights, no dropout, eager attention so
-that every kernel is deterministic) on 8 sequences of 512 random tokens. --suspend-at K: before iteration K, zicoum.suspend(to="host") and
+that every kernel is deterministic) on 8 sequences of 512 random tokens.
+--model resnet50: torchvision's ResNet-50 (random weights, 10 classes) on a
+batch of 64 random 224x224 images. --suspend-at K: before iteration K, zicoum.suspend(to="host") and
 zicoum.resume() (the tensors must come back bitwise). --mark-iterations: calls
 zicoum.mark_iteration() at each iteration's start. --zico-stats: adds
 zicoum.stats() (the pager's resident peak, faults, prefetches, and how many
@@ -83,7 +85,7 @@ def main():
     parser.add_argument("mode", choices=("native", "enable"))
     parser.add_argument("--budget", default="8GiB")
     parser.add_argument("--iterations", type=int, default=36)
-    parser.add_argument("--model", choices=("conv", "mlp", "gpt2"), default="conv")
+    parser.add_argument("--model", choices=("conv", "mlp", "gpt2", "resnet50"), default="conv")
     parser.add_argument("--suspend-at", type=int, default=None)
     parser.add_argument("--mark-iterations", action="store_true")
     parser.add_argument("--zico-stats", action="store_true")
@@ -123,6 +125,10 @@ def main():
                             attn_implementation="eager")
         model = GPT2LMHeadModel(config).to(device)
         inputs = torch.randint(0, config.vocab_size, (8, 512), generator=generator).to(device)
+    elif args.model == "resnet50":
+        import torchvision
+        model = torchvision.models.resnet50(num_classes=10).to(device)
+        inputs = torch.randn(64, 3, 224, 224, generator=generator).to(device)
     else:
         # 12 x (4096x4096 weights: 64 MiB, with gradient and momentum 192 MiB) and a batch of 8192
         # (128 MiB per saved activation): about 2.3 GiB of state and 3 GiB of activations at the peak.
