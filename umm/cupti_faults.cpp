@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <iterator>
 #include <cstdlib>
@@ -36,10 +37,14 @@ constexpr int kKindRuntime = 5;
 constexpr int kKindConcurrentKernel = 10;
 constexpr int kKindUnifiedMemoryCounter = 25;
 constexpr int kKindExternalCorrelation = 39;
+constexpr uint32_t kCounterBytesHtoD = 1;
 constexpr uint32_t kCounterGpuPageFault = 4;
+constexpr uint32_t kCauseCoherence = 2;        // CUpti_ActivityUnifiedMemoryMigrationCause: a fault's migration
+constexpr uint32_t kCauseDriverPrefetch = 3;   // the driver's own read-ahead around a fault
 constexpr uint32_t kScopeProcessSingleDevice = 1;
 constexpr int kExternalCustom2 = 5;
 constexpr uint32_t kMinVersion = 18;  // CUDA 11.8's CUPTI
+constexpr uint32_t kFlushForced = 1;
 
 struct UnifiedMemoryCounterConfig {
   uint32_t scope;
@@ -49,16 +54,20 @@ struct UnifiedMemoryCounterConfig {
 };
 
 constexpr size_t kKernelStart = 16, kKernelEnd = 24, kKernelCorrelation = 92;
-constexpr size_t kCounterKind = 4, kCounterStart = 16, kCounterAddress = 32;
+constexpr size_t kCounterKind = 4, kCounterStart = 16, kCounterAddress = 32, kCounterFlags = 56;
 constexpr size_t kExternalKind = 4, kExternalId = 8, kExternalCorrelation = 16;
 
 #ifdef ZICO_HAVE_CUPTI_HEADERS
 static_assert(CUPTI_SUCCESS == kSuccess && CUPTI_ERROR_MAX_LIMIT_REACHED == kMaxLimitReached);
+static_assert(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED == kFlushForced);
 static_assert(CUPTI_ACTIVITY_KIND_DRIVER == kKindDriver && CUPTI_ACTIVITY_KIND_RUNTIME == kKindRuntime &&
               CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL == kKindConcurrentKernel &&
               CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER == kKindUnifiedMemoryCounter &&
               CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION == kKindExternalCorrelation);
 static_assert(CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT == kCounterGpuPageFault &&
+              CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD == kCounterBytesHtoD &&
+              CUPTI_ACTIVITY_UNIFIED_MEMORY_MIGRATION_CAUSE_COHERENCE == kCauseCoherence &&
+              CUPTI_ACTIVITY_UNIFIED_MEMORY_MIGRATION_CAUSE_PREFETCH == kCauseDriverPrefetch &&
               CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_SCOPE_PROCESS_SINGLE_DEVICE == kScopeProcessSingleDevice &&
               CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2 == kExternalCustom2);
 static_assert(sizeof(CUpti_ActivityUnifiedMemoryCounterConfig) == sizeof(UnifiedMemoryCounterConfig));
@@ -67,7 +76,8 @@ static_assert(offsetof(CUpti_ActivityKernel10, start) == kKernelStart &&
               offsetof(CUpti_ActivityKernel10, correlationId) == kKernelCorrelation);
 static_assert(offsetof(CUpti_ActivityUnifiedMemoryCounter3, counterKind) == kCounterKind &&
               offsetof(CUpti_ActivityUnifiedMemoryCounter3, start) == kCounterStart &&
-              offsetof(CUpti_ActivityUnifiedMemoryCounter3, address) == kCounterAddress);
+              offsetof(CUpti_ActivityUnifiedMemoryCounter3, address) == kCounterAddress &&
+              offsetof(CUpti_ActivityUnifiedMemoryCounter3, flags) == kCounterFlags);
 static_assert(offsetof(CUpti_ActivityExternalCorrelation, externalKind) == kExternalKind &&
               offsetof(CUpti_ActivityExternalCorrelation, externalId) == kExternalId &&
               offsetof(CUpti_ActivityExternalCorrelation, correlationId) == kExternalCorrelation);
@@ -97,7 +107,15 @@ struct Shared {
   FaultCorrelator correlator;
   std::vector<ManagedFault> waiting;           // resolved, for another device's take
   std::unordered_set<const uint8_t*> buffers;  // handed to CUPTI by request_buffer, not yet back
+  // What CUPTI delivered, for the summary logged at exit.
+  uint64_t buffers_back = 0;
   uint64_t unreadable_buffers = 0;
+  uint64_t kernel_records = 0;
+  uint64_t fault_records = 0;
+  uint64_t fault_transfers = 0;  // host-to-device transfers a fault caused
+  uint64_t tag_records = 0;
+  uint64_t faults_told = 0;  // resolved, with or without their kernel's tag
+  uint64_t faults_tagged = 0;
 };
 Shared* g_shared = nullptr;  // set once, under g_start_mutex, never freed
 std::mutex g_start_mutex;
@@ -122,6 +140,16 @@ void request_buffer(uint8_t** buffer, size_t* size, size_t* max_records) {
   *size = kBufferBytes;
 }
 
+// A host-to-device transfer that a GPU page fault caused: the fault's own
+// migration, or the driver's read-ahead around it (cuMemPrefetchAsync's,
+// zicoum's own, are the user's and not counted). Some platforms report no
+// GPU page-fault records at all (an H100 and an H200, driver 580, CUDA 13's
+// CUPTI: none, though these transfers came), so a kernel's faults are read
+// from both; a page told twice is learnt once.
+bool fault_caused(uint32_t migration_cause) {
+  return migration_cause == abi::kCauseCoherence || migration_cause == abi::kCauseDriverPrefetch;
+}
+
 template <typename T>
 T field(const uint8_t* record, size_t offset) {
   T value;
@@ -133,6 +161,7 @@ void buffer_done(void*, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   Shared& shared = *g_shared;
   {
     std::lock_guard lock(shared.mutex);
+    ++shared.buffers_back;
     void* record = nullptr;
     int result = abi::kSuccess;
     while ((result = shared.api.next_record(buffer, valid, &record)) == abi::kSuccess) {
@@ -140,18 +169,25 @@ void buffer_done(void*, uint32_t, uint8_t* buffer, size_t, size_t valid) {
       try {
         switch (field<int32_t>(bytes, 0)) {
           case abi::kKindConcurrentKernel:
+            ++shared.kernel_records;
             shared.correlator.add_kernel(field<uint32_t>(bytes, abi::kKernelCorrelation),
                                          field<uint64_t>(bytes, abi::kKernelStart),
                                          field<uint64_t>(bytes, abi::kKernelEnd));
             break;
           case abi::kKindUnifiedMemoryCounter:
-            if (field<uint32_t>(bytes, abi::kCounterKind) == abi::kCounterGpuPageFault) {
-              shared.correlator.add_fault(field<uint64_t>(bytes, abi::kCounterStart),
-                                          static_cast<uintptr_t>(field<uint64_t>(bytes, abi::kCounterAddress)));
+            if (const auto kind = field<uint32_t>(bytes, abi::kCounterKind); kind == abi::kCounterGpuPageFault) {
+              ++shared.fault_records;
+            } else if (kind == abi::kCounterBytesHtoD && fault_caused(field<uint32_t>(bytes, abi::kCounterFlags))) {
+              ++shared.fault_transfers;
+            } else {
+              break;
             }
+            shared.correlator.add_fault(field<uint64_t>(bytes, abi::kCounterStart),
+                                        static_cast<uintptr_t>(field<uint64_t>(bytes, abi::kCounterAddress)));
             break;
           case abi::kKindExternalCorrelation:
             if (field<int32_t>(bytes, abi::kExternalKind) == abi::kExternalCustom2) {
+              ++shared.tag_records;
               shared.correlator.add_tag(field<uint32_t>(bytes, abi::kExternalCorrelation),
                                         field<uint64_t>(bytes, abi::kExternalId));
             }
@@ -210,9 +246,10 @@ bool resolve(void* library, Api* api, std::string* why) {
 // Configures `ordinal`'s fault counter and enables the kinds; on a refusal
 // disables again what it enabled.
 bool enable(const Api& api, int ordinal, std::string* why) {
-  abi::UnifiedMemoryCounterConfig config{abi::kScopeProcessSingleDevice, abi::kCounterGpuPageFault,
-                                         static_cast<uint32_t>(ordinal), 1};
-  if (int r = api.configure_counters(&config, 1); r != abi::kSuccess) {
+  const auto device = static_cast<uint32_t>(ordinal);
+  abi::UnifiedMemoryCounterConfig config[] = {{abi::kScopeProcessSingleDevice, abi::kCounterGpuPageFault, device, 1},
+                                              {abi::kScopeProcessSingleDevice, abi::kCounterBytesHtoD, device, 1}};
+  if (int r = api.configure_counters(config, static_cast<uint32_t>(std::size(config))); r != abi::kSuccess) {
     *why = std::string("CUPTI refused to count unified-memory faults (") + result_name(api, r) + ")";
     return false;
   }
@@ -228,6 +265,23 @@ bool enable(const Api& api, int ordinal, std::string* why) {
     }
   }
   return true;
+}
+
+// One line at exit: whether CUPTI's records arrived and what they told.
+void log_summary() {
+  Shared& shared = *g_shared;
+  std::lock_guard lock(shared.mutex);
+  ZICO_LOG(kInfo,
+           "paging: CUPTI handed back %llu buffers (%llu unreadable): %llu kernel runs, %llu GPU page faults, %llu "
+           "transfers faults caused, %llu launch tags; %llu faults told, %llu of them with their kernel's tag, %zu "
+           "waiting, %llu records dropped",
+           static_cast<unsigned long long>(shared.buffers_back),
+           static_cast<unsigned long long>(shared.unreadable_buffers),
+           static_cast<unsigned long long>(shared.kernel_records),
+           static_cast<unsigned long long>(shared.fault_records),
+           static_cast<unsigned long long>(shared.fault_transfers), static_cast<unsigned long long>(shared.tag_records),
+           static_cast<unsigned long long>(shared.faults_told), static_cast<unsigned long long>(shared.faults_tagged),
+           shared.correlator.waiting(), static_cast<unsigned long long>(shared.correlator.dropped()));
 }
 
 }  // namespace
@@ -264,7 +318,10 @@ CuptiFaults* CuptiFaults::start(int ordinal, std::string* why) noexcept {
       if (why != nullptr) *why = reason;
       return nullptr;
     }
-    if (g_instance == nullptr) g_instance = new CuptiFaults;
+    if (g_instance == nullptr) {
+      g_instance = new CuptiFaults;
+      std::atexit(log_summary);
+    }
     ZICO_LOG(kInfo, "paging: CUPTI reports device %d's unified-memory faults", ordinal);
     return g_instance;
   } catch (const std::bad_alloc&) {
@@ -281,13 +338,21 @@ void CuptiFaults::pop_tag() noexcept {
 }
 
 Status CuptiFaults::take(VaRange range, std::vector<ManagedFault>* out) noexcept {
-  // Finished buffers only (flag 0): a flush that waited for running work
-  // would stall the iteration mark.
-  (void)g_shared->api.flush_all(0);
+  // Forced: a default flush hands back only buffers whose every record is
+  // complete, and a buffer that also collects the runtime's and driver's
+  // calls may never be while the job runs. A forced flush does not wait for
+  // the GPU either; a record still open in it (a kernel running now) is
+  // lost, and the faults it would have named go untagged.
+  (void)g_shared->api.flush_all(abi::kFlushForced);
   std::lock_guard lock(g_shared->mutex);
   std::vector<ManagedFault>& waiting = g_shared->waiting;
   try {
+    const size_t before = waiting.size();
     g_shared->correlator.resolve(&waiting);
+    g_shared->faults_told += waiting.size() - before;
+    g_shared->faults_tagged += static_cast<uint64_t>(std::count_if(
+        waiting.begin() + static_cast<std::ptrdiff_t>(before), waiting.end(),
+        [](const ManagedFault& fault) { return fault.tag != 0; }));
     if (waiting.size() > kMaxWaiting) waiting.erase(waiting.begin(), waiting.end() - kMaxWaiting);
     take_reports_in(range, &waiting, out);
   } catch (const std::bad_alloc&) {

@@ -8,12 +8,15 @@
 // points, enumerators and record fields used are declared in
 // cupti_faults.cpp (checked against CUPTI's headers where they are
 // present). The record kinds enabled: unified-memory counters (GPU page
-// faults only), concurrent kernels (their runs on the GPU; this kind does
+// faults, and host-to-device transfers, of which those a fault caused are
+// read as that fault: some platforms report no fault records at all),
+// concurrent kernels (their runs on the GPU; this kind does
 // not serialize kernels), external correlations, which carry the tag pushed
 // around each announced launch (CUPTI's CUSTOM2 kind, which PyTorch's
 // profiler leaves alone), and the driver's and runtime's API calls, whose
 // records CUPTI ties those tags to (they are skipped). FaultCorrelator
-// matches them. What this costs a running job is not measured yet.
+// matches them. Each take forces CUPTI to hand over the buffers still
+// filling. What this costs a running job: docs/benchmarks.md ("On an H100").
 //
 // CUPTI's activity buffers are the process's: once another tool registers
 // its own callbacks (PyTorch's profiler does when it starts), the reports
