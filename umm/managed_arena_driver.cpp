@@ -22,13 +22,14 @@ Status ManagedArenaDriver::reserve(DeviceId device, size_t bytes, size_t alignme
   ZICO_RETURN_IF_ERROR(inner_.managed_allocate(bytes + alignment, &allocation));
   const auto start = reinterpret_cast<uintptr_t>(allocation);
   const uintptr_t base = alignment == 0 ? start : (start + alignment - 1) & ~(uintptr_t{alignment} - 1);
-  // Preferred on the device, and mapped there, so that pages the pager
-  // brought in stay until it sends them out, and kernels do not fault on them.
-  Status status = inner_.managed_advise(reinterpret_cast<void*>(base), bytes,
-                                        ManagedAdvice::kSetPreferredLocationDevice, device);
-  if (status.is_ok()) {
-    status = inner_.managed_advise(reinterpret_cast<void*>(base), bytes, ManagedAdvice::kSetAccessedBy, device);
-  }
+  // Preferred on the device: a page the pager brought in stays until it
+  // sends it out, and one the GPU touches while it is on the host migrates
+  // back (the pager's plans count on that). Not accessed-by the device: that
+  // advice keeps host-resident pages mapped in the GPU's page tables, so a
+  // kernel would read an evicted page over PCIe in place, at every access,
+  // instead of faulting it back once (cudaMemAdvise's documentation).
+  const Status status = inner_.managed_advise(reinterpret_cast<void*>(base), bytes,
+                                              ManagedAdvice::kSetPreferredLocationDevice, device);
   if (!status.is_ok()) {
     (void)inner_.managed_free(allocation);
     return status;

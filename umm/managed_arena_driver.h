@@ -6,7 +6,7 @@
 // nothing to map. This decorator gives the allocator exactly that, and
 // forwards everything else to the real driver:
 //   reserve    -> managed_allocate (aligned as asked), advised to live on the
-//                 device and to be accessed by it;
+//                 device (not accessed-by it: see reserve);
 //   create     -> a handle that stands for no memory (the chunk is a part of
 //                 the arena already), release/map/unmap -> bookkeeping only;
 //   set_access -> nothing more (the advice covers the whole arena);

@@ -704,11 +704,16 @@ Status SimDriver::managed_free(void* ptr) noexcept {
   return state_->managed->free(ptr, nullptr);
 }
 
-Status SimDriver::managed_advise(void* ptr, size_t bytes, ManagedAdvice /*advice*/, DeviceId device) noexcept {
+Status SimDriver::managed_advise(void* ptr, size_t bytes, ManagedAdvice advice, DeviceId device) noexcept {
   ZICO_SIM_CHECK_DEVICE(device);
   std::lock_guard lock(state_->mutex);
-  if (!state_->in_managed(VaRange{reinterpret_cast<uintptr_t>(ptr), bytes})) return Status(Errc::kInvalidArgument);
-  return Status::ok();  // the model has one policy: pages go where they are used
+  const VaRange range{reinterpret_cast<uintptr_t>(ptr), bytes};
+  if (!state_->in_managed(range)) return Status(Errc::kInvalidArgument);
+  // Pages go where they are used, except where the device maps them on the host.
+  if (advice == ManagedAdvice::kSetAccessedBy || advice == ManagedAdvice::kUnsetAccessedBy) {
+    state_->managed->map_on_device(range, advice == ManagedAdvice::kSetAccessedBy);
+  }
+  return Status::ok();
 }
 
 Status SimDriver::managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target, StreamHandle stream) noexcept {

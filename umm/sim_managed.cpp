@@ -180,6 +180,14 @@ void SimManagedMemory::discard(VaRange range) {
   }
 }
 
+void SimManagedMemory::map_on_device(VaRange range, bool mapped) {
+  Allocation* allocation = nullptr;
+  size_t first = 0, last = 0;
+  uintptr_t base = 0;
+  if (!locate(range, &base, &allocation, &first, &last)) return;
+  for (size_t i = first; i <= last; ++i) allocation->pages[i].mapped_on_device = mapped;
+}
+
 Status SimManagedMemory::run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit,
                                     std::vector<uintptr_t>* faulted_pages) {
   ++operation_;
@@ -195,6 +203,7 @@ Status SimManagedMemory::run_kernel(std::span<const VaRange> ranges, uint64_t du
     if (!locate(range, &base, &allocation, &first, &last)) continue;
     for (size_t i = first; i <= last; ++i) allocation->pages[i].kept = operation_;
   }
+  uint64_t remote = 0;
   for (const VaRange& range : ranges) {
     Allocation* allocation = nullptr;
     size_t first = 0, last = 0;
@@ -204,6 +213,8 @@ Status SimManagedMemory::run_kernel(std::span<const VaRange> ranges, uint64_t du
       Page& page = allocation->pages[i];
       if (page.on_device) {
         arrival = std::max(arrival, page.arrives_ns);
+      } else if (page.mapped_on_device) {
+        ++remote;  // read where it is
       } else {
         if (Status status = bring_in(base, *allocation, i, limit, true); !status.is_ok()) return status;
         ++faulted;
@@ -214,7 +225,9 @@ Status SimManagedMemory::run_kernel(std::span<const VaRange> ranges, uint64_t du
   }
   const uint64_t batch = std::max<uint32_t>(costs_.fault_batch_pages, 1);
   const uint64_t batches = (faulted + batch - 1) / batch;
-  const uint64_t fault_time = batches * costs_.fault_batch_ns + fault_ns_pending_;
+  const auto remote_ns = static_cast<uint64_t>(static_cast<double>(remote * page_bytes_) / costs_.fault_bytes_per_s * 1e9);
+  const uint64_t fault_time = batches * costs_.fault_batch_ns + fault_ns_pending_ + remote_ns;
+  stats_.remote_pages += remote;
   stats_.stall_ns += arrival - stats_.now_ns;
   stats_.fault_ns += fault_time;
   stats_.faulted_pages += faulted;

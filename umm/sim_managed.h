@@ -20,6 +20,11 @@
 //     held data (or was discarded) moves without a copy.
 //   - Discard drops a page's contents wherever they are; a page on the device
 //     keeps its place, and leaving it later costs nothing.
+//   - A page advised accessed-by the device (map_on_device) stays mapped there
+//     while on the host: a kernel that uses it there reads it in place over
+//     the link instead of faulting it in. It stays on the host, and the
+//     kernel waits for one pass over its bytes at the fault path's rate (a
+//     floor: a real kernel that reads it again crosses the link again).
 //
 // The bytes stay where the caller sees them: the CPU may read and write
 // managed memory wherever its pages are, as on CUDA (which migrates them), so
@@ -61,6 +66,7 @@ struct SimManagedStats {
   uint64_t fault_ns = 0;          // kernels waiting for fault batches
   uint64_t faulted_pages = 0;
   uint64_t fault_batches = 0;
+  uint64_t remote_pages = 0;      // used by kernels in place on the host (accessed-by)
   uint64_t prefetched_pages = 0;  // brought in by managed_prefetch
   uint64_t evicted_pages = 0;     // sent to the host by managed_prefetch
   uint64_t driver_evictions = 0;  // pushed out by the driver to make room
@@ -91,6 +97,8 @@ class SimManagedMemory {
   [[nodiscard]] Status prefetch_to_device(VaRange range, uint64_t limit);
   [[nodiscard]] Status prefetch_to_host(VaRange range);
   void discard(VaRange range);
+  // cudaMemAdvise's accessed-by for the device, set or unset on `range`'s pages.
+  void map_on_device(VaRange range, bool mapped);
   // A kernel that uses `ranges` (managed ones; others are ignored) and then
   // computes for `duration_ns`. *faulted, if given, receives the address of
   // each page it faulted in (appended).
@@ -108,6 +116,7 @@ class SimManagedMemory {
     uint64_t left_ns = 0;     // on the host: when its copy out has ended
     uint64_t migrated = 0;    // on the device: its key in by_migration_
     uint64_t kept = 0;        // the operation that needs it on the device (never pushed out by it)
+    bool mapped_on_device = false;  // accessed-by: used in place while on the host
   };
   struct Allocation {
     size_t bytes = 0;

@@ -63,5 +63,27 @@ TEST(ManagedArena, ChunksCannotLeaveTheProcess) {
   EXPECT_EQ(driver.map(outside, handle).code(), Errc::kInvalidArgument) << "a chunk belongs inside an arena";
 }
 
+TEST(ManagedArena, APageTheGpuTouchesOnTheHostMigratesBack) {
+  SimDriver sim(small_device());
+  ManagedArenaDriver driver(sim);
+  VaRange arena;
+  ASSERT_TRUE(driver.reserve(DeviceId{0}, 64 * kMiB, 2 * kMiB, &arena).is_ok());
+  const VaRange block{arena.base, 4 * kMiB};
+  ASSERT_TRUE(sim.run_kernel(std::span<const VaRange>(&block, 1), 1000).is_ok());
+  ASSERT_EQ(sim.managed_stats().resident_bytes, 4 * kMiB);
+  // Evicted, as the pager does, then used again: it faults back in. Were the
+  // arena accessed-by the device, the kernel would read it over the link in
+  // place, at every access, and the pager's count of what is there would be wrong.
+  ASSERT_TRUE(sim.managed_prefetch(reinterpret_cast<void*>(block.base), block.bytes, PrefetchTarget{true, {}},
+                                   StreamHandle{})
+                  .is_ok());
+  ASSERT_TRUE(sim.stream_synchronize(StreamHandle{}).is_ok());
+  ASSERT_EQ(sim.managed_stats().resident_bytes, 0u);
+  ASSERT_TRUE(sim.run_kernel(std::span<const VaRange>(&block, 1), 1000).is_ok());
+  EXPECT_EQ(sim.managed_stats().resident_bytes, 4 * kMiB);
+  EXPECT_EQ(sim.managed_stats().remote_pages, 0u);
+  ASSERT_TRUE(driver.unreserve(arena).is_ok());
+}
+
 }  // namespace
 }  // namespace zico::testing

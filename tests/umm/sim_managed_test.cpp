@@ -84,6 +84,25 @@ TEST_F(SimManagedTest, APrefetchedPageIsWaitedForNotFaulted) {
   EXPECT_EQ(s.stall_ns, 2 * kMs);
 }
 
+TEST_F(SimManagedTest, APageAccessedByTheDeviceIsReadInPlaceOnTheHost) {
+  ASSERT_TRUE(kernel(0, 2, 0).is_ok());        // on the device, holding data
+  ASSERT_TRUE(prefetch(0, 2, true).is_ok());   // out
+  const VaRange first = pages(0, 1);
+  ASSERT_TRUE(driver_.managed_advise(first.ptr(), first.bytes, ManagedAdvice::kSetAccessedBy, kDevice).is_ok());
+  const SimManagedStats before = driver_.managed_stats();
+  ASSERT_TRUE(kernel(0, 2, 0).is_ok());
+  const SimManagedStats s = driver_.managed_stats();
+  EXPECT_EQ(s.remote_pages - before.remote_pages, 1u) << "page 0: mapped, read over the link";
+  EXPECT_EQ(s.faulted_pages - before.faulted_pages, 1u) << "page 1: faulted back";
+  EXPECT_EQ(s.resident_bytes, kPage) << "only the faulted page came back";
+  // One fault batch, 2 ms for page 1's migration and 2 ms for the pass over
+  // page 0, both at the fault path's rate.
+  EXPECT_EQ(s.now_ns - before.now_ns, 100'000u + 2 * kMs + 2 * kMs);
+  ASSERT_TRUE(driver_.managed_advise(first.ptr(), first.bytes, ManagedAdvice::kUnsetAccessedBy, kDevice).is_ok());
+  ASSERT_TRUE(kernel(0, 1, 0).is_ok());
+  EXPECT_EQ(driver_.managed_stats().resident_bytes, 2 * kPage) << "unset: it faults in like the rest";
+}
+
 TEST_F(SimManagedTest, PrefetchesOverlapTheKernelsBetweenThem) {
   ASSERT_TRUE(kernel(0, 4, 0).is_ok());
   ASSERT_TRUE(prefetch(0, 4, true).is_ok());
