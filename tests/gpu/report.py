@@ -20,6 +20,15 @@ def pytorch_version():
     return text
 
 
+def flat(figures, prefix=""):
+    """(name, value) of every figure, a nested one named outer.inner; lists left out."""
+    for key, value in figures.items():
+        if isinstance(value, dict):
+            yield from flat(value, f"{prefix}{key}.")
+        elif not isinstance(value, list):
+            yield f"{prefix}{key}", value
+
+
 def main():
     out, steps_path, gpu = sys.argv[1], sys.argv[2], sys.argv[3] or None
     with open(steps_path) as lines:
@@ -29,7 +38,8 @@ def main():
         "driver": command_output("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader") if gpu else None,
         "cuda": command_output("nvcc", "--version").splitlines()[-1] if gpu and command_output("nvcc", "--version") else None,
         "pytorch": pytorch_version() if gpu else None,
-        "commit": command_output("git", "rev-parse", "--short", "HEAD"),
+        # "-dirty": the working tree ran with changes not committed.
+        "commit": command_output("git", "describe", "--always", "--dirty", "--abbrev=7"),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "steps": steps,
     }
@@ -42,8 +52,7 @@ def main():
             "Reproduce: `bash tests/gpu/run.sh OUTDIR` from the repository root.\n",
             "| step | verdict | seconds | reason | figures |", "|---|---|---|---|---|"]
     for step in steps:
-        figures = ", ".join(f"{key}: {value}" for key, value in step["figures"].items()
-                            if not isinstance(value, (list, dict)))
+        figures = ", ".join(f"{key}: {value}" for key, value in flat(step["figures"]))
         rows.append(f"| {step['step']} | {step['verdict']} | {step['seconds']:.0f} | {step['reason'] or ''} | "
                     f"{figures} |")
     with open(f"{out}/report.md", "w") as out_md:
