@@ -30,10 +30,10 @@ constexpr OptionInfo kOptions[] = {
     {"ZICO_LOG", "warn", "error | warn | info | debug", "how much the library logs to stderr"},
     {"ZICO_FAULT_REPORTS", "off", "on | off",
      "UM mode: learn what kernels use beyond their parameters from the GPU's fault reports (CUPTI, loaded at run "
-     "time; its cost on a GPU is not measured yet, hence off)"},
+     "time; on an H100 it cost a PyTorch MLP 4% of its time, hence off)"},
     {"ZICO_STATIC_RUNTIMES", "off", "on | off",
      "on: libraries with the CUDA runtime inside them (cuBLAS, cuDNN) allocate and launch through zicoum too "
-     "(their dlsym of the driver's cuGetProcAddress gets zicoum's; x86-64; not yet checked on a GPU)"},
+     "(their dlsym of the driver's cuGetProcAddress gets zicoum's; x86-64; one GPU run so far)"},
     {"ZICO_CHUNK_SIZE", "driver granularity", "power-of-two size, a multiple of the granularity",
      "unit of physical memory mapped and unmapped (2 MiB on H100)"},
     {"ZICO_ARENA_SIZE", "vmm: 4 x device memory; um: the device's free memory", "size > 0",
