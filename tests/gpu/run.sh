@@ -67,7 +67,7 @@ run_step() {
 
 skip_all() {
   local reason=$1
-  for name in build gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node um_gpt2 um_resnet50 um_unseen; do
+  for name in build gpu_tests preload_kernels torch_training node_manager suspend_resume um_transfer um_mode um_node um_gpt2 um_resnet50 um_unseen; do
     record "$name" skipped "$reason"
   done
 }
@@ -122,7 +122,7 @@ if run_step build 300 bash -c "cmake -S '$repo' -B '$build' ${generator[*]} -DZI
   record build passed "" "{\"seconds\": $step_seconds}"
 else
   record build failed "the build failed: see build.log (missing libraries? see the header of this script)"
-  for name in gpu_tests preload_kernels torch_training node_manager suspend_resume um_mode um_node um_gpt2 um_resnet50 um_unseen; do
+  for name in gpu_tests preload_kernels torch_training node_manager suspend_resume um_transfer um_mode um_node um_gpt2 um_resnet50 um_unseen; do
     record "$name" skipped "the build failed"
   done
   finish "$gpu_name" 1
@@ -213,6 +213,25 @@ if selected suspend_resume; then
   fi
 else
   record suspend_resume skipped "not selected: ZICO_GPU_ONLY=$only"
+fi
+
+# --- 5b. what unified memory does on this GPU: prefetch and fault bandwidth, whether evictions
+# give device memory back, whether accessed-by pages are read in place (tests/gpu/um_transfer_probe.cu)
+if selected um_transfer; then
+  if ! command -v nvcc >/dev/null 2>&1; then
+    record um_transfer skipped "no nvcc to build tests/gpu/um_transfer_probe.cu"
+  elif ! timeout 180 nvcc -cudart shared -o "$out/um_transfer_probe" tests/gpu/um_transfer_probe.cu \
+      >"$out/um_transfer.build.log" 2>&1; then
+    record um_transfer failed "nvcc failed: see um_transfer.build.log"
+  else
+    run_step um_transfer 120 "$out/um_transfer_probe" 1024
+    status=$?
+    figures=$(grep '^{' "$out/um_transfer.log" | tail -n 1)
+    python3 -c 'import json,sys; json.loads(sys.argv[1])' "$figures" 2>/dev/null || figures='{}'
+    if ((status == 0)); then record um_transfer passed "" "$figures"; else record um_transfer failed "see um_transfer.log" "$figures"; fi
+  fi
+else
+  record um_transfer skipped "not selected: ZICO_GPU_ONLY=$only"
 fi
 
 # --- 6. UM mode: an MLP bigger than its budget trains, bitwise equal, within it ------------

@@ -18,7 +18,7 @@ report = json.load(open(sys.argv[1]))
 assert report["gpu"] is None, report
 names = [step["step"] for step in report["steps"]]
 assert names == ["build", "gpu_tests", "preload_kernels", "torch_training", "node_manager", "suspend_resume",
-                 "um_mode", "um_node", "um_gpt2", "um_resnet50", "um_unseen"], names
+                 "um_transfer", "um_mode", "um_node", "um_gpt2", "um_resnet50", "um_unseen"], names
 for step in report["steps"]:
     assert step["verdict"] == "skipped" and step["reason"], step
 assert "| build | skipped |" in open(sys.argv[2]).read()
