@@ -24,10 +24,12 @@ Status ManagedArenaDriver::reserve(DeviceId device, size_t bytes, size_t alignme
   const uintptr_t base = alignment == 0 ? start : (start + alignment - 1) & ~(uintptr_t{alignment} - 1);
   // Preferred on the device: a page the pager brought in stays until it
   // sends it out, and one the GPU touches while it is on the host migrates
-  // back (the pager's plans count on that). Not accessed-by the device: that
-  // advice keeps host-resident pages mapped in the GPU's page tables, so a
-  // kernel would read an evicted page over PCIe in place, at every access,
-  // instead of faulting it back once (cudaMemAdvise's documentation).
+  // back (the pager's plans count on that). Not accessed-by the device: the
+  // UVM driver maps the pages it evicts itself (when the GPU fills up) into
+  // an accessed-by GPU's page tables, so kernels would read them over PCIe
+  // in place, at every access, instead of faulting them back once. (The
+  // pages the pager sends out are left unmapped either way: the GPU is
+  // their preferred location.)
   const Status status = inner_.managed_advise(reinterpret_cast<void*>(base), bytes,
                                               ManagedAdvice::kSetPreferredLocationDevice, device);
   if (!status.is_ok()) {

@@ -710,8 +710,14 @@ Status SimDriver::managed_advise(void* ptr, size_t bytes, ManagedAdvice advice, 
   const VaRange range{reinterpret_cast<uintptr_t>(ptr), bytes};
   if (!state_->in_managed(range)) return Status(Errc::kInvalidArgument);
   // Pages go where they are used, except where the device maps them on the host.
-  if (advice == ManagedAdvice::kSetAccessedBy || advice == ManagedAdvice::kUnsetAccessedBy) {
-    state_->managed->map_on_device(range, advice == ManagedAdvice::kSetAccessedBy);
+  switch (advice) {
+    case ManagedAdvice::kSetAccessedBy: state_->managed->set_accessed_by(range, true); break;
+    case ManagedAdvice::kUnsetAccessedBy: state_->managed->set_accessed_by(range, false); break;
+    case ManagedAdvice::kSetPreferredLocationDevice: state_->managed->set_preferred_on_device(range, true); break;
+    case ManagedAdvice::kSetPreferredLocationHost:
+    case ManagedAdvice::kUnsetPreferredLocation: state_->managed->set_preferred_on_device(range, false); break;
+    case ManagedAdvice::kSetReadMostly:
+    case ManagedAdvice::kUnsetReadMostly: break;  // not modelled: read-only copies
   }
   return Status::ok();
 }

@@ -88,7 +88,9 @@ Status SimManagedMemory::bring_in(uintptr_t base, Allocation& allocation, size_t
     });
     if (victim == by_migration_.end()) return Status(Errc::kOutOfMemory);
     const PageRef ref = victim->second;
+    Page& evicted = allocations_.at(ref.base).pages[ref.index];
     room_at = std::max(room_at, send_out(allocations_.at(ref.base), ref.index, fault));
+    evicted.mapped_on_device = evicted.accessed_by;  // the driver maps what it evicts for accessed-by devices
     ++stats_.driver_evictions;
   }
   page.arrives_ns = stats_.now_ns;
@@ -153,8 +155,10 @@ Status SimManagedMemory::prefetch_to_host(VaRange range) {
   uintptr_t base = 0;
   if (!locate(range, &base, &allocation, &first, &last)) return Status(Errc::kInvalidArgument);
   for (size_t i = first; i <= last; ++i) {
-    if (!allocation->pages[i].on_device) continue;
+    Page& page = allocation->pages[i];
+    if (!page.on_device) continue;
     (void)send_out(*allocation, i, false);
+    page.mapped_on_device = page.accessed_by && !page.preferred_on_device;
     ++stats_.evicted_pages;
   }
   return Status::ok();
@@ -180,12 +184,25 @@ void SimManagedMemory::discard(VaRange range) {
   }
 }
 
-void SimManagedMemory::map_on_device(VaRange range, bool mapped) {
+void SimManagedMemory::set_accessed_by(VaRange range, bool accessed_by) {
   Allocation* allocation = nullptr;
   size_t first = 0, last = 0;
   uintptr_t base = 0;
   if (!locate(range, &base, &allocation, &first, &last)) return;
-  for (size_t i = first; i <= last; ++i) allocation->pages[i].mapped_on_device = mapped;
+  for (size_t i = first; i <= last; ++i) {
+    Page& page = allocation->pages[i];
+    page.accessed_by = accessed_by;
+    // A page never touched has nowhere to be mapped from: its first touch populates it on the device.
+    page.mapped_on_device = accessed_by && !page.on_device && page.has_data;
+  }
+}
+
+void SimManagedMemory::set_preferred_on_device(VaRange range, bool preferred) {
+  Allocation* allocation = nullptr;
+  size_t first = 0, last = 0;
+  uintptr_t base = 0;
+  if (!locate(range, &base, &allocation, &first, &last)) return;
+  for (size_t i = first; i <= last; ++i) allocation->pages[i].preferred_on_device = preferred;
 }
 
 Status SimManagedMemory::run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit,

@@ -20,11 +20,16 @@
 //     held data (or was discarded) moves without a copy.
 //   - Discard drops a page's contents wherever they are; a page on the device
 //     keeps its place, and leaving it later costs nothing.
-//   - A page advised accessed-by the device (map_on_device) stays mapped there
-//     while on the host: a kernel that uses it there reads it in place over
-//     the link instead of faulting it in. It stays on the host, and the
-//     kernel waits for one pass over its bytes at the fault path's rate (a
-//     floor: a real kernel that reads it again crosses the link again).
+//   - Accessed-by the device (set_accessed_by) maps a page on the host into
+//     the device's page tables, as the UVM driver does: when the advice comes
+//     while the page is on the host holding data, when the driver evicts it to make room,
+//     and when a prefetch sends it to the host unless the device is its
+//     preferred location (set_preferred_on_device), which the driver leaves
+//     unmapped so that its touch migrates the page back. A kernel that uses
+//     a mapped page on the host reads it there over the link instead of
+//     faulting it in: it stays on the host, and the kernel waits for one pass
+//     over its bytes at the fault path's rate (a floor: a real kernel that
+//     reads it again crosses the link again).
 //
 // The bytes stay where the caller sees them: the CPU may read and write
 // managed memory wherever its pages are, as on CUDA (which migrates them), so
@@ -97,8 +102,10 @@ class SimManagedMemory {
   [[nodiscard]] Status prefetch_to_device(VaRange range, uint64_t limit);
   [[nodiscard]] Status prefetch_to_host(VaRange range);
   void discard(VaRange range);
-  // cudaMemAdvise's accessed-by for the device, set or unset on `range`'s pages.
-  void map_on_device(VaRange range, bool mapped);
+  // cudaMemAdvise's accessed-by the device and preferred location the
+  // device, set or unset on `range`'s pages.
+  void set_accessed_by(VaRange range, bool accessed_by);
+  void set_preferred_on_device(VaRange range, bool preferred);
   // A kernel that uses `ranges` (managed ones; others are ignored) and then
   // computes for `duration_ns`. *faulted, if given, receives the address of
   // each page it faulted in (appended).
@@ -116,7 +123,9 @@ class SimManagedMemory {
     uint64_t left_ns = 0;     // on the host: when its copy out has ended
     uint64_t migrated = 0;    // on the device: its key in by_migration_
     uint64_t kept = 0;        // the operation that needs it on the device (never pushed out by it)
-    bool mapped_on_device = false;  // accessed-by: used in place while on the host
+    bool accessed_by = false;         // advised accessed-by the device
+    bool preferred_on_device = false;  // advised preferred location the device
+    bool mapped_on_device = false;     // on the host and mapped in the device's page tables
   };
   struct Allocation {
     size_t bytes = 0;

@@ -103,6 +103,30 @@ TEST_F(SimManagedTest, APageAccessedByTheDeviceIsReadInPlaceOnTheHost) {
   EXPECT_EQ(driver_.managed_stats().resident_bytes, 2 * kPage) << "unset: it faults in like the rest";
 }
 
+TEST_F(SimManagedTest, APagePreferredOnTheDeviceIsNotMappedThereWhenPrefetchedOut) {
+  const VaRange all = pages(0, 16);
+  ASSERT_TRUE(driver_.managed_advise(all.ptr(), all.bytes, ManagedAdvice::kSetPreferredLocationDevice, kDevice).is_ok());
+  ASSERT_TRUE(driver_.managed_advise(all.ptr(), all.bytes, ManagedAdvice::kSetAccessedBy, kDevice).is_ok());
+  ASSERT_TRUE(kernel(0, 2, 0).is_ok());
+  ASSERT_TRUE(prefetch(0, 2, true).is_ok());  // sent out: the driver leaves its preferred device unmapped
+  ASSERT_TRUE(kernel(0, 2, 0).is_ok());
+  EXPECT_EQ(driver_.managed_stats().remote_pages, 0u);
+  EXPECT_EQ(driver_.managed_stats().resident_bytes, 2 * kPage) << "both faulted back";
+}
+
+TEST_F(SimManagedTest, APageTheDriverEvictsStaysMappedForAnAccessedByDevice) {
+  const VaRange all = pages(0, 16);
+  ASSERT_TRUE(driver_.managed_advise(all.ptr(), all.bytes, ManagedAdvice::kSetPreferredLocationDevice, kDevice).is_ok());
+  ASSERT_TRUE(driver_.managed_advise(all.ptr(), all.bytes, ManagedAdvice::kSetAccessedBy, kDevice).is_ok());
+  ASSERT_TRUE(kernel(0, 8, 0).is_ok());  // the device is full
+  ASSERT_TRUE(kernel(8, 2, 0).is_ok());  // the driver evicts pages 0 and 1 to make room, mapping them
+  ASSERT_TRUE(kernel(0, 2, 0).is_ok());
+  EXPECT_EQ(driver_.managed_stats().remote_pages, 2u) << "read over the link, in place";
+  ASSERT_TRUE(driver_.managed_advise(all.ptr(), all.bytes, ManagedAdvice::kUnsetAccessedBy, kDevice).is_ok());
+  ASSERT_TRUE(kernel(0, 2, 0).is_ok());
+  EXPECT_EQ(driver_.managed_stats().remote_pages, 2u) << "unmapped: faulted back";
+}
+
 TEST_F(SimManagedTest, PrefetchesOverlapTheKernelsBetweenThem) {
   ASSERT_TRUE(kernel(0, 4, 0).is_ok());
   ASSERT_TRUE(prefetch(0, 4, true).is_ok());
