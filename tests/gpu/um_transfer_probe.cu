@@ -5,12 +5,17 @@
 // 2 MiB pieces as zicoum's pager moves its pages:
 //   d2h, h2d, duplex: cudaMemPrefetchAsync to the host, back, and half each
 //     way at once on two streams (GB/s);
+//   evict_call, prefetch_call: the host's time per cudaMemPrefetchAsync call
+//     of one page (the launching thread pays it in UM mode);
 //   freed_by_eviction: what the driver's free memory (cudaMemGetInfo) gained
-//     when every page left for the host: the memory another process could
-//     then take (about MIB MiB if evictions give device memory back);
+//     when every page left for the host (about MIB MiB if evictions give
+//     device memory back; the UVM driver's source says they do not, and
+//     gives the chunks up when another allocation needs them), and
+//     reclaimable_after_eviction: whether a cudaMalloc of the free memory and
+//     3/4 of MIB then succeeds;
 //   fault: one kernel pass over host-resident pages, which fault in (GB/s),
 //     and the device memory they took;
-//   accessed_by: the same with cudaMemAdviseSetAccessedBy the GPU, two
+//   accessed_by: host-resident pages then advised accessed-by the GPU, two
 //     passes: if the second is as slow as the first, the pages were read over
 //     the link in place, not migrated.
 // Prints one JSON line. Exit 0 when every CUDA call succeeded, 2 otherwise.
@@ -99,12 +104,20 @@ int main(int argc, char** argv) {
 
   auto start = std::chrono::steady_clock::now();
   move_pages(data, 0, pages, on_host(), out_stream);
+  const double evict_call_us = seconds_since(start) * 1e6 / static_cast<double>(pages);
   CHECK(cudaStreamSynchronize(out_stream));
   const double d2h = gbps(bytes, seconds_since(start));
   const size_t free_evicted = free_bytes();
+  // Whether the device memory the pages left can be had by an ordinary
+  // allocation (the driver reclaiming what unified memory keeps).
+  void* beside = nullptr;
+  const bool reclaimable = cudaMalloc(&beside, free_evicted + bytes * 3 / 4) == cudaSuccess;
+  if (reclaimable) CHECK(cudaFree(beside));
+  (void)cudaGetLastError();
 
   start = std::chrono::steady_clock::now();
   move_pages(data, 0, pages, on_gpu(), in_stream);
+  const double prefetch_call_us = seconds_since(start) * 1e6 / static_cast<double>(pages);
   CHECK(cudaStreamSynchronize(in_stream));
   const double h2d = gbps(bytes, seconds_since(start));
 
@@ -125,10 +138,12 @@ int main(int argc, char** argv) {
   const double fault = gbps(bytes, one_pass(data, bytes, sink));
   const size_t free_after_fault = free_bytes();
 
-  // Accessed-by the GPU: two passes over host-resident pages.
-  CHECK(cudaMemAdvise(data, bytes, cudaMemAdviseSetAccessedBy, on_gpu()));
+  // Accessed-by the GPU, advised while the pages are on the host (which maps
+  // them there; a prefetch to the host after the advice would not, the GPU
+  // being their preferred location): two passes.
   move_pages(data, 0, pages, on_host(), out_stream);
   CHECK(cudaStreamSynchronize(out_stream));
+  CHECK(cudaMemAdvise(data, bytes, cudaMemAdviseSetAccessedBy, on_gpu()));
   const size_t free_before_remote = free_bytes();
   const double remote_first = gbps(bytes, one_pass(data, bytes, sink));
   const double remote_second = gbps(bytes, one_pass(data, bytes, sink));
@@ -143,10 +158,13 @@ int main(int argc, char** argv) {
     return (static_cast<double>(later) - static_cast<double>(earlier)) / (1 << 20);
   };
   std::printf("{\"mib\": %ld, \"d2h_gbps\": %.2f, \"h2d_gbps\": %.2f, \"duplex_gbps\": %.2f, "
-              "\"freed_by_eviction_mib\": %.0f, \"fault_gbps\": %.2f, \"taken_by_faults_mib\": %.0f, "
+              "\"evict_call_us\": %.1f, \"prefetch_call_us\": %.1f, "
+              "\"freed_by_eviction_mib\": %.0f, \"reclaimable_after_eviction\": %s, "
+              "\"fault_gbps\": %.2f, \"taken_by_faults_mib\": %.0f, "
               "\"accessed_by_first_pass_gbps\": %.2f, \"accessed_by_second_pass_gbps\": %.2f, "
               "\"taken_by_accessed_by_passes_mib\": %.0f, \"resident_pass_gbps\": %.2f}\n",
-              mib, d2h, h2d, duplex, signed_mib(free_evicted, free_resident), fault,
+              mib, d2h, h2d, duplex, evict_call_us, prefetch_call_us, signed_mib(free_evicted, free_resident),
+              reclaimable ? "true" : "false", fault,
               signed_mib(free_before_fault, free_after_fault), remote_first, remote_second,
               signed_mib(free_before_remote, free_after_remote), resident_pass);
   CHECK(cudaFree(data));
