@@ -1,6 +1,7 @@
 #include "um_pager.h"
 
 #include <algorithm>
+#include <new>
 #include <iterator>
 
 #include "log.h"
@@ -338,6 +339,7 @@ void UmPager::take_fault_reports() {
 }
 
 void UmPager::apply(const Decisions& decisions) {
+  batching_ = true;
   for (const Decision& d : decisions) {
     switch (d.kind) {
       case Decision::Kind::kPrefetch: prefetch(d.page); break;
@@ -352,6 +354,8 @@ void UmPager::apply(const Decisions& decisions) {
       case Decision::Kind::kDiscard: discard(d.page); break;
     }
   }
+  flush_batch();
+  batching_ = false;
   note_peak();
 }
 
@@ -422,6 +426,7 @@ void UmPager::discard(PageId page) {
 }
 
 void UmPager::discard_now(PageId page) {
+  flush_batch();  // the moves decided before it go first
   const VaRange range = page_range(page);
   const Status status = driver_.managed_discard(range.ptr(), range.bytes, stream_);
   if (status.code() == Errc::kNotSupported) return;  // the data stays: leaving later costs a copy
@@ -450,6 +455,7 @@ bool UmPager::recorded(EventHandle& event, StreamHandle stream) {
 }
 
 void UmPager::migrate(PageId page, bool to_host) {
+  if (!batch_.empty() && batch_to_host_ != to_host) flush_batch();  // stream order: the other way's first
   if (to_host && launches_recorded_ && !waits_for_launches_ &&
       driver_.stream_wait_event(stream_, launches_done_).is_ok()) {
     ++stats_.fences;
@@ -457,7 +463,31 @@ void UmPager::migrate(PageId page, bool to_host) {
   }
   if (in_kernel_) migrated_for_kernel_ = true;
   const VaRange range = page_range(page);
-  const Status status = driver_.managed_prefetch(range.ptr(), range.bytes, PrefetchTarget{to_host, device_}, stream_);
+  batch_to_host_ = to_host;
+  try {
+    if (!batch_.empty() && batch_.back().end() == range.base) {
+      batch_.back().bytes += range.bytes;
+    } else {
+      batch_.push_back(range);
+    }
+  } catch (const std::bad_alloc&) {
+    flush_batch();  // no memory to batch: what is queued goes, then this move alone
+    note_migration(driver_.managed_prefetch(range.ptr(), range.bytes, PrefetchTarget{to_host, device_}, stream_),
+                   to_host);
+    return;
+  }
+  if (!batching_) flush_batch();
+}
+
+void UmPager::flush_batch() {
+  if (batch_.empty()) return;
+  note_migration(driver_.managed_prefetch_batch(batch_, PrefetchTarget{batch_to_host_, device_}, stream_),
+                 batch_to_host_);
+  batch_.clear();
+}
+
+void UmPager::note_migration(const Status& status, bool to_host) {
+  ++stats_.migration_calls;
   if (!status.is_ok() && stats_.driver_errors++ == 0) {
     ZICO_LOG(kError, "paging: a migration %s was refused by the driver (%s); the driver pages on its own",
              to_host ? "to the host" : "to the GPU", to_string(status.code()));

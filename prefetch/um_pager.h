@@ -64,6 +64,7 @@ struct UmPagerStats {
   uint64_t driver_errors = 0;        // migrations the driver refused (logged once)
   uint64_t oversized_kernels = 0;    // used more pages than the budget holds (logged once): the driver paged them
   uint64_t budget_evictions = 0;     // pages sent to the host because the budget shrank
+  uint64_t migration_calls = 0;      // calls into the driver that moved pages (a batch of them is one)
   uint64_t fences = 0;               // stream waits issued: the pager's behind a kernel's, or the other way
   uint64_t kernel_waits = 0;         // of those, kernels made to wait for the pager's migrations
   uint64_t peak_resident_bytes = 0;
@@ -174,7 +175,13 @@ class UmPager {
   // Ends the holds whose work is done, and discards the dead pages whose
   // discard waited for them.
   void poll_deferred();
+  // Queues the page's move on the pager's stream; within apply() it joins a
+  // batch of moves the same way, handed to the driver in one call
+  // (flush_batch), adjacent pages as one range.
   void migrate(PageId page, bool to_host);
+  void flush_batch();
+  // Counts a call into the driver that moved pages; logs its first refusal.
+  void note_migration(const Status& status, bool to_host);
   // Whether `stream` is capturing no CUDA graph (a fence there would join it).
   [[nodiscard]] bool outside_graphs(StreamHandle stream);
   // Records `event` (made the first time) on `stream`; false if it could not.
@@ -195,6 +202,10 @@ class UmPager {
   const uint64_t page_bytes_;
   const UmPagerOptions options_;
   StreamHandle stream_{};
+  // apply()'s moves not yet handed to the driver: all one way (batch_to_host_).
+  bool batching_ = false;
+  bool batch_to_host_ = false;
+  std::vector<VaRange> batch_;
   // Stream order (before_kernel): the announced kernel's stream; the work
   // queued up to the last kernel, recorded after it (launches_done_); whether
   // the pager's stream already waits for that; whether this kernel's

@@ -69,10 +69,11 @@ namespace zico {
   X(cuMemFree, 3020)
 
 // Missing from older drivers; the methods using them report kNotSupported.
-// The location-taking advise/prefetch arrived in 12.2, discard in 13.0.
+// The location-taking advise/prefetch arrived in 12.2, batched prefetch and discard in 13.0.
 #define ZICO_CU_OPTIONAL(X)  \
   X(cuMemAdvise, 12020)      \
   X(cuMemPrefetchAsync, 12020) \
+  X(cuMemPrefetchBatchAsync, 13000) \
   X(cuMemDiscardBatchAsync, 13000)
 
 struct CudaDriver::Api {
@@ -774,6 +775,41 @@ Status CudaDriver::managed_prefetch(void* ptr, size_t bytes, PrefetchTarget targ
   ContextScope scope;
   ZICO_RETURN_IF_ERROR(enter_any(&scope));
   return from_cu(api_->cuMemPrefetchAsync(device_ptr(ptr), bytes, location, 0, cu_stream(stream)));
+}
+
+Status CudaDriver::managed_prefetch_batch(std::span<const VaRange> ranges, PrefetchTarget target,
+                                          StreamHandle stream) noexcept {
+  // One call for the lot where the driver has it: each call into the UVM
+  // driver costs the launching thread its own round trip. Not on the legacy
+  // stream ("must not be", cuda.h).
+  if (api_->cuMemPrefetchBatchAsync == nullptr || ranges.size() < 2 || stream.value == 0 ||
+      stream.value == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY)) {
+    return Driver::managed_prefetch_batch(ranges, target, stream);
+  }
+  CUmemLocation location = device_location(target.device);
+  if (target.to_host) {
+    location = CUmemLocation{};
+    location.type = CU_MEM_LOCATION_TYPE_HOST;
+  } else if (!valid(target.device)) {
+    return Errc::kNoDevice;
+  }
+  std::vector<CUdeviceptr> bases;
+  std::vector<size_t> sizes;
+  try {
+    bases.reserve(ranges.size());
+    sizes.reserve(ranges.size());
+  } catch (const std::bad_alloc&) {
+    return Driver::managed_prefetch_batch(ranges, target, stream);  // one call each needs no memory
+  }
+  for (const VaRange& range : ranges) {
+    bases.push_back(range.base);
+    sizes.push_back(range.bytes);
+  }
+  size_t first_with_location = 0;
+  ContextScope scope;
+  ZICO_RETURN_IF_ERROR(enter_any(&scope));
+  return from_cu(api_->cuMemPrefetchBatchAsync(bases.data(), sizes.data(), bases.size(), &location,
+                                               &first_with_location, 1, 0, cu_stream(stream)));
 }
 
 Status CudaDriver::stream_capture_state(StreamHandle stream, CaptureState* state) noexcept {

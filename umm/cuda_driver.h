@@ -92,6 +92,8 @@ class CudaDriver final : public Driver {
                                       DeviceId device) noexcept override;
   [[nodiscard]] Status managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target,
                                         StreamHandle stream) noexcept override;
+  [[nodiscard]] Status managed_prefetch_batch(std::span<const VaRange> ranges, PrefetchTarget target,
+                                              StreamHandle stream) noexcept override;
   [[nodiscard]] Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept override;
   [[nodiscard]] Status stream_capture_state(StreamHandle stream, CaptureState* state) noexcept override;
   // kNotSupported: per-process usage needs NVML, which is not loaded yet.

@@ -18,6 +18,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -172,6 +173,17 @@ class Driver {
                                               DeviceId device) noexcept = 0;
   [[nodiscard]] virtual Status managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target,
                                                 StreamHandle stream) noexcept = 0;
+  // The ranges, each as managed_prefetch would move it, queued on `stream` in
+  // one call where the driver can (their order among themselves unspecified).
+  // On an error some may have been queued. This default calls
+  // managed_prefetch for each.
+  [[nodiscard]] virtual Status managed_prefetch_batch(std::span<const VaRange> ranges, PrefetchTarget target,
+                                                      StreamHandle stream) noexcept {
+    for (const VaRange& range : ranges) {
+      if (Status status = managed_prefetch(range.ptr(), range.bytes, target, stream); !status.is_ok()) return status;
+    }
+    return Status::ok();
+  }
   // Contents of the range become undefined; no data migrates for it afterwards.
   // kNotSupported where Capabilities::discard is false.
   [[nodiscard]] virtual Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept = 0;

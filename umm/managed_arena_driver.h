@@ -81,6 +81,10 @@ class ManagedArenaDriver final : public Driver {
   Status managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target, StreamHandle stream) noexcept override {
     return inner_.managed_prefetch(ptr, bytes, target, stream);
   }
+  Status managed_prefetch_batch(std::span<const VaRange> ranges, PrefetchTarget target,
+                                StreamHandle stream) noexcept override {
+    return inner_.managed_prefetch_batch(ranges, target, stream);
+  }
   Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept override {
     return inner_.managed_discard(ptr, bytes, stream);
   }

@@ -723,19 +723,30 @@ Status SimDriver::managed_advise(void* ptr, size_t bytes, ManagedAdvice advice, 
 }
 
 Status SimDriver::managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target, StreamHandle stream) noexcept {
+  const VaRange range{reinterpret_cast<uintptr_t>(ptr), bytes};
+  return managed_prefetch_batch(std::span<const VaRange>(&range, 1), target, stream);
+}
+
+Status SimDriver::managed_prefetch_batch(std::span<const VaRange> ranges, PrefetchTarget target,
+                                         StreamHandle stream) noexcept {
   if (!target.to_host) {
     ZICO_SIM_CHECK_DEVICE(target.device);
     if (target.device.value != 0) return Status(Errc::kNotSupported);  // unified memory lives on device 0 here
   }
   std::lock_guard lock(state_->mutex);
-  const VaRange range{reinterpret_cast<uintptr_t>(ptr), bytes};
-  if (!state_->in_managed(range)) return Status(Errc::kInvalidArgument);
+  ++state_->counters.prefetch_calls;
+  for (const VaRange& range : ranges) {
+    if (!state_->in_managed(range)) return Status(Errc::kInvalidArgument);
+  }
   // Migrations run on the modelled clock's copy engines at once; the stream
   // only orders them with its other work.
-  const Status status = target.to_host ? state_->managed->prefetch_to_host(range)
-                                       : state_->managed->prefetch_to_device(range, state_->managed_limit(options_.capacity));
-  (void)state_->enqueue(stream, PendingOp{[] {}, {range, VaRange{}}});
-  return status;
+  for (const VaRange& range : ranges) {
+    const Status status = target.to_host ? state_->managed->prefetch_to_host(range)
+                                         : state_->managed->prefetch_to_device(range, state_->managed_limit(options_.capacity));
+    (void)state_->enqueue(stream, PendingOp{[] {}, {range, VaRange{}}});
+    if (!status.is_ok()) return status;
+  }
+  return Status::ok();
 }
 
 Status SimDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept {

@@ -80,6 +80,7 @@ struct SimCounters {
   uint64_t device_syncs = 0;
   uint64_t stream_waits = 0;      // stream_wait_event calls
   uint64_t copies = 0;
+  uint64_t prefetch_calls = 0;  // managed_prefetch and managed_prefetch_batch calls (a batch is one)
   uint64_t live_chunks = 0;   // created or imported, memory not yet freed
   size_t created_bytes = 0;   // counted against capacity (imports are not)
 };
@@ -146,6 +147,8 @@ class SimDriver final : public Driver {
   Status managed_allocate(size_t bytes, void** out) noexcept override;
   Status managed_free(void* ptr) noexcept override;
   Status managed_advise(void* ptr, size_t bytes, ManagedAdvice advice, DeviceId device) noexcept override;
+  Status managed_prefetch_batch(std::span<const VaRange> ranges, PrefetchTarget target,
+                                StreamHandle stream) noexcept override;
   Status managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target,
                           StreamHandle stream) noexcept override;
   Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept override;

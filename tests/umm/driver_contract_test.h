@@ -263,9 +263,33 @@ TYPED_TEST_P(DriverContractTest, ManagedMemoryIsHostAccessible) {
   ZICO_ASSERT_OK(this->driver_->managed_free(ptr));
 }
 
+TYPED_TEST_P(DriverContractTest, ManagedRangesMoveInOneBatch) {
+  if (!this->caps_.managed_memory) GTEST_SKIP() << "device has no managed memory";
+  const size_t page = size_t{2} << 20, bytes = 4 * page;  // small: never oversubscribe a shared GPU
+  void* ptr = nullptr;
+  ZICO_ASSERT_OK(this->driver_->managed_allocate(bytes, &ptr));
+  auto* base = static_cast<uint8_t*>(ptr);
+  for (size_t i = 0; i < 4; ++i) std::memset(base + i * page, 0x10 + static_cast<int>(i), page);
+  StreamHandle stream;
+  ZICO_ASSERT_OK(this->driver_->stream_create(this->device_, &stream));
+  ZICO_ASSERT_OK(this->driver_->managed_advise(ptr, bytes, ManagedAdvice::kSetPreferredLocationDevice, this->device_));
+  // Pages 0-1 as one range and page 3 (CUDA 13: cuMemPrefetchBatchAsync), in and out again.
+  const VaRange ranges[] = {{reinterpret_cast<uintptr_t>(base), 2 * page},
+                            {reinterpret_cast<uintptr_t>(base + 3 * page), page}};
+  ZICO_ASSERT_OK(this->driver_->managed_prefetch_batch(ranges, PrefetchTarget{false, this->device_}, stream));
+  ZICO_ASSERT_OK(this->driver_->managed_prefetch_batch(ranges, PrefetchTarget{true, {}}, stream));
+  ZICO_ASSERT_OK(this->driver_->stream_synchronize(stream));
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(base[i * page], 0x10 + i) << "page " << i;
+    EXPECT_EQ(base[i * page + page - 1], 0x10 + i) << "page " << i;
+  }
+  ZICO_ASSERT_OK(this->driver_->stream_destroy(stream));
+  ZICO_ASSERT_OK(this->driver_->managed_free(ptr));
+}
+
 REGISTER_TYPED_TEST_SUITE_P(DriverContractTest, ReportsSaneCapabilities, UnknownDeviceIsNoDevice, ReservationsHonourAlignment,
                             MappedChunkRoundTripsData, ReleasedChunkLivesWhileMapped, ExportedFdMapsTheSameMemory,
                             RejectsBadMappings, EventsCompleteAfterSynchronize, AStreamWaitsForAnotherStreamsEvent,
-                            ManagedMemoryIsHostAccessible);
+                            ManagedMemoryIsHostAccessible, ManagedRangesMoveInOneBatch);
 
 }  // namespace zico::testing

@@ -79,6 +79,7 @@ bool run_um_replay(const prefetch::AccessStream& stream, const std::string& poli
   out->device_peak_resident_bytes = device.peak_resident_bytes;
   out->device_faulted_pages = device.faulted_pages;
   out->device_driver_evictions = device.driver_evictions;
+  out->device_prefetch_calls = driver.counters().prefetch_calls;
   out->stall_ns = device.stall_ns;
   out->fault_ns = device.fault_ns;
   pager.reset();

@@ -24,6 +24,7 @@ struct UmReplayResult {
   uint64_t device_peak_resident_bytes = 0;  // what SimDriver saw on the device
   uint64_t device_faulted_pages = 0;
   uint64_t device_driver_evictions = 0;     // the driver made room itself: the pager let it run out
+  uint64_t device_prefetch_calls = 0;       // calls into the driver that moved pages
   uint64_t stall_ns = 0;
   uint64_t fault_ns = 0;
 };
