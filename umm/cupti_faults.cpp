@@ -116,7 +116,9 @@ struct Shared {
   uint64_t tag_records = 0;
   uint64_t faults_told = 0;  // resolved, with or without their kernel's tag
   uint64_t faults_tagged = 0;
+  uint32_t takes_without_buffers = 0;  // since a flush last handed a buffer back
 };
+constexpr uint32_t kForceAfterTakes = 4;
 Shared* g_shared = nullptr;  // set once, under g_start_mutex, never freed
 std::mutex g_start_mutex;
 CuptiFaults* g_instance = nullptr;
@@ -168,12 +170,14 @@ void buffer_done(void*, uint32_t, uint8_t* buffer, size_t, size_t valid) {
       const auto* bytes = static_cast<const uint8_t*>(record);
       try {
         switch (field<int32_t>(bytes, 0)) {
-          case abi::kKindConcurrentKernel:
+          case abi::kKindConcurrentKernel: {
+            const auto start = field<uint64_t>(bytes, abi::kKernelStart);
+            const auto end = field<uint64_t>(bytes, abi::kKernelEnd);
+            if (end == 0 || end < start) break;  // handed over by a forced flush before it ran
             ++shared.kernel_records;
-            shared.correlator.add_kernel(field<uint32_t>(bytes, abi::kKernelCorrelation),
-                                         field<uint64_t>(bytes, abi::kKernelStart),
-                                         field<uint64_t>(bytes, abi::kKernelEnd));
+            shared.correlator.add_kernel(field<uint32_t>(bytes, abi::kKernelCorrelation), start, end);
             break;
+          }
           case abi::kKindUnifiedMemoryCounter:
             if (const auto kind = field<uint32_t>(bytes, abi::kCounterKind); kind == abi::kCounterGpuPageFault) {
               ++shared.fault_records;
@@ -268,9 +272,13 @@ bool enable(const Api& api, int ordinal, std::string* why) {
 }
 
 // One line at exit: whether CUPTI's records arrived and what they told.
+// Never waits: an exit from a signal handler, or a forked child, may find
+// the mutex held.
 void log_summary() {
+  if (!log_enabled(LogLevel::kInfo)) return;
   Shared& shared = *g_shared;
-  std::lock_guard lock(shared.mutex);
+  std::unique_lock lock(shared.mutex, std::try_to_lock);
+  if (!lock.owns_lock()) return;
   ZICO_LOG(kInfo,
            "paging: CUPTI handed back %llu buffers (%llu unreadable): %llu kernel runs, %llu GPU page faults, %llu "
            "transfers faults caused, %llu launch tags; %llu faults told, %llu of them with their kernel's tag, %zu "
@@ -338,13 +346,27 @@ void CuptiFaults::pop_tag() noexcept {
 }
 
 Status CuptiFaults::take(VaRange range, std::vector<ManagedFault>* out) noexcept {
-  // Forced: a default flush hands back only buffers whose every record is
-  // complete, and a buffer that also collects the runtime's and driver's
-  // calls may never be while the job runs. A forced flush does not wait for
-  // the GPU either; a record still open in it (a kernel running now) is
-  // lost, and the faults it would have named go untagged.
-  (void)g_shared->api.flush_all(abi::kFlushForced);
-  std::lock_guard lock(g_shared->mutex);
+  // A default flush hands back the buffers whose every record is complete;
+  // one that also collects the runtime's and driver's calls may stay
+  // incomplete while the job runs, so after kForceAfterTakes takes that got
+  // nothing a forced flush hands it over anyway. Forcing costs the records
+  // still open in it: a kernel queued but not run yet comes without its
+  // times (skipped), and the faults it causes go untagged.
+  uint64_t buffers_before = 0;
+  {
+    std::lock_guard lock(g_shared->mutex);
+    buffers_before = g_shared->buffers_back;
+  }
+  (void)g_shared->api.flush_all(0);
+  std::unique_lock lock(g_shared->mutex);
+  if (g_shared->buffers_back != buffers_before) {
+    g_shared->takes_without_buffers = 0;
+  } else if (++g_shared->takes_without_buffers >= kForceAfterTakes) {
+    g_shared->takes_without_buffers = 0;
+    lock.unlock();  // CUPTI calls buffer_done, which takes the mutex, from inside the flush
+    (void)g_shared->api.flush_all(abi::kFlushForced);
+    lock.lock();
+  }
   std::vector<ManagedFault>& waiting = g_shared->waiting;
   try {
     const size_t before = waiting.size();

@@ -15,8 +15,9 @@
 // around each announced launch (CUPTI's CUSTOM2 kind, which PyTorch's
 // profiler leaves alone), and the driver's and runtime's API calls, whose
 // records CUPTI ties those tags to (they are skipped). FaultCorrelator
-// matches them. Each take forces CUPTI to hand over the buffers still
-// filling. What this costs a running job: docs/benchmarks.md ("On an H100").
+// matches them. A take flushes what CUPTI has finished, and forces the
+// buffers still open over when a few takes in a row got nothing. What this
+// costs a running job: docs/benchmarks.md ("On an H100").
 //
 // CUPTI's activity buffers are the process's: once another tool registers
 // its own callbacks (PyTorch's profiler does when it starts), the reports

@@ -28,6 +28,7 @@ struct FakeCupti {
   int (*counter_enabled)(uint32_t);
   int (*activity_enabled)(int);
   int (*last_flush_flag)();
+  void (*set_incomplete)(int);
 };
 
 // Loaded by its path before CuptiFaults looks for libcupti.so.13, which then
@@ -46,6 +47,7 @@ FakeCupti load_fake() {
   get(&fake.counter_enabled, "fake_cupti_counter_enabled");
   get(&fake.activity_enabled, "fake_cupti_activity_enabled");
   get(&fake.last_flush_flag, "fake_cupti_last_flush_flag");
+  get(&fake.set_incomplete, "fake_cupti_set_incomplete");
   return fake;
 }
 
@@ -78,13 +80,31 @@ TEST(CuptiFaults, FaultsAndTheTransfersFaultsCausedAreReportedUnderTheirKernelsT
 
   std::vector<ManagedFault> reports;
   ASSERT_TRUE(faults->take(VaRange{kBase, 16 * kMiB}, &reports).is_ok());
-  // Forced: buffers still filling are handed over too.
-  EXPECT_EQ(fake.last_flush_flag(), 1);
+  EXPECT_EQ(fake.last_flush_flag(), 0) << "every record complete: a default flush hands the buffer over";
   ASSERT_EQ(reports.size(), 3u);
   EXPECT_EQ(reports[0].address, kBase + 1 * kMiB);
   EXPECT_EQ(reports[1].address, kBase + 3 * kMiB);
   EXPECT_EQ(reports[2].address, kBase + 4 * kMiB);
   for (const ManagedFault& report : reports) EXPECT_EQ(report.tag, 42u);
+
+  // A buffer with a record still open comes only by a forced flush, after
+  // a few takes that got nothing.
+  fake.set_incomplete(1);
+  fake.kernel(8, 3000, 4000);
+  fake.tag(kExternalCustom2, 43, 8);
+  fake.unified_memory(kGpuPageFault, 3500, kBase + 6 * kMiB, 0);
+  reports.clear();
+  int takes = 0;
+  while (reports.empty() && takes < 10) {
+    ++takes;
+    ASSERT_TRUE(faults->take(VaRange{kBase, 16 * kMiB}, &reports).is_ok());
+  }
+  EXPECT_EQ(takes, 4) << "forced on the fourth take without a buffer";
+  EXPECT_EQ(fake.last_flush_flag(), 1);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].address, kBase + 6 * kMiB);
+  EXPECT_EQ(reports[0].tag, 43u);
+  fake.set_incomplete(0);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@ static int g_queued;
 static int g_counter_enabled[16];  /* by unified-memory counter kind */
 static int g_activity_enabled[kMaxKinds];
 static int g_last_flush_flag = -1;
+static int g_incomplete;  /* a record is still open: only a forced flush hands the buffer over */
 
 int cuptiGetVersion(uint32_t* version) {
   *version = 26;
@@ -59,7 +60,7 @@ int cuptiActivityDisable(int kind) {
 
 int cuptiActivityFlushAll(uint32_t flag) {
   g_last_flush_flag = (int)flag;
-  if (g_queued == 0 || g_request == NULL) return 0;
+  if (g_queued == 0 || g_request == NULL || (g_incomplete && (flag & 1) == 0)) return 0;
   uint8_t* buffer = NULL;
   size_t size = 0, max_records = 0;
   g_request(&buffer, &size, &max_records);
@@ -133,3 +134,4 @@ void fake_cupti_tag(uint32_t external_kind, uint64_t external_id, uint32_t corre
 int fake_cupti_counter_enabled(uint32_t counter_kind) { return counter_kind < 16 ? g_counter_enabled[counter_kind] : 0; }
 int fake_cupti_activity_enabled(int kind) { return kind >= 0 && kind < kMaxKinds ? g_activity_enabled[kind] : 0; }
 int fake_cupti_last_flush_flag(void) { return g_last_flush_flag; }
+void fake_cupti_set_incomplete(int incomplete) { g_incomplete = incomplete; }
