@@ -339,7 +339,18 @@ void UmPager::take_fault_reports() {
 }
 
 void UmPager::apply(const Decisions& decisions) {
-  batching_ = true;
+  // The moves join one batch per direction; handed over however this ends
+  // (a caller catches bad_alloc thrown below).
+  struct Batch {
+    UmPager& pager;
+    explicit Batch(UmPager& p) : pager(p) { pager.batching_ = true; }
+    ~Batch() {
+      pager.batching_ = false;
+      pager.flush_batch();
+    }
+    Batch(const Batch&) = delete;
+    Batch& operator=(const Batch&) = delete;
+  } batch(*this);
   for (const Decision& d : decisions) {
     switch (d.kind) {
       case Decision::Kind::kPrefetch: prefetch(d.page); break;
@@ -354,8 +365,6 @@ void UmPager::apply(const Decisions& decisions) {
       case Decision::Kind::kDiscard: discard(d.page); break;
     }
   }
-  flush_batch();
-  batching_ = false;
   note_peak();
 }
 
@@ -479,14 +488,14 @@ void UmPager::migrate(PageId page, bool to_host) {
   if (!batching_) flush_batch();
 }
 
-void UmPager::flush_batch() {
+void UmPager::flush_batch() noexcept {
   if (batch_.empty()) return;
   note_migration(driver_.managed_prefetch_batch(batch_, PrefetchTarget{batch_to_host_, device_}, stream_),
                  batch_to_host_);
   batch_.clear();
 }
 
-void UmPager::note_migration(const Status& status, bool to_host) {
+void UmPager::note_migration(const Status& status, bool to_host) noexcept {
   ++stats_.migration_calls;
   if (!status.is_ok() && stats_.driver_errors++ == 0) {
     ZICO_LOG(kError, "paging: a migration %s was refused by the driver (%s); the driver pages on its own",

@@ -179,9 +179,9 @@ class UmPager {
   // batch of moves the same way, handed to the driver in one call
   // (flush_batch), adjacent pages as one range.
   void migrate(PageId page, bool to_host);
-  void flush_batch();
+  void flush_batch() noexcept;
   // Counts a call into the driver that moved pages; logs its first refusal.
-  void note_migration(const Status& status, bool to_host);
+  void note_migration(const Status& status, bool to_host) noexcept;
   // Whether `stream` is capturing no CUDA graph (a fence there would join it).
   [[nodiscard]] bool outside_graphs(StreamHandle stream);
   // Records `event` (made the first time) on `stream`; false if it could not.

@@ -783,7 +783,8 @@ Status CudaDriver::managed_prefetch_batch(std::span<const VaRange> ranges, Prefe
   // driver costs the launching thread its own round trip. Not on the legacy
   // stream ("must not be", cuda.h).
   if (api_->cuMemPrefetchBatchAsync == nullptr || ranges.size() < 2 || stream.value == 0 ||
-      stream.value == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY)) {
+      stream.value == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY) ||
+      batch_prefetch_refused_.load(std::memory_order_relaxed)) {
     return Driver::managed_prefetch_batch(ranges, target, stream);
   }
   CUmemLocation location = device_location(target.device);
@@ -806,10 +807,18 @@ Status CudaDriver::managed_prefetch_batch(std::span<const VaRange> ranges, Prefe
     sizes.push_back(range.bytes);
   }
   size_t first_with_location = 0;
-  ContextScope scope;
-  ZICO_RETURN_IF_ERROR(enter_any(&scope));
-  return from_cu(api_->cuMemPrefetchBatchAsync(bases.data(), sizes.data(), bases.size(), &location,
-                                               &first_with_location, 1, 0, cu_stream(stream)));
+  {
+    ContextScope scope;
+    ZICO_RETURN_IF_ERROR(enter_any(&scope));
+    if (api_->cuMemPrefetchBatchAsync(bases.data(), sizes.data(), bases.size(), &location, &first_with_location, 1, 0,
+                                      cu_stream(stream)) == CUDA_SUCCESS) {
+      return Status::ok();
+    }
+  }
+  // Refused (another device without concurrent managed access, say): one
+  // call a range, now and from now on (a range queued twice moves once).
+  batch_prefetch_refused_.store(true, std::memory_order_relaxed);
+  return Driver::managed_prefetch_batch(ranges, target, stream);
 }
 
 Status CudaDriver::stream_capture_state(StreamHandle stream, CaptureState* state) noexcept {

@@ -136,6 +136,9 @@ class CudaDriver final : public Driver {
   std::mutex events_mu_;
   std::unordered_map<uintptr_t, int> event_devices_;  // guarded by events_mu_
   std::atomic<CuptiFaults*> cupti_{nullptr};  // set by start_fault_reports, the process's one
+  // cuMemPrefetchBatchAsync refused once (it needs concurrent managed access on
+  // every device): one call a range from then on.
+  std::atomic<bool> batch_prefetch_refused_{false};
 };
 
 }  // namespace zico

@@ -242,7 +242,7 @@ Status SimManagedMemory::run_kernel(std::span<const VaRange> ranges, uint64_t du
   }
   const uint64_t batch = std::max<uint32_t>(costs_.fault_batch_pages, 1);
   const uint64_t batches = (faulted + batch - 1) / batch;
-  const auto remote_ns = static_cast<uint64_t>(static_cast<double>(remote * page_bytes_) / costs_.fault_bytes_per_s * 1e9);
+  const uint64_t remote_ns = copy_ns(remote * page_bytes_, costs_.fault_bytes_per_s);
   const uint64_t fault_time = batches * costs_.fault_batch_ns + fault_ns_pending_ + remote_ns;
   stats_.remote_pages += remote;
   stats_.stall_ns += arrival - stats_.now_ns;
