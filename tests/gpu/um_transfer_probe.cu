@@ -11,8 +11,9 @@
 //     when every page left for the host (about MIB MiB if evictions give
 //     device memory back; the UVM driver's source says they do not, and
 //     gives the chunks up when another allocation needs them), and
-//     reclaimable_after_eviction: whether a cudaMalloc of the free memory and
-//     3/4 of MIB then succeeds;
+//     reclaimable_after_eviction: whether, every page on the host again, a
+//     cudaMalloc of the free memory there was with them on the GPU and 3/4
+//     of MIB succeeds (measured last: it may take the chunks back);
 //   fault: one kernel pass over host-resident pages, which fault in (GB/s),
 //     and the device memory they took;
 //   accessed_by: host-resident pages then advised accessed-by the GPU, two
@@ -24,6 +25,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 namespace {
 
@@ -74,6 +76,7 @@ double gbps(size_t bytes, double seconds) { return static_cast<double>(bytes) / 
 double one_pass(const char* data, size_t bytes, float* sink) {
   const auto start = std::chrono::steady_clock::now();
   read_all<<<1056, 512>>>(reinterpret_cast<const float*>(data), bytes / sizeof(float), sink);
+  CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
   return seconds_since(start);
 }
@@ -100,6 +103,7 @@ int main(int argc, char** argv) {
   CHECK(cudaMallocManaged(&data, bytes));
   CHECK(cudaMemAdvise(data, bytes, cudaMemAdviseSetPreferredLocation, on_gpu()));
   write_all<<<1056, 512>>>(reinterpret_cast<float*>(data), bytes / sizeof(float));  // every page on the GPU, holding data
+  CHECK(cudaGetLastError());
   const size_t free_resident = free_bytes();
 
   auto start = std::chrono::steady_clock::now();
@@ -108,12 +112,6 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamSynchronize(out_stream));
   const double d2h = gbps(bytes, seconds_since(start));
   const size_t free_evicted = free_bytes();
-  // Whether the device memory the pages left can be had by an ordinary
-  // allocation (the driver reclaiming what unified memory keeps).
-  void* beside = nullptr;
-  const bool reclaimable = cudaMalloc(&beside, free_evicted + bytes * 3 / 4) == cudaSuccess;
-  if (reclaimable) CHECK(cudaFree(beside));
-  (void)cudaGetLastError();
 
   start = std::chrono::steady_clock::now();
   move_pages(data, 0, pages, on_gpu(), in_stream);
@@ -121,14 +119,18 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamSynchronize(in_stream));
   const double h2d = gbps(bytes, seconds_since(start));
 
-  // Half out while the other half, sent out first, comes back.
+  // Half out while the other half, sent out first, comes back: each
+  // direction from a thread of its own, since a call costs its thread.
   move_pages(data, pages / 2, pages, on_host(), out_stream);
   CHECK(cudaStreamSynchronize(out_stream));
   start = std::chrono::steady_clock::now();
+  std::thread in_thread([&] {
+    move_pages(data, pages / 2, pages, on_gpu(), in_stream);
+    CHECK(cudaStreamSynchronize(in_stream));
+  });
   move_pages(data, 0, pages / 2, on_host(), out_stream);
-  move_pages(data, pages / 2, pages, on_gpu(), in_stream);
   CHECK(cudaStreamSynchronize(out_stream));
-  CHECK(cudaStreamSynchronize(in_stream));
+  in_thread.join();
   const double duplex = gbps(bytes, seconds_since(start));
 
   // Faulted in by one kernel pass.
@@ -153,6 +155,17 @@ int main(int argc, char** argv) {
     CHECK(cudaStreamSynchronize(in_stream));
     return one_pass(data, bytes, sink);
   }());
+
+  // Whether the device memory the pages left can be had by an ordinary
+  // allocation (the driver taking back what unified memory keeps): every
+  // page on the host, then the free memory the job had with them on the
+  // GPU and 3/4 of them.
+  move_pages(data, 0, pages, on_host(), out_stream);
+  CHECK(cudaStreamSynchronize(out_stream));
+  void* beside = nullptr;
+  const bool reclaimable = cudaMalloc(&beside, free_resident + bytes * 3 / 4) == cudaSuccess;
+  if (reclaimable) CHECK(cudaFree(beside));
+  (void)cudaGetLastError();
 
   const auto signed_mib = [](size_t later, size_t earlier) {
     return (static_cast<double>(later) - static_cast<double>(earlier)) / (1 << 20);
