@@ -175,6 +175,19 @@ CUmemLocation device_location(DeviceId device) noexcept {
   return location;
 }
 
+// Where a prefetch sends its pages: the host, or a device (kNoDevice when
+// `device_valid` is false).
+Status prefetch_location(PrefetchTarget target, bool device_valid, CUmemLocation* location) noexcept {
+  if (target.to_host) {
+    *location = CUmemLocation{};
+    location->type = CU_MEM_LOCATION_TYPE_HOST;
+    return Status::ok();
+  }
+  if (!device_valid) return Errc::kNoDevice;
+  *location = device_location(target.device);
+  return Status::ok();
+}
+
 // What every chunk is created with; the granularity is asked with the same,
 // since the handle type and flags can change it.
 CUmemAllocationProp chunk_properties(DeviceId device, const Capabilities& caps) noexcept {
@@ -765,13 +778,8 @@ Status CudaDriver::managed_advise(void* ptr, size_t bytes, ManagedAdvice advice,
 
 Status CudaDriver::managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target, StreamHandle stream) noexcept {
   if (api_->cuMemPrefetchAsync == nullptr) return Errc::kNotSupported;
-  CUmemLocation location = device_location(target.device);
-  if (target.to_host) {
-    location = CUmemLocation{};
-    location.type = CU_MEM_LOCATION_TYPE_HOST;
-  } else if (!valid(target.device)) {
-    return Errc::kNoDevice;
-  }
+  CUmemLocation location{};
+  ZICO_RETURN_IF_ERROR(prefetch_location(target, valid(target.device), &location));
   ContextScope scope;
   ZICO_RETURN_IF_ERROR(enter_any(&scope));
   return from_cu(api_->cuMemPrefetchAsync(device_ptr(ptr), bytes, location, 0, cu_stream(stream)));
@@ -787,13 +795,8 @@ Status CudaDriver::managed_prefetch_batch(std::span<const VaRange> ranges, Prefe
       batch_prefetch_refused_.load(std::memory_order_relaxed)) {
     return Driver::managed_prefetch_batch(ranges, target, stream);
   }
-  CUmemLocation location = device_location(target.device);
-  if (target.to_host) {
-    location = CUmemLocation{};
-    location.type = CU_MEM_LOCATION_TYPE_HOST;
-  } else if (!valid(target.device)) {
-    return Errc::kNoDevice;
-  }
+  CUmemLocation location{};
+  ZICO_RETURN_IF_ERROR(prefetch_location(target, valid(target.device), &location));
   std::vector<CUdeviceptr> bases;
   std::vector<size_t> sizes;
   try {

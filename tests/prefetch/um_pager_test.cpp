@@ -452,18 +452,26 @@ TEST(UmPager, KeepsTheBudgetOnTheDeviceOnRandomStreams) {
   }
 }
 
+// A committed trace's access stream (3 iterations) and half its peak as the
+// budget (at least its largest op), or a test failure.
+void committed_trace(const char* name, AccessStream* stream, uint64_t* budget) {
+  trace::Trace trace;
+  std::string error;
+  ASSERT_TRUE(trace::read_trace_file(std::string(ZICO_SOURCE_DIR) + "/tools/traces/" + name + ".ztrace.gz", &trace,
+                                     &error)
+                  .is_ok())
+      << error;
+  ASSERT_TRUE(page::build_access_stream(trace, kPage, 3, stream, &error)) << error;
+  const StreamFacts facts = stream_facts(*stream);
+  *budget = std::max<uint64_t>(facts.peak_live_bytes / 2, uint64_t{facts.max_op_pages} * kPage);
+}
+
 TEST(UmPager, RunsTheCommittedTracesAsFastAsThePagingSimulatorSays) {
   for (const char* name : {"resnet110", "mobilenet_v2", "bert_base"}) {
-    trace::Trace trace;
-    std::string error;
-    ASSERT_TRUE(trace::read_trace_file(std::string(ZICO_SOURCE_DIR) + "/tools/traces/" + name + ".ztrace.gz",
-                                       &trace, &error)
-                    .is_ok())
-        << error;
     AccessStream stream;
-    ASSERT_TRUE(page::build_access_stream(trace, kPage, 3, &stream, &error)) << error;
-    const StreamFacts facts = stream_facts(stream);
-    const uint64_t budget = std::max<uint64_t>(facts.peak_live_bytes / 2, uint64_t{facts.max_op_pages} * kPage);
+    uint64_t budget = 0;
+    ASSERT_NO_FATAL_FAILURE(committed_trace(name, &stream, &budget));
+    std::string error;
     for (const std::string_view policy : kPolicyNames) {
       page::PagingOptions options;
       options.budget_bytes = budget;
@@ -497,15 +505,10 @@ TEST(UmPager, RunsTheCommittedTracesAsFastAsThePagingSimulatorSays) {
 // pages as one range, not one call a page (bert_base at half its peak:
 // 47772 pages in 27240 calls).
 TEST(UmPager, MovesAPolicysPagesInFewDriverCalls) {
-  trace::Trace trace;
-  std::string error;
-  ASSERT_TRUE(trace::read_trace_file(std::string(ZICO_SOURCE_DIR) + "/tools/traces/bert_base.ztrace.gz", &trace, &error)
-                  .is_ok())
-      << error;
   AccessStream stream;
-  ASSERT_TRUE(page::build_access_stream(trace, kPage, 3, &stream, &error)) << error;
-  const StreamFacts facts = stream_facts(stream);
-  const uint64_t budget = std::max<uint64_t>(facts.peak_live_bytes / 2, uint64_t{facts.max_op_pages} * kPage);
+  uint64_t budget = 0;
+  ASSERT_NO_FATAL_FAILURE(committed_trace("bert_base", &stream, &budget));
+  std::string error;
   page::UmReplayResult live;
   ASSERT_TRUE(page::run_um_replay(stream, "zico", budget, TransferModel{}, &live, &error)) << error;
   const uint64_t moves = live.pager.prefetches + live.pager.evictions + live.pager.room_evictions;
