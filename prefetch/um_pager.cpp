@@ -1,8 +1,8 @@
 #include "um_pager.h"
 
 #include <algorithm>
-#include <new>
 #include <iterator>
+#include <new>
 
 #include "log.h"
 #include "sizes.h"
