@@ -276,6 +276,7 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
   prefetch::UmPagerOptions pager_options;
   pager_options.policy = config_.paging_policy;
   pager_options.learn_from_faults = config_.fault_reports;
+  if (config_.host_bytes_per_second) pager_options.model = pager_options.model.on_link(*config_.host_bytes_per_second);
   pager_options.budget_bytes = under_node ? lent : config_.budget.value_or(caps.total_memory);
   std::unique_ptr<prefetch::UmPager> pager;
   if (Status status = prefetch::UmPager::create(*driver_, device, (*allocator)->arena(), (*allocator)->chunk_bytes(),
@@ -285,9 +286,10 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
     allocator->reset();
     return status;
   }
-  ZICO_LOG(kInfo, "device %d: unified memory, arena %s, %s on the GPU at most, paging policy %s", device.value,
-           format_size((*allocator)->arena().bytes).c_str(), format_size(pager->budget_bytes()).c_str(),
-           config_.paging_policy.c_str());
+  ZICO_LOG(kInfo, "device %d: unified memory, arena %s, %s on the GPU at most, paging policy %s, planned on a "
+           "%.1f GB/s host link", device.value, format_size((*allocator)->arena().bytes).c_str(),
+           format_size(pager->budget_bytes()).c_str(), config_.paging_policy.c_str(),
+           static_cast<double>(pager->link_bytes_per_second()) / 1e9);
   if (under_node) {
     // The daemon's grants set the pager's budget from now on, up to ZICO_BUDGET if one is set.
     node_->attach_pages(device, new PagerShare(*pager), config_.budget.value_or(UINT64_MAX));  // forever

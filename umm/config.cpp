@@ -39,6 +39,9 @@ constexpr OptionInfo kOptions[] = {
     {"ZICO_ARENA_SIZE", "vmm: 4 x device memory; um: the device's free memory", "size > 0",
      "address space reserved per device; allocations keep their addresses inside it (UM mode: the managed memory "
      "the job may allocate; more than the GPU has free can hang some GPUs)"},
+    {"ZICO_HOST_BANDWIDTH", "55GB/s", "size per second > 0, e.g. 25GB/s",
+     "UM mode: the host link each way (PCIe Gen5 x16 about 55GB/s, Gen4 about 25GB/s): what the pager plans "
+     "its moves with, and the sim backend's device moves them at; the fault path scales with it"},
     {"ZICO_SIM_CAPACITY", "80GiB", "size > 0", "sim backend: memory of each simulated device"},
     {"ZICO_SIM_GRANULARITY", "2MiB", "power of two, 4KiB..1GiB", "sim backend: allocation granularity"},
     {"ZICO_SIM_DEVICES", "1", "integer 1..64", "sim backend: number of simulated devices"},
@@ -157,6 +160,16 @@ Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
   }
   if (const char* v = lookup("ZICO_ARENA_SIZE")) {
     ZICO_RETURN_IF_ERROR(parse_size_option("ZICO_ARENA_SIZE", v, &config.arena_size, error));
+  }
+  if (const char* v = lookup("ZICO_HOST_BANDWIDTH")) {
+    std::string_view rate = v;
+    if (rate.ends_with("/s")) rate.remove_suffix(2);
+    const std::optional<uint64_t> bytes = parse_size(rate);
+    if (!bytes || *bytes == 0) {
+      *error = bad_value("ZICO_HOST_BANDWIDTH", v, "a size per second above 0, e.g. 25GB/s or 12GiB/s");
+      return Status(Errc::kConfigError);
+    }
+    config.host_bytes_per_second = static_cast<double>(*bytes);
   }
   std::optional<uint64_t> size;
   if (const char* v = lookup("ZICO_SIM_CAPACITY")) {

@@ -34,6 +34,10 @@ struct Config {
   bool static_runtimes = false;  // libzicoum/dlsym_interpose.cpp reads it itself, before any runtime
   std::optional<uint64_t> chunk_size;  // nullopt: the driver's granularity
   std::optional<uint64_t> arena_size;  // VA per device; nullopt: 4x device memory
+  // UM mode: the host link's rate each way; nullopt: the transfer model's
+  // (an H100 on PCIe Gen5). The pager plans with it, and the sim backend's
+  // device moves pages at it.
+  std::optional<double> host_bytes_per_second;
   uint64_t sim_capacity = uint64_t{80} << 30;
   uint64_t sim_granularity = uint64_t{2} << 20;
   int sim_devices = 1;

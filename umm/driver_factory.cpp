@@ -13,6 +13,8 @@ Status open_driver(const Config& config, std::unique_ptr<Driver>* out, std::stri
     options.granularity = config.sim_granularity;
     options.process_memory = config.sim_process_memory;
     options.capturing_stream = config.sim_capturing_stream;
+    // The device's link as the pager's model sees it.
+    if (config.host_bytes_per_second) options.managed_costs = options.managed_costs.on_link(*config.host_bytes_per_second);
     try {
       *out = std::make_unique<SimDriver>(options);
     } catch (const std::bad_alloc&) {

@@ -2,8 +2,9 @@
 # UM mode end to end on the simulated backend: a job replaying BERT-base's
 # memory and kernels (trace_job --ops) completes with half its peak as the
 # budget, every block's contents intact, the GPU's share never above the
-# budget; the same job in VMM mode fails with out-of-memory; bad values of
-# ZICO_MODE and ZICO_PAGING_POLICY are named.
+# budget; at a slower ZICO_HOST_BANDWIDTH it runs slower; the same job in
+# VMM mode fails with out-of-memory; bad values of ZICO_MODE,
+# ZICO_PAGING_POLICY and ZICO_HOST_BANDWIDTH are named.
 # Usage: um_mode_test.sh ZICO_RUN TRACE_JOB TRACE
 set -euo pipefail
 zico_run=$1 trace_job=$2 trace=$3
@@ -21,6 +22,21 @@ for policy in zico deepum um; do
   [[ $allocated -gt $((budget * 2 - budget / 10)) ]] || fail "policy $policy: the job allocated only $allocated bytes"
   grep -q 'clock=modelled' <<<"$out" || fail "policy $policy: no modelled clock"
 done
+
+# A slower host link (PCIe Gen4's, against the default Gen5) makes the same job slower on the modelled clock.
+mean_at() {
+  ZICO_HOST_BANDWIDTH=$1 "$zico_run" --backend sim --mode um --budget $budget -- "$trace_job" --ops --trace "$trace" \
+    --iterations 3 | sed -n 's/.* mean_iter_s=\([0-9.]*\).*/\1/p'
+}
+gen5=$(mean_at 55GB/s) gen4=$(mean_at 25GB/s)
+python3 -c 'import sys; sys.exit(0 if float(sys.argv[2]) > 1.5 * float(sys.argv[1]) else 1)' "$gen5" "$gen4" ||
+  fail "at 25GB/s the job ran $gen4 s an iteration, at 55GB/s $gen5 s: the link did not slow it"
+log=$(ZICO_LOG=info ZICO_HOST_BANDWIDTH=25GB/s "$zico_run" --backend sim --mode um --budget $budget -- "$trace_job" \
+      --ops --trace "$trace" --iterations 1 2>&1 >/dev/null)
+grep -q "planned on a 25.0 GB/s host link" <<<"$log" || fail "the pager does not plan on the link it was given: $log"
+err=$(ZICO_BACKEND=sim ZICO_MODE=um ZICO_HOST_BANDWIDTH=fast "$trace_job" --ops --trace "$trace" --iterations 1 2>&1) &&
+  fail "ZICO_HOST_BANDWIDTH=fast accepted"
+grep -q "ZICO_HOST_BANDWIDTH='fast' is not valid" <<<"$err" || fail "unclear error: $err"
 
 if err=$("$zico_run" --backend sim --mode vmm --budget $budget -- "$trace_job" --ops --trace "$trace" \
          --iterations 3 2>&1); then

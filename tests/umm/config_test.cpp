@@ -27,6 +27,7 @@ TEST(Config, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(config.log_level, LogLevel::kWarn);
   EXPECT_EQ(config.mode, Mode::kVmm);
   EXPECT_EQ(config.paging_policy, "zico");
+  EXPECT_FALSE(config.host_bytes_per_second.has_value()) << "the transfer model's own";
 }
 
 TEST(Config, ReadsEveryVariable) {
@@ -43,6 +44,7 @@ TEST(Config, ReadsEveryVariable) {
                     {"ZICO_MODE", "um"},
                     {"ZICO_PAGING_POLICY", "deepum"},
                     {"ZICO_FAULT_REPORTS", "on"},
+                    {"ZICO_HOST_BANDWIDTH", "25GB/s"},
                     {"ZICO_JOB_NAME", "bert fine-tune #3"}},
                    &config, &error)
                   .is_ok())
@@ -58,6 +60,7 @@ TEST(Config, ReadsEveryVariable) {
   EXPECT_EQ(config.mode, Mode::kUm);
   EXPECT_EQ(config.paging_policy, "deepum");
   EXPECT_TRUE(config.fault_reports);
+  EXPECT_EQ(config.host_bytes_per_second, 25e9);
   EXPECT_EQ(config.job_name, "bert fine-tune #3");
 }
 
@@ -75,6 +78,8 @@ TEST(Config, BadValuesNameTheVariableValueAndForm) {
       {"ZICO_PAGING_POLICY", "lru", "zico, deepum, autoswap or um"},
       {"ZICO_JOB_NAME", "", "printable ASCII"},      {"ZICO_JOB_NAME", "a\tb", "printable ASCII"},
       {"ZICO_STATIC_RUNTIMES", "yes", "on or off"},  {"ZICO_FAULT_REPORTS", "cupti", "on or off"},
+      {"ZICO_HOST_BANDWIDTH", "fast", "e.g. 25GB/s"},  {"ZICO_HOST_BANDWIDTH", "0GB/s", "above 0"},
+      {"ZICO_HOST_BANDWIDTH", "/s", "size per second"},
   };
   for (const auto& [name, value, form] : cases) {
     Config config;

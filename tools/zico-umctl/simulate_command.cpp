@@ -721,10 +721,7 @@ int run_find_budget(const std::vector<simulate::JobModel>& models, const Options
 // model's copy and fault-path rates scaled to --host-bandwidth.
 page::PagingCostOptions paging_cost_options(const simulate::SimulationOptions& sim) {
   page::PagingCostOptions options;
-  const double scale = sim.host_bytes_per_second / options.model.h2d_bytes_per_s;
-  options.model.h2d_bytes_per_s = sim.host_bytes_per_second;
-  options.model.d2h_bytes_per_s *= scale;
-  options.model.fault_bytes_per_s *= scale;
+  options.model = options.model.on_link(sim.host_bytes_per_second);
   return options;
 }
 
