@@ -294,7 +294,8 @@ fi
 # --- 8. GPT-2 small and ResNet-50 in UM mode under half their peak: zico's paging against demand paging ---
 # um_model_step STEP MODEL PREFIX ARENA: a native run (the losses and the time
 # to match), then zicoum's `zico` policy and plain demand paging (`um`), each
-# under half the native peak.
+# under half the native peak; where um_transfer ran first, `zico` once more
+# planned on the link it measured (ZICO_HOST_BANDWIDTH, the slower direction).
 um_model_step() {
   local step=$1 model=$2 prefix=$3 arena=$4
   if ((torch_ok < 0)); then
@@ -317,18 +318,28 @@ um_model_step() {
     record "$step" failed "the native run failed: see ${prefix}_native.log"
     return
   fi
-  local half=$(((peak / 2) >> 21 << 21)) ok=1 policy
-  for policy in zico um; do
-    run_step "${prefix}_$policy" 150 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE="$arena" ZICO_PAGING_POLICY=$policy \
-      "$bin/zico-run" --backend cuda --mode um --budget "$half" -- "${train[@]}" --mark-iterations --zico-stats || ok=0
-    python3 "$repo/tests/gpu/compare_training.py" --against "$out/${prefix}_native.log" "$out/${prefix}_$policy.log" "$half" \
-      >"$out/${prefix}_$policy.json"
+  local half=$(((peak / 2) >> 21 << 21)) ok=1 run link
+  link=$(python3 -c 'import json,sys; f=json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1]); r=min(f["h2d_gbps"], f["d2h_gbps"]); print(f"{r:.2f}GB/s" if r > 0 else "")' \
+    "$out/um_transfer.log" 2>/dev/null)
+  local runs=(zico um)
+  [[ -n $link ]] && runs+=(zico_link)
+  for run in "${runs[@]}"; do
+    local policy=${run%_link} bandwidth=()
+    [[ $run == zico_link ]] && bandwidth=(ZICO_HOST_BANDWIDTH="$link")
+    run_step "${prefix}_$run" 150 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE="$arena" ZICO_PAGING_POLICY=$policy \
+      "${bandwidth[@]}" "$bin/zico-run" --backend cuda --mode um --budget "$half" -- "${train[@]}" --mark-iterations \
+      --zico-stats || ok=0
+    python3 "$repo/tests/gpu/compare_training.py" --against "$out/${prefix}_native.log" "$out/${prefix}_$run.log" "$half" \
+      >"$out/${prefix}_$run.json"
   done
   local figures
-  figures=$(python3 - "$out/${prefix}_zico.json" "$out/${prefix}_um.json" <<'PY'
-import json, sys
+  figures=$(python3 - "$out/${prefix}_zico.json" "$out/${prefix}_um.json" "$out/${prefix}_zico_link.json" "$link" <<'PY'
+import json, os, sys
 zico, demand = (json.load(open(path)) for path in sys.argv[1:3])
-print(json.dumps({"zico_policy": zico, "demand_paging": demand}))
+figures = {"zico_policy": zico, "demand_paging": demand}
+if sys.argv[4] and os.path.exists(sys.argv[3]):
+    figures["zico_policy_on_measured_link"] = dict(json.load(open(sys.argv[3])), link=sys.argv[4])
+print(json.dumps(figures))
 PY
 )
   if ((ok)) && python3 -c 'import json,sys; f=json.loads(sys.argv[1]); sys.exit(0 if all(f[k]["equal"] and f[k].get("within_budget") for k in f) and f["zico_policy"].get("kernels") and f["zico_policy"].get("evicted_pages") else 1)' "$figures"; then
