@@ -46,6 +46,9 @@ def main():
         jobs = result["phases"]["static"]["jobs"]
         assert jobs[1]["start_s"] >= jobs[0]["end_s"] - 0.05, jobs
         assert result["throughput_ratio"] > 0
+        # The job zico slowed most against static, named with its ratio.
+        slowest = result["slowest_against_static"]
+        assert slowest["name"] in ("bert_base", "vit_b_16") and slowest["iteration_ratio"] > 0, slowest
 
         # With zico-umd's turns, below the pair's best overlap (10.58 GiB):
         # the jobs finish and the budget holds.

@@ -30,6 +30,25 @@ double slowdown(const JobRun& job) {
   return ideal > 0 ? job.number("mean_iter_s") / ideal : 0;
 }
 
+// The job that zico slowed most against static partitioning, per iteration:
+// the trade-off behind the aggregate figure (under zico a job runs beside
+// more others and waits at its peaks; under static it waits to start).
+struct Tradeoff {
+  size_t job = 0;
+  double ratio = 0;  // zico's mean iteration / static's
+};
+
+Tradeoff largest_tradeoff(const PhaseRun& zico, const PhaseRun& fixed) {
+  Tradeoff worst;
+  for (size_t i = 0; i < zico.jobs.size() && i < fixed.jobs.size(); ++i) {
+    const double static_iter = fixed.jobs[i].number("mean_iter_s");
+    if (static_iter <= 0) continue;
+    const double ratio = zico.jobs[i].number("mean_iter_s") / static_iter;
+    if (ratio > worst.ratio) worst = Tradeoff{i, ratio};
+  }
+  return worst;
+}
+
 std::string json_string(const std::string& text) {
   std::string out = "\"";
   for (const char c : text) {
@@ -180,7 +199,14 @@ void print_table(const DemoSetup& setup, const PhaseRun& zico, const PhaseRun& f
                 slowdown(s));
   }
   std::printf("(slow: mean iteration / the trace's own; delay: time blocked in zicoum, at iteration gates and in\n"
-              " allocations; reserve: its peak alone under zicoum's allocator; start: when that fit)\n\n");
+              " allocations; reserve: its peak alone under zicoum's allocator; start: when that fit)\n");
+  if (const Tradeoff t = largest_tradeoff(zico, fixed); t.ratio > 1.05) {
+    std::printf("The trade-off: %s's iterations took %.2fx as long under zico as under static (more jobs sharing\n"
+                "the GPU at once, and %.2f s blocked in zicoum at its gates and in allocations); static made it wait\n"
+                "%.2f s to start instead.\n",
+                setup.jobs[t.job].name.c_str(), t.ratio, zico.jobs[t.job].number("delay_s"), fixed.jobs[t.job].start_s);
+  }
+  std::printf("\n");
 
   std::printf("%-8s %9s %7s %7s %10s %9s %8s %14s %10s\n", "phase", "makespan", "it/s", "it/s*", "peak held",
               "reserved", "budget", "budget kept", "yields");
@@ -220,7 +246,11 @@ void print_json(const DemoSetup& setup, const PhaseRun& zico, const PhaseRun& fi
            ", \"reservation_bytes\": " + std::to_string(model_bytes(setup, job.reservation_bytes)) + "}";
   }
   const double ratio = fixed.iterations_per_s() > 0 ? zico.iterations_per_s() / fixed.iterations_per_s() : 0;
-  out += "], \"phases\": {\"zico\": " + phase_json(setup, zico) + ", \"static\": " + phase_json(setup, fixed) +
+  const Tradeoff tradeoff = largest_tradeoff(zico, fixed);
+  out += "], \"slowest_against_static\": {\"name\": " +
+         json_string(tradeoff.ratio > 0 ? setup.jobs[tradeoff.job].name : std::string()) +
+         ", \"iteration_ratio\": " + json_number(tradeoff.ratio) + "}";
+  out += ", \"phases\": {\"zico\": " + phase_json(setup, zico) + ", \"static\": " + phase_json(setup, fixed) +
          "}, \"throughput_ratio\": " + json_number(ratio) + ", \"budget_exceeded\": " +
          (zico.samples_over_budget + fixed.samples_over_budget > 0 ? "true" : "false") +
          ", \"wall_s\": " + json_number(wall_s) + "}\n";
