@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "driver_factory.h"
+#include "host_link.h"
 #include "host_store.h"
 #include "node_client.h"
 #include "nvme_store.h"
@@ -276,7 +277,9 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
   prefetch::UmPagerOptions pager_options;
   pager_options.policy = config_.paging_policy;
   pager_options.learn_from_faults = config_.fault_reports;
-  if (config_.host_bytes_per_second) pager_options.model = pager_options.model.on_link(*config_.host_bytes_per_second);
+  if (config_.host_bytes_per_second) {
+    pager_options.model = on_host_link(pager_options.model, *config_.host_bytes_per_second);
+  }
   pager_options.budget_bytes = under_node ? lent : config_.budget.value_or(caps.total_memory);
   std::unique_ptr<prefetch::UmPager> pager;
   if (Status status = prefetch::UmPager::create(*driver_, device, (*allocator)->arena(), (*allocator)->chunk_bytes(),

@@ -35,15 +35,6 @@ uint64_t TransferModel::fault_evict_ns(uint64_t bytes) const {
   return seconds_to_ns(static_cast<double>(bytes), d2h_bytes_per_s);
 }
 
-TransferModel TransferModel::on_link(double host_bytes_per_s) const {
-  TransferModel model = *this;
-  const double scale = host_bytes_per_s / h2d_bytes_per_s;
-  model.h2d_bytes_per_s = host_bytes_per_s;
-  model.d2h_bytes_per_s *= scale;
-  model.fault_bytes_per_s *= scale;
-  return model;
-}
-
 std::string TransferModel::invalid_field() const {
   auto positive = [](double v) { return std::isfinite(v) && v > 0; };
   if (!positive(h2d_bytes_per_s)) return "h2d_bytes_per_s " + std::to_string(h2d_bytes_per_s) + " (must be > 0)";

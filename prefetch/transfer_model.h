@@ -63,10 +63,6 @@ struct TransferModel {
   // Write-back of `bytes` evicted on the fault path (link rate).
   [[nodiscard]] uint64_t fault_evict_ns(uint64_t bytes) const;
 
-  // The same model on a host link of `host_bytes_per_s` each way: the copy
-  // rates set to it and the fault path's scaled with them.
-  [[nodiscard]] TransferModel on_link(double host_bytes_per_s) const;
-
   // Empty when every field is usable; otherwise names the first bad one and
   // its value.
   [[nodiscard]] std::string invalid_field() const;

@@ -1,6 +1,7 @@
 #include "driver_factory.h"
 
 #include "cuda_driver.h"
+#include "host_link.h"
 #include "sim_driver.h"
 
 namespace zico {
@@ -14,7 +15,9 @@ Status open_driver(const Config& config, std::unique_ptr<Driver>* out, std::stri
     options.process_memory = config.sim_process_memory;
     options.capturing_stream = config.sim_capturing_stream;
     // The device's link as the pager's model sees it.
-    if (config.host_bytes_per_second) options.managed_costs = options.managed_costs.on_link(*config.host_bytes_per_second);
+    if (config.host_bytes_per_second) {
+      options.managed_costs = on_host_link(options.managed_costs, *config.host_bytes_per_second);
+    }
     try {
       *out = std::make_unique<SimDriver>(options);
     } catch (const std::bad_alloc&) {

@@ -60,17 +60,6 @@ struct SimManagedCosts {
   double fault_bytes_per_s = 20e9;
   uint32_t fault_batch_pages = 256;
   uint64_t fault_batch_ns = 45000;
-
-  // The same costs on a host link of `host_bytes_per_s` each way, the fault
-  // path scaled with it (as TransferModel::on_link).
-  [[nodiscard]] SimManagedCosts on_link(double host_bytes_per_s) const {
-    SimManagedCosts costs = *this;
-    const double scale = host_bytes_per_s / h2d_bytes_per_s;
-    costs.h2d_bytes_per_s = host_bytes_per_s;
-    costs.d2h_bytes_per_s *= scale;
-    costs.fault_bytes_per_s *= scale;
-    return costs;
-  }
 };
 
 // What the device's unified memory did so far.

@@ -10,6 +10,7 @@
 #include "command_args.h"
 #include "exhaustive_bound.h"
 #include "exit_status.h"
+#include "host_link.h"
 #include "job_model.h"
 #include "json_writer.h"
 #include "paging_cost_curve.h"
@@ -721,7 +722,7 @@ int run_find_budget(const std::vector<simulate::JobModel>& models, const Options
 // model's copy and fault-path rates scaled to --host-bandwidth.
 page::PagingCostOptions paging_cost_options(const simulate::SimulationOptions& sim) {
   page::PagingCostOptions options;
-  options.model = options.model.on_link(sim.host_bytes_per_second);
+  options.model = on_host_link(options.model, sim.host_bytes_per_second);
   return options;
 }
 
