@@ -10,8 +10,10 @@ falls as the budget grows (by more than 1 %). With --band: every pair and
 triple of the committed traces (repeats allowed, 156 combinations) at
 summed peaks / 1.3, 1.45 and 1.6; runs where some job cannot fit at all are
 counted apart, and the rest are listed when zico is below 0.9 x unlimited or
-below 0.95 x the best simpler policy. Each run is compared with the others
-on the same inputs. Give several zico-umctl binaries to compare builds on
+below 0.95 x the best simpler policy. zico and static each run with their
+best launch plan (`simulate --launch best`, the default); zico launched with
+every job at once (the time-shift scheduler alone) is reported beside it.
+Each run is compared with the others on the same inputs. Give several zico-umctl binaries to compare builds on
 the same budgets (docs/benchmarks.md). Simulated time: the figures do not
 depend on the machine's load.
 
@@ -38,6 +40,11 @@ def best_simpler(results):
     """The simpler policy with the most throughput in a --policy all result, and that throughput."""
     name = max(SIMPLER, key=lambda p: results[p]["aggregate_iters_per_s"])
     return name, results[name]["aggregate_iters_per_s"]
+
+
+def together(z):
+    """zico's throughput with every job launched at once (reported beside its best plan)."""
+    return z.get("launched_together", z)["aggregate_iters_per_s"]
 
 
 def simulate(umctl, args):
@@ -77,7 +84,7 @@ def sweep_budgets(options, common):
         bound = simulate(options.umctl[0], ["--budget", str(top)] + common + traces)["exhaustive"]["peak_bytes"]
         line = []
         for umctl in options.umctl:
-            case_ratios, case_versus, case_falls = [], [], 0
+            case_ratios, case_versus, case_falls, case_together = [], [], 0, []
             factor = 1.0
             while bound * factor < top:
                 everything = simulate(umctl, ["--policy", "all", "--budget", str(int(bound * factor))] + common + traces)
@@ -88,13 +95,16 @@ def sweep_budgets(options, common):
                     case_falls += 1
                 case_ratios.append(z["aggregate_iters_per_s"] / unlimited["aggregate_iters_per_s"])
                 case_versus.append(z["aggregate_iters_per_s"] / best_simpler(everything)[1])
+                case_together.append(together(z) / unlimited["aggregate_iters_per_s"])
                 factor += options.step
             ratios[umctl] += case_ratios
             versus[umctl] += case_versus
             falls[umctl] += case_falls
             line.append(f"{umctl}: vs unlimited min {min(case_ratios):.3f} mean {sum(case_ratios) / len(case_ratios):.3f} "
                         f"below 0.9: {sum(r < 0.9 for r in case_ratios)} of {len(case_ratios)}; "
-                        f"vs the best simpler policy min {min(case_versus):.3f}; falls as the budget grows: {case_falls}")
+                        f"vs the best simpler policy min {min(case_versus):.3f}; falls as the budget grows: {case_falls}; "
+                        f"launched together: vs unlimited min {min(case_together):.3f}, "
+                        f"below 0.9: {sum(r < 0.9 for r in case_together)}")
         print(f"{'+'.join(case)}: " + " | ".join(line), flush=True)
     for umctl, values in ratios.items():
         print(f"{umctl}: zico / unlimited over {len(values)} runs: min {min(values):.3f}, "
@@ -107,7 +117,7 @@ def band(options, common):
     names = sorted(f[: -len(".ztrace.gz")] for f in os.listdir(TRACES) if f.endswith(".ztrace.gz"))
     cases = [c for k in (2, 3) for c in itertools.combinations_with_replacement(names, k)]
     counts = {u: {"runs": 0, "cannot_fit": 0, "below": 0, "turns": 0, "stretched": [], "other": 0, "loses": 0,
-                  "versus": []}
+                  "versus": [], "together_versus": [], "together_below": 0}
               for u in options.umctl}
     for case in cases:
         traces = [os.path.join(TRACES, f"{name}.ztrace.gz") for name in case]
@@ -129,6 +139,9 @@ def band(options, common):
                 simpler, simpler_rate = best_simpler(everything)
                 versus = z["aggregate_iters_per_s"] / simpler_rate
                 c["versus"].append(versus)
+                together_vs = together(z) / unlimited["aggregate_iters_per_s"]
+                c["together_versus"].append(together(z) / simpler_rate)
+                c["together_below"] += together_vs < 0.9
                 if versus < 0.95:
                     c["loses"] += 1
                 if vs >= 0.9 and versus >= 0.95:
@@ -138,7 +151,8 @@ def band(options, common):
                 bound = z.get("exhaustive", {}).get("peak_bytes", 0)
                 print(f"{umctl}: {'+'.join(case)} at summed peaks / {ratio}: {vs:.3f} x unlimited, "
                       f"{versus:.3f} x {simpler} (the best simpler policy), "
-                      f"budget {int(budget) / bound if bound else 0:.3f} x the bound's peak, {z['yields']} yields; "
+                      f"budget {int(budget) / bound if bound else 0:.3f} x the bound's peak, {z['yields']} yields, "
+                      f"plan {plan_text(z)}, launched together {together_vs:.3f} x unlimited; "
                       + (below_bound(z, unlimited, c) if vs < 0.9 else "above 0.9 x unlimited"), flush=True)
     for umctl, c in counts.items():
         print(f"{umctl}: {c['runs']} runs, {c['cannot_fit']} with a job that cannot fit; of the rest, zico / the "
@@ -147,7 +161,17 @@ def band(options, common):
               f"without moving memory off the GPU every iteration, {len(c['stretched'])} where fixed offsets fit "
               f"on a longer cycle" + (f" (zico / that schedule {min(c['stretched']):.3f} to "
                                       f"{max(c['stretched']):.3f})" if c["stretched"] else "")
-              + f", {c['other']} other")
+              + f", {c['other']} other; launched together: zico / the best simpler policy "
+              f"min {min(c['together_versus']):.3f}, {sum(v < 0.95 for v in c['together_versus'])} below 0.95, "
+              f"{c['together_below']} below 0.9 x unlimited")
+
+
+def plan_text(z):
+    """'together', or the launch order and cap of zico's best plan."""
+    plan = z.get("launch_plan")
+    if plan is None or plan["max_running"] is None:
+        return "together"
+    return f"{'>'.join(plan['order'])} at most {plan['max_running']}"
 
 
 def below_bound(z, unlimited, counts):

@@ -36,6 +36,7 @@ refuses --budget 12GiB --utilization 1.5 "$bert" "'1.5' is not in (0, 1]"
 refuses --budget 12GiB --utilization half "$bert" "'half'"
 refuses --budget 12GiB --host-bandwidth fast "$bert" "'fast' is not a rate; expected a size per second"
 refuses --budget 12GiB --host-bandwidth 0GB/s "$bert" "'0GB/s'"
+refuses --budget 12GiB --launch sometimes "$bert" "--launch 'sometimes' is not a launch; expected best or together"
 refuses --budget-schedule 1s:4GiB "$bert" "must start at 0s, not at '1s'"
 refuses --budget-schedule 0s:4GiB,0s:8GiB "$bert" "times must increase: '0s'"
 refuses --budget-schedule 0s:4GiB,5x:8GiB "$bert" "time '5x' is not a duration; expected an integer with a unit"
@@ -96,12 +97,24 @@ z = d["zico"]
 assert {"vs_sequential", "vs_static", "vs_fcfs"} <= set(z), list(z)
 assert len(z["exhaustive"]["offsets_s"]) == 2 and z["exhaustive"]["peak_bytes"] > 0, z["exhaustive"]
 assert "exhaustive" not in d["fcfs"]
-assert "stretched" not in z["exhaustive"], "16 GiB is above the bound"'
+assert "stretched" not in z["exhaustive"], "16 GiB is above the bound"
+for name in ("static", "zico"):
+    plan = d[name]["launch_plan"]
+    assert sorted(plan["order"]) == ["bert_base", "vit_b_16"] and plan["max_running"] in (None, 1), (name, plan)
+assert "launch_plan" not in d["fcfs"] and "launched_together" not in d["static"]
+t = z["launched_together"]
+assert 0 < t["aggregate_iters_per_s"] <= z["aggregate_iters_per_s"] and t["failed_jobs"] == 0, t
+assert abs(t["vs_static"] * d["static"]["aggregate_iters_per_s"] - t["aggregate_iters_per_s"]) < 1e-6, t'
 for policy in unlimited sequential static fcfs zico; do
   f=$tmp/plot-$policy.svg
   { [ -s "$f" ] && head -c 4 "$f" | grep -q "<svg" && tail -n 1 "$f" | grep -q "</svg>"; } || fail "plot $f"
 done
 grep -q 'id="budget"' "$tmp/plot-zico.svg" || fail "zico's plot has a budget line"
+
+# Launched together: every job at once in the order given, and said so.
+run --budget 16GiB --iterations 3 --launch together "$vit" "$bert"
+[ "$status" -eq 0 ] && grep -q "plan: launched in the order vit_b_16, bert_base; all together" "$out" ||
+  fail "--launch together"
 
 # Below the bound's peak (10.58 GiB): at 10.4 GiB fixed offsets fit on a
 # longer cycle; at 9.5 GiB bert_base's peak and vit_b_16's least do not fit.

@@ -18,10 +18,13 @@ using testing::kGiB;
 using testing::kMs;
 using testing::model_of;
 
+// zico launches every job at once here, so the tests see the time-shift
+// scheduler's own decisions (the launch plan search has tests of its own).
 SimulationResult run(const std::vector<JobModel>& jobs, Policy policy, std::vector<BudgetStep> budget,
                      uint32_t iterations = 10, std::optional<double> utilization = std::nullopt) {
   SimulationOptions options;
   options.policy = policy;
+  options.launch_together = policy == Policy::kZico;
   options.budget = std::move(budget);
   options.iterations = iterations;
   options.utilization = utilization;
@@ -104,14 +107,15 @@ TEST(Simulator, SequentialRunsOneAfterTheOther) {
   EXPECT_FALSE(r.budget_exceeded);
 }
 
-SimulationResult run_plan(const std::vector<JobModel>& jobs, StaticPlan plan, uint64_t budget_bytes,
-                          uint32_t iterations, std::optional<double> utilization) {
+// `plan`: none searches for the best one.
+SimulationResult run_plan(const std::vector<JobModel>& jobs, std::optional<LaunchPlan> plan, uint64_t budget_bytes,
+                          uint32_t iterations, std::optional<double> utilization, Policy policy = Policy::kStatic) {
   SimulationOptions options;
-  options.policy = Policy::kStatic;
+  options.policy = policy;
   options.budget = budget(budget_bytes);
   options.iterations = iterations;
   options.utilization = utilization;
-  options.static_plan = std::move(plan);
+  options.launch_plan = std::move(plan);
   SimulationResult result;
   std::string error;
   EXPECT_TRUE(simulate(jobs, options, &result, &error).is_ok()) << error;
@@ -123,7 +127,7 @@ TEST(Simulator, StaticBackfillsAJobThatFitsWhileAnEarlierOneWaits) {
   jobs.push_back(model_of(climbing_job("small", 512 * testing::kMiB, 128 * testing::kMiB)));  // peak 1.125 GiB
   // In the given order: a (6) fits 8 GiB; b (6) does not beside it and
   // waits; small fits beside a and goes ahead of b; b starts when a ends.
-  const SimulationResult r = run_plan(jobs, StaticPlan{{0, 1, 2}, 0}, 8 * kGiB, 10, 0.5);
+  const SimulationResult r = run_plan(jobs, LaunchPlan{{0, 1, 2}, 0}, 8 * kGiB, 10, 0.5);
   EXPECT_NEAR(r.jobs[0].start_s, 0, 1e-9);
   EXPECT_NEAR(r.jobs[2].start_s, 0, 1e-9) << "small waited behind b";
   EXPECT_NEAR(r.jobs[1].start_s, 1.0, 1e-6);
@@ -133,7 +137,7 @@ TEST(Simulator, StaticBackfillsAJobThatFitsWhileAnEarlierOneWaits) {
   EXPECT_FALSE(r.budget_exceeded);
   for (const JobResult& j : r.jobs) EXPECT_EQ(j.iterations, 10u);
   // A cap of one job at a time: each waits for the one before.
-  const SimulationResult one = run_plan(jobs, StaticPlan{{2, 0, 1}, 1}, 8 * kGiB, 10, 0.5);
+  const SimulationResult one = run_plan(jobs, LaunchPlan{{2, 0, 1}, 1}, 8 * kGiB, 10, 0.5);
   EXPECT_NEAR(one.jobs[2].start_s, 0, 1e-9);
   EXPECT_GT(one.jobs[0].start_s, 0);
   EXPECT_GT(one.jobs[1].start_s, one.jobs[0].start_s);
@@ -152,16 +156,16 @@ TEST(Simulator, StaticRunsTheBestPlan) {
     for (const uint64_t budget_bytes : {7 * kGiB, 9 * kGiB, 12 * kGiB}) {
       SCOPED_TRACE("utilization " + std::to_string(utilization) + ", budget " + std::to_string(budget_bytes >> 30));
       const SimulationResult best = run(jobs, Policy::kStatic, budget(budget_bytes), 5, utilization);
-      EXPECT_EQ(best.static_plan.order.size(), jobs.size());
+      EXPECT_EQ(best.launch_plan.order.size(), jobs.size());
       const SimulationResult sequential = run(jobs, Policy::kSequential, budget(budget_bytes), 5, utilization);
       EXPECT_GE(best.aggregate_iters_per_s, sequential.aggregate_iters_per_s * (1 - 1e-9));
-      for (const StaticPlan& plan : {StaticPlan{{0, 1, 2, 3}, 0}, StaticPlan{{3, 2, 1, 0}, 2},
-                                     StaticPlan{{1, 3, 0, 2}, 3}, StaticPlan{{2, 0, 3, 1}, 1}}) {
+      for (const LaunchPlan& plan : {LaunchPlan{{0, 1, 2, 3}, 0}, LaunchPlan{{3, 2, 1, 0}, 2},
+                                     LaunchPlan{{1, 3, 0, 2}, 3}, LaunchPlan{{2, 0, 3, 1}, 1}}) {
         const SimulationResult other = run_plan(jobs, plan, budget_bytes, 5, utilization);
         EXPECT_GE(best.aggregate_iters_per_s, other.aggregate_iters_per_s * (1 - 1e-9));
       }
       // The plan it reports is the one that ran.
-      const SimulationResult again = run_plan(jobs, best.static_plan, budget_bytes, 5, utilization);
+      const SimulationResult again = run_plan(jobs, best.launch_plan, budget_bytes, 5, utilization);
       EXPECT_DOUBLE_EQ(again.aggregate_iters_per_s, best.aggregate_iters_per_s);
     }
   }
@@ -181,22 +185,81 @@ TEST(Simulator, StaticSearchBeatsTheGivenOrder) {
                                       job("c", 3 * kGiB, 512 * testing::kMiB, 400, 0.5),
                                       job("d", 4 * kGiB, 1 * kGiB, 300, 0.5)};
   const SimulationResult best = run(jobs, Policy::kStatic, budget(11 * kGiB), 5, 0.5);
-  const SimulationResult given = run_plan(jobs, StaticPlan{{0, 1, 2, 3}, 0}, 11 * kGiB, 5, 0.5);
+  const SimulationResult given = run_plan(jobs, LaunchPlan{{0, 1, 2, 3}, 0}, 11 * kGiB, 5, 0.5);
   EXPECT_GE(best.aggregate_iters_per_s, 1.1 * given.aggregate_iters_per_s);
-  EXPECT_NE(best.static_plan.max_running, 0u) << "a cap is part of the best plan here";
+  EXPECT_NE(best.launch_plan.max_running, 0u) << "a cap is part of the best plan here";
 }
 
-TEST(Simulator, StaticPlanMustNameEveryJobOnce) {
-  SimulationOptions options;
-  options.policy = Policy::kStatic;
-  options.budget = budget(8 * kGiB);
-  SimulationResult result;
-  std::string error;
-  for (const StaticPlan& bad : {StaticPlan{{0}, 0}, StaticPlan{{0, 0}, 0}, StaticPlan{{0, 2}, 0}}) {
-    options.static_plan = bad;
-    EXPECT_EQ(simulate(two_climbers(), options, &result, &error).code(), Errc::kInvalidArgument);
-    EXPECT_NE(error.find("every job once"), std::string::npos) << error;
+TEST(Simulator, LaunchPlanMustNameEveryJobOnce) {
+  for (const Policy policy : {Policy::kStatic, Policy::kZico}) {
+    SimulationOptions options;
+    options.policy = policy;
+    options.budget = budget(8 * kGiB);
+    SimulationResult result;
+    std::string error;
+    for (const LaunchPlan& bad : {LaunchPlan{{0}, 0}, LaunchPlan{{0, 0}, 0}, LaunchPlan{{0, 2}, 0}}) {
+      options.launch_plan = bad;
+      EXPECT_EQ(simulate(two_climbers(), options, &result, &error).code(), Errc::kInvalidArgument);
+      EXPECT_NE(error.find("every job once"), std::string::npos) << error;
+    }
   }
+}
+
+// A long job and two short ones at u = 0.5, with memory for all three: all
+// together, the three slow each other down until the short ones end and the
+// long one finishes late; holding the third back until the second ends keeps
+// the long one at full speed. zico's launch plan search finds that, like
+// static's.
+std::vector<JobModel> one_long_two_short() {
+  testing::SyntheticJob long_job = climbing_job("long", 1 * kGiB, 512 * testing::kMiB);
+  long_job.period_ns = 400 * kMs;
+  return {model_of(long_job), model_of(climbing_job("short", 1 * kGiB, 512 * testing::kMiB)),
+          model_of(climbing_job("short2", 1 * kGiB, 512 * testing::kMiB))};
+}
+
+TEST(Simulator, ZicoHoldsAThirdJobBackWhenThatKeepsTheLongestAtFullSpeed) {
+  const std::vector<JobModel> jobs = one_long_two_short();
+  const uint64_t ample = 12 * kGiB;  // three peaks of 3.5 GiB
+  const SimulationResult together = run(jobs, Policy::kZico, budget(ample), 10, 0.5);
+  EXPECT_EQ(together.launch_plan.max_running, 0u);
+  const SimulationResult best = run_plan(jobs, std::nullopt, ample, 10, 0.5, Policy::kZico);
+  ASSERT_EQ(best.failed_jobs, 0u);
+  EXPECT_EQ(best.launch_plan.max_running, 2u);
+  EXPECT_EQ(best.launch_plan.order.front(), 0u) << "the long job starts first";
+  EXPECT_GE(best.aggregate_iters_per_s, 1.1 * together.aggregate_iters_per_s);
+  // Less its waits at the gate (learning), it ran at full speed; together it
+  // did not.
+  const SimulationResult alone = run({jobs[0]}, Policy::kUnlimited, {}, 10, 0.5);
+  const auto running_s = [](const JobResult& j) { return j.end_s - j.start_s - j.delay_s; };
+  EXPECT_NEAR(running_s(best.jobs[0]), running_s(alone.jobs[0]), 1e-3 * alone.jobs[0].end_s);
+  EXPECT_GT(running_s(together.jobs[0]), 1.05 * running_s(alone.jobs[0]));
+  // The held-back job started when another ended, and held nothing before.
+  const JobResult& held_back = best.jobs[best.launch_plan.order.back()];
+  EXPECT_GT(held_back.start_s, 0.5);
+  EXPECT_NEAR(held_back.queue_s, held_back.start_s, 1e-6);
+  for (const auto& [at_ns, bytes] : held_back.held) {
+    if (static_cast<double>(at_ns) / 1e9 < held_back.start_s - 1e-9) {
+      EXPECT_EQ(bytes, 0u) << at_ns;
+    }
+  }
+  // The plan it reports is the one that ran, and it is no worse than the
+  // others (one at a time among them).
+  const SimulationResult again = run_plan(jobs, best.launch_plan, ample, 10, 0.5, Policy::kZico);
+  EXPECT_DOUBLE_EQ(again.aggregate_iters_per_s, best.aggregate_iters_per_s);
+  for (const LaunchPlan& plan : {LaunchPlan{{1, 2, 0}, 2}, LaunchPlan{{0, 1, 2}, 1}, LaunchPlan{{2, 0, 1}, 1}}) {
+    const SimulationResult other = run_plan(jobs, plan, ample, 10, 0.5, Policy::kZico);
+    EXPECT_GE(best.aggregate_iters_per_s, other.aggregate_iters_per_s * (1 - 1e-9));
+  }
+}
+
+// Where launching together is best (u = 1: a cap only idles the GPU's
+// share) the search keeps it, so its figures are the scheduler's own.
+TEST(Simulator, ZicoKeepsEveryJobTogetherWhenNoPlanDoesBetter) {
+  const std::vector<JobModel> jobs = two_climbers();
+  const SimulationResult together = run(jobs, Policy::kZico, budget(12 * kGiB), 10, 1.0);
+  const SimulationResult best = run_plan(jobs, std::nullopt, 12 * kGiB, 10, 1.0, Policy::kZico);
+  EXPECT_EQ(best.launch_plan.max_running, 0u);
+  EXPECT_DOUBLE_EQ(best.aggregate_iters_per_s, together.aggregate_iters_per_s);
 }
 
 TEST(Simulator, StaticFailsAJobWhosePeakExceedsTheBudget) {
@@ -543,6 +606,7 @@ SimulationResult run_um(const std::vector<JobModel>& jobs, std::vector<BudgetSte
   SimulationOptions options;
   options.host_bytes_per_second = host_bytes_per_second;
   options.policy = Policy::kZico;
+  options.launch_together = true;  // the scheduler's own decisions, as in run()
   options.budget = std::move(steps);
   options.iterations = iterations;
   options.paging.assign(jobs.size(), climber_paging());

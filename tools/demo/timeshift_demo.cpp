@@ -288,7 +288,7 @@ bool measure_reservations(const std::string& trace_job, const std::string& dir, 
 // simulator finds for these jobs (admission order, jobs at once). The demo's
 // jobs share no compute (the simulated backend's kernels are waits), so the
 // plan is made without compute sharing.
-zico::simulate::StaticPlan best_static_plan(const DemoSetup& setup) {
+zico::simulate::LaunchPlan best_static_plan(const DemoSetup& setup) {
   std::vector<zico::simulate::JobModel> models;
   for (const DemoJob& job : setup.jobs) models.push_back(job.model);
   zico::simulate::SimulationOptions options;
@@ -298,14 +298,14 @@ zico::simulate::StaticPlan best_static_plan(const DemoSetup& setup) {
   options.utilization = 1e-6;
   zico::simulate::SimulationResult result;
   std::string ignored;
-  if (zico::simulate::simulate(models, options, &result, &ignored).is_ok()) return result.static_plan;
-  zico::simulate::StaticPlan given;  // what cannot be planned runs in the order given
+  if (zico::simulate::simulate(models, options, &result, &ignored).is_ok()) return result.launch_plan;
+  zico::simulate::LaunchPlan given;  // what cannot be planned runs in the order given
   for (uint32_t i = 0; i < setup.jobs.size(); ++i) given.order.push_back(i);
   return given;
 }
 
 // "a, then b, then c; at most 2 at once"
-std::string plan_text(const DemoSetup& setup, const zico::simulate::StaticPlan& plan) {
+std::string plan_text(const DemoSetup& setup, const zico::simulate::LaunchPlan& plan) {
   std::string text;
   for (size_t k = 0; k < plan.order.size(); ++k) text += (k == 0 ? "" : ", then ") + setup.jobs[plan.order[k]].name;
   if (plan.max_running != 0) text += "; at most " + std::to_string(plan.max_running) + " at once";
@@ -317,7 +317,7 @@ std::string plan_text(const DemoSetup& setup, const zico::simulate::StaticPlan& 
 // the plan's cap allows, later ones that fit going ahead of one that does
 // not), sampling until they all exit.
 bool run_phase(const std::string& tools, const DemoSetup& setup, const std::string& dir, bool time_shift, bool turns,
-               const zico::simulate::StaticPlan& plan, PhaseRun* phase, std::vector<uint32_t>* pids, std::string* why) {
+               const zico::simulate::LaunchPlan& plan, PhaseRun* phase, std::vector<uint32_t>* pids, std::string* why) {
   std::filesystem::create_directories(dir + "/swap");
   DemoNode node(dir, node_environment(setup, dir));
   std::vector<std::string> daemon_args = time_shift ? kZicoDaemonArgs : kStaticDaemonArgs;
@@ -526,7 +526,7 @@ int main(int argc, char** argv) {
                                          : "all jobs at once, zico-umd shifting their iterations";
   PhaseRun static_phase;
   static_phase.name = "static";
-  const zico::simulate::StaticPlan plan = best_static_plan(setup);
+  const zico::simulate::LaunchPlan plan = best_static_plan(setup);
   static_phase.description = "each job reserves its peak; the best plan: " + plan_text(setup, plan);
   std::vector<uint32_t> zico_pids;
   std::vector<uint32_t> static_pids;

@@ -136,14 +136,16 @@ class Engine {
                             options.chunk_bytes);
     }
     if (options.policy == Policy::kZico) scheduler_.set_budget(budget_bytes_ / options.chunk_bytes * options.chunk_bytes);
-    if (options.static_plan) plan_ = *options.static_plan;
+    if (options.launch_plan) plan_ = *options.launch_plan;
     if (plan_.order.empty()) {
       for (uint32_t i = 0; i < models.size(); ++i) plan_.order.push_back(i);
     }
   }
 
   SimulationResult run() {
-    if (uses_ledger()) {
+    if (zico()) {
+      (void)launch();
+    } else if (uses_ledger()) {
       for (auto& j : jobs_) start(*j);
     }
     for (;;) {
@@ -241,6 +243,7 @@ class Engine {
         progress = true;
       }
       if (zico() && start_unblocked()) progress = true;
+      if (zico() && launch()) progress = true;
       if (!uses_ledger() && admit()) progress = true;
     }
   }
@@ -835,6 +838,23 @@ class Engine {
     }
   }
 
+  // zico: starts queued jobs in the plan's order while fewer than its cap
+  // run. True if any started.
+  bool launch() {
+    uint32_t running = 0;
+    for (const auto& j : jobs_) running += j->active() && j->phase != Phase::kQueued ? 1 : 0;
+    bool changed = false;
+    for (const uint32_t index : plan_.order) {
+      Job& j = *jobs_[index];
+      if (j.phase != Phase::kQueued) continue;
+      if (plan_.max_running != 0 && running >= plan_.max_running) break;
+      start(j);
+      ++running;
+      changed = true;
+    }
+    return changed;
+  }
+
   // static, sequential: starts queued jobs while they fit, in the plan's
   // order (static, with backfill and the plan's cap) or the given one
   // (sequential, one at a time). True if anything changed.
@@ -937,7 +957,7 @@ class Engine {
     r.chunk_bytes = options_.chunk_bytes;
     r.iterations = options_.iterations;
     r.budget = budget_steps_;
-    if (options_.policy == Policy::kStatic) r.static_plan = plan_;
+    if (options_.policy == Policy::kStatic || zico()) r.launch_plan = plan_;
     uint64_t iterations = 0;
     std::vector<Steps> held = timeline_.finish();
     for (auto& j : jobs_) {
@@ -962,7 +982,7 @@ class Engine {
   }
 
   const SimulationOptions& options_;
-  StaticPlan plan_;  // static's admission (sequential uses its order)
+  LaunchPlan plan_;  // static's and zico's launches (sequential uses its order)
   std::vector<std::unique_ptr<Job>> jobs_;
   StackRecorder timeline_;  // what each job holds (series j: job j + 1)
   Ledger ledger_;
@@ -1004,8 +1024,8 @@ std::optional<Policy> parse_policy(std::string_view text) {
 
 namespace {
 
-// Whether `a` is a better static outcome than `b`: more iterations per second,
-// then the shorter makespan.
+// Whether `a` is a better outcome than `b`: more iterations per second, then
+// the shorter makespan.
 bool better(const SimulationResult& a, const SimulationResult& b) {
   constexpr double kTolerance = 1e-9;
   if (a.aggregate_iters_per_s > b.aggregate_iters_per_s * (1 + kTolerance)) return true;
@@ -1013,13 +1033,15 @@ bool better(const SimulationResult& a, const SimulationResult& b) {
   return a.makespan_s < b.makespan_s * (1 - kTolerance);
 }
 
-// Static partitioning with the best plan: every order of up to 4 jobs (beyond,
-// the given order and the order by largest peak), each with every cap.
-SimulationResult best_static(const std::vector<JobModel>& jobs, const SimulationOptions& options) {
+// The policy (static or zico) with the best launch plan: the given order all
+// together first, then every order of up to 4 jobs (beyond, the given order
+// and the order by largest peak) with every cap.
+SimulationResult best_launch(const std::vector<JobModel>& jobs, const SimulationOptions& options) {
   constexpr size_t kSearchAllOrdersUpTo = 4;
+  std::vector<uint32_t> given(jobs.size());
+  std::iota(given.begin(), given.end(), 0u);
   std::vector<std::vector<uint32_t>> orders;
-  std::vector<uint32_t> order(jobs.size());
-  std::iota(order.begin(), order.end(), 0u);
+  std::vector<uint32_t> order = given;
   if (jobs.size() <= kSearchAllOrdersUpTo) {
     do {
       orders.push_back(order);
@@ -1030,15 +1052,28 @@ SimulationResult best_static(const std::vector<JobModel>& jobs, const Simulation
                      [&](uint32_t a, uint32_t b) { return jobs[a].peak_bytes > jobs[b].peak_bytes; });
     orders.push_back(order);
   }
-  SimulationOptions candidate = options;
-  std::optional<SimulationResult> best;
+  // Under zico a launch waits for nothing but the cap, so the jobs launched
+  // at the start go together whatever their order among themselves: one
+  // plan per set of them and order of the rest.
+  const bool zico = options.policy == Policy::kZico;
+  std::vector<LaunchPlan> plans{LaunchPlan{given, 0}};
   for (const std::vector<uint32_t>& o : orders) {
     for (uint32_t cap = 1; cap <= jobs.size(); ++cap) {
-      candidate.static_plan = StaticPlan{o, cap == jobs.size() ? 0 : cap};
-      Engine engine(jobs, candidate);
-      SimulationResult result = engine.run();
-      if (!best || better(result, *best)) best = std::move(result);
+      LaunchPlan plan{o, cap == jobs.size() ? 0 : cap};
+      if (zico) std::sort(plan.order.begin(), plan.order.begin() + cap);
+      const bool tried = std::any_of(plans.begin(), plans.end(), [&](const LaunchPlan& p) {
+        return p.order == plan.order && p.max_running == plan.max_running;
+      });
+      if (!tried) plans.push_back(std::move(plan));
     }
+  }
+  SimulationOptions candidate = options;
+  std::optional<SimulationResult> best;
+  for (LaunchPlan& plan : plans) {
+    candidate.launch_plan = std::move(plan);
+    Engine engine(jobs, candidate);
+    SimulationResult result = engine.run();
+    if (!best || better(result, *best)) best = std::move(result);
   }
   return std::move(*best);
 }
@@ -1078,18 +1113,19 @@ Status simulate(const std::vector<JobModel>& jobs, const SimulationOptions& opti
       return invalid(error, "job " + std::to_string(i) + " (" + jobs[i].name + "): " + why);
     }
   }
-  if (options.policy == Policy::kStatic && options.static_plan) {
-    std::vector<uint32_t> order = options.static_plan->order;
+  if (options.launch_plan) {
+    std::vector<uint32_t> order = options.launch_plan->order;
     std::sort(order.begin(), order.end());
     for (uint32_t i = 0; i < order.size(); ++i) {
       if (order[i] != i || order.size() != jobs.size()) {
-        return invalid(error, "the static plan's order must name every job once (indices 0 to " +
+        return invalid(error, "the launch plan's order must name every job once (indices 0 to " +
                                   std::to_string(jobs.size() - 1) + ")");
       }
     }
   }
-  if (options.policy == Policy::kStatic && !options.static_plan) {
-    *out = best_static(jobs, options);
+  const bool plans = options.policy == Policy::kStatic || options.policy == Policy::kZico;
+  if (plans && !options.launch_plan && !options.launch_together) {
+    *out = best_launch(jobs, options);
     return Status::ok();
   }
   Engine engine(jobs, options);

@@ -62,20 +62,31 @@
 //    for kResume, then asks for its whole need, swaps it back in and asks
 //    may_start again.
 //  - static: each job reserves its whole peak (rounded up to chunks) for its
-//    lifetime, what users do today, with the best plan a careful operator
-//    could make. A plan is an admission order and a cap on the jobs running
-//    at once (with compute sharing, two jobs side by side can finish sooner
-//    than three); jobs are admitted in that order, each as soon as its
-//    reservation fits the budget less the running jobs' and the cap allows,
-//    and a job that does not fit yet lets later ones that do go first
-//    (backfill). simulate() tries every order of up to 4 jobs (beyond, the
-//    given order and the order by largest peak) with every cap, and keeps
-//    the plan with the most iterations per second (then the shorter
-//    makespan); SimulationOptions::static_plan runs one plan instead. A
-//    reservation above every budget still to come fails the job at once.
-//    Running jobs never wait for memory; held is the reservation.
+//    lifetime, what users do today, launched by the best plan a careful
+//    operator could make (below). A job is admitted as soon as its
+//    reservation fits the budget less the running jobs' and the plan's cap
+//    allows, and a job that does not fit yet lets later ones that do go
+//    first (backfill). A reservation above every budget still to come fails
+//    the job at once. Running jobs never wait for memory; held is the
+//    reservation.
 //  - sequential: one job at a time, in the order given, alone on the GPU.
 //    Held is the job's need.
+//
+// Launch plans (static and zico). When jobs start is the operator's choice,
+// not the memory policy's, and with compute sharing it matters: at u = 0.5
+// two jobs side by side run at full speed and a third slows all three, so
+// holding the third back until one ends can finish sooner, when it keeps the
+// longest job at full speed. A plan is a launch order and a cap on the jobs
+// running at once; a job starts when every job before it in the order has
+// started (static: or been passed over, backfill) and fewer than the cap
+// run. Both policies get the same choice: simulate() tries every order of
+// up to 4 jobs (beyond, the given order and the order by largest peak) with
+// every cap, the given order launched all together first, and keeps the
+// plan with the most iterations per second (then the shorter makespan; a
+// tie keeps the earlier plan). SimulationOptions::launch_plan runs one plan
+// instead; SimulationOptions::launch_together runs the first alone. Under
+// zico a queued job holds nothing and is unknown to the ledger and the
+// scheduler until it starts.
 //
 // Unified Memory jobs (SimulationOptions::paging: a job with a known
 // PagingCost, sharing/paging_cost.h). Under zico and fcfs such a job's
@@ -158,9 +169,9 @@ struct BudgetStep {
 inline constexpr uint64_t kDefaultChunkBytes = uint64_t{2} << 20;
 inline constexpr double kPcieGen4BytesPerSecond = 25e9;
 
-// How static partitioning admits jobs: job indices in admission order (each
-// once), and the most jobs running at once (0: no cap).
-struct StaticPlan {
+// When jobs start (static and zico): job indices in launch order (each once),
+// and the most jobs running at once (0: no cap).
+struct LaunchPlan {
   std::vector<uint32_t> order;
   uint32_t max_running = 0;
 };
@@ -180,8 +191,10 @@ struct SimulationOptions {
   // moment of the largest sum and the one the bucket ended on, so stacked
   // they show only states the jobs were in, and the peak of the sum.
   size_t max_timeline_points = size_t{1} << 16;
-  // kStatic: run this plan instead of searching for the best one.
-  std::optional<StaticPlan> static_plan;
+  // kStatic, kZico: run this plan instead of searching for the best one, or
+  // with launch_together (and no plan), every job at once in the given order.
+  std::optional<LaunchPlan> launch_plan;
+  bool launch_together = false;
   // By job index: a known cost makes that job a Unified Memory job (see
   // above); missing or empty entries are ordinary (VMM) jobs.
   std::vector<sharing::PagingCost> paging;
@@ -244,13 +257,13 @@ struct SimulationResult {
   uint64_t yields = 0;
   uint64_t deadlocks = 0;
   uint64_t failed_jobs = 0;
-  StaticPlan static_plan;  // kStatic: the plan that ran
+  LaunchPlan launch_plan;  // kStatic, kZico: the plan that ran
 };
 
 // Runs `jobs` (job j gets id j + 1) under `options`. Errors
 // (kInvalidArgument, *error says which option is wrong): no jobs, a missing
 // or malformed budget, iterations 0, a utilization outside (0, 1], a
-// bandwidth or chunk size of 0, a static plan that is not an order of the jobs,
+// bandwidth or chunk size of 0, a launch plan that is not an order of the jobs,
 // more paging costs than jobs or one that is not valid (PagingCost::invalid).
 [[nodiscard]] Status simulate(const std::vector<JobModel>& jobs, const SimulationOptions& options,
                               SimulationResult* out, std::string* error);

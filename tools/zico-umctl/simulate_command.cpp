@@ -31,9 +31,10 @@ constexpr const char* kCommand = "simulate";
 constexpr const char* kUsage =
     "Usage: zico-umctl simulate [--json] (--budget SIZE | --budget-schedule T:SIZE,...)\n"
     "                           [--policy POLICY] [--iterations N] [--utilization U]\n"
-    "                           [--host-bandwidth SIZE/s] [--mode vmm|um] [--plot FILE.svg] TRACE...\n"
+    "                           [--host-bandwidth SIZE/s] [--mode vmm|um] [--launch best|together]\n"
+    "                           [--plot FILE.svg] TRACE...\n"
     "       zico-umctl simulate [--json] --find-budget R [--iterations N] [--utilization U]\n"
-    "                           [--host-bandwidth SIZE/s] [--plot FILE.svg] TRACE...\n"
+    "                           [--host-bandwidth SIZE/s] [--launch best|together] [--plot FILE.svg] TRACE...\n"
     "Simulate training jobs sharing one GPU: each TRACE (docs/trace-format.md) is one job,\n"
     "replayed for N iterations on a virtual clock; the jobs share compute (processor sharing)\n"
     "and a memory budget under a policy. The policies run zico-umd's own ledger and time-shift\n"
@@ -45,9 +46,8 @@ constexpr const char* kUsage =
     "                             (first at 0s, times increasing); instead of --budget\n"
     "  --policy POLICY            zico (default): the ledger and the time-shift gate\n"
     "                             fcfs: the ledger alone (first come, first served)\n"
-    "                             static: each job reserves its peak, with the best plan (the order\n"
-    "                             and number of jobs at once that finish soonest; later jobs that\n"
-    "                             fit go ahead of one that does not)\n"
+    "                             static: each job reserves its peak (later jobs that fit go ahead\n"
+    "                             of one that does not)\n"
     "                             sequential: one job at a time\n"
     "                             unlimited: no budget (needs no --budget)\n"
     "                             all: every policy, side by side, with throughput ratios\n"
@@ -62,6 +62,13 @@ constexpr const char* kUsage =
     "                             a job may run with part of its memory paged out, slower by\n"
     "                             what its trace costs the paging planner at that cap\n"
     "                             (zico-umctl page); the traces need access records\n"
+    "  --launch best|together     when the jobs start, under static and zico: best (default): the\n"
+    "                             plan (launch order, most jobs at once) with the most throughput,\n"
+    "                             the same search for both (at u = 0.5 a third job slows two that\n"
+    "                             ran at full speed, so holding it back can finish sooner);\n"
+    "                             together: every job at once, in the order given (zico: the\n"
+    "                             time-shift scheduler alone). With --policy all and best, zico\n"
+    "                             launched together is reported too\n"
     "  --find-budget R            instead of a budget and policy: the least budget found at which\n"
     "                             zico keeps the jobs at R x their unlimited throughput, R in\n"
     "                             (0, 1], between the largest job's own peak and unlimited's: 16\n"
@@ -103,11 +110,14 @@ struct Options {
   bool um = false;                    // --mode um
 };
 
+
 struct Outcome {
   simulate::SimulationResult result;
   std::optional<simulate::ExhaustiveBound> bound;  // zico with 2-3 jobs
   // zico with 2-3 jobs and a fixed budget below the bound's peak.
   std::optional<simulate::StretchedCycle> stretched;
+  // zico with --policy all and the best plan: every job launched at once.
+  std::optional<simulate::SimulationResult> together;
 };
 
 std::string size_error(const std::string& what, const std::string& text) {
@@ -188,7 +198,7 @@ bool parse_schedule(const std::string& text, uint64_t chunk, std::vector<simulat
 
 // 0: print the help and exit 0; -1: parsed; otherwise the usage error's exit.
 int parse(int argc, char** argv, Options* options) {
-  std::string budget, schedule, policy, iterations, utilization, bandwidth, find_budget, mode;
+  std::string budget, schedule, policy, iterations, utilization, bandwidth, find_budget, mode, launch;
   ArgReader args(argc, argv);
   while (args.next()) {
     if (args.flag("--help") || args.flag("-h")) return 0;
@@ -198,7 +208,7 @@ int parse(int argc, char** argv, Options* options) {
                args.option("--policy", &policy) || args.option("--iterations", &iterations) ||
                args.option("--utilization", &utilization) || args.option("--host-bandwidth", &bandwidth) ||
                args.option("--plot", &options->plot) || args.option("--find-budget", &find_budget) ||
-               args.option("--mode", &mode)) {
+               args.option("--mode", &mode) || args.option("--launch", &launch)) {
       continue;
     } else if (args.unknown_option()) {
       return usage_error(kCommand, "unknown option '" + std::string(args.current()) + "'");
@@ -213,6 +223,10 @@ int parse(int argc, char** argv, Options* options) {
     return usage_error(kCommand, "--mode '" + mode + "' is not a mode; expected vmm or um");
   }
   options->um = mode == "um";
+  if (!launch.empty() && launch != "best" && launch != "together") {
+    return usage_error(kCommand, "--launch '" + launch + "' is not a launch; expected best or together");
+  }
+  sim.launch_together = launch == "together";
   if (!find_budget.empty()) {
     const std::optional<double> r = parse_seconds(find_budget);  // the same plain decimal form
     if (!r || *r <= 0 || *r > 1) {
@@ -296,15 +310,14 @@ int parse(int argc, char** argv, Options* options) {
 
 // --- output ----------------------------------------------------------------
 
-// "admitted in the order a, b, c; at most 2 at once"
-std::string static_plan_text(const simulate::SimulationResult& r) {
-  std::string text = "admitted in the order ";
-  for (size_t i = 0; i < r.static_plan.order.size(); ++i) {
-    text += (i == 0 ? "" : ", ") + r.jobs[r.static_plan.order[i]].name;
+// "launched in the order a, b, c; at most 2 at once"
+std::string launch_plan_text(const simulate::SimulationResult& r) {
+  std::string text = "launched in the order ";
+  for (size_t i = 0; i < r.launch_plan.order.size(); ++i) {
+    text += (i == 0 ? "" : ", ") + r.jobs[r.launch_plan.order[i]].name;
   }
-  if (r.static_plan.max_running != 0) {
-    text += "; at most " + std::to_string(r.static_plan.max_running) + " at once";
-  }
+  text += r.launch_plan.max_running != 0 ? "; at most " + std::to_string(r.launch_plan.max_running) + " at once"
+                                         : "; all together";
   return text;
 }
 
@@ -352,7 +365,7 @@ void print_result(const Outcome& o, const std::vector<std::string>& traces) {
     std::printf("; %llu yield%s", static_cast<unsigned long long>(r.yields), r.yields == 1 ? "" : "s");
   }
   std::printf("\n");
-  if (r.policy == Policy::kStatic) std::printf("  plan: %s\n", static_plan_text(r).c_str());
+  if (r.policy == Policy::kStatic || r.policy == Policy::kZico) std::printf("  plan: %s\n", launch_plan_text(r).c_str());
   if (o.bound) {
     const simulate::ExhaustiveBound& b = *o.bound;
     std::string offsets;
@@ -418,6 +431,14 @@ void print_comparison(const std::map<Policy, Outcome>& outcomes) {
     separator = ", ";
   }
   std::printf("%s%s\n", line.c_str(), zico.failed_jobs != 0 ? " (zico failed a job too)" : "");
+  // What the plan adds to the time-shift scheduler's own figure.
+  if (const std::optional<simulate::SimulationResult>& together = outcomes.at(Policy::kZico).together) {
+    const simulate::SimulationResult& static_result = outcomes.at(Policy::kStatic).result;
+    std::printf("  zico launched all together: %.2f iterations/s, %.3fx unlimited, %s\n",
+                together->aggregate_iters_per_s, throughput_ratio(*together, unlimited),
+                static_result.failed_jobs != 0 ? "static failed a job"
+                                               : number(throughput_ratio(*together, static_result), "%.3fx static").c_str());
+  }
 }
 
 void write_result_json(JsonWriter& json, const Outcome& o, const std::vector<std::string>& traces,
@@ -455,14 +476,26 @@ void write_result_json(JsonWriter& json, const Outcome& o, const std::vector<std
       json.field("vs_fcfs", throughput_ratio(r, all->at(Policy::kFcfs).result));
     }
   }
-  if (r.policy == Policy::kStatic) {
-    json.key("static_plan");
+  if (r.policy == Policy::kStatic || r.policy == Policy::kZico) {
+    json.key("launch_plan");
     json.begin_object();
     json.key("order");
     json.begin_array();
-    for (const uint32_t index : r.static_plan.order) json.value(std::string_view(r.jobs[index].name));
+    for (const uint32_t index : r.launch_plan.order) json.value(std::string_view(r.jobs[index].name));
     json.end_array();
-    json.field_or_null("max_running", r.static_plan.max_running != 0, uint64_t{r.static_plan.max_running});
+    json.field_or_null("max_running", r.launch_plan.max_running != 0, uint64_t{r.launch_plan.max_running});
+    json.end_object();
+  }
+  if (o.together) {
+    json.key("launched_together");
+    json.begin_object();
+    json.field("makespan_s", o.together->makespan_s);
+    json.field("aggregate_iters_per_s", o.together->aggregate_iters_per_s);
+    json.field("failed_jobs", o.together->failed_jobs);
+    if (all != nullptr) {
+      json.field("vs_unlimited", throughput_ratio(*o.together, all->at(Policy::kUnlimited).result));
+      json.field("vs_static", throughput_ratio(*o.together, all->at(Policy::kStatic).result));
+    }
     json.end_object();
   }
   json.key("jobs");
@@ -689,10 +722,10 @@ void write_budget_search_json(const simulate::BudgetSearch& search,
   }
   json.end_array();
   json.key("unlimited");
-  write_result_json(json, Outcome{search.unlimited, std::nullopt, std::nullopt}, traces, nullptr);
+  write_result_json(json, Outcome{search.unlimited, std::nullopt, std::nullopt, std::nullopt}, traces, nullptr);
   json.key("zico");
   if (search.found) {
-    write_result_json(json, Outcome{search.zico, bound, std::nullopt}, traces, nullptr);
+    write_result_json(json, Outcome{search.zico, bound, std::nullopt, std::nullopt}, traces, nullptr);
   } else {
     json.value(nullptr);
   }
@@ -774,6 +807,14 @@ int run_simulate(int argc, char** argv) {
     if (!simulate::simulate(models, sim, &o.result, &error).is_ok()) {
       std::fprintf(stderr, "zico-umctl simulate: %s\n", error.c_str());
       return kExitUsage;
+    }
+    if (policy == Policy::kZico && options.all && !sim.launch_together) {
+      simulate::SimulationOptions together = sim;
+      together.launch_together = true;
+      if (!simulate::simulate(models, together, &o.together.emplace(), &error).is_ok()) {
+        std::fprintf(stderr, "zico-umctl simulate: %s\n", error.c_str());
+        return kExitUsage;
+      }
     }
     if (policy == Policy::kZico) {
       o.bound = bound_of(models, sim.chunk_bytes);
