@@ -230,6 +230,17 @@ run top --iterations 2 --interval 0.2 --socket "$socket"
 grep -Eq "^ +$job_id +hold_memory 8MiB +8 MiB .* running +[▁▂▃▄▅▆▇█]+$" "$out" || fail "top: no line for the job"
 grep -q '^GPU 0  budget 48 MiB' "$out" || fail "top: no GPU header"
 ! grep -q $'\x1b' "$out" || fail "top: escape sequences when stdout is not a terminal"
+run top --json --iterations 2 --interval 0.2 --socket "$socket"
+[[ $status == 0 ]] || fail "top --json: exit $status"
+python3 -c '
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 2, lines
+for line in lines:
+    d = json.loads(line)
+    assert d["gpus"][0]["budget_bytes"] == 48 << 20, d["gpus"]
+    assert [j["name"] for j in d["jobs"]] == ["hold_memory 8MiB"] and d["jobs"][0]["id"] == int(sys.argv[2]), d["jobs"]
+' "$out" "$job_id" || fail "top --json: not one status object per refresh"
 run top --interval 0 --socket "$socket"
 [[ $status == 2 ]] || fail "top --interval 0: exit $status, want 2"
 run top --iterations 0 --socket "$socket"

@@ -4,7 +4,6 @@
 #include <string>
 
 #include "command_args.h"
-#include "json_writer.h"
 #include "node_commands.h"
 #include "node_connection.h"
 #include "sizes.h"
@@ -60,25 +59,7 @@ void print_text(const proto::StatusReply& status) {
   std::fputs(table.render().c_str(), stdout);
 }
 
-void print_json(const proto::StatusReply& status) {
-  JsonWriter json;
-  json.begin_object();
-  json.field("daemon_pid", status.daemon_pid);
-  json.key("uptime_s");
-  json.value(static_cast<double>(status.uptime_ns) / 1e9, 3);
-  json.key("gpus");
-  json.begin_array();
-  for (const proto::GpuStatus& gpu : status.gpus) write_gpu_json(json, gpu);
-  json.end_array();
-  json.field("job_count", status.job_count);
-  json.field("job_rows", status.job_rows);
-  json.key("jobs");
-  json.begin_array();
-  for (const proto::JobStatus& job : status.jobs) write_job_json(json, job);
-  json.end_array();
-  json.end_object();
-  std::printf("%s\n", json.text().c_str());
-}
+void print_json(const proto::StatusReply& status) { std::printf("%s\n", status_json(status).c_str()); }
 
 }  // namespace
 

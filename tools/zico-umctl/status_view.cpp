@@ -105,4 +105,24 @@ void write_job_json(JsonWriter& json, const proto::JobStatus& job) {
   json.end_object();
 }
 
+std::string status_json(const proto::StatusReply& status) {
+  JsonWriter json;
+  json.begin_object();
+  json.field("daemon_pid", status.daemon_pid);
+  json.key("uptime_s");
+  json.value(static_cast<double>(status.uptime_ns) / 1e9, 3);
+  json.key("gpus");
+  json.begin_array();
+  for (const proto::GpuStatus& gpu : status.gpus) write_gpu_json(json, gpu);
+  json.end_array();
+  json.field("job_count", status.job_count);
+  json.field("job_rows", status.job_rows);
+  json.key("jobs");
+  json.begin_array();
+  for (const proto::JobStatus& job : status.jobs) write_job_json(json, job);
+  json.end_array();
+  json.end_object();
+  return json.text();
+}
+
 }  // namespace zico::umctl

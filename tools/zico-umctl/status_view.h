@@ -44,4 +44,8 @@ void write_gpu_json(JsonWriter& json, const proto::GpuStatus& gpu);
 //  "iterations":N,"state":".."}; max_bytes is null when unlimited.
 void write_job_json(JsonWriter& json, const proto::JobStatus& job);
 
+// The whole reply, as 'zico-umctl status --json' prints it (one line):
+// {"daemon_pid":N,"uptime_s":F,"gpus":[GPU...],"job_count":N,"job_rows":N,"jobs":[JOB...]}
+[[nodiscard]] std::string status_json(const proto::StatusReply& status);
+
 }  // namespace zico::umctl

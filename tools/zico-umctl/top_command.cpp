@@ -30,7 +30,7 @@ namespace zico::umctl {
 namespace {
 
 constexpr const char* kUsage =
-    "Usage: zico-umctl top [--interval SECONDS] [--iterations N] [--socket PATH]\n"
+    "Usage: zico-umctl top [--interval SECONDS] [--iterations N] [--json] [--socket PATH]\n"
     "A live view of zico-umd: per GPU the budget, what jobs hold and wait for; per job\n"
     "HELD (granted), PERSISTENT and TRANSIENT memory (as of the job's last usage report,\n"
     "every 0.5 s: a moment behind HELD), WAIT (total time spent waiting for memory), STATE,\n"
@@ -39,6 +39,8 @@ constexpr const char* kUsage =
     "\n"
     "  --interval SECONDS  time between refreshes, 0.1 to 3600 (default 1)\n"
     "  --iterations N      stop after N refreshes\n"
+    "  --json              one line per refresh on stdout, each the object 'zico-umctl status\n"
+    "                      --json' prints (JSON Lines), for a script or a log\n"
     "%s"
     "\n"
     "On a terminal each refresh redraws the screen; otherwise frames follow each other,\n"
@@ -54,6 +56,7 @@ struct Options {
   double interval = 1;
   std::optional<uint64_t> iterations;
   std::string socket;
+  bool json = false;
 };
 
 // HELD of each (job, GPU), one sample per refresh, kHistorySeconds worth.
@@ -173,8 +176,10 @@ int run(const Options& options) {
     proto::StatusReply reply;
     if (const int status = daemon.ask(proto::StatusQuery{}, &reply); status != kExitOk) return status;
     history.add(reply);
-    const std::string text = frame(reply, history, options, tty);
-    if (tty) {
+    const std::string text = options.json ? status_json(reply) + '\n' : frame(reply, history, options, tty);
+    if (options.json) {
+      // JSON Lines: no clearing, no blank line between refreshes.
+    } else if (tty) {
       std::fputs("\x1b[H\x1b[2J", stdout);  // cursor home, clear the screen
     } else if (n > 0) {
       std::fputc('\n', stdout);
@@ -199,7 +204,9 @@ int run_top(int argc, char** argv) {
       std::printf(kUsage, kSocketOptionHelp);
       return kExitOk;
     }
-    if (args.option("--interval", &interval) || args.option("--iterations", &iterations) ||
+    if (args.flag("--json")) {
+      options.json = true;
+    } else if (args.option("--interval", &interval) || args.option("--iterations", &iterations) ||
         args.option("--socket", &options.socket)) {
       continue;
     } else if (args.unknown_option()) {
