@@ -44,7 +44,7 @@ Status DeviceAllocator::create(Driver& driver, DeviceId device, const AllocatorO
   // Power-of-two chunks, and an arena aligned to them, let every alignment in
   // the arena be an absolute address alignment (SpanHeap relies on it).
   if (chunk == 0 || chunk % caps.granularity != 0 || !std::has_single_bit(chunk)) {
-    *why = "ZICO_CHUNK_SIZE=" + format_size(chunk) + " is not valid on device " + std::to_string(device.value) +
+    *why = "ZICO_CHUNK_SIZE (" + format_size(chunk) + ") is not valid on device " + std::to_string(device.value) +
            ": expected a power of two that is a multiple of the granularity (" + format_size(caps.granularity) +
            "), e.g. " + format_size(caps.granularity) + " or " + format_size(2 * caps.granularity);
     return Status(Errc::kConfigError);

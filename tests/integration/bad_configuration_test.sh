@@ -41,7 +41,7 @@ expect_device_refuses() {  # VAR VALUE WANTED UNWANTED
     echo "ok   $1=$2 -> $err"
   fi
 }
-expect_device_refuses ZICO_CHUNK_SIZE 3MiB "ZICO_CHUNK_SIZE=3 MiB" ""
+expect_device_refuses ZICO_CHUNK_SIZE 3MiB "ZICO_CHUNK_SIZE (3 MiB) is not valid" ""
 expect_device_refuses ZICO_BUDGET 1B "ZICO_BUDGET" "ZICO_CHUNK_SIZE"
 
 # Control: a good configuration works and is silent.
