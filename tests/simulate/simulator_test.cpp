@@ -18,13 +18,15 @@ using testing::kGiB;
 using testing::kMs;
 using testing::model_of;
 
-// zico launches every job at once here, so the tests see the time-shift
-// scheduler's own decisions (the launch plan search has tests of its own).
+// The ledger's policies (unlimited, fcfs, zico) launch every job at once
+// here, so the tests see the ledger's and the time-shift scheduler's own
+// decisions (the launch plan search has tests of its own); static runs its
+// best plan, which its tests are about.
 SimulationResult run(const std::vector<JobModel>& jobs, Policy policy, std::vector<BudgetStep> budget,
                      uint32_t iterations = 10, std::optional<double> utilization = std::nullopt) {
   SimulationOptions options;
   options.policy = policy;
-  options.launch_together = policy == Policy::kZico;
+  options.launch_together = policy != Policy::kStatic;
   options.budget = std::move(budget);
   options.iterations = iterations;
   options.utilization = utilization;

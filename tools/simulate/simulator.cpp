@@ -32,7 +32,7 @@ constexpr uint64_t kUnlimitedChunks = UINT64_MAX / 4;
 constexpr double kMaxBlockedNs = static_cast<double>(sharing::Ledger::kMaxGateBlockNs);
 
 enum class Phase : uint8_t {
-  kQueued,    // static, sequential: not admitted yet
+  kQueued,    // not launched (its plan's cap) or admitted (static, sequential) yet
   kRunning,
   kWaiting,   // for a ledger grant
   kGate,      // zico: held at an iteration gate until `wake`
@@ -143,11 +143,7 @@ class Engine {
   }
 
   SimulationResult run() {
-    if (zico()) {
-      (void)launch();
-    } else if (uses_ledger()) {
-      for (auto& j : jobs_) start(*j);
-    }
+    if (uses_ledger()) (void)launch();
     for (;;) {
       settle();
       if (std::none_of(jobs_.begin(), jobs_.end(), [](const auto& j) { return j->active(); })) break;
@@ -243,7 +239,7 @@ class Engine {
         progress = true;
       }
       if (zico() && start_unblocked()) progress = true;
-      if (zico() && launch()) progress = true;
+      if (uses_ledger() && launch()) progress = true;
       if (!uses_ledger() && admit()) progress = true;
     }
   }
@@ -319,7 +315,7 @@ class Engine {
     j.result.start_s = seconds(now_);
     if (uses_ledger()) {
       std::string why;
-      (void)ledger_.add_job(j.id, 0, j.id);
+      (void)ledger_.add_job(j.id, 0, ++arrivals_);  // its age, as the daemon counts it
       if (!ledger_.open(j.id, 0, 0, &why).is_ok()) {
         fail(j, "ledger refused the job: " + why);
         return;
@@ -838,8 +834,9 @@ class Engine {
     }
   }
 
-  // zico: starts queued jobs in the plan's order while fewer than its cap
-  // run. True if any started.
+  // unlimited, fcfs, zico: starts queued jobs in the plan's order while
+  // fewer than its cap run (memory is the ledger's to give). True if any
+  // started.
   bool launch() {
     uint32_t running = 0;
     for (const auto& j : jobs_) running += j->active() && j->phase != Phase::kQueued ? 1 : 0;
@@ -957,7 +954,7 @@ class Engine {
     r.chunk_bytes = options_.chunk_bytes;
     r.iterations = options_.iterations;
     r.budget = budget_steps_;
-    if (options_.policy == Policy::kStatic || zico()) r.launch_plan = plan_;
+    if (options_.policy != Policy::kSequential) r.launch_plan = plan_;
     uint64_t iterations = 0;
     std::vector<Steps> held = timeline_.finish();
     for (auto& j : jobs_) {
@@ -982,12 +979,13 @@ class Engine {
   }
 
   const SimulationOptions& options_;
-  LaunchPlan plan_;  // static's and zico's launches (sequential uses its order)
+  LaunchPlan plan_;  // launches (sequential uses its order)
   std::vector<std::unique_ptr<Job>> jobs_;
   StackRecorder timeline_;  // what each job holds (series j: job j + 1)
   Ledger ledger_;
   sharing::TimeShiftScheduler scheduler_;
   uint64_t generation_ = 0;
+  uint64_t arrivals_ = 0;  // jobs launched so far: the ledger's arrival order
   double now_ = 0;
   std::vector<BudgetStep> budget_steps_;
   size_t next_step_ = 0;
@@ -1024,18 +1022,22 @@ std::optional<Policy> parse_policy(std::string_view text) {
 
 namespace {
 
-// Whether `a` is a better outcome than `b`: more iterations per second, then
-// the shorter makespan.
+// Whether `a` is a better outcome than `b`: fewer jobs failed, then the
+// budget kept, then more iterations per second, then the shorter makespan.
+// (A failed job stops the clock early: on throughput alone a plan that
+// launches a job into a budget it cannot fit would win.)
 bool better(const SimulationResult& a, const SimulationResult& b) {
+  if (a.failed_jobs != b.failed_jobs) return a.failed_jobs < b.failed_jobs;
+  if (a.budget_exceeded != b.budget_exceeded) return !a.budget_exceeded;
   constexpr double kTolerance = 1e-9;
   if (a.aggregate_iters_per_s > b.aggregate_iters_per_s * (1 + kTolerance)) return true;
   if (a.aggregate_iters_per_s < b.aggregate_iters_per_s * (1 - kTolerance)) return false;
   return a.makespan_s < b.makespan_s * (1 - kTolerance);
 }
 
-// The policy (static or zico) with the best launch plan: the given order all
-// together first, then every order of up to 4 jobs (beyond, the given order
-// and the order by largest peak) with every cap.
+// The policy (any but sequential) with its best launch plan: the given order
+// all together first, then every order of up to 4 jobs (beyond, the given
+// order and the order by largest peak) with every cap.
 SimulationResult best_launch(const std::vector<JobModel>& jobs, const SimulationOptions& options) {
   constexpr size_t kSearchAllOrdersUpTo = 4;
   std::vector<uint32_t> given(jobs.size());
@@ -1052,15 +1054,16 @@ SimulationResult best_launch(const std::vector<JobModel>& jobs, const Simulation
                      [&](uint32_t a, uint32_t b) { return jobs[a].peak_bytes > jobs[b].peak_bytes; });
     orders.push_back(order);
   }
-  // Under zico a launch waits for nothing but the cap, so the jobs launched
-  // at the start go together whatever their order among themselves: one
-  // plan per set of them and order of the rest.
-  const bool zico = options.policy == Policy::kZico;
+  // Under the ledger's policies a launch waits for nothing but the cap, so
+  // the jobs launched at the start all start at once: one plan per set of
+  // them (launched, and aged by the ledger, in job order) and order of the
+  // rest. Static admits by memory too, so its order matters throughout.
+  const bool only_the_cap_waits = options.policy != Policy::kStatic;
   std::vector<LaunchPlan> plans{LaunchPlan{given, 0}};
   for (const std::vector<uint32_t>& o : orders) {
     for (uint32_t cap = 1; cap <= jobs.size(); ++cap) {
       LaunchPlan plan{o, cap == jobs.size() ? 0 : cap};
-      if (zico) std::sort(plan.order.begin(), plan.order.begin() + cap);
+      if (only_the_cap_waits) std::sort(plan.order.begin(), plan.order.begin() + cap);
       const bool tried = std::any_of(plans.begin(), plans.end(), [&](const LaunchPlan& p) {
         return p.order == plan.order && p.max_running == plan.max_running;
       });
@@ -1123,8 +1126,7 @@ Status simulate(const std::vector<JobModel>& jobs, const SimulationOptions& opti
       }
     }
   }
-  const bool plans = options.policy == Policy::kStatic || options.policy == Policy::kZico;
-  if (plans && !options.launch_plan && !options.launch_together) {
+  if (options.policy != Policy::kSequential && !options.launch_plan && !options.launch_together) {
     *out = best_launch(jobs, options);
     return Status::ok();
   }

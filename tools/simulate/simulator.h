@@ -23,7 +23,8 @@
 // a free gives the excess back at once. Held bytes are chunks * chunk size.
 //
 // Policies:
-//  - unlimited: no budget; every request is granted (the compute-only bound).
+//  - unlimited: no budget; every request is granted (what compute alone
+//    allows, for the same launch plan search as the others).
 //  - fcfs: the Ledger alone, as zico-umd without time shifting. A request
 //    granted at once continues; otherwise the job stalls until kGrant. kDeny
 //    (the job's need can never fit) fails the job, which leaves. kReclaim is
@@ -72,21 +73,24 @@
 //  - sequential: one job at a time, in the order given, alone on the GPU.
 //    Held is the job's need.
 //
-// Launch plans (static and zico). When jobs start is the operator's choice,
-// not the memory policy's, and with compute sharing it matters: at u = 0.5
-// two jobs side by side run at full speed and a third slows all three, so
-// holding the third back until one ends can finish sooner, when it keeps the
-// longest job at full speed. A plan is a launch order and a cap on the jobs
+// Launch plans (every policy but sequential). When jobs start is the
+// operator's choice, not the memory policy's, and with compute sharing it
+// matters: at u = 0.5 two jobs side by side run at full speed and a third
+// slows all three, so holding the third back until one ends can finish
+// sooner, when it keeps the longest job at full speed. A plan is a launch order and a cap on the jobs
 // running at once; a job starts when every job before it in the order has
 // started (static: or been passed over, backfill) and fewer than the cap
-// run. Both policies get the same choice: simulate() tries every order of
+// run. Every policy gets the same choice: simulate() tries every order of
 // up to 4 jobs (beyond, the given order and the order by largest peak) with
 // every cap, the given order launched all together first, and keeps the
-// plan with the most iterations per second (then the shorter makespan; a
-// tie keeps the earlier plan). SimulationOptions::launch_plan runs one plan
-// instead; SimulationOptions::launch_together runs the first alone. Under
-// zico a queued job holds nothing and is unknown to the ledger and the
-// scheduler until it starts.
+// plan that fails fewest jobs, then keeps the budget, then has the most
+// iterations per second, then the shorter makespan (a tie keeps the earlier
+// plan). SimulationOptions::launch_plan runs one plan instead;
+// SimulationOptions::launch_together runs the first alone (for zico: the
+// time-shift scheduler alone, as zico-umd runs what is started). Under
+// unlimited, fcfs and zico a queued job holds nothing and is unknown to the
+// ledger and the scheduler until it starts; the ledger ages jobs in the
+// order they start.
 //
 // Unified Memory jobs (SimulationOptions::paging: a job with a known
 // PagingCost, sharing/paging_cost.h). Under zico and fcfs such a job's
@@ -127,7 +131,7 @@
 // Outputs, at the virtual-time granularity of events: per job, iterations
 // done, failure and reason, mean iteration time (when its last iteration
 // ended, over the iterations), the solo steady period, the delay (time not
-// running for memory: gate, ledger waits, swaps, queueing), the most it held
+// running for memory or its launch: gate, ledger waits, swaps, queueing), the most it held
 // and the yields it took. Aggregate: makespan, iterations per second, the peak
 // of the sum held, and the budget check: budget_exceeded is set when the sum
 // held rises while above the budget (a grant past it); being above it right
@@ -191,8 +195,9 @@ struct SimulationOptions {
   // moment of the largest sum and the one the bucket ended on, so stacked
   // they show only states the jobs were in, and the peak of the sum.
   size_t max_timeline_points = size_t{1} << 16;
-  // kStatic, kZico: run this plan instead of searching for the best one, or
-  // with launch_together (and no plan), every job at once in the given order.
+  // All but kSequential: run this plan instead of searching for the best
+  // one, or with launch_together (and no plan), launch every job at once in
+  // the given order (static: each admitted when it fits).
   std::optional<LaunchPlan> launch_plan;
   bool launch_together = false;
   // By job index: a known cost makes that job a Unified Memory job (see
@@ -215,7 +220,7 @@ struct JobResult {
   double solo_iter_s = 0;  // the model's steady period
   // Time not running for memory, by cause; delay_s is their sum.
   double delay_s = 0;
-  double queue_s = 0;   // static, sequential: before admission
+  double queue_s = 0;   // before its launch (the plan's cap) or admission (static, sequential)
   double gate_s = 0;    // zico: held at its iteration gates (parked too)
   double wait_s = 0;    // waiting for the ledger's grant (after a yield too)
   double swap_s = 0;    // swapping out and back in after yields and parks, paging in after a gate
@@ -257,7 +262,7 @@ struct SimulationResult {
   uint64_t yields = 0;
   uint64_t deadlocks = 0;
   uint64_t failed_jobs = 0;
-  LaunchPlan launch_plan;  // kStatic, kZico: the plan that ran
+  LaunchPlan launch_plan;  // all but kSequential: the plan that ran
 };
 
 // Runs `jobs` (job j gets id j + 1) under `options`. Errors

@@ -62,12 +62,14 @@ constexpr const char* kUsage =
     "                             a job may run with part of its memory paged out, slower by\n"
     "                             what its trace costs the paging planner at that cap\n"
     "                             (zico-umctl page); the traces need access records\n"
-    "  --launch best|together     when the jobs start, under static and zico: best (default): the\n"
-    "                             plan (launch order, most jobs at once) with the most throughput,\n"
-    "                             the same search for both (at u = 0.5 a third job slows two that\n"
+    "  --launch best|together     when the jobs start, under every policy but sequential:\n"
+    "                             best (default; with --find-budget, together): the plan (launch\n"
+    "                             order, most jobs at once) with the most throughput, the same\n"
+    "                             search for each policy (at u = 0.5 a third job slows two that\n"
     "                             ran at full speed, so holding it back can finish sooner);\n"
-    "                             together: every job at once, in the order given (zico: the\n"
-    "                             time-shift scheduler alone). With --policy all and best, zico\n"
+    "                             together: every job at once, in the order given (static: each\n"
+    "                             as it fits; zico: the time-shift scheduler alone, as zico-umd\n"
+    "                             runs what is started). With --policy all and best, zico\n"
     "                             launched together is reported too\n"
     "  --find-budget R            instead of a budget and policy: the least budget found at which\n"
     "                             zico keeps the jobs at R x their unlimited throughput, R in\n"
@@ -226,7 +228,9 @@ int parse(int argc, char** argv, Options* options) {
   if (!launch.empty() && launch != "best" && launch != "together") {
     return usage_error(kCommand, "--launch '" + launch + "' is not a launch; expected best or together");
   }
-  sim.launch_together = launch == "together";
+  // zico-umd does not plan launches: the budget it needs is for the jobs
+  // as they are started.
+  sim.launch_together = launch == "together" || (!find_budget.empty() && launch.empty());
   if (!find_budget.empty()) {
     const std::optional<double> r = parse_seconds(find_budget);  // the same plain decimal form
     if (!r || *r <= 0 || *r > 1) {
@@ -365,7 +369,7 @@ void print_result(const Outcome& o, const std::vector<std::string>& traces) {
     std::printf("; %llu yield%s", static_cast<unsigned long long>(r.yields), r.yields == 1 ? "" : "s");
   }
   std::printf("\n");
-  if (r.policy == Policy::kStatic || r.policy == Policy::kZico) std::printf("  plan: %s\n", launch_plan_text(r).c_str());
+  if (r.policy != Policy::kSequential) std::printf("  plan: %s\n", launch_plan_text(r).c_str());
   if (o.bound) {
     const simulate::ExhaustiveBound& b = *o.bound;
     std::string offsets;
@@ -433,11 +437,18 @@ void print_comparison(const std::map<Policy, Outcome>& outcomes) {
   std::printf("%s%s\n", line.c_str(), zico.failed_jobs != 0 ? " (zico failed a job too)" : "");
   // What the plan adds to the time-shift scheduler's own figure.
   if (const std::optional<simulate::SimulationResult>& together = outcomes.at(Policy::kZico).together) {
-    const simulate::SimulationResult& static_result = outcomes.at(Policy::kStatic).result;
-    std::printf("  zico launched all together: %.2f iterations/s, %.3fx unlimited, %s\n",
-                together->aggregate_iters_per_s, throughput_ratio(*together, unlimited),
-                static_result.failed_jobs != 0 ? "static failed a job"
-                                               : number(throughput_ratio(*together, static_result), "%.3fx static").c_str());
+    std::string alone = "  zico launched all together (the time-shift scheduler alone): " +
+                        number(together->aggregate_iters_per_s, "%.2f iterations/s, ") +
+                        number(throughput_ratio(*together, unlimited), "%.3fx unlimited");
+    for (const Policy p : {Policy::kSequential, Policy::kStatic, Policy::kFcfs}) {
+      const simulate::SimulationResult& other = outcomes.at(p).result;
+      alone += ", ";
+      alone += other.failed_jobs != 0 ? std::string(simulate::to_string(p)) + " failed a job"
+                                      : number(throughput_ratio(*together, other), "%.3fx ") + simulate::to_string(p);
+    }
+    if (together->failed_jobs != 0) alone += " (it failed a job)";
+    if (together->budget_exceeded) alone += " (it EXCEEDED the budget)";
+    std::printf("%s\n", alone.c_str());
   }
 }
 
@@ -476,7 +487,7 @@ void write_result_json(JsonWriter& json, const Outcome& o, const std::vector<std
       json.field("vs_fcfs", throughput_ratio(r, all->at(Policy::kFcfs).result));
     }
   }
-  if (r.policy == Policy::kStatic || r.policy == Policy::kZico) {
+  if (r.policy != Policy::kSequential) {
     json.key("launch_plan");
     json.begin_object();
     json.key("order");
@@ -491,10 +502,15 @@ void write_result_json(JsonWriter& json, const Outcome& o, const std::vector<std
     json.begin_object();
     json.field("makespan_s", o.together->makespan_s);
     json.field("aggregate_iters_per_s", o.together->aggregate_iters_per_s);
+    json.field("peak_bytes", o.together->peak_bytes);
+    json.key("budget_exceeded");
+    json.boolean(o.together->budget_exceeded);
+    json.field("yields", o.together->yields);
     json.field("failed_jobs", o.together->failed_jobs);
     if (all != nullptr) {
-      json.field("vs_unlimited", throughput_ratio(*o.together, all->at(Policy::kUnlimited).result));
-      json.field("vs_static", throughput_ratio(*o.together, all->at(Policy::kStatic).result));
+      for (const Policy p : {Policy::kUnlimited, Policy::kSequential, Policy::kStatic, Policy::kFcfs}) {
+        json.field("vs_" + std::string(simulate::to_string(p)), throughput_ratio(*o.together, all->at(p).result));
+      }
     }
     json.end_object();
   }
@@ -663,6 +679,7 @@ void print_budget_search(const simulate::BudgetSearch& search, const std::option
     std::printf("  zico there: %.3fx unlimited (%.2f vs %.2f iterations/s), peak held %s, budget kept, %llu yield%s\n",
                 throughput_ratio(z, unlimited), z.aggregate_iters_per_s, unlimited.aggregate_iters_per_s,
                 format_size(z.peak_bytes).c_str(), static_cast<unsigned long long>(z.yields), z.yields == 1 ? "" : "s");
+    if (z.launch_plan.max_running != 0) std::printf("  plan: %s\n", launch_plan_text(z).c_str());
   } else {
     const simulate::BudgetTrial& top = search.trials.front();
     std::printf("no budget up to unlimited's peak (%s) keeps zico at >= %.3gx unlimited: there it reached %.3fx%s\n",
