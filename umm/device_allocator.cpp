@@ -64,7 +64,7 @@ Status DeviceAllocator::create(Driver& driver, DeviceId device, const AllocatorO
   if (arena_bytes == 0) {
     arena_bytes = caps.total_memory > max_arena / 4 ? max_arena : 4 * caps.total_memory;
   } else if (arena_bytes > max_arena) {
-    *why = "ZICO_ARENA_SIZE=" + format_size(arena_bytes) + " is more than " + std::to_string(kMaxArenaChunks) +
+    *why = "ZICO_ARENA_SIZE (" + format_size(arena_bytes) + ") is more than " + std::to_string(kMaxArenaChunks) +
            " chunks of " + format_size(chunk) + "; use at most " + format_size(max_arena);
     return Status(Errc::kConfigError);
   }
