@@ -639,6 +639,31 @@ TEST(SimulatorUm, AJobPagesUnderABudgetBelowItsPeakWhereAnOrdinaryOneFails) {
   EXPECT_NEAR(j.mean_iter_s * j.iterations, j.solo_iter_s * j.iterations + j.paging_s, 1e-6);
 }
 
+// A UM job launched late by its plan gets its paging cost and gate paging
+// when it starts, and pages under the budget as one launched at once does.
+TEST(SimulatorUm, AJobLaunchedLatePagesAsOneLaunchedAtOnce) {
+  const std::vector<JobModel> two = two_climbers();
+  SimulationOptions options;
+  options.policy = Policy::kZico;
+  options.budget = budget(5 * kGiB);
+  options.iterations = 10;
+  options.paging.assign(two.size(), climber_paging());
+  options.launch_plan = LaunchPlan{{1, 0}, 1};
+  SimulationResult one_at_a_time;
+  std::string error;
+  ASSERT_TRUE(simulate(two, options, &one_at_a_time, &error).is_ok()) << error;
+  ASSERT_EQ(one_at_a_time.failed_jobs, 0u) << one_at_a_time.jobs[0].failure << one_at_a_time.jobs[1].failure;
+  EXPECT_FALSE(one_at_a_time.budget_exceeded);
+  const JobResult& late = one_at_a_time.jobs[0];
+  EXPECT_NEAR(late.start_s, one_at_a_time.jobs[1].end_s, 1e-6) << "launched when the first ended";
+  EXPECT_TRUE(late.um);
+  EXPECT_EQ(late.capped_iterations, 10u);
+  EXPECT_GT(late.paging_s, 0);
+  const SimulationResult alone = run_um({two[0]}, budget(5 * kGiB));
+  EXPECT_NEAR(late.paging_s, alone.jobs[0].paging_s, 1e-6);
+  EXPECT_NEAR(late.end_s - late.start_s, alone.jobs[0].end_s, 1e-6);
+}
+
 TEST(SimulatorUm, ABudgetCutBelowAJobsNeedPagesItInsteadOfStoppingIt) {
   const std::vector<JobModel> one = {model_of(climbing_job("a", 1 * kGiB, 1 * kGiB))};
   const std::vector<BudgetStep> cut = {{0, 8 * kGiB}, {350 * kMs, 5 * kGiB}};
