@@ -14,11 +14,13 @@ below 0.95 x the best simpler policy. Every policy but sequential runs with
 its best launch plan (`simulate --launch best`, the default); zico launched
 with every job at once (the time-shift scheduler alone) is reported beside
 it, against the same policies. Each run is compared with the others on the
-same inputs. Give several zico-umctl binaries to compare builds on
+same inputs. --launch together runs every policy with all jobs launched at
+once (the figures measured before launch plans existed). Give several zico-umctl binaries to compare builds on
 the same budgets (docs/benchmarks.md). Simulated time: the figures do not
 depend on the machine's load.
 
-Usage: time_shift_sweep.py [--band] [--utilization U] [--iterations N] [--step S] ZICO_UMCTL...
+Usage: time_shift_sweep.py [--band] [--utilization U] [--iterations N] [--step S] [--launch best|together]
+                           ZICO_UMCTL...
 """
 import argparse
 import itertools
@@ -68,13 +70,15 @@ def parse():
     parser.add_argument("--utilization", default="0.5", help="every job's busy fraction, or 'trace' (default 0.5)")
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--step", type=float, default=0.013, help="budget step, a fraction of the bound's peak")
+    parser.add_argument("--launch", choices=("best", "together"), default="best",
+                        help="every policy's launch plan: its best (default) or all jobs at once")
     parser.add_argument("umctl", nargs="+", help="zico-umctl binaries to compare")
     options = parser.parse_args()
     if not 0 < options.step <= 1:
         sys.exit(f"--step {options.step} is not in (0, 1]")
     if options.iterations < 1:
         sys.exit(f"--iterations {options.iterations} is not a whole number from 1")
-    common = ["--iterations", str(options.iterations)]
+    common = ["--iterations", str(options.iterations), "--launch", options.launch]
     if options.utilization != "trace":
         common += ["--utilization", options.utilization]
     return options, common
@@ -87,7 +91,7 @@ def sweep_budgets(options, common):
     for case in CASES:
         traces = [os.path.join(TRACES, f"{name}.ztrace.gz") for name in case]
         # The budgets go up to what the jobs hold all running together.
-        top = simulate(options.umctl[0], ["--policy", "unlimited", "--launch", "together"] + common + traces)["peak_bytes"]
+        top = simulate(options.umctl[0], ["--policy", "unlimited"] + common + ["--launch", "together"] + traces)["peak_bytes"]
         bound = simulate(options.umctl[0], ["--budget", str(top)] + common + traces)["exhaustive"]["peak_bytes"]
         line = []
         for umctl in options.umctl:
@@ -128,7 +132,7 @@ def band(options, common):
               for u in options.umctl}
     for case in cases:
         traces = [os.path.join(TRACES, f"{name}.ztrace.gz") for name in case]
-        alone = simulate(options.umctl[0], ["--policy", "unlimited", "--launch", "together"] + common + traces)
+        alone = simulate(options.umctl[0], ["--policy", "unlimited"] + common + ["--launch", "together"] + traces)
         summed = sum(j["peak_bytes"] for j in alone["jobs"])
         for ratio in BAND:
             budget = str(int(summed / ratio))
