@@ -67,11 +67,7 @@ void print_text(const proto::StatusReply& status) {
 void print_json(const proto::StatusReply& status) {
   JsonWriter json;
   json.begin_object();
-  json.field("job_rows", status.job_rows);
-  json.key("jobs");
-  json.begin_array();
-  for (const proto::JobStatus& job : status.jobs) write_job_json(json, job);
-  json.end_array();
+  write_job_rows_json(json, status);
   json.end_object();
   std::printf("%s\n", json.text().c_str());
 }

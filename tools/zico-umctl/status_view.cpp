@@ -116,13 +116,17 @@ std::string status_json(const proto::StatusReply& status) {
   for (const proto::GpuStatus& gpu : status.gpus) write_gpu_json(json, gpu);
   json.end_array();
   json.field("job_count", status.job_count);
+  write_job_rows_json(json, status);
+  json.end_object();
+  return json.text();
+}
+
+void write_job_rows_json(JsonWriter& json, const proto::StatusReply& status) {
   json.field("job_rows", status.job_rows);
   json.key("jobs");
   json.begin_array();
   for (const proto::JobStatus& job : status.jobs) write_job_json(json, job);
   json.end_array();
-  json.end_object();
-  return json.text();
 }
 
 }  // namespace zico::umctl

@@ -44,6 +44,10 @@ void write_gpu_json(JsonWriter& json, const proto::GpuStatus& gpu);
 //  "iterations":N,"state":".."}; max_bytes is null when unlimited.
 void write_job_json(JsonWriter& json, const proto::JobStatus& job);
 
+// "job_rows":N,"jobs":[JOB...] (fields of the object being written): the
+// rows 'zico-umctl jobs --json' and status --json list.
+void write_job_rows_json(JsonWriter& json, const proto::StatusReply& status);
+
 // The whole reply, as 'zico-umctl status --json' prints it (one line):
 // {"daemon_pid":N,"uptime_s":F,"gpus":[GPU...],"job_count":N,"job_rows":N,"jobs":[JOB...]}
 [[nodiscard]] std::string status_json(const proto::StatusReply& status);
