@@ -376,8 +376,8 @@ void print_result(const Outcome& o, const std::vector<std::string>& traces) {
     for (const uint64_t ns : b.offsets_ns) {
       offsets += (offsets.empty() ? "" : ", ") + duration(static_cast<double>(ns) / 1e9);
     }
-    std::printf("  exhaustive fixed-offset bound (cycle %s): peak %s at offsets %s; iterations aligned %s, sum of "
-                "peaks %s\n",
+    std::printf("  exhaustive fixed-offset bound (every job side by side, cycle %s): peak %s at offsets %s; "
+                "iterations aligned %s, sum of peaks %s\n",
                 duration(static_cast<double>(b.cycle_ns) / 1e9).c_str(), format_size(b.peak_bytes).c_str(),
                 offsets.c_str(), format_size(b.aligned_peak_bytes).c_str(), format_size(b.sum_of_peaks_bytes).c_str());
   }
