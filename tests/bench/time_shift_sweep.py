@@ -14,8 +14,8 @@ below 0.95 x the best simpler policy. Every policy but sequential runs with
 its best launch plan (`simulate --launch best`, the default); zico launched
 with every job at once (the time-shift scheduler alone) is reported beside
 it, against the same policies. Each run is compared with the others on the
-same inputs. --launch together runs every policy with all jobs launched at
-once (the figures measured before launch plans existed). Give several zico-umctl binaries to compare builds on
+same inputs. --launch together launches every job at once under every
+policy (static: each as its reservation fits, in the order given). Give several zico-umctl binaries to compare builds on
 the same budgets (docs/benchmarks.md). Simulated time: the figures do not
 depend on the machine's load.
 

@@ -23,8 +23,9 @@
 // a free gives the excess back at once. Held bytes are chunks * chunk size.
 //
 // Policies:
-//  - unlimited: no budget; every request is granted (what compute alone
-//    allows, for the same launch plan search as the others).
+//  - unlimited: no budget; every request is granted: the reference for the
+//    same launch plan search as the others (zico can exceed it slightly
+//    where its gate staggers iterations that would otherwise overlap).
 //  - fcfs: the Ledger alone, as zico-umd without time shifting. A request
 //    granted at once continues; otherwise the job stalls until kGrant. kDeny
 //    (the job's need can never fit) fails the job, which leaves. kReclaim is
@@ -173,8 +174,8 @@ struct BudgetStep {
 inline constexpr uint64_t kDefaultChunkBytes = uint64_t{2} << 20;
 inline constexpr double kPcieGen4BytesPerSecond = 25e9;
 
-// When jobs start (static and zico): job indices in launch order (each once),
-// and the most jobs running at once (0: no cap).
+// When jobs start (every policy but sequential): job indices in launch
+// order (each once), and the most jobs running at once (0: no cap).
 struct LaunchPlan {
   std::vector<uint32_t> order;
   uint32_t max_running = 0;

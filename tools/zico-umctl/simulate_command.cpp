@@ -64,9 +64,10 @@ constexpr const char* kUsage =
     "                             (zico-umctl page); the traces need access records\n"
     "  --launch best|together     when the jobs start, under every policy but sequential:\n"
     "                             best (default; with --find-budget, together): the plan (launch\n"
-    "                             order, most jobs at once) with the most throughput, the same\n"
-    "                             search for each policy (at u = 0.5 a third job slows two that\n"
-    "                             ran at full speed, so holding it back can finish sooner);\n"
+    "                             order and a cap on jobs at once) that fails fewest jobs, keeps the\n"
+    "                             budget and has the most throughput, the same search for each\n"
+    "                             policy (at u = 0.5 a third job slows two that ran at full speed,\n"
+    "                             so holding it back can finish sooner; its wait counts as delay);\n"
     "                             together: every job at once, in the order given (static: each\n"
     "                             as it fits; zico: the time-shift scheduler alone, as zico-umd\n"
     "                             runs what is started). With --policy all and best, zico\n"
@@ -314,14 +315,15 @@ int parse(int argc, char** argv, Options* options) {
 
 // --- output ----------------------------------------------------------------
 
-// "launched in the order a, b, c; at most 2 at once"
+// "launched in the order a, b, c; at most 2 at once" (or "; no cap on jobs
+// at once": all start together, static's as their reservations fit)
 std::string launch_plan_text(const simulate::SimulationResult& r) {
   std::string text = "launched in the order ";
   for (size_t i = 0; i < r.launch_plan.order.size(); ++i) {
     text += (i == 0 ? "" : ", ") + r.jobs[r.launch_plan.order[i]].name;
   }
   text += r.launch_plan.max_running != 0 ? "; at most " + std::to_string(r.launch_plan.max_running) + " at once"
-                                         : "; all together";
+                                         : "; no cap on jobs at once";
   return text;
 }
 
