@@ -15,12 +15,17 @@ its best launch plan (`simulate --launch best`, the default); zico launched
 with every job at once (the time-shift scheduler alone) is reported beside
 it, against the same policies. Each run is compared with the others on the
 same inputs. --launch together launches every job at once under every
-policy (static: each as its reservation fits, in the order given). Give several zico-umctl binaries to compare builds on
-the same budgets (docs/benchmarks.md). Simulated time: the figures do not
-depend on the machine's load.
+policy (static: each as its reservation fits, in the order given). A run
+below 0.9 x unlimited at or above the bound's peak is also compared with
+unlimited launched together (the bound's own assumption), and with --long N
+run again over N iterations: each job's first iterations run without a
+claim, one learner at a time, a cost paid once per run. Give several
+zico-umctl binaries to compare builds on the same budgets
+(docs/benchmarks.md). Simulated time: the figures do not depend on the
+machine's load.
 
 Usage: time_shift_sweep.py [--band] [--utilization U] [--iterations N] [--step S] [--launch best|together]
-                           ZICO_UMCTL...
+                           [--long N] ZICO_UMCTL...
 """
 import argparse
 import itertools
@@ -72,12 +77,17 @@ def parse():
     parser.add_argument("--step", type=float, default=0.013, help="budget step, a fraction of the bound's peak")
     parser.add_argument("--launch", choices=("best", "together"), default="best",
                         help="every policy's launch plan: its best (default) or all jobs at once")
+    parser.add_argument("--long", type=int, default=0, metavar="N",
+                        help="run each case below 0.9 x unlimited at or above the bound's peak again over N "
+                             "iterations (how much of the loss is the jobs' learning, a one-off)")
     parser.add_argument("umctl", nargs="+", help="zico-umctl binaries to compare")
     options = parser.parse_args()
     if not 0 < options.step <= 1:
         sys.exit(f"--step {options.step} is not in (0, 1]")
     if options.iterations < 1:
         sys.exit(f"--iterations {options.iterations} is not a whole number from 1")
+    if options.long < 0:
+        sys.exit(f"--long {options.long} is not a whole number of iterations (0: off)")
     common = ["--iterations", str(options.iterations), "--launch", options.launch]
     if options.utilization != "trace":
         common += ["--utilization", options.utilization]
@@ -105,6 +115,10 @@ def sweep_budgets(options, common):
                 if case_ratios and z["aggregate_iters_per_s"] < 0.99 * case_ratios[-1] * unlimited:
                     case_falls += 1
                 case_ratios.append(z["aggregate_iters_per_s"] / unlimited)
+                if case_ratios[-1] < 0.9 and options.long:
+                    print(f"{umctl}: {'+'.join(case)} at {factor:.3f} x the bound's peak: {case_ratios[-1]:.3f} x "
+                          f"unlimited; over {options.long} iterations "
+                          f"{over_long(umctl, options, int(bound * factor), traces):.3f}", flush=True)
                 case_versus.append(z["aggregate_iters_per_s"] / best_simpler(everything)[1])
                 case_together.append(together(z) / unlimited)
                 factor += options.step
@@ -128,7 +142,8 @@ def band(options, common):
     names = sorted(f[: -len(".ztrace.gz")] for f in os.listdir(TRACES) if f.endswith(".ztrace.gz"))
     cases = [c for k in (2, 3) for c in itertools.combinations_with_replacement(names, k)]
     counts = {u: {"runs": 0, "cannot_fit": 0, "below": 0, "turns": 0, "stretched": [], "other": 0, "loses": 0,
-                  "versus": [], "together_versus": [], "together_below": 0}
+                  "versus": [], "together_versus": [], "together_below": 0, "at_bound": 0, "at_bound_together": 0,
+                  "at_bound_long": 0}
               for u in options.umctl}
     for case in cases:
         traces = [os.path.join(TRACES, f"{name}.ztrace.gz") for name in case]
@@ -164,7 +179,8 @@ def band(options, common):
                       f"{versus:.3f} x {simpler} (the best simpler policy), "
                       f"budget {int(budget) / bound if bound else 0:.3f} x the bound's peak, {z['yields']} yields, "
                       f"plan {plan_text(z)}, launched together {together_vs:.3f} x unlimited; "
-                      + (below_bound(z, unlimited, c) if vs < 0.9 else "above 0.9 x unlimited"), flush=True)
+                      + (below_bound(z, unlimited, c, alone, options, umctl, budget, traces) if vs < 0.9
+                         else "above 0.9 x unlimited"), flush=True)
     for umctl, c in counts.items():
         print(f"{umctl}: {c['runs']} runs, {c['cannot_fit']} with a job that cannot fit; of the rest, zico / the "
               f"best simpler policy min {min(c['versus']):.3f}, {c['loses']} below 0.95; "
@@ -172,7 +188,10 @@ def band(options, common):
               f"without moving memory off the GPU every iteration, {len(c['stretched'])} where fixed offsets fit "
               f"on a longer cycle" + (f" (zico / that schedule {min(c['stretched']):.3f} to "
                                       f"{max(c['stretched']):.3f})" if c["stretched"] else "")
-              + f", {c['other']} other; launched together: zico / the best simpler policy "
+              + f", {c['other']} where no cycle fits, {c['at_bound']} at or above the bound's peak "
+              f"({c['at_bound_together']} of them below 0.9 x unlimited launched together"
+              + (f", {c['at_bound_long']} over {options.long} iterations" if options.long else "")
+              + ")" + f"; launched together: zico / the best simpler policy "
               f"min {min(c['together_versus']):.3f}, {sum(v < 0.95 for v in c['together_versus'])} below 0.95, "
               f"{c['together_below']} below 0.9 x unlimited")
 
@@ -185,12 +204,33 @@ def plan_text(z):
     return f"{'>'.join(plan['order'])} at most {plan['max_running']}"
 
 
-def below_bound(z, unlimited, counts):
-    """What the best fixed-offset schedule can do on a budget below the bound's peak (exhaustive_bound.h)."""
+def over_long(umctl, options, budget, traces):
+    """zico / unlimited on the same budget over options.long iterations: the jobs learn their
+    patterns (each one's first iterations without a claim, one learner at a time) once per run,
+    so a longer run shows how much of the loss that was."""
+    common = ["--iterations", str(options.long)]
+    if options.utilization != "trace":
+        common += ["--utilization", options.utilization]
+    everything = simulate(umctl, ["--policy", "all", "--budget", str(budget), "--launch", options.launch] + common
+                          + traces)
+    return everything["zico"]["aggregate_iters_per_s"] / everything["unlimited"]["aggregate_iters_per_s"]
+
+
+def below_bound(z, unlimited, counts, alone, options, umctl, budget, traces):
+    """What the best fixed-offset schedule can do on a budget below the bound's peak (exhaustive_bound.h);
+    at or above it, zico against unlimited launched together (every job at once, as the bound
+    assumes) and, with --long, over more iterations."""
     stretched = z.get("exhaustive", {}).get("stretched")
     if stretched is None:
-        counts["other"] += 1
-        return "at or above the bound's peak"
+        counts["at_bound"] += 1
+        vs_together = z["aggregate_iters_per_s"] / alone["aggregate_iters_per_s"]
+        counts["at_bound_together"] += vs_together < 0.9
+        text = f"at or above the bound's peak; {vs_together:.3f} x unlimited launched together"
+        if options.long:
+            longer = over_long(umctl, options, budget, traces)
+            counts["at_bound_long"] += longer < 0.9
+            text += f"; over {options.long} iterations {longer:.3f} x unlimited"
+        return text
     if not stretched["found"]:
         if stretched["shortfall_bytes"] > 0:
             counts["turns"] += 1
