@@ -15,10 +15,11 @@ its best launch plan (`simulate --launch best`, the default); zico launched
 with every job at once (the time-shift scheduler alone) is reported beside
 it, against the same policies. Each run is compared with the others on the
 same inputs. --launch together launches every job at once under every
-policy (static: each as its reservation fits, in the order given). A run
-below 0.9 x unlimited at or above the bound's peak is also compared with
-unlimited launched together (the bound's own assumption), and with --long N
-run again over N iterations: each job's first iterations run without a
+policy (static: each as its reservation fits, in the order given). In the
+band a run below 0.9 x unlimited at or above the bound's peak is also
+compared with unlimited launched together (the bound's own assumption); in
+either mode --long N runs each run below 0.9 x at or above the bound's peak
+again over N iterations: each job's first iterations run without a
 claim, one learner at a time, a cost paid once per run. Give several
 zico-umctl binaries to compare builds on the same budgets
 (docs/benchmarks.md). Simulated time: the figures do not depend on the
@@ -78,7 +79,7 @@ def parse():
     parser.add_argument("--launch", choices=("best", "together"), default="best",
                         help="every policy's launch plan: its best (default) or all jobs at once")
     parser.add_argument("--long", type=int, default=0, metavar="N",
-                        help="run each case below 0.9 x unlimited at or above the bound's peak again over N "
+                        help="run each run below 0.9 x unlimited at or above the bound's peak again over N "
                              "iterations (how much of the loss is the jobs' learning, a one-off)")
     parser.add_argument("umctl", nargs="+", help="zico-umctl binaries to compare")
     options = parser.parse_args()
