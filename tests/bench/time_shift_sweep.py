@@ -19,8 +19,9 @@ policy (static: each as its reservation fits, in the order given). In the
 band a run below 0.9 x unlimited at or above the bound's peak is also
 compared with unlimited launched together (the bound's own assumption); in
 either mode --long N runs each run below 0.9 x at or above the bound's peak
-again over N iterations: each job's first iterations run without a
-claim, one learner at a time, a cost paid once per run. Give several
+again over N iterations, to tell the learning phase (each job's first
+iterations run without a claim, one learner at a time: paid once per run)
+from the steady state. Give several
 zico-umctl binaries to compare builds on the same budgets
 (docs/benchmarks.md). Simulated time: the figures do not depend on the
 machine's load.
