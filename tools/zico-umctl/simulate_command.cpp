@@ -405,6 +405,20 @@ double throughput_ratio(const simulate::SimulationResult& a, const simulate::Sim
   return b.aggregate_iters_per_s > 0 ? a.aggregate_iters_per_s / b.aggregate_iters_per_s : 0;
 }
 
+// "1.23x sequential, 1.10x static, fcfs failed a job": r against each
+// simpler policy. A policy that failed a job finished less work sooner: a
+// ratio to it would flatter r.
+std::string versus_simpler(const simulate::SimulationResult& r, const std::map<Policy, Outcome>& outcomes) {
+  std::string text;
+  for (const Policy p : {Policy::kSequential, Policy::kStatic, Policy::kFcfs}) {
+    const simulate::SimulationResult& other = outcomes.at(p).result;
+    if (!text.empty()) text += ", ";
+    text += other.failed_jobs != 0 ? std::string(simulate::to_string(p)) + " failed a job"
+                                   : number(throughput_ratio(r, other), "%.3fx ") + simulate::to_string(p);
+  }
+  return text;
+}
+
 void print_comparison(const std::map<Policy, Outcome>& outcomes) {
   const simulate::SimulationResult& unlimited = outcomes.at(Policy::kUnlimited).result;
   using Align = TextTable::Align;
@@ -424,30 +438,15 @@ void print_comparison(const std::map<Policy, Outcome>& outcomes) {
                    std::to_string(r.failed_jobs)});
   }
   std::printf("comparison\n%s", table.render("  ").c_str());
-  // A policy that failed a job finished less work sooner: a ratio to it
-  // would flatter it.
   const simulate::SimulationResult& zico = outcomes.at(Policy::kZico).result;
-  std::string line = "  zico's throughput:";
-  const char* separator = " ";
-  for (const Policy p : {Policy::kSequential, Policy::kStatic, Policy::kFcfs}) {
-    const simulate::SimulationResult& other = outcomes.at(p).result;
-    line += separator;
-    line += other.failed_jobs != 0 ? std::string(simulate::to_string(p)) + " failed a job"
-                                   : number(throughput_ratio(zico, other), "%.3fx ") + simulate::to_string(p);
-    separator = ", ";
-  }
-  std::printf("%s%s\n", line.c_str(), zico.failed_jobs != 0 ? " (zico failed a job too)" : "");
+  std::printf("  zico's throughput: %s%s\n", versus_simpler(zico, outcomes).c_str(),
+              zico.failed_jobs != 0 ? " (zico failed a job too)" : "");
   // What the plan adds to the time-shift scheduler's own figure.
   if (const std::optional<simulate::SimulationResult>& together = outcomes.at(Policy::kZico).together) {
     std::string alone = "  zico launched all together (the time-shift scheduler alone): " +
                         number(together->aggregate_iters_per_s, "%.2f iterations/s, ") +
-                        number(throughput_ratio(*together, unlimited), "%.3fx unlimited");
-    for (const Policy p : {Policy::kSequential, Policy::kStatic, Policy::kFcfs}) {
-      const simulate::SimulationResult& other = outcomes.at(p).result;
-      alone += ", ";
-      alone += other.failed_jobs != 0 ? std::string(simulate::to_string(p)) + " failed a job"
-                                      : number(throughput_ratio(*together, other), "%.3fx ") + simulate::to_string(p);
-    }
+                        number(throughput_ratio(*together, unlimited), "%.3fx unlimited, ") +
+                        versus_simpler(*together, outcomes);
     if (together->failed_jobs != 0) alone += " (it failed a job)";
     if (together->budget_exceeded) alone += " (it EXCEEDED the budget)";
     std::printf("%s\n", alone.c_str());
