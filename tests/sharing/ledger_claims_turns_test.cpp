@@ -387,6 +387,27 @@ TEST(LedgerClaims, TheSafetyCheckFindsTheOrderInWhichEveryJobFinishes) {
   EXPECT_EQ(b.ledger.check(), "");
 }
 
+TEST(LedgerClaims, OfTwoJobsStillClimbingTheOneThatGivesMoreBackGoesFirst) {
+  // Budget 9, nothing held, both early in an iteration (each will keep more
+  // than it holds). Job 1 climbs to 5 and keeps 4; job 2 climbs to 8 and
+  // keeps 3, giving 5 back. With job 1's 1 granted, job 2 first (8 of the 8
+  // free) then job 1 (4 of the 5 left) finishes both; job 1 first keeps 4 of
+  // the 8 and leaves job 2 short. Were that the only order tried, neither
+  // grant would look safe, and with nothing held nobody would ever be served.
+  Books b(9);
+  b.join(1);
+  b.join(2);
+  EXPECT_TRUE(b.ledger.set_claim(1, 0, 5, 4));
+  EXPECT_TRUE(b.ledger.set_claim(2, 0, 8, 3));
+  b.ask(1, 1, 1);
+  b.ask(2, 1, 1);
+  const std::vector<LedgerAction> actions = b.ledger.pump(0);
+  ASSERT_EQ(actions.size(), 2u) << describe(actions);
+  EXPECT_TRUE(same(actions[0], Kind::kGrant, 1, 1, 1)) << describe(actions);
+  EXPECT_TRUE(same(actions[1], Kind::kGrant, 2, 1, 1)) << describe(actions);
+  EXPECT_EQ(b.ledger.check(), "");
+}
+
 TEST(LedgerClaims, AClaimAboveWhatTheJobCanEverHoldCountsAsThatMuch) {
   // A job whose iteration needs more than the budget (it pages beyond it):
   // counted at its claim it could never finish, and no grant, not even its
