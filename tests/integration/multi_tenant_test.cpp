@@ -413,6 +413,48 @@ TEST_F(MultiTenant, WhereTheDriverCannotTellALateJobIsBelievedAsFarAsItsLapsedRe
   }
 }
 
+TEST_F(MultiTenant, AStatusClientThatDoesNotReadIsCutOffOnceSixteenAnswersWait) {
+  // zico-umctl reads each answer before it asks again, so the daemon keeps
+  // few for it; a job's thousands of waiting grants would let any local user
+  // pin megabytes of the daemon's memory per connection.
+  start_daemon(16 * kMiB);
+  std::string why;
+  const int fd = zico::wire::connect_unix(socket_, &why);
+  ASSERT_GE(fd, 0) << why;
+  // Asks until it is cut off: first the socket fills (the daemon gives each
+  // connection a large buffer), then answers wait in the daemon.
+  constexpr int kQueries = 100'000;
+  int sent = 0;
+  while (sent < kQueries) {
+    if (zico::wire::send_message(fd, zico::proto::StatusQuery{}, {}, &why)) {
+      ++sent;
+      continue;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK) break;  // cut off
+    pollfd writable{fd, POLLOUT, 0};
+    if (::poll(&writable, 1, 10'000) != 1) break;
+  }
+  // What the socket took before the daemon gave up comes first, then the end.
+  int answers = 0;
+  bool closed = false;
+  for (;;) {
+    pollfd readable{fd, POLLIN, 0};
+    if (::poll(&readable, 1, 10'000) != 1) break;
+    zico::proto::Message message;
+    std::vector<int> fds;
+    const auto got = zico::wire::receive_message(fd, &message, &fds, &why);
+    if (got == zico::wire::Received::kClosed) closed = true;
+    if (got != zico::wire::Received::kMessage) break;
+    ++answers;
+  }
+  ::close(fd);
+  EXPECT_TRUE(closed) << sent << " queries sent, " << answers << " answers read\n" << daemon_.output();
+  EXPECT_LT(answers, sent);
+  const std::string log = daemon_.output();
+  EXPECT_NE(log.find("does not read what it is sent (16 messages wait)"), std::string::npos)
+      << sent << " queries sent, " << answers << " answers read\n" << log;
+}
+
 // Grant latency as a job sees it: ask for one chunk, take it, give it back.
 struct Latency {
   double median_ms = 0;
