@@ -201,6 +201,37 @@ TEST_F(MultiTenant, MemoryKeptAfterGivingItBackNeverSeesAnotherUsersData) {
   ::close(result);
 }
 
+TEST_F(MultiTenant, AKeeperIsChargedNoMoreThanItsMaximumAllows) {
+  start_daemon(16 * kMiB);
+  int go = -1;
+  int result = -1;
+  const pid_t keeper = start_keeper(::getuid(), 4, 0xEE, &go, &result);
+  char byte = 0;
+  ASSERT_TRUE(read_byte(result, &byte, 10s)) << daemon_.output();
+  ASSERT_EQ(byte, Keeper::kKept);
+  const auto held_becomes = [&](uint64_t bytes) {
+    for (auto deadline = Clock::now() + 5s; Clock::now() < deadline; std::this_thread::sleep_for(20ms)) {
+      if (held_by(keeper) == static_cast<int64_t>(bytes)) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(held_becomes(8 * kMiB)) << "held " << held_by(keeper) << "\n" << daemon_.output();
+  // Capped at 4 MiB, it could never have asked for more: the rest of what it
+  // keeps (memory made in its own process looks the same) is not the
+  // budget's to count.
+  zico::proto::StatusReply status;
+  ASSERT_TRUE(query_status(socket_, &status));
+  const auto job = std::find_if(status.jobs.begin(), status.jobs.end(),
+                                [&](const auto& entry) { return static_cast<pid_t>(entry.pid) == keeper; });
+  ASSERT_NE(job, status.jobs.end());
+  Child cap = spawn({g_umctl, "budget", "set", "--job", std::to_string(job->id), "--max", "4MiB", "--socket", socket_},
+                    {}, (dir_ / "cap.log").string());
+  ASSERT_TRUE(cap.succeeded()) << cap.output();
+  EXPECT_TRUE(held_becomes(4 * kMiB)) << "held " << held_by(keeper) << "\n" << daemon_.output();
+  ::close(go);
+  ::close(result);
+}
+
 TEST_F(MultiTenant, AKeeperIsKilledWhenThePolicySaysKill) {
   start_daemon(16 * kMiB, {"--on-overuse", "kill"});
   int go = -1;
@@ -295,6 +326,10 @@ TEST_F(MultiTenant, OwnersMayLowerTheirLimitsButNotRaiseTheirMinimumOrLiftAnAdmi
   EXPECT_NE(text.find("capped"), std::string::npos) << text;
   std::tie(ok, text) = umctl(kNobody, {"--max", "12MiB"});
   EXPECT_TRUE(ok) << "an owner could not lower its maximum: " << text;
+  std::tie(ok, text) = umctl(kNobody, {"--max", "16MiB"});
+  EXPECT_TRUE(ok) << "an owner could not restore the maximum the admin allowed: " << text;
+  std::tie(ok, text) = umctl(kNobody, {"--max", "20MiB"});
+  EXPECT_FALSE(ok) << "an owner lifted an admin's cap: " << text;
   std::tie(ok, text) = umctl(kNobody, {"--min", "2MiB"});
   EXPECT_TRUE(ok) << "an owner could not lower its minimum: " << text;
   std::tie(ok, text) = umctl(kNobody, {"--min", "4MiB"});
@@ -337,6 +372,45 @@ TEST_F(MultiTenant, TheDaemonRefusesAStateFileSomeoneElsePlanted) {
   std::string text;
   std::getline(in, text);
   EXPECT_EQ(text, "keep me");
+}
+
+TEST_F(MultiTenant, TheDaemonRefusesAStateFileOthersCouldReachOrWrite) {
+  // The daemon's own file, but reachable under another name (a hard link
+  // someone made in a shared folder), writable by others, or another user's:
+  // writing it would change a file it does not own alone.
+  const auto refused = [&](const std::string& name, const std::string& expected) {
+    const std::string state = (dir_ / name).string();
+    Child daemon = spawn({g_umd, "--socket", socket_, "--budget", "16MiB", "--state-file", state},
+                         {"ZICO_BACKEND=sim"}, (dir_ / (name + ".log")).string());
+    // A daemon that took the file would serve on: it is stopped, and fails the test.
+    siginfo_t info{};
+    for (auto deadline = Clock::now() + 10s; info.si_pid == 0 && Clock::now() < deadline;
+         std::this_thread::sleep_for(10ms)) {
+      (void)::waitid(P_PID, static_cast<id_t>(daemon.pid), &info, WEXITED | WNOHANG | WNOWAIT);
+    }
+    daemon.kill(SIGKILL);
+    EXPECT_TRUE(WIFEXITED(daemon.wait()) && WEXITSTATUS(daemon.status) == 1) << name << "\n" << daemon.output();
+    EXPECT_NE(daemon.output().find("is not safe to write"), std::string::npos) << daemon.output();
+    EXPECT_NE(daemon.output().find(expected), std::string::npos) << daemon.output();
+    std::stringstream text;
+    text << std::ifstream(state).rdbuf();
+    EXPECT_TRUE(text.str() == "keep me") << name << " was overwritten: " << text.str().size() << " bytes";
+  };
+  const auto keep_me = [&](const std::string& name, std::filesystem::perms mode) {
+    const std::filesystem::path path = dir_ / name;
+    std::ofstream(path) << "keep me";
+    std::filesystem::permissions(path, mode);  // whatever the umask
+    return path;
+  };
+  const auto only_mine = std::filesystem::perms::owner_read | std::filesystem::perms::owner_write;
+  std::filesystem::create_hard_link(keep_me("precious", only_mine), dir_ / "linked.state");
+  refused("linked.state", "2 link(s)");
+  (void)keep_me("open.state", static_cast<std::filesystem::perms>(0666));
+  refused("open.state", "mode 0666");
+  if (can_switch_users()) {
+    ASSERT_EQ(::chown(keep_me("theirs.state", only_mine).c_str(), kNobody, kNobody), 0) << std::strerror(errno);
+    refused("theirs.state", "uid 65534");
+  }
 }
 
 TEST_F(MultiTenant, AJobDoesNotTrustADaemonAnotherUserRuns) {
