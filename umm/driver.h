@@ -213,6 +213,18 @@ class Driver {
     return Status(Errc::kNotSupported);
   }
 
+  // --- the host behind the device ---------------------------------------------
+  // Whether the host can take `bytes` more of `device`'s memory: UM mode asks
+  // before it hands out each chunk of its managed arena, whose pages the
+  // host holds whenever they are off the device. kOutOfMemory where it would
+  // run low. Not virtual-pure: where device memory is the device's own
+  // (CUDA), the driver's allocation limits are the answer.
+  [[nodiscard]] virtual Status host_room(DeviceId device, size_t bytes) noexcept {
+    (void)device;
+    (void)bytes;
+    return Status::ok();
+  }
+
   // --- other processes ---------------------------------------------------------
   // How much of `device`'s memory process `pid` holds (mapped, or kept alive
   // by a handle or descriptor), as the platform sees it: what zico-umd checks
@@ -220,6 +232,18 @@ class Driver {
   // back. kNotSupported where the platform cannot tell; kOsError (detail
   // errno: EACCES, ESRCH) where this process may not look or `pid` is gone.
   [[nodiscard]] virtual Status process_memory(int pid, DeviceId device, uint64_t* bytes) noexcept = 0;
+  // Which of `chunks` (this process's own, all of `device`) process `pid`
+  // still holds: (*held)[i] for chunks[i]. What zico-umd asks before it
+  // lends a returned chunk again. Not virtual-pure: kNotSupported where the
+  // platform cannot tell chunk by chunk (CUDA).
+  [[nodiscard]] virtual Status process_holds(int pid, DeviceId device, std::span<const PhysHandle> chunks,
+                                             std::vector<bool>* held) noexcept {
+    (void)pid;
+    (void)device;
+    (void)chunks;
+    (void)held;
+    return Status(Errc::kNotSupported);
+  }
 };
 
 }  // namespace zico

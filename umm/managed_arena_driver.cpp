@@ -55,8 +55,12 @@ Status ManagedArenaDriver::unreserve(VaRange range) noexcept {
 }
 
 Status ManagedArenaDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcept {
-  (void)device;
   if (bytes == 0) return Status(Errc::kInvalidArgument);
+  // The arena is as large as the device, and its pages go to the host when
+  // the budget pushes them off: a chunk the host could not hold is refused
+  // here, as an out-of-memory the allocator reports, rather than an OOM kill
+  // once it is written.
+  ZICO_RETURN_IF_ERROR(inner_.host_room(device, bytes));
   *out = PhysHandle{next_handle_.fetch_add(1)};
   return Status::ok();
 }

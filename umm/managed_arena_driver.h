@@ -8,7 +8,8 @@
 //   reserve    -> managed_allocate (aligned as asked), advised to live on the
 //                 device (not accessed-by it: see reserve);
 //   create     -> a handle that stands for no memory (the chunk is a part of
-//                 the arena already), release/map/unmap -> bookkeeping only;
+//                 the arena already), once the inner driver's host_room says
+//                 the host can hold it; release/map/unmap -> bookkeeping only;
 //   set_access -> nothing more (the advice covers the whole arena);
 //   export/import -> kNotSupported (a UM job's memory is its own).
 // Which pages are on the GPU is the pager's business (prefetch/um_pager.h),

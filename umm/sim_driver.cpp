@@ -100,33 +100,32 @@ struct SimDriver::State {
   std::unordered_map<uintptr_t, SimStream> streams;
   std::unordered_map<uintptr_t, SimEvent> events;
   std::vector<size_t> created_bytes;  // per device
-  // The host's memory as last read (host_memory.h), its available less what
-  // was created since: read again when that estimate nears the reserve, or
-  // 10 ms after the last reading (other processes take memory too). A
-  // chunk's memory counts on the host only once touched, so a reading also
-  // takes off what was created in the interval before it (which may not be
-  // yet): an over-estimate of what is used, never an under-estimate.
+  // The host's memory as last read (host_memory.h), less what was created
+  // since: read again when that estimate nears the reserve, or 10 ms after
+  // the last reading (other processes take memory too, and chunks are
+  // written after they are created). A chunk's memory costs the host only
+  // once touched, and a reading already counts every touched page, so a
+  // reading forgets what was created before it: mapped but untouched memory
+  // (an allocator's idle chunks, a replay's) never counts as used. Between
+  // readings what is created counts in full, as if touched at once.
   HostMemory host;
   std::chrono::steady_clock::time_point host_read_at;
-  uint64_t created_since_read = 0;
   bool host_refusal_said = false;
 
   // Would creating `bytes` more leave the host less than `reserve`
-  // (host_reserve(): 5 % of its total, at least 512 MiB, if 0)?
-  bool host_would_run_low(uint64_t bytes, uint64_t reserve, HostMemory* seen) {
+  // (host_reserve(): 5 % of its total, at least 512 MiB, if 0)? The host
+  // is read under `root` (host_memory.h; "" for this machine).
+  bool host_would_run_low(uint64_t bytes, uint64_t reserve, const std::string& root, HostMemory* seen) {
     const auto now = std::chrono::steady_clock::now();
     if (!host.known || now - host_read_at > std::chrono::milliseconds(10) ||
         host.available_bytes < host_reserve(reserve) + bytes + (uint64_t{256} << 20)) {
-      host = read_host_memory();
+      host = read_host_memory(root);
       host_read_at = now;
       if (!host.known) return false;  // unknown: do not guess
-      host.available_bytes -= std::min(host.available_bytes, created_since_read);
-      created_since_read = 0;
     }
     *seen = host;
     if (host.available_bytes < host_reserve(reserve) + bytes) return true;
     host.available_bytes -= bytes;
-    created_since_read += bytes;
     return false;
   }
   uint64_t host_reserve(uint64_t reserve) const {
@@ -393,6 +392,29 @@ Status SimDriver::unreserve(VaRange range) noexcept {
   return Status::ok();
 }
 
+Status SimDriver::refuse_if_host_runs_low(DeviceId device, size_t bytes) {
+  HostMemory host;
+  if (!state_->host_would_run_low(bytes, options_.host_reserve_bytes, options_.host_memory_root, &host)) {
+    return Status::ok();
+  }
+  if (!state_->host_refusal_said) {
+    state_->host_refusal_said = true;
+    ZICO_LOG(kError,
+             "sim device %d: refusing %s more of simulated device memory: the host has %s available of %s (its "
+             "memory cgroup's limit, if lower), and keeps %s free (simulated memory is host memory; set a budget, "
+             "or ZICO_SIM_CAPACITY, below it)",
+             device.value, format_size(bytes).c_str(), format_size(host.available_bytes).c_str(),
+             format_size(host.total_bytes).c_str(), format_size(state_->host_reserve(options_.host_reserve_bytes)).c_str());
+  }
+  return Status(Errc::kOutOfMemory, ENOMEM);
+}
+
+Status SimDriver::host_room(DeviceId device, size_t bytes) noexcept {
+  ZICO_SIM_CHECK_DEVICE(device);
+  std::lock_guard lock(state_->mutex);
+  return refuse_if_host_runs_low(device, bytes);
+}
+
 Status SimDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcept {
   ZICO_SIM_CHECK_DEVICE(device);
   if (bytes == 0 || bytes % options_.granularity != 0) return Status(Errc::kInvalidArgument);
@@ -401,18 +423,7 @@ Status SimDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcep
   size_t& used = state_->created_bytes[static_cast<size_t>(device.value)];
   const size_t managed = device.value == 0 ? state_->managed->resident_bytes() : 0;
   if (bytes > options_.capacity - used - managed) return Status(Errc::kOutOfMemory);
-  if (HostMemory host; state_->host_would_run_low(bytes, options_.host_reserve_bytes, &host)) {
-    if (!state_->host_refusal_said) {
-      state_->host_refusal_said = true;
-      ZICO_LOG(kError,
-               "sim device %d: refusing %s more of simulated device memory: the host has %s available of %s (its "
-               "memory cgroup's limit, if lower), and keeps %s free (simulated memory is host memory; set a budget, "
-               "or ZICO_SIM_CAPACITY, below it)",
-               device.value, format_size(bytes).c_str(), format_size(host.available_bytes).c_str(),
-               format_size(host.total_bytes).c_str(), format_size(state_->host_reserve(options_.host_reserve_bytes)).c_str());
-    }
-    return Status(Errc::kOutOfMemory, ENOMEM);
-  }
+  ZICO_RETURN_IF_ERROR(refuse_if_host_runs_low(device, bytes));
   const int fd = memfd_create(chunk_name(device).c_str(), MFD_CLOEXEC);
   if (fd < 0) return errno == EMFILE || errno == ENFILE ? Status(Errc::kOutOfMemory, errno) : os_error();
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
@@ -807,49 +818,82 @@ Status SimDriver::stream_capture_state(StreamHandle stream, CaptureState* state)
   return Status::ok();
 }
 
+namespace {
+
+// The chunks of `device` (memfds named chunk_name) that process `pid` maps or
+// keeps a descriptor of, by inode, with the largest size seen of each.
+Status chunks_held_by(int pid, DeviceId device, std::unordered_map<uint64_t, uint64_t>* sizes) {
+  // Both places name the memfd "/memfd:NAME (deleted)".
+  const std::string name = "/memfd:" + chunk_name(device) + " ";
+  const std::string proc = "/proc/" + std::to_string(pid);
+  FILE* maps = std::fopen((proc + "/maps").c_str(), "re");
+  if (maps == nullptr) return Status(Errc::kOsError, errno);
+  char line[4096];
+  while (std::fgets(line, sizeof line, maps) != nullptr) {
+    unsigned long long start = 0, end = 0, inode = 0;
+    int path_at = 0;
+    if (std::sscanf(line, "%llx-%llx %*s %*s %*s %llu %n", &start, &end, &inode, &path_at) < 3) continue;
+    if (std::strncmp(line + path_at, name.c_str(), name.size()) != 0) continue;
+    uint64_t& size = (*sizes)[inode];
+    size = std::max<uint64_t>(size, end - start);
+  }
+  std::fclose(maps);
+  DIR* fds = ::opendir((proc + "/fd").c_str());
+  if (fds == nullptr) return Status(Errc::kOsError, errno);
+  // Mappings are bounded by vm.max_map_count; descriptors only by the
+  // process's limit: look at this many, so that a process with a million
+  // cannot make every look slow (what it keeps beyond goes uncounted).
+  constexpr int kMostDescriptors = 1 << 16;
+  int looked = 0;
+  while (const dirent* entry = ::readdir(fds)) {
+    if (++looked > kMostDescriptors) break;
+    const std::string path = proc + "/fd/" + entry->d_name;
+    char target[256];
+    const ssize_t length = ::readlink(path.c_str(), target, sizeof target - 1);
+    if (length <= 0) continue;
+    target[length] = '\0';
+    struct stat st {};
+    if (std::strncmp(target, name.c_str(), name.size()) != 0 || ::stat(path.c_str(), &st) != 0) continue;
+    uint64_t& size = (*sizes)[st.st_ino];
+    size = std::max<uint64_t>(size, static_cast<uint64_t>(st.st_size));
+  }
+  ::closedir(fds);
+  return Status::ok();
+}
+
+}  // namespace
+
 Status SimDriver::process_memory(int pid, DeviceId device, uint64_t* bytes) noexcept {
   ZICO_SIM_CHECK_DEVICE(device);
   if (!options_.process_memory) return Status(Errc::kNotSupported);
   try {
-    // Both places name the memfd "/memfd:NAME (deleted)".
-    const std::string name = "/memfd:" + chunk_name(device) + " ";
-    const std::string proc = "/proc/" + std::to_string(pid);
     std::unordered_map<uint64_t, uint64_t> sizes;  // inode -> bytes
-    FILE* maps = std::fopen((proc + "/maps").c_str(), "re");
-    if (maps == nullptr) return Status(Errc::kOsError, errno);
-    char line[4096];
-    while (std::fgets(line, sizeof line, maps) != nullptr) {
-      unsigned long long start = 0, end = 0, inode = 0;
-      int path_at = 0;
-      if (std::sscanf(line, "%llx-%llx %*s %*s %*s %llu %n", &start, &end, &inode, &path_at) < 3) continue;
-      if (std::strncmp(line + path_at, name.c_str(), name.size()) != 0) continue;
-      uint64_t& size = sizes[inode];
-      size = std::max<uint64_t>(size, end - start);
-    }
-    std::fclose(maps);
-    DIR* fds = ::opendir((proc + "/fd").c_str());
-    if (fds == nullptr) return Status(Errc::kOsError, errno);
-    // Mappings are bounded by vm.max_map_count; descriptors only by the
-    // process's limit: look at this many, so that a process with a million
-    // cannot make every look slow (what it keeps beyond goes uncounted).
-    constexpr int kMostDescriptors = 1 << 16;
-    int looked = 0;
-    while (const dirent* entry = ::readdir(fds)) {
-      if (++looked > kMostDescriptors) break;
-      const std::string path = proc + "/fd/" + entry->d_name;
-      char target[256];
-      const ssize_t length = ::readlink(path.c_str(), target, sizeof target - 1);
-      if (length <= 0) continue;
-      target[length] = '\0';
-      struct stat st {};
-      if (std::strncmp(target, name.c_str(), name.size()) != 0 || ::stat(path.c_str(), &st) != 0) continue;
-      uint64_t& size = sizes[st.st_ino];
-      size = std::max<uint64_t>(size, static_cast<uint64_t>(st.st_size));
-    }
-    ::closedir(fds);
+    ZICO_RETURN_IF_ERROR(chunks_held_by(pid, device, &sizes));
     uint64_t total = 0;
     for (const auto& [inode, size] : sizes) total = size > UINT64_MAX - total ? UINT64_MAX : total + size;
     *bytes = total;
+    return Status::ok();
+  } catch (const std::bad_alloc&) {
+    return Status(Errc::kOutOfMemory);
+  }
+}
+
+Status SimDriver::process_holds(int pid, DeviceId device, std::span<const PhysHandle> chunks,
+                                std::vector<bool>* held) noexcept {
+  ZICO_SIM_CHECK_DEVICE(device);
+  if (!options_.process_memory) return Status(Errc::kNotSupported);
+  try {
+    std::unordered_map<uint64_t, uint64_t> sizes;
+    ZICO_RETURN_IF_ERROR(chunks_held_by(pid, device, &sizes));
+    held->assign(chunks.size(), false);
+    std::lock_guard lock(state_->mutex);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      auto it = state_->chunks.find(chunks[i].value);
+      if (it == state_->chunks.end() || it->second.fd < 0) return Status(Errc::kInvalidArgument);
+      struct stat st {};
+      if (::fstat(it->second.fd, &st) != 0) return os_error();
+      (*held)[i] = sizes.contains(st.st_ino);
+    }
     return Status::ok();
   } catch (const std::bad_alloc&) {
     return Status(Errc::kOutOfMemory);

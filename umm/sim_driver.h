@@ -29,6 +29,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "driver.h"
 #include "sim_managed.h"
@@ -58,7 +60,12 @@ struct SimOptions {
   // would leave the host less than this much available memory, whatever the
   // capacity says, so that filling a simulated 80 GiB device cannot take a
   // smaller host down. 0: 5 % of the host's memory, at least 512 MiB.
+  // Only touched memory counts: what a reading of the host finds used, and
+  // what was created since that reading (readings come every 10 ms).
   uint64_t host_reserve_bytes = 0;
+  // Where the host's memory is read (host_memory.h's root): "" for this
+  // machine; tests point it at a fake /proc and /sys.
+  std::string host_memory_root;
   // Unified memory on device 0 (sim_managed.h): its page (0: the
   // granularity) and what migration costs on the modelled clock.
   size_t managed_page_bytes = 0;
@@ -165,8 +172,18 @@ class SimDriver final : public Driver {
   // descriptors of such memfds, each counted once (/proc/PID/maps, and the
   // first 65536 entries of /proc/PID/fd).
   Status process_memory(int pid, DeviceId device, uint64_t* bytes) noexcept override;
+  // The same look, chunk by chunk (by the memfd's inode).
+  Status process_holds(int pid, DeviceId device, std::span<const PhysHandle> chunks,
+                       std::vector<bool>* held) noexcept override;
+  // Simulated memory is host memory: the same refusal as create()'s.
+  Status host_room(DeviceId device, size_t bytes) noexcept override;
 
  private:
+  // kOutOfMemory (said once on stderr, with the numbers) where `bytes` more
+  // would leave the host short (SimOptions::host_reserve_bytes). Holds
+  // state_->mutex.
+  Status refuse_if_host_runs_low(DeviceId device, size_t bytes);
+
   struct State;
   std::unique_ptr<State> state_;  // everything behind one mutex; see sim_driver.cpp
   SimOptions options_;

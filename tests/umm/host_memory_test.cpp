@@ -2,35 +2,19 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
 #include <string>
+
+#include "fake_host.h"
 
 namespace zico {
 namespace {
 
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
-// A fake /proc and /sys under a temporary folder.
-class FakeHost {
+// The machine's and the cgroup's figures, read from a fake root.
+class FakeHost : public testing::FakeHost {
  public:
-  FakeHost() {
-    root_ = std::filesystem::temp_directory_path() /
-            ("zicoum-host-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    std::filesystem::remove_all(root_);
-  }
-  ~FakeHost() { std::filesystem::remove_all(root_); }
-  void write(const std::string& path, const std::string& text) {
-    const std::filesystem::path file = root_ / path.substr(1);
-    std::filesystem::create_directories(file.parent_path());
-    std::ofstream(file) << text;
-  }
-  // 16 GiB of RAM, 12 GiB available.
-  void meminfo() { write("/proc/meminfo", "MemTotal:       16777216 kB\nMemFree: 1 kB\nMemAvailable:   12582912 kB\n"); }
-  [[nodiscard]] HostMemory read() const { return read_host_memory(root_.string()); }
-
- private:
-  std::filesystem::path root_;
+  [[nodiscard]] HostMemory read() const { return read_host_memory(root()); }
 };
 
 TEST(HostMemory, WithoutACgroupLimitItIsTheMachines) {

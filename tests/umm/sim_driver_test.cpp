@@ -4,9 +4,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "driver_contract_test.h"
+#include "fake_host.h"
+#include "managed_arena_driver.h"
 #include "sim_driver.h"
 
 namespace zico::testing {
@@ -215,6 +220,46 @@ TEST(SimDriverHost, RefusesChunksTheHostCouldNotHold) {
   SimDriver normal;
   ASSERT_TRUE(normal.create(DeviceId{0}, o.granularity, &handle).is_ok());
   ASSERT_TRUE(normal.release(handle).is_ok());
+}
+
+TEST(SimDriverHost, MemoryCreatedButNeverWrittenCostsTheHostNothing) {
+  // 2000 MiB available, 512 MiB kept free: room for 1488 MiB of written memory.
+  FakeHost host;
+  host.meminfo(16 << 20, 2000 << 10);
+  SimOptions o;
+  o.granularity = size_t{512} << 20;
+  o.host_reserve_bytes = uint64_t{512} << 20;
+  o.host_memory_root = host.root();
+  SimDriver sim(o);
+  // 4 GiB of chunks nobody writes (an allocator's idle chunks, a replay's),
+  // created faster than the host is read: the readings, taken as the
+  // estimate nears the reserve, never find them used, so none is refused.
+  std::vector<PhysHandle> chunks(8);
+  for (PhysHandle& chunk : chunks) ASSERT_TRUE(sim.create(DeviceId{0}, o.granularity, &chunk).is_ok());
+  // Once written, the host says so at its next reading (every 10 ms), and
+  // the next chunk is refused.
+  host.meminfo(16 << 20, 600 << 10);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  PhysHandle refused;
+  EXPECT_EQ(sim.create(DeviceId{0}, o.granularity, &refused).code(), Errc::kOutOfMemory);
+  for (PhysHandle chunk : chunks) ASSERT_TRUE(sim.release(chunk).is_ok());
+}
+
+TEST(SimDriverHost, UnifiedMemoryIsRefusedWhereTheHostCouldNotHoldIt) {
+  // UM mode's arena is as large as the device (80 GiB), and its chunks are
+  // bookkeeping over managed memory, which is host memory here.
+  FakeHost host;
+  host.meminfo(16 << 20, 2 << 20);
+  SimOptions o;
+  o.host_reserve_bytes = uint64_t{512} << 20;
+  o.host_memory_root = host.root();
+  SimDriver sim(o);
+  ManagedArenaDriver driver(sim);
+  PhysHandle chunk;
+  EXPECT_EQ(driver.create(DeviceId{0}, size_t{1600} << 20, &chunk).code(), Errc::kOutOfMemory)
+      << "a chunk that leaves the host less than its reserve";
+  ASSERT_TRUE(driver.create(DeviceId{0}, size_t{1024} << 20, &chunk).is_ok());
+  ASSERT_TRUE(driver.release(chunk).is_ok());
 }
 
 }  // namespace
