@@ -218,12 +218,11 @@ void Daemon::Impl::remove_job(uint64_t id, const char* why) {
   Job& job = it->second;
   uint64_t freed = 0;
   for (size_t g = 0; g < job.gpus.size(); ++g) {
-    for (uint32_t chunk_id : job.gpus[g].lent) {
-      PoolChunk& chunk = gpus[g].chunks[chunk_id - 1];
-      chunk.owner = 0;
-      chunk.last_uid = job.peer.uid;
-      gpus[g].free_ids.push_back(chunk_id);
-      ++freed;
+    for (const auto* ids : {&job.gpus[g].lent, &job.gpus[g].kept}) {
+      for (uint32_t chunk_id : *ids) {
+        to_pool(gpus[g], chunk_id, job.peer.uid);
+        ++freed;
+      }
     }
   }
   if (job.pidfd >= 0) {

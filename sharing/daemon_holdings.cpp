@@ -163,7 +163,44 @@ void Daemon::Impl::audit_job(Job& job) {
     Ledger::JobView view;
     (void)ledger.job(job.id, gpu, now_ns(), &view);
     const uint64_t most = std::min(view.max, ledger.gpu(gpu).budget);
-    settle_excess(job, gpu, std::min(excess, most > lent ? most - lent : 0));
+    // Pool chunks it gave back and still holds are real memory nobody else
+    // can be lent: charged in full, whatever the cap.
+    pool_what_was_let_go(job, gpu, std::vector<uint32_t>(job.gpus[g].kept.begin(), job.gpus[g].kept.end()));
+    const uint64_t kept = job.gpus[g].kept.size();
+    settle_excess(job, gpu, std::max<uint64_t>(kept, std::min(excess, most > lent ? most - lent : 0)));
+  }
+}
+
+void Daemon::Impl::to_pool(Gpu& gpu, uint32_t id, uint32_t uid) {
+  PoolChunk& chunk = gpu.chunks[id - 1];
+  chunk.owner = 0;
+  chunk.last_uid = uid;
+  gpu.free_ids.push_back(id);
+}
+
+void Daemon::Impl::pool_what_was_let_go(Job& job, uint32_t gpu, const std::vector<uint32_t>& ids) {
+  if (ids.empty()) return;
+  Gpu& pool = gpus[gpu];
+  JobGpu& held = job.gpus[gpu];
+  std::vector<PhysHandle> handles;
+  handles.reserve(ids.size());
+  for (uint32_t id : ids) handles.push_back(pool.chunks[id - 1].handle);
+  std::vector<bool> still;
+  // The daemon's own process (benchmarks, tests) holds every chunk of its pool.
+  const Status status = job.peer.pid == ::getpid() || process_exited(job.pidfd)
+                            ? Status(Errc::kNotSupported)
+                            : driver.process_holds(job.peer.pid, pool.device, handles, &still);
+  if (!status.is_ok() && status.code() != Errc::kNotSupported && !job.audit_denied) {
+    ZICO_LOG(kWarn, "cannot check which chunks job %llu (pid %d) still maps: %s; they are lent again",
+             static_cast<unsigned long long>(job.id), job.peer.pid, status.message().c_str());
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (status.is_ok() && still[i]) {
+      held.kept.insert(ids[i]);
+      continue;
+    }
+    held.kept.erase(ids[i]);
+    to_pool(pool, ids[i], job.peer.uid);
   }
 }
 

@@ -88,6 +88,11 @@ struct Daemon::Impl final : GateGuard {
     std::unordered_set<uint32_t> lent;  // pool ids the job holds
     uint64_t unowned = 0;               // chunks it held when it (re)connected
     uint64_t charged = 0;               // chunks its process holds beyond these (audit), in the ledger too
+    // Pool ids it gave back while its process still mapped them or kept a
+    // descriptor (Driver::process_holds): out of the pool and charged to it
+    // until the audit sees it let go, so that nobody is lent memory another
+    // process can still reach, and the budget counts every chunk mapped.
+    std::unordered_set<uint32_t> kept;
     // What an admin allows its owner (set_budget): a minimum up to admin_min,
     // a maximum up to admin_max, in chunks.
     uint64_t admin_min = 0;
@@ -270,6 +275,12 @@ struct Daemon::Impl final : GateGuard {
   [[nodiscard]] uint64_t provable_holding(const Job& job, uint32_t gpu, uint64_t claimed);
   void audit_job(Job& job);
   void settle_excess(Job& job, uint32_t gpu, uint64_t excess_chunks);
+  // Of `ids` (chunks `job` just gave back, or kept earlier), those its
+  // process no longer holds go back to the pool; the rest stay in its
+  // `kept`. All go back where the driver cannot tell chunk by chunk.
+  void pool_what_was_let_go(Job& job, uint32_t gpu, const std::vector<uint32_t>& ids);
+  // A chunk back in the pool, last used by `uid`.
+  void to_pool(Gpu& gpu, uint32_t id, uint32_t uid);
   [[nodiscard]] uint64_t lent_chunks(const Job& job, uint32_t gpu) const;
   bool is_admin(const wire::PeerCredentials& peer) const;
   int gpu_of(const proto::GpuUuid& uuid) const;

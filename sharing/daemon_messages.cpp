@@ -133,14 +133,19 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
       return "a new job claims to hold " + std::to_string(open->held_chunks) + " chunks";
     }
     uint64_t held = open->held_chunks;
-    // A UM job's grants carry no memory to look for: what it says it may
-    // keep resident stands (within the budget, checked above).
-    if (held != 0 && !reserved && !open->pageable) {
-      held = provable_holding(job, gpu, held);
+    if (held != 0 && !reserved) {
+      // A UM job's grants are pages it may keep on the device, which no
+      // look at its process can prove (they are its own managed memory), and
+      // which it can page out at any time: it is booked no more than the
+      // budget has free, and told to page the rest out. Any other job is
+      // believed as far as its process can be shown to hold the chunks.
+      const uint64_t granted = ledger.gpu(gpu).granted;
+      held = open->pageable ? std::min(held, budget - std::min(budget, granted)) : provable_holding(job, gpu, held);
       if (held < open->held_chunks) {
-        ZICO_LOG(kWarn, "job %llu (pid %d) says it holds %llu chunks of GPU %u; %llu are all it can be shown to hold",
+        ZICO_LOG(kWarn, "job %llu (pid %d) says it holds %llu chunks of GPU %u; %llu are all it %s",
                  static_cast<unsigned long long>(job.id), job.peer.pid,
-                 static_cast<unsigned long long>(open->held_chunks), gpu, static_cast<unsigned long long>(held));
+                 static_cast<unsigned long long>(open->held_chunks), gpu, static_cast<unsigned long long>(held),
+                 open->pageable ? "may keep on the device (the budget's free share)" : "can be shown to hold");
       }
     }
     if (!job.gpus[gpu].open && !ledger.open(job.id, gpu, held, &why).is_ok()) return why;
@@ -155,9 +160,14 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
     (void)ledger.job(job.id, gpu, now, &view);
     const uint64_t chunk = gpus[gpu].chunk_bytes;
     const uint64_t max_bytes = view.max > UINT64_MAX / chunk ? UINT64_MAX : view.max * chunk;
-    return send(job.fd, proto::GpuOpened{gpu, chunk, view.min * chunk, max_bytes, ledger.gpu(gpu).budget * chunk})
-               ? ""
-               : "cannot send GpuOpened";
+    if (!send(job.fd, proto::GpuOpened{gpu, chunk, view.min * chunk, max_bytes, ledger.gpu(gpu).budget * chunk})) {
+      return "cannot send GpuOpened";
+    }
+    // A UM job booked below what it says it holds pages the difference out.
+    if (open->pageable && held < open->held_chunks && !send(job.fd, proto::Reclaim{gpu, open->held_chunks - held})) {
+      return "cannot send Reclaim";
+    }
+    return "";
   }
   if (const auto* request = std::get_if<proto::Request>(&message)) {
     if (request->gpu >= gpus.size() || !job.gpus[request->gpu].open) {
@@ -304,16 +314,17 @@ std::string Daemon::Impl::on_return(Job& job, const proto::Return& ret) {
   std::string why;
   if (!ledger.returned(job.id, ret.gpu, count, ret.reclaim_reply, now_ns(), &why).is_ok()) return why;
   Gpu& gpu = gpus[ret.gpu];
-  for (uint32_t id : ret.ids) {
-    held.lent.erase(id);
-    PoolChunk& chunk = gpu.chunks[id - 1];
-    chunk.owner = 0;
-    chunk.last_uid = job.peer.uid;
-    gpu.free_ids.push_back(id);
-  }
+  for (uint32_t id : ret.ids) held.lent.erase(id);
   held.unowned -= ret.unowned;
-  record_holding(job, ret.gpu);
   gpu.bytes_moved += count * gpu.chunk_bytes;
+  // Looked at now, before anything is lent again: the audit would see a
+  // chunk the process still maps only after another job had it.
+  const size_t kept_before = held.kept.size();
+  pool_what_was_let_go(job, ret.gpu, ret.ids);
+  if (held.kept.size() > kept_before) {
+    settle_excess(job, ret.gpu, held.charged + (held.kept.size() - kept_before));
+  }
+  record_holding(job, ret.gpu);
   return "";
 }
 

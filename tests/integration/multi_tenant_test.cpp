@@ -9,9 +9,15 @@
 #include <grp.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
 
 #include "node_harness.h"
 
@@ -89,7 +95,7 @@ class Keeper {
     if (!zico::wire::send_message(fd, give_back, {}, &why)) std::_Exit(18);
     (void)!::write(result_fd, &kKept, 1);
     char go = 0;
-    if (!read_byte(go_fd, &go, 30s)) std::_Exit(19);
+    if (!read_byte(go_fd, &go, 120s)) std::_Exit(19);
     // Whatever the chunks' next borrower wrote must not show here...
     bool changed = false;
     for (uint8_t* p : maps) {
@@ -125,6 +131,63 @@ uint64_t sim_memory_of(pid_t pid) {
   return bytes;
 }
 
+// The physical memory of the simulated GPU 0 that a set of processes maps or
+// keeps descriptors of, each chunk counted once however many map it (its
+// memfd's inode), sampled every few milliseconds until stopped.
+class PhysicalSampler {
+ public:
+  explicit PhysicalSampler(std::vector<pid_t> pids) : pids_(std::move(pids)) {
+    thread_ = std::thread([this] {
+      while (!stopping_) {
+        sample();
+        std::this_thread::sleep_for(5ms);
+      }
+    });
+  }
+  ~PhysicalSampler() { stop(); }
+  void stop() {
+    stopping_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  [[nodiscard]] uint64_t max_bytes() const { return max_bytes_; }
+  [[nodiscard]] uint64_t samples() const { return samples_; }
+
+ private:
+  void sample() {
+    static const std::string kName = "/memfd:zicoum-sim-chunk-0 ";
+    std::map<uint64_t, uint64_t> chunks;  // inode -> bytes
+    for (pid_t pid : pids_) {
+      const std::string proc = "/proc/" + std::to_string(pid);
+      std::ifstream maps(proc + "/maps");
+      for (std::string line; std::getline(maps, line);) {
+        unsigned long long start = 0, end = 0, inode = 0;
+        int path_at = 0;
+        if (std::sscanf(line.c_str(), "%llx-%llx %*s %*s %*s %llu %n", &start, &end, &inode, &path_at) < 3) continue;
+        if (line.compare(static_cast<size_t>(path_at), kName.size(), kName) != 0) continue;
+        chunks[inode] = std::max<uint64_t>(chunks[inode], end - start);
+      }
+      std::error_code error;
+      for (const auto& entry : std::filesystem::directory_iterator(proc + "/fd", error)) {
+        std::error_code link_error;
+        const std::string target = std::filesystem::read_symlink(entry.path(), link_error).string();
+        struct stat st {};
+        if (link_error || target.rfind(kName, 0) != 0 || ::stat(entry.path().c_str(), &st) != 0) continue;
+        chunks[st.st_ino] = std::max<uint64_t>(chunks[st.st_ino], static_cast<uint64_t>(st.st_size));
+      }
+    }
+    uint64_t bytes = 0;
+    for (const auto& [inode, size] : chunks) bytes += size;
+    max_bytes_ = std::max<uint64_t>(max_bytes_, bytes);
+    ++samples_;
+  }
+
+  std::vector<pid_t> pids_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> max_bytes_{0};
+  std::atomic<uint64_t> samples_{0};
+};
+
 class MultiTenant : public NodeManager {
  protected:
   // Forks a Keeper; *go and *result are the test's ends of its pipes.
@@ -138,6 +201,49 @@ class MultiTenant : public NodeManager {
       ::close(go_pipe[1]);
       ::close(result_pipe[0]);
       Keeper::run(socket_, uid, chunks, fill, go_pipe[0], result_pipe[1]);
+    }
+    ::close(go_pipe[0]);
+    ::close(result_pipe[1]);
+    *go = go_pipe[1];
+    *result = result_pipe[0];
+    keepers_.push_back(pid);
+    return pid;
+  }
+
+  // Forks a job that registers, opens GPU 0 and holds `bytes` of memory it
+  // made itself, named like the daemon's chunks; it writes 'R' on its result
+  // pipe once it holds them, then waits for a byte on *go.
+  pid_t start_look_alike(uint64_t bytes, int* go, int* result) {
+    int go_pipe[2];
+    int result_pipe[2];
+    EXPECT_EQ(::pipe(go_pipe), 0);
+    EXPECT_EQ(::pipe(result_pipe), 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(go_pipe[1]);
+      ::close(result_pipe[0]);
+      const int memory = ::memfd_create("zicoum-sim-chunk-0", MFD_CLOEXEC);
+      if (memory < 0 || ::ftruncate(memory, static_cast<off_t>(bytes)) != 0) std::_Exit(10);
+      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memory, 0);
+      if (p == MAP_FAILED) std::_Exit(11);
+      std::memset(p, 0x5a, bytes);
+      std::string why;
+      const int fd = zico::wire::connect_unix(socket_, &why);
+      zico::proto::Message message;
+      std::vector<int> fds;
+      const auto next = [&] {
+        pollfd readable{fd, POLLIN, 0};
+        return ::poll(&readable, 1, 5000) == 1 &&
+               zico::wire::receive_message(fd, &message, &fds, &why) == zico::wire::Received::kMessage;
+      };
+      if (fd < 0 || !zico::wire::send_message(fd, zico::proto::Hello{0, "look-alike"}, {}, &why) || !next() ||
+          !zico::wire::send_message(fd, zico::proto::OpenGpu{sim_gpu_uuid(), 0}, {}, &why) || !next()) {
+        std::_Exit(12);
+      }
+      (void)!::write(result_pipe[1], "R", 1);
+      char byte = 0;
+      (void)read_byte(go_pipe[0], &byte, 60s);
+      std::_Exit(0);
     }
     ::close(go_pipe[0]);
     ::close(result_pipe[1]);
@@ -201,35 +307,106 @@ TEST_F(MultiTenant, MemoryKeptAfterGivingItBackNeverSeesAnotherUsersData) {
   ::close(result);
 }
 
-TEST_F(MultiTenant, AKeeperIsChargedNoMoreThanItsMaximumAllows) {
+TEST_F(MultiTenant, LookAlikeMemoryIsChargedNoMoreThanTheJobsMaximumAllows) {
   start_daemon(16 * kMiB);
   int go = -1;
   int result = -1;
-  const pid_t keeper = start_keeper(::getuid(), 4, 0xEE, &go, &result);
+  // 8 MiB of memory the process made itself, named like the daemon's chunks:
+  // the audit cannot tell it from chunks kept after a return.
+  const pid_t faker = start_look_alike(8 * kMiB, &go, &result);
   char byte = 0;
   ASSERT_TRUE(read_byte(result, &byte, 10s)) << daemon_.output();
-  ASSERT_EQ(byte, Keeper::kKept);
+  ASSERT_EQ(byte, 'R');
   const auto held_becomes = [&](uint64_t bytes) {
     for (auto deadline = Clock::now() + 5s; Clock::now() < deadline; std::this_thread::sleep_for(20ms)) {
-      if (held_by(keeper) == static_cast<int64_t>(bytes)) return true;
+      if (held_by(faker) == static_cast<int64_t>(bytes)) return true;
     }
     return false;
   };
-  ASSERT_TRUE(held_becomes(8 * kMiB)) << "held " << held_by(keeper) << "\n" << daemon_.output();
+  ASSERT_TRUE(held_becomes(8 * kMiB)) << "held " << held_by(faker) << "\n" << daemon_.output();
   // Capped at 4 MiB, it could never have asked for more: the rest of what it
-  // keeps (memory made in its own process looks the same) is not the
-  // budget's to count.
+  // holds is not the budget's to count.
   zico::proto::StatusReply status;
   ASSERT_TRUE(query_status(socket_, &status));
   const auto job = std::find_if(status.jobs.begin(), status.jobs.end(),
-                                [&](const auto& entry) { return static_cast<pid_t>(entry.pid) == keeper; });
+                                [&](const auto& entry) { return static_cast<pid_t>(entry.pid) == faker; });
   ASSERT_NE(job, status.jobs.end());
   Child cap = spawn({g_umctl, "budget", "set", "--job", std::to_string(job->id), "--max", "4MiB", "--socket", socket_},
                     {}, (dir_ / "cap.log").string());
   ASSERT_TRUE(cap.succeeded()) << cap.output();
-  EXPECT_TRUE(held_becomes(4 * kMiB)) << "held " << held_by(keeper) << "\n" << daemon_.output();
+  EXPECT_TRUE(held_becomes(4 * kMiB)) << "held " << held_by(faker) << "\n" << daemon_.output();
   ::close(go);
   ::close(result);
+}
+
+TEST_F(MultiTenant, ChunksAJobStillMapsAreNeverLentAgainWhileItMapsThem) {
+  if (!can_switch_users()) GTEST_SKIP() << "needs root to run a job as another user";
+  start_daemon(16 * kMiB, {"--mode", "0666"});
+  // Two jobs whose peaks take the whole budget between them, one of them
+  // waiting for memory at most times; then another user's job borrows 8 MiB
+  // (taken back from theirs), gives it back at once and keeps mapping it. Had
+  // those chunks gone back to the pool, the waiting job would be lent them
+  // (as new chunks: another uid) at once: 24 MiB of a 16 MiB GPU mapped
+  // until the next audit.
+  Child& first = start_job(1, 1'000'000, 8 * kMiB, 2 * kMiB, 2);
+  Child& second = start_job(2, 1'000'000, 8 * kMiB, 2 * kMiB, 2);
+  ASSERT_TRUE(wait_for_job(first.pid, 2 * kMiB, 5000ms)) << first.output();
+  ASSERT_TRUE(wait_for_job(second.pid, 2 * kMiB, 5000ms)) << second.output();
+  int go = -1;
+  int result = -1;
+  const pid_t keeper = start_keeper(kNobody, 4, 0xEE, &go, &result);
+  PhysicalSampler physical({keeper, first.pid, second.pid});
+  Sampler books(socket_);
+  char byte = 0;
+  ASSERT_TRUE(read_byte(result, &byte, 20s)) << daemon_.output();
+  ASSERT_EQ(byte, Keeper::kKept);
+  constexpr auto kRun = 60s;
+  for (auto until = Clock::now() + kRun; Clock::now() < until && !first.exited() && !second.exited();) {
+    std::this_thread::sleep_for(100ms);
+  }
+  physical.stop();
+  books.stop();
+  EXPECT_FALSE(first.exited() || second.exited()) << first.output() << second.output();
+  EXPECT_LE(physical.max_bytes(), 16 * kMiB) << "the jobs mapped more physical memory than the budget at once\n"
+                                             << daemon_.output();
+  EXPECT_GT(physical.samples(), 100u);
+  EXPECT_EQ(books.violations(), 0u) << books.first_violation();
+  // The keeper was charged for what it kept from the moment it gave it back.
+  EXPECT_EQ(held_by(keeper), static_cast<int64_t>(8 * kMiB));
+  ASSERT_EQ(::write(go, "g", 1), 1);
+  ASSERT_TRUE(read_byte(result, &byte, 10s));
+  EXPECT_EQ(byte, Keeper::kUntouched) << "another user's bytes showed up in memory the keeper gave back";
+  ASSERT_TRUE(read_byte(result, &byte, 10s));
+  EXPECT_EQ(byte, Keeper::kDenied) << "a job holding more than it was lent got more";
+  ASSERT_EQ(::write(go, "g", 1), 1);
+  ::close(go);
+  ::close(result);
+}
+
+TEST_F(MultiTenant, AForgedUmRegistrationBooksNoMoreThanTheBudgetHasFree) {
+  start_daemon(64 * kMiB);
+  Child& job = start_job(1, 1'000'000, 32 * kMiB, 32 * kMiB, 5);
+  ASSERT_TRUE(wait_for_job(job.pid, 32 * kMiB, 5000ms)) << job.output();
+  // It says it is UM job 777 of an earlier daemon with 32 chunks (64 MiB) on
+  // the GPU; nobody reserved that id, and its pages cannot be looked at.
+  RawJob forger(socket_);
+  ASSERT_TRUE(forger.send(zico::proto::Hello{777, "forger"}));
+  ASSERT_TRUE(forger.await<zico::proto::Welcome>(2000ms));
+  ASSERT_TRUE(forger.send(zico::proto::OpenGpu{sim_gpu_uuid(), 32, true}));
+  ASSERT_TRUE(forger.await<zico::proto::GpuOpened>(2000ms));
+  // Booked what the budget has free, and told to page the rest out.
+  const auto reclaim = forger.await<zico::proto::Reclaim>(2000ms);
+  ASSERT_TRUE(reclaim.has_value()) << daemon_.output();
+  EXPECT_EQ(reclaim->chunks, 16u);
+  zico::proto::StatusReply status;
+  ASSERT_TRUE(query_status(socket_, &status));
+  EXPECT_LE(status.gpus.at(0).granted_bytes, status.gpus.at(0).budget_bytes) << "the books went past the budget";
+  for (const auto& entry : status.jobs) {
+    if (entry.id == 777) {
+      EXPECT_EQ(entry.granted_bytes, 32 * kMiB) << "the forger's claim was booked past what was free";
+    }
+  }
+  EXPECT_FALSE(job.exited()) << job.output();
 }
 
 TEST_F(MultiTenant, AKeeperIsKilledWhenThePolicySaysKill) {

@@ -53,6 +53,14 @@ struct Child {
   int status = -1;
 
   bool running() const { return pid > 0 && status == -1; }
+  // Whether it has ended, without waiting (its status kept if so).
+  bool exited() {
+    if (pid > 0 && status == -1) {
+      int raw = 0;
+      if (::waitpid(pid, &raw, WNOHANG) == pid) status = raw;
+    }
+    return status != -1;
+  }
   // Waits for it; true when it exited with code 0.
   int wait() {
     if (pid > 0 && status == -1) {
