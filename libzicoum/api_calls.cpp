@@ -44,12 +44,15 @@ Status api_allocate(size_t bytes, DeviceId device, StreamHandle stream, void** o
                        status.message() + "; " + format_size(stats.allocated_bytes);
     sharing::NodeClient* node = runtime.node();
     // Under zico-umd the budget is the node's, lent as needed: the job's own is only the device's size.
-    if (const uint64_t share = node != nullptr ? node->share_bytes(device) : 0; share != 0) {
+    if (runtime.pager(device) != nullptr) {
+      // UM mode: no budget binds allocations (it binds pages on the GPU); the arena, or the host, ran out.
+      text += " allocated in a " + format_size(allocator->arena().bytes) + " arena";
+    } else if (const uint64_t share = node != nullptr ? node->share_bytes(device) : 0; share != 0) {
       text += " allocated of the " + format_size(share) + " zico-umd could lend this job";
     } else {
       text += " of the " + format_size(stats.budget_bytes) + " budget allocated";
     }
-    text += ", " + format_size(stats.mapped_bytes) + " mapped";
+    if (runtime.pager(device) == nullptr) text += ", " + format_size(stats.mapped_bytes) + " mapped";
     if (node != nullptr) {
       if (const std::string why = node->take_last_failure(); !why.empty()) text += "; " + why;
     }
@@ -209,6 +212,9 @@ Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint6
     used.reserve(count);
     for (size_t i = 0; i < count; ++i) {
       if (allocator->owns(ptrs[i])) used.push_back(VaRange{reinterpret_cast<uintptr_t>(ptrs[i]), 1});
+    }
+    if (const uint64_t needs = pager->working_set_bytes(used); needs > pager->budget_bytes()) {
+      runtime->make_room_for_kernel(allocator->device(), needs);
     }
     pager->before_kernel(op_id, used, expected_ns, &t_op.blocks, stream);
   } catch (const std::bad_alloc&) {
