@@ -136,6 +136,7 @@ zico_status_t zico_get_stats(int device, zico_stats_t* stats) {
     full.unnamed_faults = p.unnamed_faults;
     full.learnt_pages = p.learnt_pages;
     full.unasked_arrivals = p.unasked_arrivals;
+    full.peak_over_budget_bytes = p.peak_over_budget_bytes;
     if (auto* sim = dynamic_cast<zico::SimDriver*>(Runtime::instance().driver())) {
       full.modelled_ns = sim->managed_stats().now_ns;
     }

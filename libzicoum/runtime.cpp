@@ -313,12 +313,13 @@ void Runtime::log_paging_summary() const noexcept {
     ZICO_LOG(kInfo,
              "device %d, UM paging: %llu ops announced (%llu launches seen in the process, %llu without zicoum "
              "memory; %llu copies and memsets); %llu pages faulted in, %llu prefetched, %llu evicted; at most %s on "
-             "the GPU of a %s budget",
+             "the GPU, %s beyond the budget of the moment (%s now)",
              device, static_cast<unsigned long long>(s.kernels), static_cast<unsigned long long>(launches.launches),
              static_cast<unsigned long long>(launches.without_blocks), static_cast<unsigned long long>(launches.copies),
              static_cast<unsigned long long>(s.faulted_pages), static_cast<unsigned long long>(s.prefetches),
              static_cast<unsigned long long>(s.evictions + s.room_evictions + s.budget_evictions),
-             format_size(s.peak_resident_bytes).c_str(), format_size(pager->budget_bytes()).c_str());
+             format_size(s.peak_resident_bytes).c_str(), format_size(s.peak_over_budget_bytes).c_str(),
+             format_size(pager->budget_bytes()).c_str());
   }
 }
 
@@ -342,6 +343,24 @@ Status Runtime::open_pageable(DeviceId device, bool* opened, size_t* chunk_bytes
   }
   *opened = true;
   return Status::ok();
+}
+
+void Runtime::make_room_for_kernel(DeviceId device, uint64_t bytes) noexcept {
+  sharing::NodeClient* node = node_link_.load(std::memory_order_acquire);
+  if (node == nullptr) return;
+  try {
+    std::string why;
+    if (Status status = node->need_resident(device, bytes, &why); !status.is_ok()) {
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true)) {
+        ZICO_LOG(kWarn, "device %d: a kernel uses %s of pages, more than zico-umd lent this job, which did not lend "
+                        "the rest (%s): the driver pages it beyond the job's share",
+                 device.value, format_size(bytes).c_str(), why.c_str());
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    // No memory to ask with: the kernel runs on what is lent.
+  }
 }
 
 prefetch::UmPager* Runtime::pager(DeviceId device) const noexcept {

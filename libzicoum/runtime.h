@@ -56,6 +56,11 @@ class Runtime {
   // UM mode (ZICO_MODE=um): the pager of `device`, created with its
   // allocator; nullptr in VMM mode or before the allocator exists.
   [[nodiscard]] prefetch::UmPager* pager(DeviceId device) const noexcept;
+  // UM mode under zico-umd: a kernel about to use `bytes` of `device`'s
+  // pages, more than the pager's budget, first waits for the daemon to lend
+  // the rest (at most ZICO_WAIT_TIMEOUT), so that it runs within its share.
+  // Where the daemon lends nothing more, the driver pages it (said once).
+  void make_room_for_kernel(DeviceId device, uint64_t bytes) noexcept;
   // The allocator whose arena holds `ptr`, or nullptr. Lock-free.
   [[nodiscard]] DeviceAllocator* owner_of(const void* ptr) const noexcept;
   // The device's store for `kind` (kHost or kNvme), created on first use.

@@ -174,6 +174,39 @@ void UmPager::poll_deferred() {
   }
 }
 
+void UmPager::resolve_locked(std::span<const VaRange> used, std::vector<uint32_t>* block_ids,
+                             std::vector<PageId>* pages, std::vector<VaRange>* blocks, uint64_t* unknown) const {
+  block_ids->clear();
+  pages->clear();
+  if (blocks != nullptr) blocks->clear();
+  for (const VaRange& range : used) {
+    auto it = blocks_.upper_bound(range.base);
+    if (it == blocks_.begin() || range.base >= std::prev(it)->first + std::prev(it)->second.bytes) {
+      ++*unknown;
+      continue;
+    }
+    --it;
+    if (std::find(block_ids->begin(), block_ids->end(), it->second.id) != block_ids->end()) continue;
+    block_ids->push_back(it->second.id);
+    if (blocks != nullptr) blocks->push_back(VaRange{it->first, it->second.bytes});
+    const BlockExtent extent{it->first - arena_.base, it->second.bytes};
+    for (PageId page = first_page(extent, page_bytes_); page <= last_page(extent, page_bytes_); ++page) {
+      pages->push_back(page);
+    }
+  }
+  std::sort(pages->begin(), pages->end());
+  pages->erase(std::unique(pages->begin(), pages->end()), pages->end());
+}
+
+uint64_t UmPager::working_set_bytes(std::span<const VaRange> used) const {
+  std::vector<uint32_t> block_ids;
+  std::vector<PageId> pages;
+  uint64_t unknown = 0;
+  std::lock_guard lock(mutex_);
+  resolve_locked(used, &block_ids, &pages, nullptr, &unknown);
+  return uint64_t{pages.size()} * page_bytes_;
+}
+
 uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used, uint64_t duration_ns,
                                std::vector<VaRange>* blocks, StreamHandle stream) {
   std::lock_guard lock(mutex_);
@@ -183,26 +216,7 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   if (fault_reports_ && kernel_stamp_ - stamp_at_last_take_ >= kReadReportsEvery) take_fault_reports();
   launch_stream_ = stream;  // after_kernel records there, on this (the launching) thread
   migrated_for_kernel_ = false;
-  kernel_pages_.clear();
-  kernel_blocks_.clear();
-  if (blocks != nullptr) blocks->clear();
-  for (const VaRange& range : used) {
-    auto it = blocks_.upper_bound(range.base);
-    if (it == blocks_.begin() || range.base >= std::prev(it)->first + std::prev(it)->second.bytes) {
-      ++stats_.unknown_pointers;
-      continue;
-    }
-    --it;
-    if (std::find(kernel_blocks_.begin(), kernel_blocks_.end(), it->second.id) != kernel_blocks_.end()) continue;
-    kernel_blocks_.push_back(it->second.id);
-    if (blocks != nullptr) blocks->push_back(VaRange{it->first, it->second.bytes});
-    const BlockExtent extent{it->first - arena_.base, it->second.bytes};
-    for (PageId page = first_page(extent, page_bytes_); page <= last_page(extent, page_bytes_); ++page) {
-      kernel_pages_.push_back(page);
-    }
-  }
-  std::sort(kernel_pages_.begin(), kernel_pages_.end());
-  kernel_pages_.erase(std::unique(kernel_pages_.begin(), kernel_pages_.end()), kernel_pages_.end());
+  resolve_locked(used, &kernel_blocks_, &kernel_pages_, blocks, &stats_.unknown_pointers);
   ++kernel_stamp_;
   if (fault_reports_) {
     // What this op used last time beyond what it names: used again (unless
@@ -252,13 +266,20 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   // What is still absent faults in when the kernel runs: room first, the
   // least recently migrated page the kernel does not use going out.
   faulted_.clear();
+  uint64_t beyond = 0;  // pages the driver brings with no room in the budget
   for (const PageId page : kernel_pages_) {
+    if (residency_.state(page) != PageState::kAbsent) continue;
     // No room: the kernel alone needs more than the budget, the driver's eviction decides.
-    if (residency_.state(page) == PageState::kAbsent && count_arrival(page)) faulted_.push_back(page);
+    if (count_arrival(page)) {
+      faulted_.push_back(page);
+    } else {
+      ++beyond;
+    }
   }
   stats_.faulted_pages += faulted_.size();
   if (!faulted_.empty()) policy_->on_faults(view, faulted_);
   note_peak();
+  stats_.peak_over_budget_bytes = std::max(stats_.peak_over_budget_bytes, beyond * page_bytes_);
   // The kernel starts after its prefetches arrive (made now, or ahead while
   // an earlier kernel was announced) and, if it faults, after the room made
   // for that.

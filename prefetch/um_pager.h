@@ -68,6 +68,11 @@ struct UmPagerStats {
   uint64_t fences = 0;               // stream waits issued: the pager's behind a kernel's, or the other way
   uint64_t kernel_waits = 0;         // of those, kernels made to wait for the pager's migrations
   uint64_t peak_resident_bytes = 0;
+  // The most a kernel ever had the driver bring beyond the budget of the
+  // moment (its absent pages with no room left: it uses more than the
+  // budget): the budget binds on the device while this stays 0. The budget
+  // changes under a node manager, so the peak alone says nothing of it.
+  uint64_t peak_over_budget_bytes = 0;
   // Fault reports (learn_from_faults): reports of pages a kernel faulted in
   // that its launch did not name (each page is named for its op from then
   // on), and pages that arrived unasked while the pager counted them absent
@@ -125,6 +130,10 @@ class UmPager {
                          std::vector<VaRange>* blocks = nullptr, StreamHandle stream = StreamHandle{});
   // The kernel of the last before_kernel() was launched.
   void after_kernel();
+  // What before_kernel(…, used, …) would find the kernel uses of the arena,
+  // in whole pages, before what it learnt from faults: what must be on the
+  // GPU at once for it to run without the driver paging inside it.
+  [[nodiscard]] uint64_t working_set_bytes(std::span<const VaRange> used) const;
   // An iteration boundary (zico_mark_iteration). The driver's fault reports
   // are read here (and every few thousand kernels): what kernels used
   // unnamed is learnt for their places in the next iteration, and what
@@ -162,6 +171,10 @@ class UmPager {
   };
 
   [[nodiscard]] VaRange page_range(PageId page) const;
+  // The blocks `used` points into, each once (unknown pointers counted in
+  // *unknown), and their pages, sorted, each once. Holds mutex_.
+  void resolve_locked(std::span<const VaRange> used, std::vector<uint32_t>* block_ids, std::vector<PageId>* pages,
+                      std::vector<VaRange>* blocks, uint64_t* unknown) const;
   void apply(const Decisions& decisions);
   void prefetch(PageId page);
   // Sends a resident page to the host (a copy only when it holds data).

@@ -111,6 +111,12 @@ class NodeClient {
   // wait timeout for a first chunk).
   void page_out(DeviceId device) noexcept;
   [[nodiscard]] Status page_in(DeviceId device, std::string* why);
+  // A UM job's next kernel needs `bytes` on the GPU at once: if it is lent
+  // less, asks for the rest and waits for it (at most the wait timeout), so
+  // that the kernel runs within what the daemon lent. kOutOfMemory (and
+  // *why) if it could not be had; ok at once where nothing is to be asked
+  // (no daemon, suspended, within its share, or more than the share allows).
+  [[nodiscard]] Status need_resident(DeviceId device, uint64_t bytes, std::string* why);
 
   [[nodiscard]] bool connected() const;
   // The most the job could hold on `device` as the daemon last said: the

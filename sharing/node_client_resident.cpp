@@ -108,6 +108,30 @@ Status NodeClient::open_pageable_gpu(DeviceId device, size_t* chunk_bytes, uint6
   }
 }
 
+Status NodeClient::need_resident(DeviceId device, uint64_t bytes, std::string* why) {
+  size_t slot = SIZE_MAX;
+  uint64_t count = 0;
+  {
+    std::lock_guard lock(impl_->mu);
+    for (size_t i = 0; i < impl_->gpus.size(); ++i) {
+      if (impl_->gpus[i]->device == device && impl_->gpus[i]->pageable) slot = i;
+    }
+    if (slot == SIZE_MAX) return Status::ok();
+    const Impl::Gpu& gpu = *impl_->gpus[slot];
+    if (!gpu.open_now || gpu.paged_out || gpu.chunk_bytes == 0) return Status::ok();
+    // More than the job may ever hold is not worth a wait: the driver pages
+    // such a kernel whatever is lent (the pager says so once).
+    const uint64_t share = gpu.node_budget_bytes == 0 ? gpu.max_bytes : std::min(gpu.node_budget_bytes, gpu.max_bytes);
+    const uint64_t want = chunks_for(bytes, gpu.chunk_bytes);
+    if (want <= gpu.held || want > std::min(gpu.most_bytes, share) / gpu.chunk_bytes) return Status::ok();
+    count = want - gpu.held;
+  }
+  std::vector<SourcedChunk> none;  // a pageable GPU's grants carry no chunks
+  const Status status = impl_->obtain(slot, count, Patience::kDefault, &none);
+  if (!status.is_ok()) *why = take_last_failure();
+  return status;
+}
+
 void NodeClient::attach_pages(DeviceId device, ResidentPages* pages, uint64_t most_bytes) {
   std::lock_guard lock(impl_->mu);
   for (auto& gpu : impl_->gpus) {

@@ -211,6 +211,7 @@ bool replay_ops(const trace::Trace& trace, uint32_t iterations, double memory_sc
   const zico_stats_t s = stats_now();
   out->peak_allocated_bytes = s.peak_allocated_bytes;
   out->peak_resident_bytes = s.peak_resident_bytes;
+  out->peak_over_budget_bytes = s.peak_over_budget_bytes;
   out->faulted_pages = s.faulted_pages;
   out->prefetched_pages = s.prefetched_pages;
   out->evicted_pages = s.evicted_pages;

@@ -25,6 +25,7 @@ struct OpReplayResult {
   bool modelled = false;         // times from the simulated device's clock
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_resident_bytes = 0;
+  uint64_t peak_over_budget_bytes = 0;  // zico_stats_t's: 0 while the budget held on the device
   uint64_t faulted_pages = 0;
   uint64_t prefetched_pages = 0;
   uint64_t evicted_pages = 0;

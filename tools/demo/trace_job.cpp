@@ -10,7 +10,8 @@
 // (op_replay.h): the way to run a job beyond capacity (ZICO_MODE=um). Its
 // line reads
 //   result name=NAME iterations=N mode=ops clock=modelled|wall first_iter_s=S mean_iter_s=S last_iter_s=S
-//          peak_allocated_bytes=B peak_resident_bytes=B faulted_pages=P prefetched_pages=P evicted_pages=P
+//          peak_allocated_bytes=B peak_resident_bytes=B peak_over_budget_bytes=B faulted_pages=P
+//          prefetched_pages=P evicted_pages=P
 // mean_iter_s: the iterations after the first (which the pager learns from);
 // last_iter_s: the last one (the steady state, given enough iterations).
 //
@@ -331,11 +332,12 @@ int run_ops(const std::string& trace_path, std::string name, uint32_t iterations
   std::printf(
       "result name=%s iterations=%u mode=ops clock=%s first_iter_s=%.6f mean_iter_s=%.6f last_iter_s=%.6f "
       "peak_allocated_bytes=%llu "
-      "peak_resident_bytes=%llu faulted_pages=%llu prefetched_pages=%llu evicted_pages=%llu\n",
+      "peak_resident_bytes=%llu peak_over_budget_bytes=%llu faulted_pages=%llu prefetched_pages=%llu "
+      "evicted_pages=%llu\n",
       name.c_str(), r.iterations, r.modelled ? "modelled" : "wall", r.first_iteration_s, r.steady_iteration_s,
       r.last_iteration_s,
       static_cast<unsigned long long>(r.peak_allocated_bytes), static_cast<unsigned long long>(r.peak_resident_bytes),
-      static_cast<unsigned long long>(r.faulted_pages), static_cast<unsigned long long>(r.prefetched_pages),
+      static_cast<unsigned long long>(r.peak_over_budget_bytes), static_cast<unsigned long long>(r.faulted_pages), static_cast<unsigned long long>(r.prefetched_pages),
       static_cast<unsigned long long>(r.evicted_pages));
   return 0;
 }

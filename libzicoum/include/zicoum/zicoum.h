@@ -122,6 +122,10 @@ typedef struct zico_stats {
    * peer copies, nor the driver's per-thread-stream twins) that touched
    * zicoum memory, announced to the pager like kernels (every device). */
   uint64_t copies;
+  /* UM mode: the most a kernel had the driver bring to the GPU beyond the
+   * job's budget of the moment (it used more pages than the budget, or, under
+   * zico-umd, than it was lent and could get lent): 0 while the budget held. */
+  uint64_t peak_over_budget_bytes;
 } zico_stats_t;
 
 ZICO_API zico_status_t zico_get_stats(int device, zico_stats_t* stats);

@@ -61,7 +61,7 @@ class _Stats(ctypes.Structure):
         "allocations", "frees", "failed_allocations", "chunk_maps", "chunk_unmaps", "iterations",
         "last_iteration_peak_bytes", "resident_bytes", "peak_resident_bytes", "faulted_pages",
         "prefetched_pages", "evicted_pages", "modelled_ns", "outside_bytes", "kernels", "kernels_without_blocks",
-        "unnamed_faults", "learnt_pages", "unasked_arrivals", "copies")]
+        "unnamed_faults", "learnt_pages", "unasked_arrivals", "copies", "peak_over_budget_bytes")]
 
 
 _lock = threading.Lock()
