@@ -14,11 +14,12 @@
 namespace zico {
 
 Status api_allocate(size_t bytes, DeviceId device, StreamHandle stream, void** out) noexcept {
+  // Before the runtime's first use, whose registration is part of this call's wait.
+  const sharing::AllocationWaitScope one_timeout;
   Runtime& runtime = Runtime::instance();
   // Both name the legacy default stream: one cache for both, as for frees.
   if (stream == kLegacyStream) stream = StreamHandle{};
   runtime.pause_point();
-  const sharing::AllocationWaitScope one_timeout;
   DeviceAllocator* allocator = nullptr;
   Status status = runtime.allocator(device, &allocator);
   if (!status.is_ok()) {

@@ -28,6 +28,7 @@
 
 #include "api_calls.h"
 #include "interposed.h"
+#include "node_client.h"
 #include "real_function.h"
 #include "runtime.h"
 
@@ -87,6 +88,7 @@ Status allocate(void** ptr, size_t size, StreamHandle stream) {
   if (ptr == nullptr) return Status(Errc::kInvalidArgument);
   *ptr = nullptr;
   if (size == 0) return Status::ok();  // as cudaMalloc: success and NULL
+  const sharing::AllocationWaitScope one_timeout;  // current_device() may build the runtime, which registers
   return api_allocate(size, current_device(), stream, ptr);
 }
 
@@ -133,6 +135,7 @@ using DriverFreeAsync = CUresult (*)(CUdeviceptr, CUstream);
 CUresult driver_alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream hStream, StreamHandle stream,
                             RealFunction<DriverAllocAsync>& real) {
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  const sharing::AllocationWaitScope one_timeout;  // the runtime's first use may register
   if (api_capture_state(stream) != CaptureState::kNone) {
     const auto function = real.get();
     return function != nullptr ? function(dptr, bytes, hStream) : CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;

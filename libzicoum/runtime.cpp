@@ -85,8 +85,13 @@ void Runtime::connect_to_node() {
   std::unique_ptr<sharing::NodeClient> client;
   // One deadline for all of it: a socket file nobody answers on (the daemon
   // is restarting) is tried again until then, as an allocation would wait,
-  // rather than run outside the node's budget.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::nanoseconds(config_.wait_timeout_ns);
+  // rather than run outside the node's budget. Inside an allocation call it
+  // is the call's deadline (AllocationWaitScope): a call that built the
+  // runtime and then tries again, or that goes on to open the GPU and borrow
+  // memory, still waits one timeout in all.
+  const auto give_up = sharing::AllocationWaitScope::deadline(config_.wait_timeout_ns);
+  // This call spent its timeout on the attempt that failed: the next call asks again.
+  if (!node_error_.empty() && std::chrono::steady_clock::now() >= give_up) return;
   const auto left_ns = [&] {
     const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(give_up - std::chrono::steady_clock::now());
     return static_cast<uint64_t>(std::max<int64_t>(left.count(), 1'000'000));  // at least 1 ms
@@ -430,6 +435,7 @@ void Runtime::pause_point() noexcept {
   Residency to = Residency::kHost;
   sharing::NodeClient* node = this->node();
   if (node == nullptr || !node->suspend_requested(&to)) return;
+  const sharing::OutsideAllocationWait not_the_allocations_wait;
   std::lock_guard pause(pause_mutex_);
   if (!node->suspend_requested(&to)) return;  // another thread paused and resumed meanwhile
   std::vector<DeviceAllocator*> paused;

@@ -35,10 +35,16 @@ std::string program_name() {
 // is treated as gone, and the link tries again later.
 constexpr int kHandshakeTimeoutMs = 2000;
 
-// The first registration and the opening of a GPU wait as long as an
-// allocation waits for memory: till then the job may not allocate at all.
+// The first registration waits as long as an allocation waits for memory:
+// till then the job may not allocate at all.
 int wait_timeout_ms(const NodeClientOptions& options) {
   return static_cast<int>(std::min<uint64_t>(options.wait_timeout_ns / 1'000'000, INT32_MAX));
+}
+
+// What is left of `timeout_ms` since `start`, at least 1 ms (0 would not wait at all).
+int left_ms(std::chrono::steady_clock::time_point start, int timeout_ms) {
+  const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  return static_cast<int>(std::max<int64_t>(timeout_ms - spent.count(), 1));
 }
 
 }  // namespace
@@ -238,13 +244,15 @@ Status NodeClient::connect(Driver& driver, const NodeClientOptions& options, std
     NodeClientOptions registration = options;
     if (options.register_timeout_ns != 0) registration.wait_timeout_ns = options.register_timeout_ns;
     const int timeout_ms = wait_timeout_ms(registration);
+    const auto start = std::chrono::steady_clock::now();
     const int socket = wire::connect_unix(options.socket_path, why, timeout_ms);
     if (socket < 0) {
       return Status(errno == ENOENT || errno == ECONNREFUSED ? Errc::kNotFound : Errc::kOsError, errno);
     }
     {
       std::lock_guard lock(impl->mu);
-      if (Status status = impl->handshake(socket, timeout_ms, why); !status.is_ok()) {
+      // One timeout for the connection (a full queue) and the answer together.
+      if (Status status = impl->handshake(socket, left_ms(start, timeout_ms), why); !status.is_ok()) {
         ::close(socket);
         return status;
       }
@@ -322,8 +330,9 @@ Status NodeClient::Impl::open(DeviceId device, bool pageable, size_t* slot_out, 
     if (!send_locked(proto::OpenGpu{caps.uuid, 0, raw->pageable}, why)) return Status(Errc::kOsError);
   }
   patterns.unlock();
-  const bool answered = cv.wait_for(lock, std::chrono::milliseconds(wait_timeout_ms(options)),
-                                    [&] { return raw->answered || fd.load() < 0; });
+  // Part of the allocation call that opens it, whose timeout it shares.
+  const bool answered = cv.wait_until(lock, AllocationWaitScope::deadline(options.wait_timeout_ns),
+                                      [&] { return raw->answered || fd.load() < 0; });
   if (answered && raw->answered && !raw->open_now) {
     *why = "zico-umd does not manage device " + std::to_string(device.value);
     return Status(Errc::kNotFound);

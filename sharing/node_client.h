@@ -29,9 +29,11 @@
 // the daemon sees the job's end when the parent ends.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "chunk_source.h"
@@ -69,9 +71,12 @@ class ResidentPages {
   [[nodiscard]] virtual uint64_t link_bytes_per_second() const noexcept = 0;
 };
 
-// All the waits for memory inside one allocation call share one
-// ZICO_WAIT_TIMEOUT (the allocator may ask again after freeing its caches):
-// entry points hold one of these around each allocation.
+// All the waits inside one allocation call share one ZICO_WAIT_TIMEOUT:
+// registering with zico-umd (the runtime's first use registers, and a call
+// after a failed registration tries again), opening the GPU, and each ask for
+// memory (the allocator may ask again after freeing its caches). Entry points
+// hold one of these around each allocation, from before their first use of
+// the runtime; the clock starts at the call's first wait. Per thread.
 class AllocationWaitScope {
  public:
   AllocationWaitScope() noexcept;
@@ -79,8 +84,30 @@ class AllocationWaitScope {
   AllocationWaitScope(const AllocationWaitScope&) = delete;
   AllocationWaitScope& operator=(const AllocationWaitScope&) = delete;
 
+  // When the current allocation call's first wait began (now, if this is
+  // it); outside a scope, now: each wait then has a timeout of its own.
+  [[nodiscard]] static std::chrono::steady_clock::time_point wait_began() noexcept;
+  // wait_began() + timeout_ns (time_point::max() if that is beyond it).
+  [[nodiscard]] static std::chrono::steady_clock::time_point deadline(uint64_t timeout_ns) noexcept;
+
  private:
   bool outermost_;
+};
+
+// A suspension inside an allocation call (at its pause point or its
+// iteration gate) is not the call's wait: the resumption's waits each have a
+// timeout of their own, and the call's clock is as it was once it runs again.
+class OutsideAllocationWait {
+ public:
+  OutsideAllocationWait() noexcept;
+  ~OutsideAllocationWait();
+  OutsideAllocationWait(const OutsideAllocationWait&) = delete;
+  OutsideAllocationWait& operator=(const OutsideAllocationWait&) = delete;
+
+ private:
+  bool in_scope_;
+  std::optional<std::chrono::steady_clock::time_point> first_wait_;
+  bool failure_said_;
 };
 
 class NodeClient {

@@ -34,6 +34,32 @@ AllocationWaitScope::~AllocationWaitScope() {
   t_failure_said = false;
 }
 
+std::chrono::steady_clock::time_point AllocationWaitScope::wait_began() noexcept {
+  if (!t_in_scope) return std::chrono::steady_clock::now();
+  if (!t_first_wait) t_first_wait = std::chrono::steady_clock::now();
+  return *t_first_wait;
+}
+
+std::chrono::steady_clock::time_point AllocationWaitScope::deadline(uint64_t timeout_ns) noexcept {
+  const auto began = wait_began();
+  const auto most = std::chrono::steady_clock::time_point::max() - began;
+  const auto timeout = std::chrono::nanoseconds(std::min<uint64_t>(timeout_ns, INT64_MAX));
+  return timeout >= most ? std::chrono::steady_clock::time_point::max() : began + timeout;
+}
+
+OutsideAllocationWait::OutsideAllocationWait() noexcept
+    : in_scope_(t_in_scope), first_wait_(t_first_wait), failure_said_(t_failure_said) {
+  t_in_scope = false;
+  t_first_wait.reset();
+  t_failure_said = false;
+}
+
+OutsideAllocationWait::~OutsideAllocationWait() {
+  t_in_scope = in_scope_;
+  t_first_wait = first_wait_;
+  t_failure_said = failure_said_;
+}
+
 // --- chunk source -------------------------------------------------------------------
 
 void NodeClient::Impl::return_received_locked(Gpu& gpu, std::vector<SourcedChunk>& chunks) {
@@ -161,12 +187,9 @@ Status NodeClient::Impl::obtain(size_t slot, size_t count, Patience patience, st
   if (count == 0) return Status::ok();
   std::unique_lock lock(mu);
   Gpu& gpu = *gpus[slot];
-  if (!t_first_wait) t_first_wait = std::chrono::steady_clock::now();
-  const auto start = *t_first_wait;
-  if (!t_in_scope) t_first_wait.reset();  // no scope: each call has its own timeout
-  const auto deadline = patience == Patience::kForever
-                            ? std::chrono::steady_clock::time_point::max()
-                            : start + std::chrono::nanoseconds(options.wait_timeout_ns);
+  const auto start = AllocationWaitScope::wait_began();
+  const auto deadline = patience == Patience::kForever ? std::chrono::steady_clock::time_point::max()
+                                                       : AllocationWaitScope::deadline(options.wait_timeout_ns);
   const auto fail = [&](std::string reason) {
     last_failure = std::move(reason);
     if (!t_failure_said) ZICO_LOG(kWarn, "%s", last_failure.c_str());

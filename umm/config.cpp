@@ -49,8 +49,9 @@ constexpr OptionInfo kOptions[] = {
      "sim backend: a stream the driver reports as capturing a CUDA graph (tests of what zicoum refuses there)"},
     {"ZICO_SIM_PROCESS_MEMORY", "on", "on | off",
      "sim backend: whether the driver can tell what a process holds (off: as the CUDA backend, which cannot yet)"},
-    {"ZICO_SWAP_DIR", "/var/tmp/zicoum", "a directory on a file system with O_DIRECT",
-     "where zico_suspend(..., ZICO_STORE_NVME) writes the job's swap file"},
+    {"ZICO_SWAP_DIR", "/var/tmp/zicoum-<uid>", "a directory on a file system with O_DIRECT",
+     "where zico_suspend(..., ZICO_STORE_NVME) writes the job's swap file; not a symbolic link, owned by the user "
+     "or root, not writable by every user unless sticky"},
     {"ZICO_NVME_QUEUE_DEPTH", "32", "integer 1..4096", "io_uring requests in flight for the swap file"},
     {"ZICO_NVME_STAGING_BUFFERS", "4", "integer 2..1024", "pinned chunk-sized buffers between the GPU and the disk"},
     {"ZICO_NVME_IO_SIZE", "512KiB", "size, a multiple of 4KiB", "size of each swap-file read or write"},

@@ -58,6 +58,106 @@ pid_t swap_file_pid(const char* name) {
   return static_cast<pid_t>(pid);
 }
 
+// What to do about a folder entry owned by `owner` that is in the way.
+std::string remove_it(uid_t owner) {
+  return owner == geteuid() ? "remove it" : "ask uid " + std::to_string(owner) + " or root to remove it";
+}
+
+// Why a swap folder may not be used ("" when it may), from its fstat; see
+// "The folder" in nvme_store.h. `own`: it must be the user's alone (the
+// default folder, or one create() just made).
+std::string folder_fault(const struct stat& st, bool own) {
+  const uid_t me = geteuid();
+  if (st.st_uid != me && (own || st.st_uid != 0)) {
+    return "is owned by uid " + std::to_string(st.st_uid) + ", not by you (uid " + std::to_string(me) +
+           (own || me == 0 ? ")" : ") or root") + ": its owner could lock you out of it or remove your swap files; " +
+           remove_it(st.st_uid);
+  }
+  char mode[8];
+  snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  if (own && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return std::string("is writable by others (mode ") + mode +
+           "): they could remove your swap files; run chmod go-w on it";
+  }
+  if ((st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0) {
+    return std::string("is writable by every user (mode ") + mode +
+           ") without the sticky bit: anyone could remove your swap files; run chmod o-w or chmod +t on it";
+  }
+  return {};
+}
+
+// Opens the swap folder `dir`, making it (mode 0700) when it is missing, and
+// checks it through the descriptor, so that what is checked is what is used.
+Status open_swap_folder(const std::string& dir, bool is_default, int* out, std::string* why) {
+  bool made = false;
+  if (mkdir(dir.c_str(), 0700) == 0) {
+    made = true;
+  } else if (errno != EEXIST) {
+    const int error = errno;
+    *why = "nvme store: cannot create swap folder " + dir + ": " + strerror(error);
+    return Status(Errc::kOsError, error);
+  }
+  const std::string fix = is_default ? ", or set ZICO_SWAP_DIR to a folder of your own"
+                                     : ", or set ZICO_SWAP_DIR to another folder";
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    const int error = errno;
+    struct stat st{};
+    if (lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      *why = "nvme store: swap folder " + dir +
+             " is a symbolic link, which its maker could point anywhere; " + remove_it(st.st_uid) +
+             (is_default ? fix : ", or set ZICO_SWAP_DIR to the folder it points to");
+      return Status(Errc::kOsError, ELOOP);
+    }
+    *why = "nvme store: cannot open swap folder " + dir + ": " + strerror(error);
+    return Status(Errc::kOsError, error);
+  }
+  struct stat st{};
+  if (fstat(fd, &st) != 0) {
+    const int error = errno;
+    close(fd);
+    *why = "nvme store: cannot check swap folder " + dir + ": " + strerror(error);
+    return Status(Errc::kOsError, error);
+  }
+  if (const std::string fault = folder_fault(st, is_default || made); !fault.empty()) {
+    close(fd);
+    *why = "nvme store: swap folder " + dir + " " + fault + fix;
+    return Status(Errc::kOsError, EPERM);
+  }
+  *out = fd;
+  return Status::ok();
+}
+
+// Removes stale swap files in the folder open at `dir_fd` (see
+// NvmeStore::clean_stale_files); `directory` names it in the log.
+size_t clean_stale_files_in(int dir_fd, const std::string& directory) {
+  const int listing = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (listing < 0) return 0;
+  DIR* dir = fdopendir(listing);
+  if (dir == nullptr) {
+    close(listing);
+    return 0;
+  }
+  size_t removed = 0;
+  while (const dirent* entry = readdir(dir)) {
+    const pid_t pid = swap_file_pid(entry->d_name);
+    if (pid <= 0) continue;
+    // Our own pid: a file left by an earlier process that had it (not one of
+    // our stores: those hold their lock).
+    if (pid != getpid() && (kill(pid, 0) == 0 || errno != ESRCH)) continue;
+    const int fd = openat(dir_fd, entry->d_name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && unlinkat(dir_fd, entry->d_name, 0) == 0) {
+      ++removed;
+      ZICO_LOG(kInfo, "nvme store: removed stale swap file %s/%s (process %d is gone)", directory.c_str(),
+               entry->d_name, static_cast<int>(pid));
+    }
+    close(fd);
+  }
+  closedir(dir);
+  return removed;
+}
+
 // Staging memory: page-aligned, as O_DIRECT needs. Not madvise(MADV_HUGEPAGE):
 // measured on a virtio disk, huge-page buffers cut write throughput by ~20 %.
 char* map_staging(size_t bytes) {
@@ -342,26 +442,19 @@ Status NvmeStore::create(Driver& driver, DeviceId device, size_t chunk_bytes, co
       return Status(Errc::kInvalidArgument);
     }
     const bool default_dir = options.directory.empty();
-    const std::string dir = default_dir ? kDefaultDirectory : options.directory;
-    if (mkdir(dir.c_str(), 0777) == 0) {
-      if (default_dir) (void)chmod(dir.c_str(), 01777);  // shared by every user's jobs, like /var/tmp
-    } else if (errno != EEXIST) {
-      const int error = errno;
-      *why = "nvme store: cannot create swap directory " + dir + ": " + strerror(error);
-      return Status(Errc::kOsError, error);
-    }
-    struct stat st{};
-    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      *why = "nvme store: swap directory " + dir + " is not a directory";
-      return Status(Errc::kOsError, ENOTDIR);
-    }
-    (void)clean_stale_files(dir);
+    const std::string dir = default_dir ? default_directory() : options.directory;
+    int dir_fd = -1;
+    ZICO_RETURN_IF_ERROR(open_swap_folder(dir, default_dir, &dir_fd, why));
+    (void)clean_stale_files_in(dir_fd, dir);
 
     std::unique_ptr<NvmeStore> store(new NvmeStore(driver, chunk_bytes));
-    const std::string path = dir + "/zicoum-" + std::to_string(getpid()) + "-" + tag + ".swap";
-    store->fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+    const std::string name = "zicoum-" + std::to_string(getpid()) + "-" + tag + ".swap";
+    const std::string path = dir + "/" + name;
+    store->fd_ = openat(dir_fd, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+    const int open_errno = errno;
+    close(dir_fd);
     if (store->fd_ < 0) {
-      const int error = errno;
+      const int error = open_errno;
       if (error == EINVAL) {
         *why = "nvme store: the file system of " + dir + " does not support O_DIRECT (creating " + path + ")";
         return Status(Errc::kNotSupported, error);
@@ -459,26 +552,13 @@ void NvmeStore::remove_file() noexcept {
   path_.clear();
 }
 
+std::string NvmeStore::default_directory() { return "/var/tmp/zicoum-" + std::to_string(geteuid()); }
+
 size_t NvmeStore::clean_stale_files(const std::string& directory) noexcept {
-  DIR* dir = opendir(directory.c_str());
-  if (dir == nullptr) return 0;
-  size_t removed = 0;
-  while (const dirent* entry = readdir(dir)) {
-    const pid_t pid = swap_file_pid(entry->d_name);
-    if (pid <= 0) continue;
-    // Our own pid: a file left by an earlier process that had it (not one of
-    // our stores: those hold their lock).
-    if (pid != getpid() && (kill(pid, 0) == 0 || errno != ESRCH)) continue;
-    const int fd = openat(dirfd(dir), entry->d_name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) continue;
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && unlinkat(dirfd(dir), entry->d_name, 0) == 0) {
-      ++removed;
-      ZICO_LOG(kInfo, "nvme store: removed stale swap file %s/%s (process %d is gone)", directory.c_str(),
-               entry->d_name, static_cast<int>(pid));
-    }
-    close(fd);
-  }
-  closedir(dir);
+  const int dir_fd = open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir_fd < 0) return 0;
+  const size_t removed = clean_stale_files_in(dir_fd, directory);
+  close(dir_fd);
   return removed;
 }
 

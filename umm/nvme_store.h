@@ -10,6 +10,23 @@
 // removed by the destructor; a job that crashed leaves its file behind, and
 // the next create() in the same directory removes it (clean_stale_files).
 //
+// The folder. By default each user has one of their own, /var/tmp/zicoum-<euid>,
+// rather than one folder shared by all (which its first maker would own: able
+// to lock everyone else out of it, or to remove their files) or per-user
+// folders under a shared parent (which, unless root made it, a user would
+// own in the same way). /var/tmp is root's and sticky, so only the user and
+// root can remove or rename their folder; someone else may still make it first,
+// and create() then refuses it, saying so, rather than use it. The folder
+// must be a directory, not a symbolic link to one (its maker could point it
+// anywhere), opened with O_NOFOLLOW and checked through its descriptor, which
+// the cleaning and the swap file's creation then go through:
+//   - the default folder, and any folder create() makes (mode 0700), must be
+//     the user's alone: owned by the effective uid, writable by no one else;
+//   - a folder ZICO_SWAP_DIR names that already exists must be owned by the
+//     user or root, and not writable by every user unless sticky (as /var/tmp
+//     is); a group the owner gave write access is the owner's choice.
+// A refusal names the folder, what is wrong and the fix.
+//
 // Data path. Device memory is never handed to the kernel: every chunk passes
 // through one of `staging_buffers` pinned, chunk-sized host buffers.
 //   save: D2H copy (driver copy on the caller's stream, one event per buffer)
@@ -61,7 +78,7 @@
 namespace zico {
 
 struct NvmeStoreOptions {
-  std::string directory;          // "": NvmeStore::kDefaultDirectory (ZICO_SWAP_DIR)
+  std::string directory;          // "": NvmeStore::default_directory() (ZICO_SWAP_DIR)
   uint32_t queue_depth = 32;      // io_uring entries = most requests in flight (ZICO_NVME_QUEUE_DEPTH)
   uint32_t staging_buffers = 4;   // pinned chunk-sized buffers, >= 2 (ZICO_NVME_STAGING_BUFFERS)
   size_t io_bytes = 512 << 10;    // request size, a multiple of 4 KiB; clamped to the chunk (ZICO_NVME_IO_SIZE)
@@ -83,11 +100,13 @@ struct NvmeStoreCounters {
 
 class NvmeStore final : public BackingStore {
  public:
-  static constexpr const char* kDefaultDirectory = "/var/tmp/zicoum";
+  // /var/tmp/zicoum-<effective uid>: the user's own (see "The folder" above).
+  [[nodiscard]] static std::string default_directory();
 
-  // Cleans stale files, creates the directory's last component if missing,
-  // opens the swap file and sets up the ring. On failure *why names the path
-  // and the cause. chunk_bytes must be a multiple of 4 KiB.
+  // Creates the directory's last component if missing, checks it (see "The
+  // folder" above), cleans stale files, opens the swap file and sets up the
+  // ring. On failure *why names the path, the cause and, for a refused
+  // folder, the fix. chunk_bytes must be a multiple of 4 KiB.
   [[nodiscard]] static Status create(Driver& driver, DeviceId device, size_t chunk_bytes,
                                      const NvmeStoreOptions& options, std::unique_ptr<NvmeStore>* out,
                                      std::string* why) noexcept;

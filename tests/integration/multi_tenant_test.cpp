@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -475,6 +476,25 @@ TEST_F(MultiTenant, AJobTheDaemonDoesNotAnswerGetsNoMemoryAndSaysWhy) {
   EXPECT_NE(output.find("cannot register with zico-umd"), std::string::npos) << output;
   EXPECT_NE(output.find("did not answer"), std::string::npos) << output;
   daemon_.kill(SIGCONT);
+}
+
+// One allocation call waits one ZICO_WAIT_TIMEOUT in all: the first one
+// registers the job (the runtime's first use), then tries again, then would
+// open the GPU and borrow; each used to take a whole timeout of its own.
+TEST_F(MultiTenant, AJobTheDaemonDoesNotAnswerWaitsOneTimeoutPerAllocation) {
+  start_daemon(16 * kMiB);
+  daemon_.kill(SIGSTOP);
+  Child& job = start_job(1, 5, 8 * kMiB, 4 * kMiB, 1, {"ZICO_WAIT_TIMEOUT=2s"});
+  const bool out_of_memory = WIFEXITED(job.wait()) && WEXITSTATUS(job.status) == 2;
+  daemon_.kill(SIGCONT);
+  ASSERT_TRUE(out_of_memory) << job.output();  // node_job: 2 = OOM
+  const std::string output = job.output();
+  const size_t after = output.find(" after ");
+  ASSERT_NE(after, std::string::npos) << output;
+  const double seconds = std::strtod(output.c_str() + after + 7, nullptr);
+  // Wide margins: a loaded machine stretches the wait, never shortens it.
+  EXPECT_GE(seconds, 1.9) << output;
+  EXPECT_LT(seconds, 3.5) << "the first allocation waited more than one ZICO_WAIT_TIMEOUT (2 s)\n" << output;
 }
 
 TEST_F(MultiTenant, OwnersMayLowerTheirLimitsButNotRaiseTheirMinimumOrLiftAnAdminsCap) {

@@ -10,7 +10,7 @@
 // activations); with the chunk size, a job can ask for exactly its budget.
 //
 // Exit: 0 and "done, budget N" (zico_get_stats' budget) when every byte verified; 1 "MISMATCH ..." on wrong data;
-// 2 "OOM ..." when an allocation failed; 64 on bad usage.
+// 2 "OOM allocating N bytes after S s: why" when an allocation failed (S: how long that call took); 64 on bad usage.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -51,8 +51,10 @@ bool verify(const Block& b) {
 
 bool allocate(size_t bytes, uint64_t tag, Block* out) {
   void* p = nullptr;
+  const auto start = std::chrono::steady_clock::now();
   if (zico_malloc(&p, bytes, 0, nullptr) != ZICO_OK) {
-    std::printf("OOM allocating %zu bytes: %s\n", bytes, zico_last_error());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("OOM allocating %zu bytes after %.3f s: %s\n", bytes, seconds, zico_last_error());
     return false;
   }
   *out = Block{static_cast<uint64_t*>(p), bytes / 8, tag};

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <liburing.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -548,6 +549,90 @@ TEST_F(NvmeStoreTest, UnwritableDirectoryNamesThePath) {
   fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec);
   EXPECT_FALSE(open_store({}, locked).is_ok());
   EXPECT_NE(why_.find(locked), std::string::npos) << why_;
+}
+
+// A refused swap folder: the sentence names it, what is wrong and the fix,
+// and no swap file was made in it.
+void expect_refused(const Status& status, const std::string& why, const std::string& folder, const std::string& fault) {
+  EXPECT_FALSE(status.is_ok()) << folder << " was used";
+  EXPECT_NE(why.find("swap folder " + folder + " "), std::string::npos) << why;
+  EXPECT_NE(why.find(fault), std::string::npos) << why;
+  EXPECT_NE(why.find("ZICO_SWAP_DIR"), std::string::npos) << "no fix given: " << why;
+  if (fs::is_directory(folder)) {
+    EXPECT_TRUE(fs::is_empty(folder)) << folder;
+  }
+}
+
+TEST_F(NvmeStoreTest, RefusesASwapFolderAnotherUserOwns) {
+  if (geteuid() != 0) GTEST_SKIP() << "giving a folder to another uid needs root";
+  make_device(2 * kMiB, 1);
+  const std::string theirs = fresh_dir("theirs");
+  ASSERT_EQ(chown(theirs.c_str(), 65534, 65534), 0) << strerror(errno);
+  // Root could write there; the owner could still lock every job out or remove its files.
+  expect_refused(open_store({}, theirs), why_, theirs, "is owned by uid 65534");
+  EXPECT_NE(why_.find("ask uid 65534 or root to remove it"), std::string::npos) << why_;
+  // Root's folders are trusted.
+  ASSERT_EQ(chown(theirs.c_str(), 0, 0), 0) << strerror(errno);
+  ZICO_ASSERT_OK(open_store({}, theirs));
+}
+
+TEST_F(NvmeStoreTest, RefusesASwapFolderEveryUserMayWriteWithoutTheStickyBit) {
+  make_device(2 * kMiB, 1);
+  const std::string open_to_all = fresh_dir("open-to-all");
+  ASSERT_EQ(chmod(open_to_all.c_str(), 0777), 0) << strerror(errno);
+  expect_refused(open_store({}, open_to_all), why_, open_to_all, "writable by every user (mode 0777)");
+  EXPECT_NE(why_.find("chmod"), std::string::npos) << why_;
+  // Sticky, as /var/tmp: others may add files, not remove ours.
+  ASSERT_EQ(chmod(open_to_all.c_str(), 01777), 0) << strerror(errno);
+  ZICO_ASSERT_OK(open_store({}, open_to_all));
+  store_.reset();
+  // A group its owner lets write is the owner's choice (umask 002 makes such folders).
+  ASSERT_EQ(chmod(open_to_all.c_str(), 0775), 0) << strerror(errno);
+  ZICO_ASSERT_OK(open_store({}, open_to_all));
+}
+
+TEST_F(NvmeStoreTest, RefusesASymbolicLinkInPlaceOfTheSwapFolder) {
+  make_device(2 * kMiB, 1);
+  const std::string target = fresh_dir("target");
+  const std::string link = root_ + "/link";
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0) << strerror(errno);
+  expect_refused(open_store({}, link), why_, link, "is a symbolic link");
+  EXPECT_NE(why_.find("the folder it points to"), std::string::npos) << why_;
+  EXPECT_TRUE(fs::is_empty(target)) << "a swap file went through the link";
+  ZICO_ASSERT_OK(open_store({}, target));
+}
+
+// A folder the store makes is the user's alone, whatever the umask allows.
+TEST_F(NvmeStoreTest, MakesAMissingSwapFolderPrivate) {
+  make_device(2 * kMiB, 1);
+  const std::string made = root_ + "/made";
+  const mode_t old_mask = umask(0);
+  const Status status = open_store({}, made);
+  umask(old_mask);
+  ZICO_ASSERT_OK(status);
+  struct stat st{};
+  ASSERT_EQ(lstat(made.c_str(), &st), 0) << strerror(errno);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_uid, geteuid());
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+}
+
+// No ZICO_SWAP_DIR: the user's own folder in /var/tmp, never one shared by all.
+TEST_F(NvmeStoreTest, DefaultSwapFolderIsTheUsersOwn) {
+  make_device(2 * kMiB, 1);
+  const std::string folder = NvmeStore::default_directory();
+  EXPECT_EQ(folder, "/var/tmp/zicoum-" + std::to_string(geteuid()));
+  std::unique_ptr<NvmeStore> store;
+  std::string why;
+  const Status status = NvmeStore::create(*driver_, DeviceId{0}, chunk_, NvmeStoreOptions{}, &store, &why);
+  if (status.code() == Errc::kNotSupported) GTEST_SKIP() << why;
+  ASSERT_TRUE(status.is_ok()) << why;
+  EXPECT_TRUE(store->path().starts_with(folder + "/zicoum-")) << store->path();
+  struct stat st{};
+  ASSERT_EQ(lstat(folder.c_str(), &st), 0) << strerror(errno);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_uid, geteuid());
+  EXPECT_EQ(st.st_mode & 022, 0u) << "mode " << std::oct << (st.st_mode & 07777);
 }
 
 TEST_F(NvmeStoreTest, FileSystemWithoutODirectNamesThePath) {
