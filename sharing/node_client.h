@@ -139,10 +139,12 @@ class NodeClient {
   void page_out(DeviceId device) noexcept;
   [[nodiscard]] Status page_in(DeviceId device, std::string* why);
   // A UM job's next kernel needs `bytes` on the GPU at once: if it is lent
-  // less, asks for the rest and waits for it (at most the wait timeout), so
-  // that the kernel runs within what the daemon lent. kOutOfMemory (and
-  // *why) if it could not be had; ok at once where nothing is to be asked
-  // (no daemon, suspended, within its share, or more than the share allows).
+  // less, asks for the rest and waits for it (at most a second, or the wait
+  // timeout if shorter; a suspension asked meanwhile ends the wait), so that
+  // the kernel runs within what the daemon lent. kOutOfMemory (and *why) if
+  // it did not come: the job's kernels then run on what is lent for ten
+  // seconds before it asks again. ok at once where nothing is to be asked
+  // (no daemon, a suspension, within its share, or more than the share allows).
   [[nodiscard]] Status need_resident(DeviceId device, uint64_t bytes, std::string* why);
 
   [[nodiscard]] bool connected() const;

@@ -74,6 +74,7 @@ struct NodeClient::Impl {
     uint64_t wish = 0;  // the request id of the wish under way, 0: none
     bool paged_out = false;  // suspended (page_out): no wishes, a late grant goes back
     uint64_t no_wish_before_ns = 0;  // after a refused wish, the next waits a while
+    uint64_t no_room_ask_before_ns = 0;  // after a kernel's room did not come (need_resident), the same
     // Guarded by pattern_mu, not mu: fed on every allocation.
     UsageTracker tracker;
     uint64_t sent_version = 0;     // tracker curve version last sent...

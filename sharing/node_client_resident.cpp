@@ -4,8 +4,22 @@
 #include "node_client_impl.h"
 
 #include <algorithm>
+#include <chrono>
+#include <string>
 
 namespace zico::sharing {
+
+namespace {
+
+// How long a kernel larger than the job's share waits for the rest
+// (need_resident), at most; after it did not come, the job's kernels run on
+// what is lent, the driver paging beyond it, for this long before it asks
+// again: a job whose share was cut below its kernels must not stall on
+// every launch.
+constexpr auto kKernelRoomWait = std::chrono::nanoseconds(std::chrono::seconds(1));
+constexpr auto kKernelRoomBackoff = std::chrono::nanoseconds(std::chrono::seconds(10));
+
+}  // namespace
 
 uint64_t NodeClient::Impl::floor_chunks(const Gpu& gpu) {
   const uint64_t floor = gpu.pages != nullptr ? gpu.pages->floor_bytes() : 0;
@@ -109,27 +123,43 @@ Status NodeClient::open_pageable_gpu(DeviceId device, size_t* chunk_bytes, uint6
 }
 
 Status NodeClient::need_resident(DeviceId device, uint64_t bytes, std::string* why) {
+  Impl& impl = *impl_;
+  std::unique_lock lock(impl.mu);
   size_t slot = SIZE_MAX;
-  uint64_t count = 0;
-  {
-    std::lock_guard lock(impl_->mu);
-    for (size_t i = 0; i < impl_->gpus.size(); ++i) {
-      if (impl_->gpus[i]->device == device && impl_->gpus[i]->pageable) slot = i;
-    }
-    if (slot == SIZE_MAX) return Status::ok();
-    const Impl::Gpu& gpu = *impl_->gpus[slot];
-    if (!gpu.open_now || gpu.paged_out || gpu.chunk_bytes == 0) return Status::ok();
-    // More than the job may ever hold is not worth a wait: the driver pages
-    // such a kernel whatever is lent (the pager says so once).
-    const uint64_t share = gpu.node_budget_bytes == 0 ? gpu.max_bytes : std::min(gpu.node_budget_bytes, gpu.max_bytes);
-    const uint64_t want = chunks_for(bytes, gpu.chunk_bytes);
-    if (want <= gpu.held || want > std::min(gpu.most_bytes, share) / gpu.chunk_bytes) return Status::ok();
-    count = want - gpu.held;
+  for (size_t i = 0; i < impl.gpus.size(); ++i) {
+    if (impl.gpus[i]->device == device && impl.gpus[i]->pageable) slot = i;
   }
-  std::vector<SourcedChunk> none;  // a pageable GPU's grants carry no chunks
-  const Status status = impl_->obtain(slot, count, Patience::kDefault, &none);
-  if (!status.is_ok()) *why = take_last_failure();
-  return status;
+  if (slot == SIZE_MAX) return Status::ok();
+  Impl::Gpu& gpu = *impl.gpus[slot];
+  if (!gpu.open_now || gpu.paged_out || gpu.chunk_bytes == 0 || impl.fd.load() < 0 || impl.stopping ||
+      impl.suspend_requested.load() || Impl::now_ns() < gpu.no_room_ask_before_ns) {
+    return Status::ok();
+  }
+  // More than the job may ever hold is not worth a wait: the driver pages
+  // such a kernel whatever is lent (the pager says so once).
+  const uint64_t share = gpu.node_budget_bytes == 0 ? gpu.max_bytes : std::min(gpu.node_budget_bytes, gpu.max_bytes);
+  const uint64_t want = chunks_for(bytes, gpu.chunk_bytes);
+  if (want <= gpu.held || want > std::min(gpu.most_bytes, share) / gpu.chunk_bytes) return Status::ok();
+  const uint64_t id = impl.ask_locked(slot, want - gpu.held, false);
+  if (id == 0) return Status::ok();
+  // The launching thread waits here, so not for long, and never through a
+  // suspension (which it would otherwise hold up until its next allocation).
+  const auto asked_at = std::chrono::steady_clock::now();
+  const auto deadline = asked_at + std::min(std::chrono::nanoseconds(impl.options.wait_timeout_ns), kKernelRoomWait);
+  const auto answered = [&] { return impl.stopping || impl.pending[id].state != Impl::Pending::State::kWaiting; };
+  if (!impl.cv.wait_until(lock, deadline, [&] { return answered() || impl.suspend_requested.load(); }) ||
+      !answered()) {
+    // Withdrawn; a grant already on its way goes straight back (on_resident_grant).
+    (void)impl.send_locked(proto::Cancel{id});
+  }
+  const Impl::Pending request = std::move(impl.pending[id]);
+  impl.pending.erase(id);
+  if (request.state == Impl::Pending::State::kGranted) return Status::ok();  // held and the pager's budget are raised
+  gpu.no_room_ask_before_ns = Impl::now_ns() + static_cast<uint64_t>(kKernelRoomBackoff.count());
+  const auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked_at).count();
+  *why = request.state == Impl::Pending::State::kDenied ? "zico-umd denied it: " + request.reason
+                                                         : "none came in " + std::to_string(waited) + " s";
+  return Status(Errc::kOutOfMemory);
 }
 
 void NodeClient::attach_pages(DeviceId device, ResidentPages* pages, uint64_t most_bytes) {
