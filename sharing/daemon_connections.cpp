@@ -229,12 +229,16 @@ void Daemon::Impl::remove_job(uint64_t id, const char* why) {
     pidfd_jobs.erase(job.pidfd);
     ::close(job.pidfd);
   }
+  const bool was_charged = std::any_of(job.gpus.begin(), job.gpus.end(), [](const JobGpu& g) { return g.charged != 0; });
   ledger.remove_job(id);
   gates.remove_job(id);
   ZICO_LOG(kInfo, "job %llu (pid %d) removed (%s): %llu chunks back in the pool", static_cast<unsigned long long>(id),
            job.peer.pid, why, static_cast<unsigned long long>(freed));
   state_file.release(job.state_slot);
   jobs.erase(it);
+  if (was_charged) {
+    for (uint32_t g = 0; g < gpus.size(); ++g) plan_gates_within_budget(g);
+  }
   pump();
   open_gates();
 }

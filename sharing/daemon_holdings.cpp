@@ -230,6 +230,17 @@ void Daemon::Impl::settle_excess(Job& job, uint32_t gpu, uint64_t excess) {
   }
   held.charged = excess;
   record_holding(job, gpu);
+  plan_gates_within_budget(gpu);
+}
+
+void Daemon::Impl::plan_gates_within_budget(uint32_t gpu) {
+  uint64_t charged = 0;
+  for (const auto& [id, job] : jobs) {
+    if (gpu < job.gpus.size()) charged += job.gpus[gpu].charged;
+  }
+  const uint64_t budget = ledger.gpu(gpu).budget;
+  gates.set_budget(gpu, (budget - std::min(budget, charged)) * gpus[gpu].chunk_bytes);
+  open_gates();  // the plan changed: some may start now, others later
 }
 
 }  // namespace zico::sharing

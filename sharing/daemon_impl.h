@@ -281,6 +281,10 @@ struct Daemon::Impl final : GateGuard {
   void pool_what_was_let_go(Job& job, uint32_t gpu, const std::vector<uint32_t>& ids);
   // A chunk back in the pool, last used by `uid`.
   void to_pool(Gpu& gpu, uint32_t id, uint32_t uid);
+  // Tells the time-shift gates what the jobs' iterations may use of `gpu`:
+  // its budget less what processes are charged for (memory kept beyond what
+  // they were lent), which no schedule can move.
+  void plan_gates_within_budget(uint32_t gpu);
   [[nodiscard]] uint64_t lent_chunks(const Job& job, uint32_t gpu) const;
   bool is_admin(const wire::PeerCredentials& peer) const;
   int gpu_of(const proto::GpuUuid& uuid) const;

@@ -421,7 +421,7 @@ proto::Result Daemon::Impl::set_budget(const Connection& connection, const proto
              connection.peer.uid);
     // A shrink: the ledger asks idle memory back at once; the gates re-plan,
     // so iterations that no longer fit wait. A growth releases them.
-    gates.set_budget(request.gpu, chunks * gpu.chunk_bytes);
+    plan_gates_within_budget(request.gpu);
     // Every job that opened the GPU learns the budget (what cudaMemGetInfo reports).
     for (const auto& [id, other] : jobs) {
       Ledger::JobView limits;
