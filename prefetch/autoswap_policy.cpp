@@ -25,6 +25,18 @@ AutoSwapPolicy::PageRange AutoSwapPolicy::pages_of(const BlockExtent& extent) co
   return {static_cast<PageId>(extent.offset / page), static_cast<PageId>((extent.offset + extent.bytes - 1) / page)};
 }
 
+// Two blocks' page ranges share at most one page, at an end of each (their
+// bytes do not overlap); what an earlier range of the same moment moves is
+// not asked for again.
+void AutoSwapPolicy::add_pages(std::vector<PageRange>* ranges, PageRange range) {
+  const auto taken = [&](PageId page) {
+    return std::any_of(ranges->begin(), ranges->end(), [&](const PageRange& r) { return r.first <= page && page <= r.last; });
+  };
+  while (range.first <= range.last && taken(range.first)) ++range.first;
+  while (range.first <= range.last && taken(range.last)) --range.last;
+  if (range.first <= range.last) ranges->push_back(range);
+}
+
 void AutoSwapPolicy::on_allocate(uint32_t block, const BlockExtent& extent, Decisions* /*out*/) {
   live_[block] = extent;
   if (!recording_started_) return;
@@ -172,8 +184,8 @@ void AutoSwapPolicy::plan(const Recording& r) {
     }
     peak = *std::max_element(load.begin(), load.end());
     const PageRange range = pages_of(r.extents.at(c.block));
-    out_at_end_[c.last_use].push_back(range);
-    in_at_start_[swap_in_at % ops].push_back(range);
+    add_pages(&out_at_end_[c.last_use], range);
+    add_pages(&in_at_start_[swap_in_at % ops], range);
   }
 }
 

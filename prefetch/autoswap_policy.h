@@ -19,7 +19,8 @@
 // Blocks freed are discarded (AutoSwap manages explicit memory: a freed block
 // is never copied). Until the first plan, and for whatever the plan misses,
 // pages fault in on demand. AutoSwap thinks in tensor bytes, not pages: where
-// blocks share a page its plan may not free what it counted.
+// blocks share a page its plan may not free what it counted (and the page is
+// moved once, not once per block).
 #pragma once
 
 #include <cstdint>
@@ -60,6 +61,7 @@ class AutoSwapPolicy final : public PagingPolicy {
 
   void plan(const Recording& r);
   [[nodiscard]] PageRange pages_of(const BlockExtent& extent) const;
+  static void add_pages(std::vector<PageRange>* ranges, PageRange range);
 
   const Residency& residency_;
   const TransferModel& model_;

@@ -26,7 +26,9 @@ uint64_t total_h2d(const PagingResult& r) {
 }
 
 // Runs `policy` and checks, at every event, that the budget holds and that a
-// running op finds all its pages resident.
+// running op finds all its pages resident; and that the policy never asked
+// for what the executor must refuse (evicting a page in use or not there),
+// which the executor's refusal would otherwise hide.
 PagingResult run_checked(const AccessStream& stream, const std::string& policy, uint64_t budget) {
   PagingOptions options;
   options.budget_bytes = budget;
@@ -43,6 +45,7 @@ PagingResult run_checked(const AccessStream& stream, const std::string& policy, 
   EXPECT_TRUE(page::run_paging(stream, policy, options, &result, &error)) << error;
   EXPECT_EQ(violations, 0u) << policy;
   EXPECT_EQ(result.live_discards, 0u) << policy;
+  EXPECT_EQ(result.refused_evictions, 0u) << policy;
   EXPECT_LE(result.peak_resident_bytes, budget);
   return result;
 }

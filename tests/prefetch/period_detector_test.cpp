@@ -26,6 +26,24 @@ TEST(PeriodDetector, FindsTheLoopAfterTwoRepeatsAndMarksEveryPeriod) {
   for (size_t k = 1; k < starts.size(); ++k) EXPECT_EQ(starts[k] - starts[k - 1], 10u);
 }
 
+TEST(PeriodDetector, AKernelRepeatedWithinTheIterationIsNotTheIteration) {
+  // 200 launches an iteration, every tenth of them the same kernel: its
+  // distance of 10 is a candidate, which the other launches between its
+  // repeats must keep from ever covering a whole period.
+  constexpr uint64_t kLength = 200;
+  constexpr uint64_t kRepeated = 7777;
+  PeriodDetector d;
+  std::vector<uint64_t> starts;
+  for (uint64_t i = 0; i < 10 * kLength; ++i) {
+    const uint64_t at = i % kLength;
+    if (d.add(at % 10 == 0 ? kRepeated : at)) starts.push_back(i);
+    ASSERT_NE(d.period(), 10u) << "after launch " << i;
+  }
+  EXPECT_EQ(d.period(), kLength);
+  ASSERT_GE(starts.size(), 8u);
+  for (size_t k = 1; k < starts.size(); ++k) EXPECT_EQ(starts[k] - starts[k - 1], kLength);
+}
+
 TEST(PeriodDetector, DropsThePeriodWhenTheLoopChanges) {
   PeriodDetector d(4);
   for (uint64_t i = 0; i < 40; ++i) (void)d.add(i % 8);

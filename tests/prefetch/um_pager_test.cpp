@@ -445,6 +445,7 @@ TEST(UmPager, KeepsTheBudgetOnTheDeviceOnRandomStreams) {
         EXPECT_EQ(r.device_driver_evictions, 0u) << "the driver had to make room itself";
         EXPECT_EQ(r.device_faulted_pages, r.pager.faulted_pages) << "the pager's faults are the device's";
         EXPECT_EQ(r.pager.live_discards, 0u);
+        EXPECT_EQ(r.pager.refused_evictions, 0u) << "the policy chose a page in use, or one not there";
         EXPECT_EQ(r.pager.unknown_pointers, 0u);
         EXPECT_EQ(r.pager.driver_errors, 0u);
       }
@@ -493,6 +494,8 @@ TEST(UmPager, RunsTheCommittedTracesAsFastAsThePagingSimulatorSays) {
         EXPECT_LE(ratio, 1.1);
       }
       EXPECT_EQ(live.device_driver_evictions, 0u);
+      EXPECT_EQ(simulated.refused_evictions, 0u);
+      EXPECT_EQ(live.pager.refused_evictions, 0u);
       EXPECT_LE(live.device_peak_resident_bytes, budget);
       // Every call reached the device, and the pager's counts are the device's.
       EXPECT_EQ(live.device_prefetch_calls, live.pager.migration_calls);

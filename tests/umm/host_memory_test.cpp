@@ -43,6 +43,19 @@ TEST(HostMemory, ACgroupV2LimitBelowTheMachineIsWhatCounts) {
   EXPECT_EQ(memory.available_bytes, kGiB + kGiB / 2);
 }
 
+TEST(HostMemory, ACgroupLimitAboveTheMachineDoesNotRaiseIt) {
+  // A container allowed more than the host has: the machine's figures count.
+  FakeHost host;
+  host.meminfo();
+  host.write("/proc/self/cgroup", "0::/job\n");
+  host.write("/sys/fs/cgroup/job/memory.max", std::to_string(64 * kGiB) + "\n");
+  host.write("/sys/fs/cgroup/job/memory.current", std::to_string(kGiB) + "\n");
+  const HostMemory memory = host.read();
+  ASSERT_TRUE(memory.known);
+  EXPECT_EQ(memory.total_bytes, 16 * kGiB);
+  EXPECT_EQ(memory.available_bytes, 12 * kGiB) << "the cgroup's 63 GiB left is more than the machine has";
+}
+
 TEST(HostMemory, ACgroupV1AncestorsTighterLimitCounts) {
   FakeHost host;
   host.meminfo();

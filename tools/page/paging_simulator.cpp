@@ -337,8 +337,7 @@ bool Executor::run_op(const prefetch::StreamOp& op, prefetch::PagingPolicy& poli
   in_op_ = false;
   advance_to(now_);
   decisions_.clear();
-  policy.on_op_end(view, &decisions_);
-  apply(decisions_);
+  policy.on_op_end(view, &decisions_);  // applied by run(), as every event's decisions
   return true;
 }
 

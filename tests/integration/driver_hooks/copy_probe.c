@@ -3,8 +3,11 @@
  * device: both; cudaMemsetAsync; cudaMemcpy host to device: the destination;
  * cuMemcpyDtoH: the source; cuMemsetD32Async found through cuGetProcAddress),
  * a copy between host buffers or of no bytes is not announced, and every copy reaches the
- * driver with its bytes intact. In VMM mode nothing is paged. Linked ahead of
- * fake_driver.c's library, on the simulated backend. Prints OK. */
+ * driver with its bytes intact. In VMM mode nothing is paged. With
+ * ZICO_SIM_CAPTURING_STREAM set (UM mode): a copy on that stream, or on the
+ * legacy stream the capture blocks, is not announced; a per-thread copy's
+ * stream 0 is the per-thread stream, which the capture leaves alone. Linked
+ * ahead of fake_driver.c's library, on the simulated backend. Prints OK. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +30,21 @@ static zico_stats_t stats(void) {
   return s;
 }
 
+cudaError_t cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind,
+                                 cudaStream_t stream);
+
+static void captured_copies(unsigned char* dst, unsigned char* src, size_t bytes, cudaStream_t capturing) {
+  const zico_stats_t before = stats();
+  CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, capturing) == cudaSuccess, "captured copy");
+  CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, NULL) == cudaSuccess, "legacy-stream copy");
+  CHECK(stats().copies == before.copies, "a copy on the capturing or the blocked legacy stream was announced");
+  CHECK(stats().resident_bytes == before.resident_bytes, "a captured copy's blocks came to the GPU");
+  CHECK(cudaMemcpyAsync_ptsz(dst, src, bytes, cudaMemcpyDeviceToDevice, NULL) == cudaSuccess, "per-thread copy");
+  CHECK(stats().copies == before.copies + 1, "a per-thread copy's stream 0 was taken for the legacy stream");
+  CHECK(stats().resident_bytes >= before.resident_bytes + 2 * bytes, "a per-thread copy's blocks stayed away");
+  CHECK(fake_copies == 3, "not every copy reached the driver");
+}
+
 int main(void) {
   const char* mode = getenv("ZICO_MODE");
   const int um = mode != NULL && strcmp(mode, "um") == 0;
@@ -39,6 +57,12 @@ int main(void) {
       return 1;
     }
     memset(blocks[i], i + 1, 8 * MiB);
+  }
+  const char* capturing = getenv("ZICO_SIM_CAPTURING_STREAM");
+  if (capturing != NULL) {
+    captured_copies(blocks[1], blocks[0], 8 * MiB, (cudaStream_t)(uintptr_t)strtoull(capturing, NULL, 16));
+    if (failures == 0) printf("OK\n");
+    return failures == 0 ? 0 : 1;
   }
   const uint64_t start = stats().resident_bytes;
 

@@ -5,8 +5,9 @@
  * a packed buffer, and cuLaunchKernel found through cuGetProcAddress); a
  * parameter inside a struct counts; where the driver cannot tell the
  * parameters, kernelParams stay unread. In VMM mode nothing is paged and every
- * launch still reaches the driver. Linked ahead of fake_driver.c's library,
- * on the simulated backend. Prints OK. */
+ * launch still reaches the driver. With ZICO_SIM_CAPTURING_STREAM set (UM
+ * mode), launches on that stream, captured into a graph, are not announced.
+ * Linked ahead of fake_driver.c's library, on the simulated backend. Prints OK. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,12 +27,38 @@ extern char fake_kernel_pointer_int[1];
 extern char fake_kernel_struct[1];
 extern char fake_kernel_unknown[1];
 
-static uint64_t resident(void) {
+static zico_stats_t stats(void) {
   zico_stats_t s;
   memset(&s, 0, sizeof s);
   s.struct_size = sizeof s;
   if (zico_get_stats(0, &s) != ZICO_OK) ++failures;
-  return s.resident_bytes;
+  return s;
+}
+
+static uint64_t resident(void) { return stats().resident_bytes; }
+
+/* A launch on a capturing stream runs at each replay of the graph, not now:
+ * nothing is announced, and nothing comes to the GPU for it. The same launch
+ * on a stream the capture leaves alone is announced. */
+static void captured_launches(void* block, CUstream capturing) {
+  const uint64_t MiB = (uint64_t)1 << 20;
+  const zico_stats_t before = stats();
+  int n = 7;
+  void* data = block;
+  void* args[] = {&data, &n};
+  const dim3 grid = {4, 1, 1}, threads = {128, 1, 1};
+  CHECK(cudaLaunchKernel(fake_kernel_pointer_int, grid, threads, args, 0, (cudaStream_t)capturing) == cudaSuccess,
+        "cudaLaunchKernel while capturing");
+  CHECK(cuLaunchKernel((CUfunction)fake_kernel_pointer_int, 1, 1, 1, 32, 1, 1, 0, capturing, args, NULL) ==
+            CUDA_SUCCESS, "cuLaunchKernel while capturing");
+  CHECK(fake_launches == 2, "a captured launch did not reach the driver");
+  const zico_stats_t after = stats();
+  CHECK(after.kernels == before.kernels, "a captured launch was announced");
+  CHECK(after.resident_bytes == before.resident_bytes, "a captured launch's block came to the GPU");
+  CHECK(cuLaunchKernel((CUfunction)fake_kernel_pointer_int, 1, 1, 1, 32, 1, 1, 0, CU_STREAM_PER_THREAD, args, NULL) ==
+            CUDA_SUCCESS, "cuLaunchKernel beside the capture");
+  CHECK(stats().kernels == before.kernels + 1, "a launch beside the capture was not announced");
+  CHECK(resident() >= before.resident_bytes + 8 * MiB, "a launch beside the capture paged nothing in");
 }
 
 int main(void) {
@@ -45,6 +72,12 @@ int main(void) {
       return 1;
     }
     memset(blocks[i], i + 1, 8 * MiB);
+  }
+  const char* capturing = getenv("ZICO_SIM_CAPTURING_STREAM");
+  if (capturing != NULL) {
+    captured_launches(blocks[0], (CUstream)(uintptr_t)strtoull(capturing, NULL, 16));
+    if (failures == 0) printf("OK\n");
+    return failures == 0 ? 0 : 1;
   }
   const uint64_t before = resident();
   const dim3 grid = {4, 1, 1}, block = {128, 1, 1};

@@ -50,6 +50,14 @@ int main(void) {
             f == dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2"), "the lookup of the lookup is the driver's");
   CHECK(cuGetProcAddress_v2("cuGetProcAddress", &f, 11030, 0, &found) == CUDA_SUCCESS &&
             f == dlsym(RTLD_DEFAULT, "cuGetProcAddress"), "the 11.3 lookup of the lookup is the driver's");
+  /* The per-thread twin of cuLaunchKernel (CUDA 7.0 on): asked for by an
+   * older version, the driver's function, which has no twin to swap for. */
+  CHECK(cuGetProcAddress_v2("cuLaunchKernel", &f, 6050, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &found) ==
+            CUDA_SUCCESS && f == (void*)fake_other_function,
+        "a per-thread cuLaunchKernel older than its twin was swapped");
+  CHECK(cuGetProcAddress_v2("cuLaunchKernel", &f, 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &found) ==
+            CUDA_SUCCESS && f == dlsym(RTLD_DEFAULT, "cuLaunchKernel_ptsz"),
+        "not zicoum's per-thread cuLaunchKernel");
   /* The 11.3 ABI of the lookup, for cuMemFree. */
   CHECK(cuGetProcAddress("cuMemFree", &f, 12000, 0) == CUDA_SUCCESS, "v1 lookup");
   if (f == NULL) return 1;
