@@ -11,7 +11,15 @@
 //  - A chunk returns to the free pool only when the job gives it back
 //    (fenced on its side) or the job's process has exited: when a job's
 //    connection ends while its process lives (it may still have the chunks
-//    mapped), its holdings stay counted until its pidfd says it is gone.
+//    mapped), its holdings stay counted until its pidfd says it is gone. A
+//    chunk given back that the process still maps or keeps a descriptor of
+//    (Driver::process_holds, asked before anything more is lent) stays out
+//    of the pool, charged to the job, until the audit sees it let go: the
+//    jobs never map more physical memory than the budget. Where the driver
+//    cannot tell (CUDA), it goes back to the pool at once.
+//  - A UM job's grants are pages it may keep on the GPU, which no look at
+//    its process can prove: one that registers claiming some is booked no
+//    more than the budget has free, and told to page the rest out.
 //  - Physical memory never passes from one uid to another. A process can
 //    keep a chunk mapped after it said it gave it back, and nothing takes a
 //    mapping away; so a returned chunk is lent again only to the same uid,
