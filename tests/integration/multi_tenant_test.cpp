@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -191,8 +192,10 @@ class PhysicalSampler {
 
 class MultiTenant : public NodeManager {
  protected:
-  // Forks a Keeper; *go and *result are the test's ends of its pipes.
-  pid_t start_keeper(uid_t uid, uint32_t chunks, uint8_t fill, int* go, int* result) {
+  // Forks a child that runs `body` (it must not return) with its ends of
+  // two pipes: one it reads for the test's go, one it writes its results to;
+  // *go and *result are the test's ends.
+  pid_t start_child(const std::function<void(int go_fd, int result_fd)>& body, int* go, int* result) {
     int go_pipe[2];
     int result_pipe[2];
     EXPECT_EQ(::pipe(go_pipe), 0);
@@ -201,7 +204,8 @@ class MultiTenant : public NodeManager {
     if (pid == 0) {
       ::close(go_pipe[1]);
       ::close(result_pipe[0]);
-      Keeper::run(socket_, uid, chunks, fill, go_pipe[0], result_pipe[1]);
+      body(go_pipe[0], result_pipe[1]);
+      std::_Exit(0);
     }
     ::close(go_pipe[0]);
     ::close(result_pipe[1]);
@@ -211,18 +215,17 @@ class MultiTenant : public NodeManager {
     return pid;
   }
 
+  // Forks a Keeper.
+  pid_t start_keeper(uid_t uid, uint32_t chunks, uint8_t fill, int* go, int* result) {
+    return start_child([&](int go_fd, int result_fd) { Keeper::run(socket_, uid, chunks, fill, go_fd, result_fd); },
+                       go, result);
+  }
+
   // Forks a job that registers, opens GPU 0 and holds `bytes` of memory it
   // made itself, named like the daemon's chunks; it writes 'R' on its result
   // pipe once it holds them, then waits for a byte on *go.
   pid_t start_look_alike(uint64_t bytes, int* go, int* result) {
-    int go_pipe[2];
-    int result_pipe[2];
-    EXPECT_EQ(::pipe(go_pipe), 0);
-    EXPECT_EQ(::pipe(result_pipe), 0);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(go_pipe[1]);
-      ::close(result_pipe[0]);
+    return start_child([&](int go_fd, int result_fd) {
       const int memory = ::memfd_create("zicoum-sim-chunk-0", MFD_CLOEXEC);
       if (memory < 0 || ::ftruncate(memory, static_cast<off_t>(bytes)) != 0) std::_Exit(10);
       void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memory, 0);
@@ -241,17 +244,10 @@ class MultiTenant : public NodeManager {
           !zico::wire::send_message(fd, zico::proto::OpenGpu{sim_gpu_uuid(), 0}, {}, &why) || !next()) {
         std::_Exit(12);
       }
-      (void)!::write(result_pipe[1], "R", 1);
+      (void)!::write(result_fd, "R", 1);
       char byte = 0;
-      (void)read_byte(go_pipe[0], &byte, 60s);
-      std::_Exit(0);
-    }
-    ::close(go_pipe[0]);
-    ::close(result_pipe[1]);
-    *go = go_pipe[1];
-    *result = result_pipe[0];
-    keepers_.push_back(pid);
-    return pid;
+      (void)read_byte(go_fd, &byte, 60s);
+    }, go, result);
   }
 
   // What the daemon says job `pid` holds (granted plus charged), or -1.
