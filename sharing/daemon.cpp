@@ -141,8 +141,10 @@ Status Daemon::Impl::setup(std::string* why) {
   epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
   timer_fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   gate_timer_fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  look_timer_fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   int pipe_fds[2];
-  if (epoll_fd < 0 || timer_fd < 0 || gate_timer_fd < 0 || ::pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+  if (epoll_fd < 0 || timer_fd < 0 || gate_timer_fd < 0 || look_timer_fd < 0 ||
+      ::pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
     *why = std::string("epoll/timerfd/pipe: ") + std::strerror(errno);
     return Status(Errc::kOsError, errno);
   }
@@ -155,6 +157,7 @@ Status Daemon::Impl::setup(std::string* why) {
   watch(listen_fd);
   watch(timer_fd);
   watch(gate_timer_fd);
+  watch(look_timer_fd);
   watch(stop_fd);
   ZICO_RETURN_IF_ERROR(load_state(why));
   return setup_metrics(why);
@@ -221,7 +224,8 @@ Daemon::~Daemon() {
     if (gpu.has_stream) (void)d.driver.stream_destroy(gpu.stream);
     (void)d.driver.unreserve(gpu.scratch);
   }
-  for (int fd : {d.listen_fd, d.epoll_fd, d.timer_fd, d.gate_timer_fd, d.signal_fd, d.stop_fd, d.stop_write,
+  for (int fd : {d.listen_fd, d.epoll_fd, d.timer_fd, d.gate_timer_fd, d.look_timer_fd, d.signal_fd, d.stop_fd,
+                 d.stop_write,
                  }) {
     if (fd >= 0) ::close(fd);
   }
@@ -272,8 +276,14 @@ Status Daemon::run(bool handle_signals) {
         d.expire_idle_connections(now);
         d.expire_expected();
         d.audit(Impl::now_ns());
+        d.look_at_unchecked_returns(Impl::now_ns());
         d.pump();
         d.open_gates();
+      } else if (fd == d.look_timer_fd) {
+        uint64_t expirations = 0;
+        (void)!::read(d.look_timer_fd, &expirations, sizeof expirations);
+        d.look_at_unchecked_returns(Impl::now_ns());
+        d.pump();
       } else if (fd == d.gate_timer_fd) {
         uint64_t expirations = 0;
         (void)!::read(d.gate_timer_fd, &expirations, sizeof expirations);

@@ -189,7 +189,9 @@ void Daemon::Impl::close_connection(int fd, const std::string& reason, bool say_
   // it exits, and so does what it kept of those it gave back.
   audit_job(job);
   const bool holds = std::any_of(job.gpus.begin(), job.gpus.end(),
-                                 [](const JobGpu& g) { return !g.lent.empty() || g.unowned != 0 || g.charged != 0; });
+                                 [](const JobGpu& g) {
+                                   return !g.lent.empty() || g.unowned != 0 || g.charged != 0 || !g.unchecked.empty();
+                                 });
   if (holds && job.pidfd >= 0 && !process_exited(job.pidfd)) {
     freeze(job, true);
     gates.detach(job.id);
@@ -218,12 +220,10 @@ void Daemon::Impl::remove_job(uint64_t id, const char* why) {
   Job& job = it->second;
   uint64_t freed = 0;
   for (size_t g = 0; g < job.gpus.size(); ++g) {
-    for (const auto* ids : {&job.gpus[g].lent, &job.gpus[g].kept}) {
-      for (uint32_t chunk_id : *ids) {
-        to_pool(gpus[g], chunk_id, job.peer.uid);
-        ++freed;
-      }
-    }
+    for (uint32_t chunk_id : job.gpus[g].lent) to_pool(gpus[g], chunk_id, job.peer.uid);
+    for (uint32_t chunk_id : job.gpus[g].kept) to_pool(gpus[g], chunk_id, job.peer.uid);
+    for (uint32_t chunk_id : job.gpus[g].unchecked) to_pool(gpus[g], chunk_id, job.peer.uid);
+    freed += job.gpus[g].lent.size() + job.gpus[g].kept.size() + job.gpus[g].unchecked.size();
   }
   if (job.pidfd >= 0) {
     pidfd_jobs.erase(job.pidfd);

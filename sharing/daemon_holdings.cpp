@@ -2,6 +2,8 @@
 #include "daemon_impl.h"
 
 #include <signal.h>
+#include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <fcntl.h>
@@ -155,7 +157,8 @@ void Daemon::Impl::audit_job(Job& job) {
     // A UM job's kernel may fault in pages beyond what its pager keeps, up
     // to its working set (its floor), for a moment: that much is not held against it.
     const uint64_t tolerated = job.gpus[g].pageable ? job.gpus[g].floor_chunks : 0;
-    const uint64_t lent = lent_chunks(job, gpu) + tolerated;
+    // Chunks given back and not looked at yet are charged already (look_at_returns).
+    const uint64_t lent = lent_chunks(job, gpu) + tolerated + job.gpus[g].unchecked.size();
     const uint64_t holds = bytes / chunk + (bytes % chunk != 0 ? 1 : 0);
     const uint64_t excess = holds > lent ? holds - lent : 0;
     // Never charged beyond what it could have asked for: a process that
@@ -176,6 +179,73 @@ void Daemon::Impl::to_pool(Gpu& gpu, uint32_t id, uint32_t uid) {
   chunk.owner = 0;
   chunk.last_uid = uid;
   gpu.free_ids.push_back(id);
+}
+
+namespace {
+
+uint64_t thread_cpu_ns() {
+  timespec ts{};
+  (void)::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+void Daemon::Impl::look_at_returns(Job& job, uint32_t gpu, std::vector<uint32_t> ids, uint64_t now) {
+  JobGpu& held = job.gpus[gpu];
+  std::string why;
+  if (now < job.look_due_ns) {
+    if (ids.empty()) return;
+    if (ledger.charge(job.id, gpu, ids.size(), &why).is_ok()) {
+      held.unchecked.insert(held.unchecked.end(), ids.begin(), ids.end());
+      arm_look_timer();
+      return;
+    }
+    ZICO_LOG(kError, "job %llu: %s", static_cast<unsigned long long>(job.id), why.c_str());
+  } else if (!held.unchecked.empty()) {
+    // Due again: what waited is looked at with the rest.
+    if (!ledger.uncharge(job.id, gpu, held.unchecked.size(), &why).is_ok()) {
+      ZICO_LOG(kError, "job %llu: %s", static_cast<unsigned long long>(job.id), why.c_str());
+    }
+    ids.insert(ids.end(), held.unchecked.begin(), held.unchecked.end());
+    held.unchecked.clear();
+  }
+  if (ids.empty()) return;
+  const size_t kept_before = held.kept.size();
+  // The daemon's own CPU time, not the clock's: on a busy machine the
+  // clock also counts the time the daemon waited for a CPU.
+  const uint64_t cpu_before = thread_cpu_ns();
+  pool_what_was_let_go(job, gpu, ids);
+  const uint64_t looked = thread_cpu_ns() - cpu_before;
+  job.look_due_ns = now_ns() + std::min<uint64_t>(20 * looked, kAuditEveryNs);
+  if (held.kept.size() > kept_before) settle_excess(job, gpu, held.charged + (held.kept.size() - kept_before));
+}
+
+void Daemon::Impl::look_at_unchecked_returns(uint64_t now) {
+  for (auto& [id, job] : jobs) {
+    for (size_t g = 0; g < job.gpus.size(); ++g) {
+      if (job.gpus[g].unchecked.empty()) continue;
+      look_at_returns(job, static_cast<uint32_t>(g), {}, now);
+      record_holding(job, static_cast<uint32_t>(g));
+    }
+  }
+  arm_look_timer();
+}
+
+void Daemon::Impl::arm_look_timer() {
+  // Looked at when due, not a tick later: the job may be waiting for them.
+  uint64_t due = UINT64_MAX;
+  for (const auto& [id, job] : jobs) {
+    const bool waits = std::any_of(job.gpus.begin(), job.gpus.end(), [](const JobGpu& g) { return !g.unchecked.empty(); });
+    if (waits) due = std::min(due, job.look_due_ns);
+  }
+  itimerspec when{};  // all zero: disarmed
+  if (due != UINT64_MAX) {
+    due = std::max<uint64_t>(due, 1);  // an absolute 0 would disarm
+    when.it_value.tv_sec = static_cast<time_t>(due / 1'000'000'000);
+    when.it_value.tv_nsec = static_cast<long>(due % 1'000'000'000);
+  }
+  (void)::timerfd_settime(look_timer_fd, TFD_TIMER_ABSTIME, &when, nullptr);
 }
 
 void Daemon::Impl::pool_what_was_let_go(Job& job, uint32_t gpu, const std::vector<uint32_t>& ids) {

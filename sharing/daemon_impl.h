@@ -93,6 +93,10 @@ struct Daemon::Impl final : GateGuard {
     // until the audit sees it let go, so that nobody is lent memory another
     // process can still reach, and the budget counts every chunk mapped.
     std::unordered_set<uint32_t> kept;
+    // Pool ids it gave back that its process was not looked at for yet (a
+    // look was not due: look_at_returns): out of the pool, charged in the
+    // ledger (not as overuse) until it is, at most a tick later.
+    std::vector<uint32_t> unchecked;
     // What an admin allows its owner (set_budget): a minimum up to admin_min,
     // a maximum up to admin_max, in chunks.
     uint64_t admin_min = 0;
@@ -134,6 +138,11 @@ struct Daemon::Impl final : GateGuard {
     uint64_t expected_until_ns = 0;
     int state_slot = -1;
     bool audit_denied = false;  // its process may not be looked at (another uid's, daemon not root): said once
+    // When its process may next be looked at for the chunks it gave back. A
+    // look reads its /proc mappings and descriptors, which costs the daemon
+    // time in proportion to them: a process is looked at for at most a
+    // twentieth of the daemon's time, whatever it keeps open.
+    uint64_t look_due_ns = 0;
   };
   enum class Role : uint8_t { kNew, kJob, kAdmin };
   struct Connection {
@@ -170,6 +179,7 @@ struct Daemon::Impl final : GateGuard {
   int epoll_fd = -1;
   int timer_fd = -1;
   int gate_timer_fd = -1;  // fires when the next iteration gate opens
+  int look_timer_fd = -1;  // fires when the next look at a process's returns is due (look_at_returns)
   int signal_fd = -1;
   int stop_fd = -1;  // eventfd-like pipe end for stop()
   int stop_write = -1;
@@ -279,6 +289,16 @@ struct Daemon::Impl final : GateGuard {
   // process no longer holds go back to the pool; the rest stay in its
   // `kept`. All go back where the driver cannot tell chunk by chunk.
   void pool_what_was_let_go(Job& job, uint32_t gpu, const std::vector<uint32_t>& ids);
+  // Chunks `job` gave back (maybe none): looked at now, with those that
+  // waited, if a look at its process is due (those it still holds are
+  // charged to it); otherwise held in its `unchecked`, charged in the
+  // ledger, until its next request, return or tick after the look is due.
+  void look_at_returns(Job& job, uint32_t gpu, std::vector<uint32_t> ids, uint64_t now);
+  // Every tick, and when look_timer_fd fires: the unchecked returns whose
+  // look is due.
+  void look_at_unchecked_returns(uint64_t now);
+  // look_timer_fd at the earliest look due of a job with unchecked returns.
+  void arm_look_timer();
   // A chunk back in the pool, last used by `uid`.
   void to_pool(Gpu& gpu, uint32_t id, uint32_t uid);
   // Tells the time-shift gates what the jobs' iterations may use of `gpu`:

@@ -197,6 +197,8 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
       settle = request->claim_settle_chunks;
     }
     (void)ledger.set_claim(job.id, request->gpu, peak, settle);
+    // What it gave back and was not looked at yet may be what it needs.
+    look_at_returns(job, request->gpu, {}, now);
     if (!ledger.request(job.id, request->gpu, request->request_id, request->chunks, now, &why).is_ok()) return why;
     job.requests.emplace(request->request_id, Job::Waiting{request->gpu, now});
     return "";
@@ -317,13 +319,9 @@ std::string Daemon::Impl::on_return(Job& job, const proto::Return& ret) {
   for (uint32_t id : ret.ids) held.lent.erase(id);
   held.unowned -= ret.unowned;
   gpu.bytes_moved += count * gpu.chunk_bytes;
-  // Looked at now, before anything is lent again: the audit would see a
-  // chunk the process still maps only after another job had it.
-  const size_t kept_before = held.kept.size();
-  pool_what_was_let_go(job, ret.gpu, ret.ids);
-  if (held.kept.size() > kept_before) {
-    settle_excess(job, ret.gpu, held.charged + (held.kept.size() - kept_before));
-  }
+  // Looked at before anything is lent again: the audit would see a chunk
+  // the process still maps only after another job had it.
+  look_at_returns(job, ret.gpu, ret.ids, now_ns());
   record_holding(job, ret.gpu);
   return "";
 }
