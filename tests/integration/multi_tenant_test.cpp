@@ -304,6 +304,29 @@ TEST_F(MultiTenant, MemoryKeptAfterGivingItBackNeverSeesAnotherUsersData) {
   ::close(result);
 }
 
+TEST_F(MultiTenant, BlindToKeptMemoryStillNoUserSeesAnothersData) {
+  if (!can_switch_users()) GTEST_SKIP() << "needs root to run a job as another user";
+  // As on CUDA: the daemon cannot see which chunks a process still maps, so
+  // what the keeper gives back goes to the pool at once; lent to another
+  // uid, it must be other memory.
+  start_daemon(16 * kMiB, {"--mode", "0666"}, {"ZICO_SIM_PROCESS_MEMORY=off"});
+  if (HasFatalFailure()) return;
+  int go = -1;
+  int result = -1;
+  start_keeper(kNobody, 4, 0xEE, &go, &result);
+  char byte = 0;
+  ASSERT_TRUE(read_byte(result, &byte, 10s)) << daemon_.output();
+  ASSERT_EQ(byte, Keeper::kKept);
+  Child& victim = start_job(1, 10, 8 * kMiB, 0, 20, {}, {"--block", "2MiB"});
+  ASSERT_TRUE(wait_for_job(victim.pid, 8 * kMiB, 5000ms)) << victim.output();
+  ASSERT_EQ(::write(go, "g", 1), 1);
+  ASSERT_TRUE(read_byte(result, &byte, 10s));
+  EXPECT_EQ(byte, Keeper::kUntouched) << "another user's bytes showed up in memory the keeper gave back";
+  EXPECT_TRUE(victim.succeeded()) << victim.output();
+  ::close(go);  // the keeper may be gone by now (its next request found no room): no write
+  ::close(result);
+}
+
 TEST_F(MultiTenant, LookAlikeMemoryIsChargedNoMoreThanTheJobsMaximumAllows) {
   start_daemon(16 * kMiB);
   int go = -1;
