@@ -26,6 +26,8 @@ struct OpReplayResult {
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_resident_bytes = 0;
   uint64_t peak_over_budget_bytes = 0;  // zico_stats_t's: 0 while the budget held on the device
+  // zico_stats_t's, read once every block is freed: the whole run's, as the
+  // library's exit log counts them.
   uint64_t faulted_pages = 0;
   uint64_t prefetched_pages = 0;
   uint64_t evicted_pages = 0;
