@@ -57,6 +57,18 @@ expect 2 "--budget $wording" "zico-demo --budget 0"
 run "$umctl" budget set -5GiB --socket "$tmp/none.sock"
 expect 2 "budget '-5GiB' is not a size above 0" "zico-umctl budget set -5GiB"
 grep -q "unknown option" "$err" && fail "zico-umctl budget set -5GiB: called an option"
+# A number and its unit apart: the space is named, in every tool.
+spaced="'6 GB' is not a size: no space between number and unit (6GB)"
+run "$zico_run" --budget "6 GB" -- true
+expect 2 "--budget $spaced" "zico-run --budget '6 GB'"
+run "$umctl" simulate --budget "6 GB" "$bert"
+expect 2 "--budget $spaced" "zico-umctl simulate --budget '6 GB'"
+run "$umctl" page --budget "6 GB" "$bert"
+expect 2 "--budget $spaced" "zico-umctl page --budget '6 GB'"
+run "$umctl" budget set "6 GB" --socket "$tmp/none.sock"
+expect 2 "budget $spaced" "zico-umctl budget set '6 GB'"
+ZICO_BUDGET="6 GB" run "$budget_demo"  # the library refuses its allocations: the program fails
+expect 1 "ZICO_BUDGET=$spaced" "ZICO_BUDGET='6 GB'"
 
 # --- budgets against the device ----------------------------------------------------
 run timeout 5 "$umd" --socket "$tmp/big.sock" --budget 1TiB

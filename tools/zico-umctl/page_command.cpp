@@ -111,7 +111,7 @@ int parse(int argc, char** argv, Options* options) {
   if (!budget.empty()) {
     const std::optional<uint64_t> bytes = parse_size(budget);
     if (!bytes || *bytes == 0) {
-      return usage_error(kCommand, "--budget '" + budget + "' is not a size above 0; expected " + kSizeForm);
+      return usage_error(kCommand, size_above_zero_error("--budget", budget));
     }
     options->budget = *bytes;
   } else {
