@@ -41,11 +41,16 @@ zico_stats_t stats_now() {
 bool replay_ops(const trace::Trace& trace, uint32_t iterations, double memory_scale, OpReplayResult* out,
                 std::string* error) {
   *out = OpReplayResult{};
-  prefetch::AccessStream stream;
-  if (!page::build_access_stream(trace, uint64_t{2} << 20, 0, &stream, error)) return false;
-  if (stream.ops.empty()) {
-    *error = "the trace records no kernels (a version 1 trace): --ops needs a version 2 trace";
+  // Refusals before anything runs are the trace's (or the iteration count's).
+  const auto unusable = [&](std::string why) {
+    *error = std::move(why);
+    out->unusable_trace = true;
     return false;
+  };
+  prefetch::AccessStream stream;
+  if (!page::build_access_stream(trace, uint64_t{2} << 20, 0, &stream, error)) return unusable(*error);
+  if (stream.ops.empty()) {
+    return unusable("the trace records no kernels (a version 1 trace): --ops needs a version 2 trace");
   }
   // Segments: [0] everything before the first mark, then one per iteration.
   std::vector<size_t> segment_start{0};
@@ -54,10 +59,7 @@ bool replay_ops(const trace::Trace& trace, uint32_t iterations, double memory_sc
   }
   segment_start.push_back(stream.events.size());
   const auto recorded = static_cast<uint32_t>(segment_start.size() - 2);
-  if (recorded == 0) {
-    *error = "the trace marks no iteration";
-    return false;
-  }
+  if (recorded == 0) return unusable("the trace marks no iteration");
   // Iterations beyond the recorded ones repeat the last: its blocks are made
   // anew each time, and those it takes from the iteration before it (made
   // there, freed or used here) are the previous repetition's, by their order
@@ -79,15 +81,13 @@ bool replay_ops(const trace::Trace& trace, uint32_t iterations, double memory_sc
     const auto& a = segment_sizes[last - 1];
     const auto& b = segment_sizes[last];
     if (recorded < 2 || a != b) {
-      *error = "the trace records " + std::to_string(recorded) + " iteration(s) whose last two do not allocate " +
-               "alike: at most " + std::to_string(recorded) + " iterations can be replayed";
-      return false;
+      return unusable("the trace records " + std::to_string(recorded) + " iteration(s) whose last two do not " +
+                      "allocate alike: at most " + std::to_string(recorded) + " iterations can be replayed");
     }
     for (size_t i = segment_start[last]; i < segment_start[last + 1]; ++i) {
       const prefetch::StreamEvent& e = stream.events[i];
       if (e.kind == prefetch::StreamEvent::Kind::kFree && segment_of[e.index] < static_cast<int64_t>(last) - 1) {
-        *error = "the last iteration frees a block made before the iteration it follows: it cannot be repeated";
-        return false;
+        return unusable("the last iteration frees a block made before the iteration it follows: it cannot be repeated");
       }
     }
   }

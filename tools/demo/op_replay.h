@@ -31,6 +31,9 @@ struct OpReplayResult {
   uint64_t faulted_pages = 0;
   uint64_t prefetched_pages = 0;
   uint64_t evicted_pages = 0;
+  // On failure: the trace cannot be replayed so (refused before any block
+  // was allocated), rather than the run failing.
+  bool unusable_trace = false;
 };
 
 // False with *error naming the block, op or iteration that failed (an
