@@ -1,6 +1,7 @@
 #include "access_stream.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace zico::prefetch {
 
@@ -8,14 +9,30 @@ StreamFacts stream_facts(const AccessStream& stream) {
   StreamFacts facts;
   uint64_t live = 0;
   uint64_t compute = 0;
+  // Blocks share pages: a page holds live bytes while any of its blocks lives.
+  std::vector<uint32_t> live_blocks_on(stream.page_count, 0);
+  uint32_t live_pages = 0;
   for (size_t i = 0; i < stream.events.size(); ++i) {
     const StreamEvent& e = stream.events[i];
     switch (e.kind) {
-      case StreamEvent::Kind::kAllocate:
-        live += stream.blocks[e.index].bytes;
+      case StreamEvent::Kind::kAllocate: {
+        const BlockExtent& block = stream.blocks[e.index];
+        live += block.bytes;
         facts.peak_live_bytes = std::max(facts.peak_live_bytes, live);
+        for (PageId page = stream.first_page(block); block.bytes != 0 && page <= stream.last_page(block); ++page) {
+          if (live_blocks_on[page]++ == 0) ++live_pages;
+        }
+        facts.peak_live_pages = std::max(facts.peak_live_pages, live_pages);
         break;
-      case StreamEvent::Kind::kFree: live -= stream.blocks[e.index].bytes; break;
+      }
+      case StreamEvent::Kind::kFree: {
+        const BlockExtent& block = stream.blocks[e.index];
+        live -= block.bytes;
+        for (PageId page = stream.first_page(block); block.bytes != 0 && page <= stream.last_page(block); ++page) {
+          if (--live_blocks_on[page] == 0) --live_pages;
+        }
+        break;
+      }
       case StreamEvent::Kind::kOp: {
         const StreamOp& op = stream.ops[e.index];
         facts.max_op_pages = std::max(facts.max_op_pages, op.ref_count);

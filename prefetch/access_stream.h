@@ -84,6 +84,7 @@ struct AccessStream {
 // Facts about a stream that bound what any budget can do.
 struct StreamFacts {
   uint64_t peak_live_bytes = 0;      // the most block bytes live at once
+  uint32_t peak_live_pages = 0;      // the most pages holding live bytes at once: what paging moves
   uint32_t max_op_pages = 0;         // the largest single op's working set, in pages
   uint64_t steady_compute_ns = 0;    // op time of the last iteration (the in-memory time)
   size_t steady_first_event = 0;     // where the last iteration's mark is in `events`

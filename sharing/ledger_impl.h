@@ -200,6 +200,8 @@ struct Ledger::Impl {
   [[nodiscard]] Giving giving(const Use& use, uint64_t now_ns) const;
   // `chunks` as users read them: a size where the chunk is known.
   static std::string amount(const Gpu& gpu, uint64_t chunks);
+  // amount(), with the decimals that tell it apart from `other` chunks.
+  static std::string amount_apart(const Gpu& gpu, uint64_t chunks, uint64_t other);
   // At its gate with something left to page out there (set_gate_paging).
   static bool pages_here(const Use& use);
   // The request reclaims serve (the first ordinary one, else the first),

@@ -171,9 +171,10 @@ bool Ledger::Impl::deny_impossible(Gpu& gpu, uint32_t g, uint64_t now_ns, std::v
       ++i;
       continue;
     }
+    const uint64_t most = ceiling(gpu, r.job);
     std::string reason = "GPU " + std::to_string(g) + ": asks for " + amount(gpu, r.chunks) + " while holding " +
-                         amount(gpu, use.held) + ", but the job can hold at most " +
-                         amount(gpu, ceiling(gpu, r.job)) + " (its max " +
+                         amount_apart(gpu, use.held, most) + ", but the job can hold at most " +
+                         amount_apart(gpu, most, use.held) + " (its max " +
                          (use.max == UINT64_MAX ? std::string("unlimited") : amount(gpu, use.max)) + ", the budget " +
                          amount(gpu, gpu.budget) + " less the other jobs' minimums, " +
                          amount(gpu, sum_mins(gpu) - use.min) + ")";
@@ -316,6 +317,11 @@ bool Ledger::Impl::break_deadlock(Gpu& gpu, uint32_t g, uint64_t now_ns, std::ve
 std::string Ledger::Impl::amount(const Gpu& gpu, uint64_t chunks) {
   if (gpu.chunk_bytes == 0 || chunks > UINT64_MAX / gpu.chunk_bytes) return std::to_string(chunks) + " chunks";
   return format_size(chunks * gpu.chunk_bytes);
+}
+
+std::string Ledger::Impl::amount_apart(const Gpu& gpu, uint64_t chunks, uint64_t other) {
+  if (gpu.chunk_bytes == 0 || std::max(chunks, other) > UINT64_MAX / gpu.chunk_bytes) return amount(gpu, chunks);
+  return format_size_apart(chunks * gpu.chunk_bytes, other * gpu.chunk_bytes);
 }
 
 Ledger::Impl::Giving Ledger::Impl::giving(const Use& use, uint64_t now_ns) const {

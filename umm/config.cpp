@@ -163,11 +163,9 @@ Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
     ZICO_RETURN_IF_ERROR(parse_size_option("ZICO_ARENA_SIZE", v, &config.arena_size, error));
   }
   if (const char* v = lookup("ZICO_HOST_BANDWIDTH")) {
-    std::string_view rate = v;
-    if (rate.ends_with("/s")) rate.remove_suffix(2);
-    const std::optional<uint64_t> bytes = parse_size(rate);
-    if (!bytes || *bytes == 0) {
-      *error = bad_value("ZICO_HOST_BANDWIDTH", v, "a size per second above 0, e.g. 25GB/s or 12GiB/s");
+    const std::optional<uint64_t> bytes = parse_rate(v);
+    if (!bytes) {
+      *error = bad_value("ZICO_HOST_BANDWIDTH", v, kRateForm);
       return Status(Errc::kConfigError);
     }
     config.host_bytes_per_second = static_cast<double>(*bytes);

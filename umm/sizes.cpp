@@ -23,6 +23,36 @@ constexpr std::array<Unit, 18> kUnits{{
     {"t", uint64_t{1} << 40}, {"ti", uint64_t{1} << 40}, {"tib", uint64_t{1} << 40}, {"tb", 1000'000'000'000},
 }};
 
+// "6 GB" -> "6GB", when that is a size; else empty.
+std::string without_unit_space(std::string_view text) {
+  const size_t number_end = text.find_first_not_of("0123456789.");
+  if (number_end == 0 || number_end == std::string_view::npos || text[number_end] != ' ') return {};
+  const size_t unit_start = text.find_first_not_of(' ', number_end);
+  if (unit_start == std::string_view::npos) return {};
+  std::string joined(text.substr(0, number_end));
+  joined += text.substr(unit_start);
+  return parse_size(joined) ? joined : std::string();
+}
+
+std::string quoted(std::string_view what, std::string_view text) {
+  std::string message(what);
+  if (!what.ends_with('=')) message += ' ';
+  return message + "'" + std::string(text) + "'";
+}
+
+// What follows the quoted value: the space, or `otherwise`.
+std::string reason(std::string_view text, std::string_view otherwise) {
+  const std::string joined = without_unit_space(text);
+  if (!joined.empty()) return " is not a size: no space between number and unit (" + joined + ")";
+  return std::string(otherwise) + kSizeForm;
+}
+
+std::string with_decimals(uint64_t bytes, uint64_t scale, int decimals) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.*f", decimals, static_cast<double>(bytes) / static_cast<double>(scale));
+  return text;
+}
+
 }  // namespace
 
 std::optional<uint64_t> parse_size(std::string_view text) noexcept {
@@ -65,26 +95,54 @@ std::optional<uint64_t> parse_size(std::string_view text) noexcept {
 }
 
 std::string size_above_zero_error(std::string_view what, std::string_view text) {
-  std::string message(what);
-  if (!what.ends_with('=')) message += ' ';
-  return message + "'" + std::string(text) + "' is not a size above 0; expected " + kSizeForm;
+  return quoted(what, text) + reason(text, " is not a size above 0; expected ");
 }
 
-std::string format_size(uint64_t bytes) {
-  static constexpr std::array<const char*, 5> kNames{"B", "KiB", "MiB", "GiB", "TiB"};
+std::string size_error(std::string_view what, std::string_view text) {
+  return quoted(what, text) + reason(text, " is not a size; expected ");
+}
+
+namespace {
+
+constexpr std::array<const char*, 5> kUnitNames{"B", "KiB", "MiB", "GiB", "TiB"};
+
+// The largest unit not above `bytes` (bytes for 0), and its size.
+size_t unit_of(uint64_t bytes, uint64_t* scale) {
   size_t unit = 0;
-  uint64_t scale = 1;
-  while (unit + 1 < kNames.size() && bytes >= (scale << 10)) {
-    scale <<= 10;
+  *scale = 1;
+  while (unit + 1 < kUnitNames.size() && bytes >= (*scale << 10)) {
+    *scale <<= 10;
     ++unit;
   }
-  char text[48];
-  if (bytes % scale == 0) {
-    std::snprintf(text, sizeof text, "%llu %s", static_cast<unsigned long long>(bytes / scale), kNames[unit]);
-  } else {
-    std::snprintf(text, sizeof text, "%.2f %s", static_cast<double>(bytes) / static_cast<double>(scale), kNames[unit]);
+  return unit;
+}
+
+}  // namespace
+
+std::string format_size(uint64_t bytes) {
+  uint64_t scale = 1;
+  const size_t unit = unit_of(bytes, &scale);
+  if (bytes % scale == 0) return std::to_string(bytes / scale) + " " + kUnitNames[unit];
+  return with_decimals(bytes, scale, 2) + " " + kUnitNames[unit];
+}
+
+std::string format_size_apart(uint64_t bytes, uint64_t other) {
+  uint64_t scale = 1;
+  const size_t unit = unit_of(bytes, &scale);
+  if (bytes == other || bytes % scale == 0) return format_size(bytes);
+  // 2^40 / 10^13 < 1 byte: beyond 13 decimals every unit tells bytes apart.
+  for (int decimals = 2; decimals <= 13; ++decimals) {
+    const std::string text = with_decimals(bytes, scale, decimals);
+    if (text != with_decimals(other, scale, decimals)) return text + " " + kUnitNames[unit];
   }
-  return text;
+  return std::to_string(bytes) + " B";
+}
+
+std::optional<uint64_t> parse_rate(std::string_view text) noexcept {
+  if (text.ends_with("/s")) text.remove_suffix(2);
+  const std::optional<uint64_t> bytes = parse_size(text);
+  if (!bytes || *bytes == 0) return std::nullopt;
+  return bytes;
 }
 
 std::optional<uint64_t> parse_duration_ns(std::string_view text) noexcept {

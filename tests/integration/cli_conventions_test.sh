@@ -2,8 +2,9 @@
 # What every command-line tool does alike, checked across them: sizes in
 # Kubernetes form, one wording for a size that is not one, -h and help,
 # output paths that cannot be written, and arguments that are not what the
-# tool expects (a folder as a trace, a command not on PATH).
-# Usage: cli_conventions_test.sh ZICO_RUN ZICO_UMCTL ZICO_UMD ZICO_DEMO BUDGET_DEMO TRACES_DIR
+# tool expects (a folder as a trace, a trace that is missing or not one: a
+# usage error, exit 2, in every tool; a command not on PATH).
+# Usage: cli_conventions_test.sh ZICO_RUN ZICO_UMCTL ZICO_UMD ZICO_DEMO BUDGET_DEMO TRACES_DIR TRACE_JOB
 set -u
 
 zico_run=$(readlink -f "$1")
@@ -12,6 +13,7 @@ umd=$3
 demo=$4
 budget_demo=$5
 traces=$6
+trace_job=$7
 bert=$traces/bert_base.ztrace.gz
 source "$(dirname "$0")/../lib/cli_checks.sh"
 
@@ -57,6 +59,18 @@ expect 2 "--budget $wording" "zico-demo --budget 0"
 run "$umctl" budget set -5GiB --socket "$tmp/none.sock"
 expect 2 "budget '-5GiB' is not a size above 0" "zico-umctl budget set -5GiB"
 grep -q "unknown option" "$err" && fail "zico-umctl budget set -5GiB: called an option"
+# A number and its unit apart: the space is named, in every tool.
+spaced="'6 GB' is not a size: no space between number and unit (6GB)"
+run "$zico_run" --budget "6 GB" -- true
+expect 2 "--budget $spaced" "zico-run --budget '6 GB'"
+run "$umctl" simulate --budget "6 GB" "$bert"
+expect 2 "--budget $spaced" "zico-umctl simulate --budget '6 GB'"
+run "$umctl" page --budget "6 GB" "$bert"
+expect 2 "--budget $spaced" "zico-umctl page --budget '6 GB'"
+run "$umctl" budget set "6 GB" --socket "$tmp/none.sock"
+expect 2 "budget $spaced" "zico-umctl budget set '6 GB'"
+ZICO_BUDGET="6 GB" run "$budget_demo"  # the library refuses its allocations: the program fails
+expect 1 "ZICO_BUDGET=$spaced" "ZICO_BUDGET='6 GB'"
 
 # --- budgets against the device ----------------------------------------------------
 run timeout 5 "$umd" --socket "$tmp/big.sock" --budget 1TiB
@@ -109,6 +123,24 @@ expect 2 "$traces: is a directory" "replay given a folder"
 mkdir -p "$tmp/sub" && echo "not a trace" >"$tmp/sub/notes.txt"
 run "$umctl" replay "$tmp/sub/notes.txt"
 expect 2 "$tmp/sub/notes.txt:1: not a zicoum trace" "replay given a file that is not a trace (named as given)"
+# A trace that is missing, or not a trace: every tool that reads one exits 2.
+for trace in "$tmp/missing.ztrace.gz" "$tmp/sub/notes.txt"; do
+  for command in "page --oversubscription 2" "simulate --budget 8GiB" replay; do
+    run "$umctl" $command "$trace"
+    expect 2 "$trace" "zico-umctl $command $trace"
+  done
+  run "$demo" --traces "$trace"
+  expect 2 "$trace" "zico-demo --traces $trace"
+  run "$trace_job" --trace "$trace" --iterations 1
+  expect 2 "$trace" "trace_job --trace $trace"
+  run "$trace_job" --ops --trace "$trace" --iterations 1
+  expect 2 "$trace" "trace_job --ops --trace $trace"
+done
+# One that reads but cannot be replayed as asked: a version 1 trace records no kernels for --ops.
+printf 'zicoum-trace 1\nmeta model noops\nmeta command test\nmeta source meta\nmeta batch 1\nmeta iterations 2\nmeta timing test\na 0 1048576 0 param -1\ni 0 0\ni 1 10\nend 3\n' |
+  gzip >"$tmp/noops.ztrace.gz"
+run "$trace_job" --ops --trace "$tmp/noops.ztrace.gz" --iterations 1
+expect 2 "the trace has no op records" "trace_job --ops on a trace without kernels"
 echo 'not a program' >"$tmp/notes.txt"
 (cd "$tmp" && "$zico_run" -- notes.txt >"$out" 2>"$err")
 status=$?

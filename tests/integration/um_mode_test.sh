@@ -31,9 +31,15 @@ mean_at() {
 gen5=$(mean_at 55GB/s) gen4=$(mean_at 25GB/s)
 python3 -c 'import sys; sys.exit(0 if float(sys.argv[2]) > 1.5 * float(sys.argv[1]) else 1)' "$gen5" "$gen4" ||
   fail "at 25GB/s the job ran $gen4 s an iteration, at 55GB/s $gen5 s: the link did not slow it"
+result=$(mktemp)
+trap 'rm -f "$result"' EXIT
 log=$(ZICO_LOG=info ZICO_HOST_BANDWIDTH=25GB/s "$zico_run" --backend sim --mode um --budget $budget -- "$trace_job" \
-      --ops --trace "$trace" --iterations 1 2>&1 >/dev/null)
+      --ops --trace "$trace" --iterations 1 2>&1 >"$result")
 grep -q "planned on a 25.0 GB/s host link" <<<"$log" || fail "the pager does not plan on the link it was given: $log"
+# The job's result and the library's exit log count the same evictions.
+logged=$(sed -n 's/.* prefetched, \([0-9]*\) evicted;.*/\1/p' <<<"$log")
+reported=$(sed -n 's/.* evicted_pages=\([0-9]*\).*/\1/p' "$result")
+[[ -n $logged && $logged == "$reported" ]] || fail "the exit log says $logged pages evicted, the result line $reported"
 err=$(ZICO_BACKEND=sim ZICO_MODE=um ZICO_HOST_BANDWIDTH=fast "$trace_job" --ops --trace "$trace" --iterations 1 2>&1) &&
   fail "ZICO_HOST_BANDWIDTH=fast accepted"
 grep -q "ZICO_HOST_BANDWIDTH='fast' is not valid" <<<"$err" || fail "unclear error: $err"

@@ -130,8 +130,11 @@ ZICO_SOCKET=$socket run status
 # --- jobs ------------------------------------------------------------------------
 run jobs --socket "$socket"
 [[ $status == 0 ]] || fail "jobs: exit $status"
-head -n 1 "$out" | grep -Eq '^ *ID +PID +USER +NAME +GPU +HELD +PERSISTENT +TRANSIENT +WAITING +WAIT +STATE +MODE +MIN +MAX$' ||
+head -n 1 "$out" | grep -Eq '^ *ID +PID +USER +NAME +GPU +HELD +PERSISTENT\* +TRANSIENT\* +WAITING +WAIT +STATE +MODE +MIN +MAX$' ||
   fail "jobs: header"
+# The reported columns lag HELD and need not add up to it: the table says so.
+grep -qx "\* as of the job's last usage report (every 0.5 s), HELD as of now: they can add up to more" "$out" ||
+  fail "jobs: no note on the reported columns"
 grep -Eq "^ *$job_id +$hold_pid +[^ ]+ +hold_memory 8MiB +0 +8 MiB .* running +vmm +0 B +unlimited$" "$out" ||
   fail "jobs: no line for the job"
 
@@ -229,6 +232,7 @@ run top --iterations 2 --interval 0.2 --socket "$socket"
 [[ $(grep -c '^zico-umd pid' "$out") == 2 ]] || fail "top --iterations 2: not 2 frames"
 grep -Eq "^ +$job_id +hold_memory 8MiB +8 MiB .* running +[▁▂▃▄▅▆▇█]+$" "$out" || fail "top: no line for the job"
 grep -q '^GPU 0  budget 48 MiB' "$out" || fail "top: no GPU header"
+[[ $(grep -c "^\* as of the job's last usage report" "$out") == 2 ]] || fail "top: no note on the reported columns"
 ! grep -q $'\x1b' "$out" || fail "top: escape sequences when stdout is not a terminal"
 run top --json --iterations 2 --interval 0.2 --socket "$socket"
 [[ $status == 0 ]] || fail "top --json: exit $status"

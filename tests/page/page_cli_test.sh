@@ -39,8 +39,20 @@ refuses_briefly --oversubscription 2 --frobnicate "$resnet" "unknown option '--f
 refuses_briefly --oversubscription 2 "$resnet" "$resnet" "one trace at a time"
 refuses_briefly --oversubscription 2 "no trace given"
 refuses_briefly --oversubscription 2 "$tmp/missing.ztrace.gz" "missing.ztrace.gz"
-# A budget below the largest op's pages: the values in the message.
-refuses_briefly --budget 8MiB "$resnet" "below the 17 pages the largest op uses at once"
+# A budget below the largest op's pages: the values in the message, and the least budget (or the
+# largest ratio) that holds them, which then runs.
+refuses_briefly --budget 8MiB "$resnet" \
+  "below the 17 pages the largest op uses at once; the least budget that holds them is --budget 34MiB"
+run --budget 34MiB --policy zico "$resnet"
+[ "$status" -eq 0 ] || fail "the least budget named does not run: exit $status ($(cat "$err"))"
+refuses_briefly --oversubscription 200 "$resnet" "--oversubscription 200 (budget 5.25 MiB): the budget holds 2 pages"
+ratio=$(sed -n 's/.*the largest ratio that holds them is --oversubscription \([0-9.]*\) (budget .*/\1/p' "$err")
+[ -n "$ratio" ] || fail "--oversubscription 200: no largest ratio named: $(cat "$err")"
+run --oversubscription "$ratio" --policy zico "$resnet"
+[ "$status" -eq 0 ] || fail "the largest ratio named, $ratio, does not run: exit $status"
+refuses --oversubscription "$(python3 -c "print(round($ratio + 0.01, 2))")" "$resnet" "below the 17 pages"
+refuses_briefly --oversubscription 2 --host-bandwidth fast "$resnet" "'fast' is not a rate; expected a size per second"
+refuses_briefly --oversubscription 2 --host-bandwidth 0GB/s "$resnet" "'0GB/s'"
 # A trace without op records (a version 1 trace written without accesses).
 python3 - "$tmp/noops.ztrace.gz" <<'PY'
 import gzip, sys
@@ -68,6 +80,38 @@ for policy, r in d.items():
     assert r["iteration_s"] >= r["in_memory_iteration_s"] > 0, policy
     assert r["lower_bound_iteration_s"] >= r["in_memory_iteration_s"], policy
 assert d["zico"]["iteration_s"] < d["um"]["iteration_s"]
+PY
+
+# The header's oversubscription by pages: the pages that hold the live bytes at their peak, the least
+# budget at which Belady's replacement fetches nothing.
+footprint() {
+  python3 -c "import json, sys; d = json.load(open(sys.argv[1]))['zico']; print(d[sys.argv[2]])" "$out" "$1"
+}
+run --json --policy zico --budget 200GiB "$resnet"
+pages=$(footprint peak_live_page_bytes) live=$(footprint peak_live_bytes) range=$(footprint range_bytes)
+[ "$live" -lt "$pages" ] && [ "$pages" -lt "$range" ] || fail "live $live, their pages $pages, all pages $range"
+run --json --policy zico --budget "$pages" "$resnet"
+[ "$(footprint belady_fetch_bytes)" = 0 ] || fail "Belady fetches at a budget of the live pages ($pages bytes)"
+run --json --policy zico --budget $((pages - 2097152)) "$resnet"
+[ "$(footprint belady_fetch_bytes)" -gt 0 ] || fail "Belady fetches nothing a page below the live pages"
+run --policy zico --budget "$pages" "$resnet"
+grep -qE "^resnet110: peak live [0-9.]+ GiB, on 1.03 GiB of 2 MiB pages, of 1.05 GiB the blocks ever use; budget \
+1.03 GiB: oversubscribed 0.99x by the live bytes, 1.00x by their pages, 1.02x by all pages; largest op 34 MiB$" "$out" ||
+  fail "page header: $(head -n 1 "$out")"
+
+# One host link by default, as zico-umctl simulate and the library (PCIe Gen5): a slower one lengthens
+# the bound.
+for link in default 55GB/s 25GB/s; do
+  if [ "$link" = default ]; then run --json --oversubscription 2 "$resnet"; else
+    run --json --oversubscription 2 --host-bandwidth "$link" "$resnet"; fi
+  cp "$out" "$tmp/link-${link%/s}.json"
+done
+cmp -s "$tmp/link-default.json" "$tmp/link-55GB.json" || fail "page's default link is not 55GB/s"
+python3 - "$tmp/link-55GB.json" "$tmp/link-25GB.json" <<'PY' || fail "page --host-bandwidth"
+import json, sys
+gen5, gen4 = (json.load(open(path))["zico"] for path in sys.argv[1:])
+assert gen5["host_bytes_per_s"] == 55e9 and gen4["host_bytes_per_s"] == 25e9, (gen5, gen4)
+assert gen4["lower_bound_iteration_s"] > 1.5 * gen5["lower_bound_iteration_s"], (gen4, gen5)
 PY
 
 run --policy zico --page-size 64KiB --iterations 3 --budget 600MiB --plot "$tmp/page.svg" "$resnet"

@@ -157,6 +157,23 @@ TEST(LedgerGrant, ADenialsReasonSpeaksBytesWhereTheChunkIsKnown) {
   EXPECT_EQ(actions[0].reason.find("chunks"), std::string::npos) << actions[0].reason;
 }
 
+// One chunk short of a 5 GiB ceiling reads "5.00 GiB" on its own: beside the
+// ceiling it gets the decimals that tell the two apart.
+TEST(LedgerGrant, ADenialTellsWhatTheJobHoldsApartFromWhatItMayHold) {
+  Ledger ledger;
+  ledger.add_gpu(2560, 2 << 20);
+  std::string why;
+  ASSERT_TRUE(ledger.add_job(1, 1000, 1));
+  ASSERT_TRUE(ledger.open(1, 0, 2559, &why).is_ok()) << why;
+  ASSERT_TRUE(ledger.request(1, 0, 1, 2, 0, &why).is_ok()) << why;
+  const std::vector<LedgerAction> actions = ledger.pump(0);
+  ASSERT_EQ(actions.size(), 1u) << describe(actions);
+  EXPECT_EQ(actions[0].kind, Kind::kDeny);
+  EXPECT_NE(actions[0].reason.find("asks for 4 MiB while holding 4.998 GiB, but the job can hold at most 5 GiB"),
+            std::string::npos)
+      << actions[0].reason;
+}
+
 TEST(LedgerGrant, BudgetShrinkOrNewLimitsDenyWaitingRequests) {
   Books b(10);
   b.join(1);

@@ -209,6 +209,29 @@ grep -qE "gpt2_medium \(um\): [45] of 5 iterations ran with part of its memory p
 # Against policies that failed a job, zico's line says so instead of a ratio.
 run --budget 16GiB --iterations 5 --mode um --policy all "$gpt2m" "$bert"
 grep -q "zico's throughput: sequential failed a job, static failed a job, [0-9.]*x fcfs" "$out" || fail "failed policies"
+# So does the comparison table: a policy that did less work has no ratio to unlimited.
+for policy in sequential static; do
+  grep -qE "^  $policy +[0-9.]+ m?s +[0-9.]+ +failed +[0-9.]+ [KMG]iB +kept +[0-9]+ +1\$" "$out" ||
+    fail "the comparison gives $policy, which failed a job, a ratio: $(grep "^  $policy " "$out")"
+done
+grep -qE "^  fcfs +[0-9.]+ m?s +[0-9.]+ +0\.[0-9]{3} " "$out" || fail "fcfs, which failed none, has no ratio"
+
+# One host link by default, as zico-umctl page and the library (PCIe Gen5): the same run as at 55GB/s,
+# not as at 25GB/s (Gen4).
+# link_run NAME ARGS...: gpt2_medium paged under 16 GiB, its JSON in $tmp/link-NAME.json.
+link_run() {
+  local name=$1
+  shift
+  run --budget 16GiB --iterations 5 --mode um --json "$@" "$gpt2m"
+  cp "$out" "$tmp/link-$name.json"
+}
+link_run default
+link_run gen5 --host-bandwidth 55GB/s
+link_run gen4 --host-bandwidth 25GB/s
+cmp -s "$tmp/link-default.json" "$tmp/link-gen5.json" || fail "the default link is not 55GB/s"
+cmp -s "$tmp/link-default.json" "$tmp/link-gen4.json" && fail "the link makes no difference here"
+run --help
+grep -q "(default 55GB/s, PCIe Gen5" "$out" || fail "--help names another default link"
 
 # UM jobs that once got stuck (a capped job left short of its worth floor waited while the ledger
 # counted it as paging); every job completes (summed peaks / 1.45). Where the gate still caps one,
@@ -253,5 +276,13 @@ assert d["aggregate_iters_per_s"] >= 0.98 * vmm["aggregate_iters_per_s"], (d["ag
 run --budget 1GiB "$traces/gpt2.ztrace.gz"
 [ "$status" -eq 1 ] || fail "a failed job: exit $status, expected 1"
 grep -q "failed: needs" "$out" || fail "a failed job is not named"
+# A run whose every job failed kept the budget by doing nothing: its line says they failed.
+grep -qE "^  makespan .*; the job failed; 0 yields" "$out" || fail "the job failed: $(grep makespan "$out")"
+grep -q "budget kept" "$out" && fail "a run where every job failed says the budget was kept"
+# resnet50 needs one chunk more than 5 GiB: both sizes read apart.
+run --budget 5GiB --iterations 2 "$traces/resnet50.ztrace.gz" "$traces/resnet110.ztrace.gz"
+grep -q "resnet50 (.*) failed: needs 5.002 GiB in iteration 0, more than the budget 5 GiB lets it hold" "$out" ||
+  fail "the sizes in a failure read alike: $(grep 'failed:' "$out")"
+grep -qE "^  makespan .*; 1 of 2 jobs failed; budget kept" "$out" || fail "one of two failed: $(grep makespan "$out")"
 
 finish

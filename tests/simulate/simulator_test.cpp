@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "sim_managed.h"
 #include "step_recorder.h"
 #include "synthetic_trace.h"
+#include "transfer_model.h"
 
 namespace zico::simulate {
 namespace {
@@ -17,6 +19,13 @@ using testing::climbing_job;
 using testing::kGiB;
 using testing::kMs;
 using testing::model_of;
+
+// zico-umctl simulate, zico-umctl page (the paging model) and the library
+// (ZICO_HOST_BANDWIDTH, the simulated device) assume one host link.
+TEST(Simulator, DefaultsToTheHostLinkOfThePagingModelAndTheLibrary) {
+  EXPECT_EQ(SimulationOptions{}.host_bytes_per_second, prefetch::TransferModel{}.h2d_bytes_per_s);
+  EXPECT_EQ(SimulationOptions{}.host_bytes_per_second, SimManagedCosts{}.h2d_bytes_per_s);
+}
 
 // The ledger's policies (unlimited, fcfs, zico) launch every job at once
 // here, so the tests see the ledger's and the time-shift scheduler's own

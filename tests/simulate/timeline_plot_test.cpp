@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "svg_plot.h"
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -82,6 +84,40 @@ TEST(TimelinePlot, ABudgetAtThePeakLiesBelowTheTopEdge) {
   const std::string svg = timeline_plot_svg(full, {{0, 20 * kGiB}}, TimelinePlotOptions{});
   EXPECT_GE(budget_line_y(svg), frame_top(svg) + 10) << "the budget line lies on the frame's top edge";
   EXPECT_LE(budget_line_y(svg), frame_top(svg) + 100) << "too much headroom";
+}
+
+// SVG text does not wrap: a subtitle longer than the image is broken into
+// lines that fit (zico-demo's ran off its 1200 px), and the plot moves down.
+TEST(TimelinePlot, ALongSubtitleWrapsAboveThePlot) {
+  TimelinePlotOptions options;
+  options.title = "zico-demo, zico: every job at once under time shift";
+  options.subtitle =
+      "memory each job holds from zico-umd (sampled every 10 ms), in model bytes (x 64); time in seconds of the "
+      "replay, 10x slower than the model; peak 17.85 GiB, budget 20.00 GiB; makespan 11.8 s";
+  const std::string svg = timeline_plot_svg(two_jobs(), {{0, 8 * kGiB}}, options);
+  std::string joined;
+  double last_baseline = 0;
+  for (size_t at = svg.find("class=\"subtitle\""); at != std::string::npos;
+       at = svg.find("class=\"subtitle\"", at + 1)) {
+    const size_t tag = svg.rfind("<text", at);
+    const double x = number_after(svg, "x", tag);
+    last_baseline = number_after(svg, "y", tag);
+    const size_t begin = svg.find('>', at) + 1;
+    const std::string line = svg.substr(begin, svg.find("</text>", begin) - begin);
+    EXPECT_LE(x + plot::text_width(line, 12), options.width) << "runs off the image: " << line;
+    if (joined.empty()) {
+      EXPECT_TRUE(line.ends_with("model;")) << "not broken between clauses: " << line;
+    }
+    joined += (joined.empty() ? "" : " ") + line;
+  }
+  EXPECT_EQ(joined, options.subtitle) << "every word, once, in order";
+  EXPECT_EQ(count(svg, "class=\"subtitle\""), 2u);
+  EXPECT_GE(frame_top(svg), last_baseline + 12) << "the plot overlaps the subtitle";
+  // A short one stays on one line, where it always was.
+  options.subtitle = "peak 6 GiB";
+  const std::string short_one = timeline_plot_svg(two_jobs(), {{0, 8 * kGiB}}, options);
+  EXPECT_EQ(count(short_one, "class=\"subtitle\""), 1u);
+  EXPECT_EQ(frame_top(short_one), 60);
 }
 
 TEST(TimelinePlot, WithoutBudgetThereIsNoBudgetLine) {

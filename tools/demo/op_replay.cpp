@@ -41,11 +41,16 @@ zico_stats_t stats_now() {
 bool replay_ops(const trace::Trace& trace, uint32_t iterations, double memory_scale, OpReplayResult* out,
                 std::string* error) {
   *out = OpReplayResult{};
-  prefetch::AccessStream stream;
-  if (!page::build_access_stream(trace, uint64_t{2} << 20, 0, &stream, error)) return false;
-  if (stream.ops.empty()) {
-    *error = "the trace records no kernels (a version 1 trace): --ops needs a version 2 trace";
+  // Refusals before anything runs are the trace's (or the iteration count's).
+  const auto unusable = [&](std::string why) {
+    *error = std::move(why);
+    out->unusable_trace = true;
     return false;
+  };
+  prefetch::AccessStream stream;
+  if (!page::build_access_stream(trace, uint64_t{2} << 20, 0, &stream, error)) return unusable(*error);
+  if (stream.ops.empty()) {
+    return unusable("the trace records no kernels (a version 1 trace): --ops needs a version 2 trace");
   }
   // Segments: [0] everything before the first mark, then one per iteration.
   std::vector<size_t> segment_start{0};
@@ -54,10 +59,7 @@ bool replay_ops(const trace::Trace& trace, uint32_t iterations, double memory_sc
   }
   segment_start.push_back(stream.events.size());
   const auto recorded = static_cast<uint32_t>(segment_start.size() - 2);
-  if (recorded == 0) {
-    *error = "the trace marks no iteration";
-    return false;
-  }
+  if (recorded == 0) return unusable("the trace marks no iteration");
   // Iterations beyond the recorded ones repeat the last: its blocks are made
   // anew each time, and those it takes from the iteration before it (made
   // there, freed or used here) are the previous repetition's, by their order
@@ -79,15 +81,13 @@ bool replay_ops(const trace::Trace& trace, uint32_t iterations, double memory_sc
     const auto& a = segment_sizes[last - 1];
     const auto& b = segment_sizes[last];
     if (recorded < 2 || a != b) {
-      *error = "the trace records " + std::to_string(recorded) + " iteration(s) whose last two do not allocate " +
-               "alike: at most " + std::to_string(recorded) + " iterations can be replayed";
-      return false;
+      return unusable("the trace records " + std::to_string(recorded) + " iteration(s) whose last two do not " +
+                      "allocate alike: at most " + std::to_string(recorded) + " iterations can be replayed");
     }
     for (size_t i = segment_start[last]; i < segment_start[last + 1]; ++i) {
       const prefetch::StreamEvent& e = stream.events[i];
       if (e.kind == prefetch::StreamEvent::Kind::kFree && segment_of[e.index] < static_cast<int64_t>(last) - 1) {
-        *error = "the last iteration frees a block made before the iteration it follows: it cannot be repeated";
-        return false;
+        return unusable("the last iteration frees a block made before the iteration it follows: it cannot be repeated");
       }
     }
   }
@@ -208,6 +208,14 @@ bool replay_ops(const trace::Trace& trace, uint32_t iterations, double memory_sc
     std::fill(current.begin(), current.end(), Live{});
   }
   marks.push_back(now_s());
+  for (const std::vector<Live>* set : {&original, &previous, &current}) {
+    for (const Live& live : *set) {
+      if (live.ptr != nullptr) (void)zico_free(live.ptr, nullptr);
+    }
+  }
+  // Read after the last frees, which let the pages of the blocks still live
+  // go (evictions too): the counts are the whole run's, the same figures as
+  // the library's exit log (ZICO_LOG=info).
   const zico_stats_t s = stats_now();
   out->peak_allocated_bytes = s.peak_allocated_bytes;
   out->peak_resident_bytes = s.peak_resident_bytes;
@@ -215,11 +223,6 @@ bool replay_ops(const trace::Trace& trace, uint32_t iterations, double memory_sc
   out->faulted_pages = s.faulted_pages;
   out->prefetched_pages = s.prefetched_pages;
   out->evicted_pages = s.evicted_pages;
-  for (const std::vector<Live>* set : {&original, &previous, &current}) {
-    for (const Live& live : *set) {
-      if (live.ptr != nullptr) (void)zico_free(live.ptr, nullptr);
-    }
-  }
   // marks[0] is the first iteration's start; marks.back() the last one's end.
   out->iterations = marks.size() >= 2 ? static_cast<uint32_t>(marks.size() - 1) : 0;
   if (out->iterations >= 1) {

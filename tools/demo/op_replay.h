@@ -26,9 +26,14 @@ struct OpReplayResult {
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_resident_bytes = 0;
   uint64_t peak_over_budget_bytes = 0;  // zico_stats_t's: 0 while the budget held on the device
+  // zico_stats_t's, read once every block is freed: the whole run's, as the
+  // library's exit log counts them.
   uint64_t faulted_pages = 0;
   uint64_t prefetched_pages = 0;
   uint64_t evicted_pages = 0;
+  // On failure: the trace cannot be replayed so (refused before any block
+  // was allocated), rather than the run failing.
+  bool unusable_trace = false;
 };
 
 // False with *error naming the block, op or iteration that failed (an

@@ -37,7 +37,9 @@
 // itself fell (CPU time), summed at iteration ends; ideal_iter_s: the mean
 // iteration with no delay; the peaks: zico_get_stats() of device 0.
 // Exit: 0; 1 when a block's pattern is wrong or an allocation fails (the
-// message names the job, the block and the iteration); 2 for bad usage.
+// message names the job, the block and the iteration); 2 for bad usage,
+// including a trace that cannot be read or replayed (as zico-umctl's
+// commands and zico-demo).
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -318,7 +320,7 @@ int run_ops(const std::string& trace_path, std::string name, uint32_t iterations
   std::string error;
   if (!zico::trace::read_trace_file(trace_path, &trace, &error).is_ok()) {
     std::fprintf(stderr, "trace_job: %s\n", error.c_str());
-    return 1;
+    return 2;
   }
   if (name.empty()) {
     const auto model = trace.meta.find("model");
@@ -327,7 +329,7 @@ int run_ops(const std::string& trace_path, std::string name, uint32_t iterations
   zico::demo::OpReplayResult r;
   if (!zico::demo::replay_ops(trace, iterations, memory_scale, &r, &error)) {
     std::fprintf(stderr, "trace_job %s: %s\n", name.c_str(), error.c_str());
-    return 1;
+    return r.unusable_trace ? 2 : 1;
   }
   std::printf(
       "result name=%s iterations=%u mode=ops clock=%s first_iter_s=%.6f mean_iter_s=%.6f last_iter_s=%.6f "
@@ -402,7 +404,7 @@ int main(int argc, char** argv) {
   if (!zico::trace::read_trace_file(trace_path, &trace, &error).is_ok() ||
       !zico::simulate::build_job_model(trace, &model, &error).is_ok()) {
     std::fprintf(stderr, "trace_job: %s\n", error.c_str());
-    return 1;
+    return 2;
   }
   if (name.empty()) name = model.name;
   trace = {};

@@ -18,7 +18,12 @@ constexpr double kStripHeight = 9;
 constexpr double kLeft = 70;
 constexpr double kRight = 20;
 constexpr double kTop = 50;
-constexpr double kGap = 70;  // below each panel: the strips and the x axis
+constexpr double kGap = 70;  // below each panel: the tick labels, the strips, the x axis's name
+// Under the frame's bottom (y1): tick labels to 17, then the strips, then the
+// axis's name, clear of both.
+constexpr double kH2dStrip = 24;
+constexpr double kD2hStrip = kH2dStrip + kStripHeight + 3;
+constexpr double kAxisName = kD2hStrip + kStripHeight + 17;
 
 // One rectangle per stretch of busy time as drawn: copies closer than half a
 // pixel merge, so the strip costs at most a rectangle per pixel column
@@ -62,6 +67,22 @@ void reduce_to_columns(const plot::Frame& frame, const std::vector<Probe>& probe
   }
 }
 
+// A vertical line at `ns` into the steady iteration, named at the panel's
+// top: the in-memory time and the lower bound, the two times a policy's is
+// read against. Names at two heights, so that close lines keep both legible,
+// on a white halo over the resident area.
+void draw_reference(std::string* svg, const plot::Frame& frame, uint64_t ns, const char* id, const char* label,
+                    int row) {
+  const double x = frame.x(frame.t0 + ns);
+  plot::line(svg, x, frame.y0, x, frame.y1,
+             std::string("class=\"") + id + "\" stroke=\"#444\" stroke-width=\"1.2\" stroke-dasharray=\"2 3\"");
+  const bool right_half = x > (frame.x0 + frame.x1) / 2;
+  plot::text(svg, right_half ? x - 4 : x + 4, frame.y0 + 12 + 14 * row,
+             std::string("class=\"") + id + "-label\" font-size=\"11\" fill=\"#222\" stroke=\"white\" " +
+                 "stroke-width=\"3\" paint-order=\"stroke\" text-anchor=\"" + (right_half ? "end" : "start") + "\"",
+             label);
+}
+
 }  // namespace
 
 std::string render_paging_plot(const PagingStudy& study) {
@@ -77,7 +98,8 @@ std::string render_paging_plot(const PagingStudy& study) {
              "budget " + plot::fixed(static_cast<double>(study.budget_bytes) / plot::kBytesPerGiB, 2) +
                  " GiB, peak live " + plot::fixed(static_cast<double>(study.peak_live_bytes) / plot::kBytesPerGiB, 2) +
                  " GiB; in memory " + plot::fixed(static_cast<double>(study.in_memory_iteration_ns) / 1e6, 1) +
-                 " ms; strips: host to device (orange), device to host (green)");
+                 " ms, lower bound " + plot::fixed(static_cast<double>(study.lower_bound_iteration_ns) / 1e6, 1) +
+                 " ms (dotted lines); strips: host to device (H2D, orange), device to host (D2H, green)");
   const double top_gib = static_cast<double>(study.budget_bytes) / plot::kBytesPerGiB * 1.1;
   for (size_t i = 0; i < study.policies.size(); ++i) {
     const PolicySummary& p = study.policies[i];
@@ -91,7 +113,9 @@ std::string render_paging_plot(const PagingStudy& study) {
     frame.t0 = steady.start_ns;
     frame.span = span;
     frame.y_top_gib = top_gib;
-    plot::draw_axes(&svg, frame, steady.start_ns, 1e6, "ms into the steady iteration", "GiB resident");
+    plot::draw_axes(&svg, frame, steady.start_ns, 1e6, "", "GiB resident");
+    plot::text(&svg, (frame.x0 + frame.x1) / 2, frame.y1 + kAxisName, "class=\"x-label\" text-anchor=\"middle\" font-size=\"12\"",
+               "ms into the steady iteration");
     plot::text(&svg, frame.x0, frame.y0 - 6, "font-size=\"13\" font-weight=\"bold\"",
                plot::escape_xml(p.policy) + ": " + plot::fixed(static_cast<double>(p.iteration_ns) / 1e6, 1) +
                    " ms (" +
@@ -105,9 +129,14 @@ std::string render_paging_plot(const PagingStudy& study) {
     if (!times.empty()) plot::draw_stacked_steps(&svg, frame, times, {resident});
     const double budget_y = frame.y(static_cast<double>(study.budget_bytes));
     plot::line(&svg, frame.x0, budget_y, frame.x1, budget_y,
-               "stroke=\"black\" stroke-width=\"1.5\" stroke-dasharray=\"6 3\"");
-    draw_strip(&svg, frame, frame.y1 + 28, run, true, plot::kOkabeIto[1]);
-    draw_strip(&svg, frame, frame.y1 + 28 + kStripHeight + 3, run, false, plot::kOkabeIto[2]);
+               "class=\"budget\" stroke=\"black\" stroke-width=\"1.5\" stroke-dasharray=\"6 3\"");
+    draw_reference(&svg, frame, study.in_memory_iteration_ns, "in-memory", "in memory", 0);
+    draw_reference(&svg, frame, study.lower_bound_iteration_ns, "bound", "lower bound", 1);
+    draw_strip(&svg, frame, frame.y1 + kH2dStrip, run, true, plot::kOkabeIto[1]);
+    draw_strip(&svg, frame, frame.y1 + kD2hStrip, run, false, plot::kOkabeIto[2]);
+    for (const auto& [offset, name] : {std::pair{kH2dStrip, "H2D"}, std::pair{kD2hStrip, "D2H"}}) {
+      plot::text(&svg, frame.x0 - 6, frame.y1 + offset + kStripHeight - 1, "text-anchor=\"end\" font-size=\"10\"", name);
+    }
   }
   svg += "</svg>\n";
   return svg;

@@ -22,6 +22,9 @@ bool study_paging(const prefetch::AccessStream& stream, uint64_t budget_bytes, c
   out->page_bytes = stream.page_bytes;
   out->budget_bytes = budget_bytes;
   out->peak_live_bytes = facts.peak_live_bytes;
+  out->peak_live_page_bytes = uint64_t{facts.peak_live_pages} * stream.page_bytes;
+  out->range_bytes = uint64_t{stream.page_count} * stream.page_bytes;
+  out->host_bytes_per_s = model.h2d_bytes_per_s;
   out->largest_op_bytes = uint64_t{facts.max_op_pages} * stream.page_bytes;
   if (budget_bytes / stream.page_bytes < facts.max_op_pages) {
     *error = "the budget holds " + std::to_string(budget_bytes / stream.page_bytes) + " pages, below the " +

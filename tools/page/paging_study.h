@@ -36,7 +36,10 @@ struct PagingStudy {
   uint64_t page_bytes = 0;
   uint64_t budget_bytes = 0;
   uint64_t peak_live_bytes = 0;
+  uint64_t peak_live_page_bytes = 0;  // the pages holding them: what paging moves
+  uint64_t range_bytes = 0;           // every page the job's blocks ever use
   uint64_t largest_op_bytes = 0;
+  double host_bytes_per_s = 0;  // the transfer model's host to device rate
   uint64_t in_memory_iteration_ns = 0;
   // The larger of compute, Belady's bytes over the H2D bandwidth, and the
   // peak bound (prefetch/peak_bound.h).

@@ -87,6 +87,40 @@ std::string points_text(const std::vector<Point>& points) {
   return out;
 }
 
+double text_width(std::string_view text, double font_px) { return static_cast<double>(text.size()) * 0.6 * font_px; }
+
+std::vector<std::string> wrap_text(std::string_view text, double width_px, double font_px) {
+  std::vector<std::string> words;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find(' ', at), text.size());
+    if (end > at) words.emplace_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  const auto join = [&](size_t from, size_t to) {
+    std::string line;
+    for (size_t i = from; i < to; ++i) line += (i == from ? "" : " ") + words[i];
+    return line;
+  };
+  std::vector<std::string> lines;
+  size_t first = 0;  // the current line's first word
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (i == first || text_width(join(first, i + 1), font_px) <= width_px) continue;
+    // Break after the last clause ("...;", "...,") when that fills half the
+    // line: "peak 19.99 GiB" stays whole.
+    size_t cut = i;
+    for (size_t j = i; j-- > first + 1;) {
+      if (!words[j - 1].ends_with(';') && !words[j - 1].ends_with(',')) continue;
+      if (text_width(join(first, j), font_px) >= width_px / 2) cut = j;
+      break;
+    }
+    lines.push_back(join(first, cut));
+    first = cut;
+    i = cut - 1;  // the words moved down may not fit beside word i either
+  }
+  if (first < words.size() || lines.empty()) lines.push_back(join(first, words.size()));
+  return lines;
+}
+
 void text(std::string* svg, double x, double y, std::string_view attributes, std::string_view content) {
   *svg += "<text x=\"" + fixed(x, 1) + "\" y=\"" + fixed(y, 1) + "\" " + std::string(attributes) + ">" +
           escape_xml(content) + "</text>\n";
@@ -123,7 +157,7 @@ void draw_axes(std::string* svg, const Frame& f, uint64_t origin_ns, double ns_p
     line(svg, x, f.y1, x, f.y1 + 4, "stroke=\"#333\" stroke-width=\"1\"");
     text(svg, x, f.y1 + 17, "class=\"x-tick\" text-anchor=\"middle\" font-size=\"11\"", fixed(u, x_decimals));
   }
-  text(svg, (f.x0 + f.x1) / 2, f.y1 + 38, "text-anchor=\"middle\" font-size=\"12\"", x_label);
+  if (!x_label.empty()) text(svg, (f.x0 + f.x1) / 2, f.y1 + 38, "text-anchor=\"middle\" font-size=\"12\"", x_label);
   line(svg, f.x0, f.y1, f.x1, f.y1, "stroke=\"#333\" stroke-width=\"1\"");
   line(svg, f.x0, f.y0, f.x0, f.y1, "stroke=\"#333\" stroke-width=\"1\"");
 }

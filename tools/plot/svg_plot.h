@@ -60,12 +60,21 @@ struct Point {
 // kept neighbours (a step function has plenty); turning points stay.
 [[nodiscard]] std::string points_text(const std::vector<Point>& points);
 
+// A label's width, estimated: SVG text does not wrap, and its glyphs are
+// measured only where it is drawn; 0.6 em a character is wider than sans-serif
+// text (DejaVu's lower case, digits and spaces) runs, so what fits here fits.
+[[nodiscard]] double text_width(std::string_view text, double font_px);
+// `text` broken at spaces into lines of at most `width_px` (text_width); a
+// word longer than that gets a line of its own.
+[[nodiscard]] std::vector<std::string> wrap_text(std::string_view text, double width_px, double font_px);
+
 void text(std::string* svg, double x, double y, std::string_view attributes, std::string_view content);
 void line(std::string* svg, double x1, double y1, double x2, double y2, std::string_view attributes);
 
 // GiB on y with light grid lines, time on x in units of `ns_per_unit`
 // (1e6: ms, 1e9: s) counted from `origin_ns`, both axis lines, and the two
-// axis names.
+// axis names (an empty x_label: the caller draws it, below what it adds
+// under the axis).
 void draw_axes(std::string* svg, const Frame& frame, uint64_t origin_ns, double ns_per_unit, std::string_view x_label,
                std::string_view y_label);
 

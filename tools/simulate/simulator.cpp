@@ -733,10 +733,10 @@ class Engine {
         }
         return;
       case LedgerAction::Kind::kDeny:
-        fail(j, "needs " + format_size(chunks_for(j.live) * options_.chunk_bytes) + " in iteration " +
-                    (j.segment < 0 ? std::string("(prologue)") : std::to_string(j.segment)) +
-                    ", more than the budget " + format_size(budget_bytes_) + " lets it hold (ledger: " +
-                    action.reason + ")");
+        fail(j, "needs " + format_size_apart(chunks_for(j.live) * options_.chunk_bytes, budget_bytes_) +
+                    " in iteration " + (j.segment < 0 ? std::string("(prologue)") : std::to_string(j.segment)) +
+                    ", more than the budget " + format_size_apart(budget_bytes_, chunks_for(j.live) * options_.chunk_bytes) +
+                    " lets it hold (ledger: " + action.reason + ")");
         return;
       case LedgerAction::Kind::kReclaim: {
         // A perfectly packing job has no idle chunk to give; a UM job can

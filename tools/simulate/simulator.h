@@ -173,6 +173,9 @@ struct BudgetStep {
 
 inline constexpr uint64_t kDefaultChunkBytes = uint64_t{2} << 20;
 inline constexpr double kPcieGen4BytesPerSecond = 25e9;
+// The default host link, each way: PCIe Gen5 x16, as the paging planners'
+// transfer model (prefetch/transfer_model.h) and ZICO_HOST_BANDWIDTH have it.
+inline constexpr double kPcieGen5BytesPerSecond = 55e9;
 
 // When jobs start (every policy but sequential): job indices in launch
 // order (each once), and the most jobs running at once (0: no cap).
@@ -188,7 +191,7 @@ struct SimulationOptions {
   std::vector<BudgetStep> budget;
   uint32_t iterations = 20;            // per job, >= 1
   std::optional<double> utilization;   // in (0, 1]: every job's, instead of its model's
-  double host_bytes_per_second = kPcieGen4BytesPerSecond;
+  double host_bytes_per_second = kPcieGen5BytesPerSecond;
   uint64_t chunk_bytes = kDefaultChunkBytes;
   // Moments kept in the held-bytes timelines (JobResult::held), all jobs'
   // together: each is a time and what every job held from then on. Beyond,

@@ -27,7 +27,10 @@ constexpr double kNsPerSecond = 1e9;
 // Layout, in pixels.
 constexpr int kMarginLeft = 80;
 constexpr int kMarginRight = 170;  // the legend
-constexpr int kMarginTop = 60;     // title and subtitle
+constexpr int kMarginTop = 60;     // title and subtitle, one line each
+constexpr double kTitlePx = 16;
+constexpr double kSubtitlePx = 12;
+constexpr double kLineGap = 4;      // between lines of a wrapped title or subtitle
 constexpr int kMarginBottom = 48;  // tick labels and the axis name
 
 struct Change {
@@ -165,13 +168,6 @@ std::string timeline_plot_svg(const std::vector<TimelineSeries>& series, const T
   }
   if (t0 == UINT64_MAX) t0 = t1 = 0;
 
-  Frame f{static_cast<double>(kMarginLeft), static_cast<double>(width - kMarginRight),
-          static_cast<double>(kMarginTop), static_cast<double>(height - kMarginBottom)};
-  f.t0 = t0;
-  f.span = std::max<uint64_t>(1, t1 - t0);
-  const double top_gib = static_cast<double>(std::max(peak, budget_max)) / kBytesPerGiB;
-  f.y_top_gib = plot::y_top_for(top_gib);
-
   std::string subtitle = options.subtitle;
   if (subtitle.empty()) {
     subtitle = samples.empty() ? "nothing held"
@@ -183,13 +179,35 @@ std::string timeline_plot_svg(const std::vector<TimelineSeries>& series, const T
     }
   }
 
+  // SVG text runs on past the image's edge: long titles and subtitles wrap,
+  // and the plot moves down by their extra lines.
+  const double text_room = width - kMarginLeft - 10;
+  const std::vector<std::string> title_lines = plot::wrap_text(options.title, text_room, kTitlePx);
+  const std::vector<std::string> subtitle_lines = plot::wrap_text(subtitle, text_room, kSubtitlePx);
+  const double extra = static_cast<double>(title_lines.size() - 1) * (kTitlePx + kLineGap) +
+                       static_cast<double>(subtitle_lines.size() - 1) * (kSubtitlePx + kLineGap);
+  Frame f{static_cast<double>(kMarginLeft), static_cast<double>(width - kMarginRight),
+          kMarginTop + extra, static_cast<double>(height - kMarginBottom)};
+  f.t0 = t0;
+  f.span = std::max<uint64_t>(1, t1 - t0);
+  const double top_gib = static_cast<double>(std::max(peak, budget_max)) / kBytesPerGiB;
+  f.y_top_gib = plot::y_top_for(top_gib);
+
   const std::string w = std::to_string(width), h = std::to_string(height);
   std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + w + "\" height=\"" + h +
                     "\" viewBox=\"0 0 " + w + " " + h + "\" font-family=\"sans-serif\">\n";
   svg += "<title>" + escape_xml(options.title) + "</title>\n";
   svg += "<rect width=\"" + w + "\" height=\"" + h + "\" fill=\"#fff\"/>\n";
-  text(&svg, f.x0, 22, "font-size=\"16\" font-weight=\"bold\"", options.title);
-  text(&svg, f.x0, 40, "class=\"subtitle\" font-size=\"12\" fill=\"#333\"", subtitle);
+  double y = 22;
+  for (const std::string& line : title_lines) {
+    text(&svg, f.x0, y, "class=\"title\" font-size=\"16\" font-weight=\"bold\"", line);
+    y += kTitlePx + kLineGap;
+  }
+  y += 18 - (kTitlePx + kLineGap);  // the subtitle's first baseline: 40 under a one-line title
+  for (const std::string& line : subtitle_lines) {
+    text(&svg, f.x0, y, "class=\"subtitle\" font-size=\"12\" fill=\"#333\"", line);
+    y += kSubtitlePx + kLineGap;
+  }
   plot::draw_axes(&svg, f, f.t0, kNsPerSecond, "time (s)", "memory held (GiB)");
   if (!samples.empty()) draw_areas(&svg, f, samples, series.size());
   if (!budget.empty()) draw_budget(&svg, f, budget);

@@ -46,10 +46,6 @@ int print_usage() {
   return kExitOk;
 }
 
-std::string size_error(const std::string& what, const std::string& text, const char* extra = "") {
-  return what + " '" + text + "' is not a size; expected " + kSizeForm + extra;
-}
-
 struct GetOptions {
   std::optional<uint32_t> gpu;
   bool json = false;
@@ -215,7 +211,10 @@ int parse_set(int argc, char** argv) {
   }
   if (!max.empty()) {
     options.max = max == "unlimited" ? std::optional<uint64_t>(UINT64_MAX) : parse_size(max);
-    if (!options.max) return usage_error(kCommand, size_error("--max", max, ", or unlimited"));
+    if (!options.max) {
+      const std::string error = size_error("--max", max);
+      return usage_error(kCommand, error.ends_with(kSizeForm) ? error + ", or unlimited" : error);
+    }
   }
   if (options.min && options.max && *options.min > *options.max) {
     return usage_error(kCommand, "--min " + min + " is above --max " + max);

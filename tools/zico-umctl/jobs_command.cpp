@@ -17,10 +17,10 @@ constexpr const char* kUsage =
     "Usage: zico-umctl jobs [--json] [--socket PATH]\n"
     "List the jobs zico-umd serves, one line per job and GPU:\n"
     "  HELD        memory granted to the job, now\n"
-    "  PERSISTENT  live across its last iteration (weights, optimizer state)\n"
-    "  TRANSIENT   live but not across the last iteration (allocated - persistent)\n"
-    "              (both as of the job's last usage report, sent every 0.5 s: mid-iteration\n"
-    "              they can be a moment behind HELD, and above it)\n"
+    "  PERSISTENT* live across its last iteration (weights, optimizer state)\n"
+    "  TRANSIENT*  live but not across the last iteration (allocated - persistent)\n"
+    "              (*: both as of the job's last usage report, sent every 0.5 s: mid-iteration\n"
+    "              they can be a moment behind HELD, and add up to more; the table says so)\n"
     "  WAITING     asked for and not yet granted; WAIT: total time it spent waiting\n"
     "  STATE       running, suspend-requested or suspended\n"
     "  MODE        vmm, or um: a Unified Memory job, lent room for its pages (they may exceed HELD)\n"
@@ -45,8 +45,8 @@ void print_text(const proto::StatusReply& status) {
                    {"NAME", Align::kLeft},
                    {"GPU", Align::kRight},
                    {"HELD", Align::kRight},
-                   {"PERSISTENT", Align::kRight},
-                   {"TRANSIENT", Align::kRight},
+                   {kPersistentHeader, Align::kRight},
+                   {kTransientHeader, Align::kRight},
                    {"WAITING", Align::kRight},
                    {"WAIT", Align::kRight},
                    {"STATE", Align::kLeft},
@@ -61,6 +61,7 @@ void print_text(const proto::StatusReply& status) {
                    job.pageable ? "um" : "vmm", format_size(job.min_bytes), format_limit(job.max_bytes)});
   }
   std::fputs(table.render().c_str(), stdout);
+  std::fputs(kReportedNote, stdout);
   std::fputs(cut_note(status).c_str(), stdout);
 }
 

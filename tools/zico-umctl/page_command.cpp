@@ -1,5 +1,6 @@
 #include "page_command.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -8,6 +9,7 @@
 
 #include "command_args.h"
 #include "exit_status.h"
+#include "host_link.h"
 #include "json_writer.h"
 #include "paging_plot.h"
 #include "paging_study.h"
@@ -24,12 +26,13 @@ constexpr const char* kCommand = "page";
 constexpr const char* kUsage =
     "Usage: zico-umctl page [--json] [--plot FILE.svg] (--budget SIZE | --oversubscription R)\n"
     "                       [--policy um|deepum|autoswap|zico|all] [--page-size SIZE]\n"
-    "                       [--iterations N] TRACE\n"
+    "                       [--host-bandwidth SIZE/s] [--iterations N] TRACE\n"
     "Simulate one training job (TRACE, docs/trace-format.md) on a GPU whose memory is capped\n"
     "below what the job needs: pages move between host and GPU under a paging policy, on a\n"
     "virtual clock with an H100 PCIe Gen5 transfer model (prefetch/transfer_model.h).\n"
     "\n"
-    "  --budget SIZE           the GPU memory the job may hold\n"
+    "  --budget SIZE           the GPU memory the job may hold; at least the pages of its\n"
+    "                          largest op (a smaller one is refused, naming the least)\n"
     "  --oversubscription R    instead: the budget is the job's peak live bytes / R, R > 1\n"
     "  --policy P              um: plain CUDA Unified Memory (fault on demand, the driver\n"
     "                            evicts the least recently migrated page, dead data written back)\n"
@@ -40,11 +43,19 @@ constexpr const char* kUsage =
     "                          all (default): every policy, side by side\n"
     "  --page-size SIZE        the paging unit, a power of two from 4KiB to 1GiB (default 2MiB,\n"
     "                          the UM block; 64KiB models finer faults)\n"
+    "  --host-bandwidth SIZE/s the host link each way (default 55GB/s, PCIe Gen5, as\n"
+    "                          zico-umctl simulate and ZICO_HOST_BANDWIDTH; 25GB/s for Gen4);\n"
+    "                          the fault path's rate scales with it\n"
     "  --iterations N          run the trace's first N iterations, N >= 2 (default: all)\n"
     "  --plot FILE.svg         resident bytes and transfers over the steady iteration, one\n"
     "                          panel per policy\n"
     "  --json                  machine-readable output on stdout, an object keyed by policy\n"
     "\n"
+    "The header gives the oversubscription three ways: peak live bytes / budget; the pages\n"
+    "those bytes occupy at their peak / budget (blocks share pages and leave parts of them\n"
+    "empty: paging moves whole pages); every page the blocks ever use / budget (what a policy\n"
+    "that leaves the pages of freed blocks on the GPU until it needs the room, as um does,\n"
+    "fills).\n"
     "Per policy, of the steady (last) iteration: its time, that time / the in-memory time\n"
     "(no budget) and / the lower bound (the largest of: compute; the bytes Belady's optimal\n"
     "replacement must fetch / H2D bandwidth; the bytes that must leave before the peak of\n"
@@ -62,6 +73,7 @@ struct Options {
   std::optional<double> oversubscription;
   std::vector<std::string> policies;
   uint64_t page_bytes = uint64_t{2} << 20;
+  std::optional<double> host_bytes_per_s;
   uint32_t iterations = 0;
   std::string trace;
 };
@@ -83,9 +95,49 @@ std::string ratio_text(uint64_t a, uint64_t b) {
   return text;
 }
 
+// "2", "1.5": a ratio as a user would write it.
+std::string ratio_value(double r) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g", r);
+  return text;
+}
+
+// The budget --oversubscription R gives.
+uint64_t budget_for(uint64_t peak_live_bytes, double r) {
+  return static_cast<uint64_t>(static_cast<double>(peak_live_bytes) / r);
+}
+
+// A size as an option takes it, exact: "34MiB", "6000MiB".
+std::string size_argument(uint64_t bytes) {
+  for (const auto& [shift, unit] : {std::pair{30, "GiB"}, std::pair{20, "MiB"}, std::pair{10, "KiB"}}) {
+    if (bytes % (uint64_t{1} << shift) == 0) return std::to_string(bytes >> shift) + unit;
+  }
+  return std::to_string(bytes);
+}
+
+// A budget below the largest op's pages: what would hold them, in the form
+// the user gave the budget.
+std::string least_budget_hint(const Options& options, const prefetch::StreamFacts& facts) {
+  const uint64_t least = uint64_t{facts.max_op_pages} * options.page_bytes;
+  std::string readable = format_size(least);
+  std::erase(readable, ' ');
+  const std::string argument = size_argument(least);
+  const std::string size = argument + (readable == argument ? "" : " (" + format_size(least) + ")");
+  if (options.budget) return "; the least budget that holds them is --budget " + size;
+  // The largest ratio, to two decimals, whose budget still holds them.
+  double r = std::floor(static_cast<double>(facts.peak_live_bytes) / static_cast<double>(least) * 100) / 100;
+  while (r > 1 && budget_for(facts.peak_live_bytes, r) < least) r -= 0.01;
+  if (r <= 1) {
+    return "; no ratio above 1 holds them: they need " + size + ", more than the peak live bytes, " +
+           format_size(facts.peak_live_bytes);
+  }
+  return "; the largest ratio that holds them is --oversubscription " + ratio_value(r) + " (budget " +
+         format_size(budget_for(facts.peak_live_bytes, r)) + ")";
+}
+
 // 0: print the help and exit 0; -1: parsed; otherwise the usage error's exit.
 int parse(int argc, char** argv, Options* options) {
-  std::string budget, oversubscription, policy, page_size, iterations;
+  std::string budget, oversubscription, policy, page_size, iterations, bandwidth;
   ArgReader args(argc, argv);
   while (args.next()) {
     if (args.flag("--help") || args.flag("-h")) return 0;
@@ -93,7 +145,8 @@ int parse(int argc, char** argv, Options* options) {
       options->json = true;
     } else if (args.option("--budget", &budget) || args.option("--oversubscription", &oversubscription) ||
                args.option("--policy", &policy) || args.option("--page-size", &page_size) ||
-               args.option("--iterations", &iterations) || args.option("--plot", &options->plot)) {
+               args.option("--iterations", &iterations) || args.option("--plot", &options->plot) ||
+               args.option("--host-bandwidth", &bandwidth)) {
       continue;
     } else if (args.unknown_option()) {
       return usage_error(kCommand, "unknown option '" + std::string(args.current()) + "'");
@@ -111,7 +164,7 @@ int parse(int argc, char** argv, Options* options) {
   if (!budget.empty()) {
     const std::optional<uint64_t> bytes = parse_size(budget);
     if (!bytes || *bytes == 0) {
-      return usage_error(kCommand, "--budget '" + budget + "' is not a size above 0; expected " + kSizeForm);
+      return usage_error(kCommand, size_above_zero_error("--budget", budget));
     }
     options->budget = *bytes;
   } else {
@@ -138,6 +191,11 @@ int parse(int argc, char** argv, Options* options) {
     }
     options->page_bytes = *bytes;
   }
+  if (!bandwidth.empty()) {
+    const std::optional<uint64_t> rate = parse_rate(bandwidth);
+    if (!rate) return usage_error(kCommand, "--host-bandwidth '" + bandwidth + "' is not a rate; expected " + kRateForm);
+    options->host_bytes_per_s = static_cast<double>(*rate);
+  }
   if (!iterations.empty()) {
     const std::optional<uint64_t> n = parse_decimal(iterations);
     if (!n || *n < 2 || *n > 1000000) {
@@ -153,10 +211,13 @@ int parse(int argc, char** argv, Options* options) {
 }
 
 void print_text(const page::PagingStudy& s) {
-  std::printf("%s: peak live %s, budget %s (%.2fx oversubscribed), %s pages, largest op %s\n", s.name.c_str(),
-              format_size(s.peak_live_bytes).c_str(), format_size(s.budget_bytes).c_str(),
-              static_cast<double>(s.peak_live_bytes) / static_cast<double>(s.budget_bytes),
-              format_size(s.page_bytes).c_str(), format_size(s.largest_op_bytes).c_str());
+  const auto over = [&](uint64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(s.budget_bytes); };
+  std::printf("%s: peak live %s, on %s of %s pages, of %s the blocks ever use; budget %s: oversubscribed %.2fx by "
+              "the live bytes, %.2fx by their pages, %.2fx by all pages; largest op %s\n",
+              s.name.c_str(), format_size(s.peak_live_bytes).c_str(), format_size(s.peak_live_page_bytes).c_str(),
+              format_size(s.page_bytes).c_str(), format_size(s.range_bytes).c_str(), format_size(s.budget_bytes).c_str(),
+              over(s.peak_live_bytes), over(s.peak_live_page_bytes), over(s.range_bytes),
+              format_size(s.largest_op_bytes).c_str());
   std::printf("  steady iteration in memory %s; lower bound %s (Belady fetches %s; around the peak %s must\n"
               "  leave before it and %s come back after it)\n",
               seconds_text(s.in_memory_iteration_ns).c_str(), seconds_text(s.lower_bound_iteration_ns).c_str(),
@@ -193,7 +254,10 @@ void print_json(const page::PagingStudy& s) {
     w.field("lower_bound_iteration_s", static_cast<double>(s.lower_bound_iteration_ns) / 1e9);
     w.field("belady_fetch_bytes", s.lower_bound_fetch_bytes);
     w.field("budget_bytes", s.budget_bytes);
+    w.field("host_bytes_per_s", s.host_bytes_per_s);
     w.field("peak_live_bytes", s.peak_live_bytes);
+    w.field("peak_live_page_bytes", s.peak_live_page_bytes);
+    w.field("range_bytes", s.range_bytes);
     w.field("page_bytes", s.page_bytes);
     w.field("peak_resident_bytes", p.peak_resident_bytes);
     w.field("faults", p.faults);
@@ -236,16 +300,18 @@ int run_page(int argc, char** argv) {
     return kExitUsage;
   }
   const prefetch::StreamFacts facts = prefetch::stream_facts(stream);
-  const uint64_t budget = options.budget ? *options.budget
-                                         : static_cast<uint64_t>(static_cast<double>(facts.peak_live_bytes) /
-                                                                 *options.oversubscription);
+  const uint64_t budget =
+      options.budget ? *options.budget : budget_for(facts.peak_live_bytes, *options.oversubscription);
   page::PagingStudy study;
-  const prefetch::TransferModel model;
+  prefetch::TransferModel model;
+  if (options.host_bytes_per_s) model = on_host_link(model, *options.host_bytes_per_s);
   if (!page::study_paging(stream, budget, model, options.policies, !options.plot.empty(), &study, &error)) {
     const std::string what = options.budget ? "--budget " + format_size(budget)
-                                            : "--oversubscription " + std::to_string(*options.oversubscription) +
+                                            : "--oversubscription " + ratio_value(*options.oversubscription) +
                                                   " (budget " + format_size(budget) + ")";
-    std::fprintf(stderr, "zico-umctl page: %s: %s\n", what.c_str(), error.c_str());
+    const bool below_largest_op = budget / options.page_bytes < facts.max_op_pages;
+    std::fprintf(stderr, "zico-umctl page: %s: %s%s\n", what.c_str(), error.c_str(),
+                 below_largest_op ? least_budget_hint(options, facts).c_str() : "");
     return kExitUsage;
   }
   if (options.json) {

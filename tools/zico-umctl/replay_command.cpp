@@ -32,8 +32,10 @@ constexpr const char* kUsage =
     "  --summary       per-iteration peak memory and its persistent/transient split\n"
     "  --plot-dir DIR  write DIR/<trace>.svg, memory over time by category\n"
     "\n"
-    "Fragmentation is peak mapped / peak live, live counting requested bytes. Exit status:\n"
-    "0, 1 if a trace could not be replayed, 2 for a usage error or an invalid trace.\n";
+    "Fragmentation is peak mapped / peak live, live counting requested bytes. An allocation an\n"
+    "allocator refuses (out of memory) is counted in its \"failed\" column and left out of its\n"
+    "figures. Exit status: 0; 1 if an allocation failed (the output is complete) or a trace\n"
+    "could not be replayed; 2 for a usage error or an invalid trace.\n";
 
 struct Options {
   bool json = false;
@@ -59,6 +61,15 @@ struct TraceOutcome {
   std::vector<replay::ReplayResult> results;  // naive, pytorch-caching, zicoum
   PlanOutcome plan;
   bool has_plan = false;
+
+  // The trace's own live bytes: a replay that refused no allocation (a
+  // refused block is not live in the replay that refused it).
+  [[nodiscard]] const replay::ReplayResult& live() const {
+    for (const replay::ReplayResult& r : results) {
+      if (r.failed_allocations == 0) return r;
+    }
+    return results.front();
+  }
 };
 
 int usage_error(const std::string& message) {
@@ -135,21 +146,22 @@ void print_text(const TraceOutcome& o, bool summary) {
   const trace::Trace& t = *o.trace;
   const auto model = t.meta.count("model") ? t.meta.at("model") : std::string("?");
   std::printf("%s (%s): %zu iterations, %zu blocks, %zu ops, peak live %s\n", model.c_str(), t.name.c_str(),
-              t.iteration_starts.size(), t.blocks.size(), t.ops.size(),
-              format_size(o.results.front().peak_live_bytes).c_str());
+              t.iteration_starts.size(), t.blocks.size(), t.ops.size(), format_size(o.live().peak_live_bytes).c_str());
   if (summary) {
     std::printf("  %-10s %14s %14s %14s\n", "iteration", "peak live", "persistent", "transient");
-    for (size_t i = 0; i < o.results.front().iterations.size(); ++i) {
-      const replay::IterationResult& it = o.results.front().iterations[i];
+    for (size_t i = 0; i < o.live().iterations.size(); ++i) {
+      const replay::IterationResult& it = o.live().iterations[i];
       std::printf("  %-10zu %14s %14s %14s\n", i, format_size(it.peak_live_bytes).c_str(),
                   format_size(it.persistent_bytes).c_str(), format_size(it.transient_bytes).c_str());
     }
   }
-  std::printf("  %-16s %14s %8s %11s %11s %10s\n", "allocator", "peak mapped", "frag", "maps", "unmaps", "cpu/op");
+  std::printf("  %-16s %14s %8s %11s %11s %10s %7s\n", "allocator", "peak mapped", "frag", "maps", "unmaps", "cpu/op",
+              "failed");
   for (const replay::ReplayResult& r : o.results) {
-    std::printf("  %-16s %14s %8s %11llu %11llu %8.0f ns\n", r.target.c_str(), format_size(r.peak_mapped_bytes).c_str(),
-                ratio(r.peak_mapped_bytes, r.peak_live_bytes).c_str(), static_cast<unsigned long long>(r.map_calls),
-                static_cast<unsigned long long>(r.unmap_calls), r.ns_per_operation());
+    std::printf("  %-16s %14s %8s %11llu %11llu %8.0f ns %7llu\n", r.target.c_str(),
+                format_size(r.peak_mapped_bytes).c_str(), ratio(r.peak_mapped_bytes, r.peak_live_bytes).c_str(),
+                static_cast<unsigned long long>(r.map_calls), static_cast<unsigned long long>(r.unmap_calls),
+                r.ns_per_operation(), static_cast<unsigned long long>(r.failed_allocations));
   }
   if (o.has_plan) {
     const PlanOutcome& p = o.plan;
@@ -181,10 +193,10 @@ void write_json(const std::vector<TraceOutcome>& outcomes) {
     json.field("iterations_count", static_cast<uint64_t>(t.iteration_starts.size()));
     json.field("blocks", static_cast<uint64_t>(t.blocks.size()));
     json.field("ops", static_cast<uint64_t>(t.ops.size()));
-    json.field("peak_live_bytes", o.results.front().peak_live_bytes);
+    json.field("peak_live_bytes", o.live().peak_live_bytes);
     json.key("iterations");
     json.begin_array();
-    for (const replay::IterationResult& it : o.results.front().iterations) {
+    for (const replay::IterationResult& it : o.live().iterations) {
       json.begin_object();
       json.field("peak_live_bytes", it.peak_live_bytes);
       json.field("persistent_bytes", it.persistent_bytes);
@@ -291,7 +303,18 @@ int run_replay(int argc, char** argv) {
     if (!options.json) print_text(outcomes[i], options.summary);
   }
   if (options.json) write_json(outcomes);
-  return 0;
+  // Figures without the refused blocks are no success: say which, and fail.
+  int status = 0;
+  for (const TraceOutcome& o : outcomes) {
+    for (const replay::ReplayResult& r : o.results) {
+      if (r.failed_allocations == 0) continue;
+      std::fprintf(stderr, "zico-umctl replay: %s: %llu allocation%s failed under %s (out of memory)\n",
+                   o.path.c_str(), static_cast<unsigned long long>(r.failed_allocations),
+                   r.failed_allocations == 1 ? "" : "s", r.target.c_str());
+      status = 1;
+    }
+  }
+  return status;
 }
 
 }  // namespace zico::umctl

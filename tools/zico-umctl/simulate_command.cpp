@@ -51,12 +51,14 @@ constexpr const char* kUsage =
     "                             sequential: one job at a time\n"
     "                             unlimited: no budget (needs no --budget)\n"
     "                             all: every policy, side by side, with throughput ratios\n"
+    "                             (\"failed\" where a policy failed a job: it did less work)\n"
     "  --iterations N             iterations per job, 1 to 100000 (default 20)\n"
     "  --utilization U            the busy fraction of every job, in (0, 1]; default: each\n"
     "                             trace's (1 for serialised-op traces: two jobs at 1 share the\n"
     "                             GPU at half speed each, at 0.5 neither slows down)\n"
     "  --host-bandwidth SIZE/s    swap speed after a yield, and paging's link in um mode\n"
-    "                             (default 25GB/s, PCIe Gen4)\n"
+    "                             (default 55GB/s, PCIe Gen5, as zico-umctl page and\n"
+    "                             ZICO_HOST_BANDWIDTH; 25GB/s for Gen4)\n"
     "  --mode vmm|um              vmm (default): jobs hold what they allocate (ZICO_MODE=vmm)\n"
     "                             um: jobs in Unified Memory (ZICO_MODE=um); under zico and fcfs\n"
     "                             a job may run with part of its memory paged out, slower by\n"
@@ -122,10 +124,6 @@ struct Outcome {
   // zico with --policy all and the best plan: every job launched at once.
   std::optional<simulate::SimulationResult> together;
 };
-
-std::string size_error(const std::string& what, const std::string& text) {
-  return what + " '" + text + "' is not a size; expected " + kSizeForm;
-}
 
 std::string duration(double seconds) {
   char text[32];
@@ -279,13 +277,8 @@ int parse(int argc, char** argv, Options* options) {
     sim.utilization = *u;
   }
   if (!bandwidth.empty()) {
-    std::string_view size = bandwidth;
-    if (size.ends_with("/s")) size.remove_suffix(2);
-    const std::optional<uint64_t> rate = parse_size(size);
-    if (!rate || *rate == 0) {
-      return usage_error(kCommand, "--host-bandwidth '" + bandwidth +
-                                       "' is not a rate; expected a size per second above 0, e.g. 25GB/s or 12GiB/s");
-    }
+    const std::optional<uint64_t> rate = parse_rate(bandwidth);
+    if (!rate) return usage_error(kCommand, "--host-bandwidth '" + bandwidth + "' is not a rate; expected " + kRateForm);
     sim.host_bytes_per_second = static_cast<double>(*rate);
   }
   if (!budget.empty() && !schedule.empty()) {
@@ -360,7 +353,15 @@ void print_result(const Outcome& o, const std::vector<std::string>& traces) {
   }
   std::printf("  makespan %s, %.2f iterations/s, peak held %s", duration(r.makespan_s).c_str(), r.aggregate_iters_per_s,
               format_size(r.peak_bytes).c_str());
-  if (!r.budget.empty()) {
+  // A run whose every job failed kept the budget by doing nothing: that is
+  // not a budget kept.
+  const bool all_failed = !r.jobs.empty() && r.failed_jobs == r.jobs.size();
+  if (all_failed) {
+    std::printf(r.jobs.size() == 1 ? "; the job failed" : "; all %zu jobs failed", r.jobs.size());
+  } else if (r.failed_jobs != 0) {
+    std::printf("; %llu of %zu jobs failed", static_cast<unsigned long long>(r.failed_jobs), r.jobs.size());
+  }
+  if (!r.budget.empty() && (!all_failed || r.budget_exceeded)) {
     std::printf("; budget %s", r.budget_exceeded ? "EXCEEDED" : "kept");
     if (r.over_budget_s > 0) {
       std::printf(" (above it after shrinks for %s, longest %s)", duration(r.over_budget_s).c_str(),
@@ -432,8 +433,10 @@ void print_comparison(const std::map<Policy, Outcome>& outcomes) {
                    {"FAILED", Align::kRight}});
   for (const Policy p : {Policy::kUnlimited, Policy::kSequential, Policy::kStatic, Policy::kFcfs, Policy::kZico}) {
     const simulate::SimulationResult& r = outcomes.at(p).result;
+    // A policy that failed a job finished less work sooner: its ratio would flatter it.
     table.add_row({simulate::to_string(p), duration(r.makespan_s), number(r.aggregate_iters_per_s, "%.2f"),
-                   number(throughput_ratio(r, unlimited), "%.3f"), format_size(r.peak_bytes),
+                   r.failed_jobs != 0 ? "failed" : number(throughput_ratio(r, unlimited), "%.3f"),
+                   format_size(r.peak_bytes),
                    r.budget.empty() ? "-" : r.budget_exceeded ? "EXCEEDED" : "kept", std::to_string(r.yields),
                    std::to_string(r.failed_jobs)});
   }
@@ -444,10 +447,10 @@ void print_comparison(const std::map<Policy, Outcome>& outcomes) {
   // What the plan adds to the time-shift scheduler's own figure.
   if (const std::optional<simulate::SimulationResult>& together = outcomes.at(Policy::kZico).together) {
     std::string alone = "  zico launched all together (the time-shift scheduler alone): " +
-                        number(together->aggregate_iters_per_s, "%.2f iterations/s, ") +
-                        number(throughput_ratio(*together, unlimited), "%.3fx unlimited, ") +
-                        versus_simpler(*together, outcomes);
-    if (together->failed_jobs != 0) alone += " (it failed a job)";
+                        number(together->aggregate_iters_per_s, "%.2f iterations/s, ");
+    alone += together->failed_jobs != 0 ? "it failed a job"
+                                        : number(throughput_ratio(*together, unlimited), "%.3fx unlimited, ") +
+                                              versus_simpler(*together, outcomes);
     if (together->budget_exceeded) alone += " (it EXCEEDED the budget)";
     std::printf("%s\n", alone.c_str());
   }
@@ -705,7 +708,7 @@ void print_budget_search(const simulate::BudgetSearch& search, const std::option
                    {"YIELDS", Align::kRight},
                    {"FAILED", Align::kRight}});
   for (const simulate::BudgetTrial& t : search.trials) {
-    table.add_row({format_size(t.budget_bytes), number(t.vs_unlimited, "%.3f"),
+    table.add_row({format_size(t.budget_bytes), t.failed_jobs != 0 ? "failed" : number(t.vs_unlimited, "%.3f"),
                    t.met ? "yes" : t.budget_exceeded ? "no (budget exceeded)" : "no",
                    format_size(t.peak_bytes), std::to_string(t.yields), std::to_string(t.failed_jobs)});
   }

@@ -18,6 +18,14 @@ namespace zico::umctl {
 // 0 when the report lags behind.
 [[nodiscard]] uint64_t transient_bytes(const proto::JobStatus& job);
 
+// The columns that come from the job's usage reports, not from the daemon's
+// own count: marked with '*' in jobs and top, and this note under the table.
+inline constexpr const char* kPersistentHeader = "PERSISTENT*";
+inline constexpr const char* kTransientHeader = "TRANSIENT*";
+inline constexpr const char* kReportedNote =
+    "* as of the job's last usage report (every 0.5 s), HELD as of now: they can add up to more\n"
+    "  than HELD mid-iteration, and for a um job by what it has on the host\n";
+
 // A job's name cut to 24 characters ("..." at the end when cut), so that a
 // long command line does not push the other columns of a table out of line.
 [[nodiscard]] std::string short_name(const std::string& name);

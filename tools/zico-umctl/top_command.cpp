@@ -32,8 +32,8 @@ namespace {
 constexpr const char* kUsage =
     "Usage: zico-umctl top [--interval SECONDS] [--iterations N] [--json] [--socket PATH]\n"
     "A live view of zico-umd: per GPU the budget, what jobs hold and wait for; per job\n"
-    "HELD (granted), PERSISTENT and TRANSIENT memory (as of the job's last usage report,\n"
-    "every 0.5 s: a moment behind HELD), WAIT (total time spent waiting for memory), STATE,\n"
+    "HELD (granted), PERSISTENT* and TRANSIENT* memory (*: as of the job's last usage report,\n"
+    "every 0.5 s: a moment behind HELD, and they can add up to more), WAIT (total time spent waiting for memory), STATE,\n"
     "and a sparkline of HELD over the last minute, scaled to its peak there.\n"
     "Ctrl-C (or q then Enter) quits.\n"
     "\n"
@@ -129,8 +129,8 @@ std::string frame(const proto::StatusReply& status, const History& history, cons
     TextTable table({{"ID", Align::kRight},
                      {"NAME", Align::kLeft},
                      {"HELD", Align::kRight},
-                     {"PERSISTENT", Align::kRight},
-                     {"TRANSIENT", Align::kRight},
+                     {kPersistentHeader, Align::kRight},
+                     {kTransientHeader, Align::kRight},
                      {"WAIT", Align::kRight},
                      {"STATE", Align::kLeft},
                      {"HELD, LAST 60 S", Align::kLeft}});
@@ -145,6 +145,7 @@ std::string frame(const proto::StatusReply& status, const History& history, cons
     }
     out += rows == 0 ? "  no jobs\n" : table.render("  ");
   }
+  if (!status.jobs.empty()) out += kReportedNote;
   return out;
 }
 
