@@ -155,6 +155,8 @@ Status NodeClient::need_resident(DeviceId device, uint64_t bytes, std::string* w
   const Impl::Pending request = std::move(impl.pending[id]);
   impl.pending.erase(id);
   if (request.state == Impl::Pending::State::kGranted) return Status::ok();  // held and the pager's budget are raised
+  // A suspension asked: the job pauses at its next allocation, and asks afresh once resumed.
+  if (request.state == Impl::Pending::State::kWaiting && impl.suspend_requested.load()) return Status::ok();
   gpu.no_room_ask_before_ns = Impl::now_ns() + static_cast<uint64_t>(kKernelRoomBackoff.count());
   const auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked_at).count();
   *why = request.state == Impl::Pending::State::kDenied ? "zico-umd denied it: " + request.reason
