@@ -31,6 +31,16 @@
 
 namespace zico::sharing {
 
+void Daemon::Impl::arm_timer(int timer_fd, uint64_t at_ns) {
+  itimerspec when{};  // all zero: disarmed
+  if (at_ns != UINT64_MAX) {
+    const uint64_t at = std::max<uint64_t>(at_ns, 1);  // an absolute 0 would disarm
+    when.it_value.tv_sec = static_cast<time_t>(at / 1'000'000'000);
+    when.it_value.tv_nsec = static_cast<long>(at % 1'000'000'000);
+  }
+  (void)::timerfd_settime(timer_fd, TFD_TIMER_ABSTIME, &when, nullptr);
+}
+
 int Daemon::Impl::open_pidfd(pid_t pid) {
 #ifdef SYS_pidfd_open
   return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));

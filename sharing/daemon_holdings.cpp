@@ -2,7 +2,6 @@
 #include "daemon_impl.h"
 
 #include <signal.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -239,13 +238,7 @@ void Daemon::Impl::arm_look_timer() {
     const bool waits = std::any_of(job.gpus.begin(), job.gpus.end(), [](const JobGpu& g) { return !g.unchecked.empty(); });
     if (waits) due = std::min(due, job.look_due_ns);
   }
-  itimerspec when{};  // all zero: disarmed
-  if (due != UINT64_MAX) {
-    due = std::max<uint64_t>(due, 1);  // an absolute 0 would disarm
-    when.it_value.tv_sec = static_cast<time_t>(due / 1'000'000'000);
-    when.it_value.tv_nsec = static_cast<long>(due % 1'000'000'000);
-  }
-  (void)::timerfd_settime(look_timer_fd, TFD_TIMER_ABSTIME, &when, nullptr);
+  arm_timer(look_timer_fd, due);
 }
 
 void Daemon::Impl::pool_what_was_let_go(Job& job, uint32_t gpu, const std::vector<uint32_t>& ids) {

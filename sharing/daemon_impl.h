@@ -59,6 +59,9 @@ struct Daemon::Impl final : GateGuard {
     return state == proto::JobRunState::kRunning || state == proto::JobRunState::kFailed;
   }
   static int open_pidfd(pid_t pid);
+  // Arms the timerfd `timer_fd` (CLOCK_MONOTONIC, steady_clock's clock) to
+  // fire at `at_ns`, or disarms it for UINT64_MAX.
+  static void arm_timer(int timer_fd, uint64_t at_ns);
   static int send_signal(int pidfd, int signal);
   [[nodiscard]] static bool process_exited(int pidfd);
   // Is `uid` a member of `group` (primary or supplementary)?

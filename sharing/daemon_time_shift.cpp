@@ -1,7 +1,6 @@
 // zico-umd: time shift: iteration gates, the jobs' curves, turns.
 #include "daemon_impl.h"
 
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,14 +23,7 @@ void Daemon::Impl::open_gates() {
     auto it = jobs.find(opened.job);
     if (it != jobs.end() && it->second.fd >= 0) (void)send(it->second.fd, proto::Proceed{opened.sequence});
   }
-  itimerspec when{};  // all zero: disarmed
-  if (const uint64_t next = gates.next_due_ns(); next != UINT64_MAX) {
-    // CLOCK_MONOTONIC is steady_clock's clock; an absolute 0 would disarm.
-    const uint64_t at = std::max<uint64_t>(next, 1);
-    when.it_value.tv_sec = static_cast<time_t>(at / 1'000'000'000);
-    when.it_value.tv_nsec = static_cast<long>(at % 1'000'000'000);
-  }
-  (void)::timerfd_settime(gate_timer_fd, TFD_TIMER_ABSTIME, &when, nullptr);
+  arm_timer(gate_timer_fd, gates.next_due_ns());
 }
 
 std::pair<uint64_t, uint64_t> Daemon::Impl::gate_claim(const Job& job, uint32_t gpu) const {
