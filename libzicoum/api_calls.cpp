@@ -187,6 +187,7 @@ struct PendingOp {
   prefetch::UmPager* pager = nullptr;
   std::vector<VaRange> blocks;
   uint64_t expected_ns = 0;
+  StreamHandle stream{};
 };
 thread_local PendingOp t_op;
 
@@ -223,6 +224,7 @@ Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint6
   }
   t_op.pager = pager;
   t_op.expected_ns = expected_ns;
+  t_op.stream = stream;
   return Status::ok();
 }
 
@@ -236,7 +238,7 @@ Status api_op_end() noexcept {
   // The simulated backend has no kernels of its own: the op runs here, on its
   // modelled clock, using the blocks the pager resolved.
   if (auto* sim = dynamic_cast<SimDriver*>(Runtime::instance().driver())) {
-    status = sim->run_kernel(t_op.blocks, t_op.expected_ns);
+    status = sim->run_kernel(t_op.blocks, t_op.expected_ns, t_op.stream);
     if (!status.is_ok()) {
       try {
         set_last_error(std::string("zico_op_end: the simulated op could not run: ") + status.message());

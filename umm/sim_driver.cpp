@@ -24,6 +24,7 @@
 
 #include "host_memory.h"
 #include "log.h"
+#include "sim_timeline.h"
 #include "sizes.h"
 
 namespace zico {
@@ -96,6 +97,7 @@ struct SimDriver::State {
   std::map<uintptr_t, Mapping> mappings;
   std::unordered_map<uint64_t, Chunk> chunks;
   std::unique_ptr<SimManagedMemory> managed;  // device 0's unified memory
+  SimTimeline timeline;  // the modelled clocks of host threads and streams (unified memory's work)
   std::map<uintptr_t, size_t> pinned;  // host_register()ed ranges
   std::unordered_map<uintptr_t, SimStream> streams;
   std::unordered_map<uintptr_t, SimEvent> events;
@@ -147,7 +149,8 @@ struct SimDriver::State {
   // Runs a kernel on device 0's unified memory, reporting what it faulted in under `tag`.
   // Host memory for the reports running out drops them (counted), never
   // the kernel: this runs inside noexcept calls (a copy's stream work).
-  Status run_managed(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit, uint64_t tag) {
+  Status run_managed(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit, uint64_t tag,
+                     uint64_t start_ns) {
     faulted_scratch.clear();
     if (reporting_faults) {
       try {
@@ -157,7 +160,7 @@ struct SimDriver::State {
       }
     }
     const bool report = reporting_faults && faulted_scratch.capacity() >= page_count(ranges);
-    Status status = managed->run_kernel(ranges, duration_ns, limit, report ? &faulted_scratch : nullptr);
+    Status status = managed->run_kernel(ranges, duration_ns, limit, start_ns, report ? &faulted_scratch : nullptr);
     for (const uintptr_t address : faulted_scratch) {
       if (fault_reports.size() >= kMaxFaultReports) {
         ++dropped_fault_reports;
@@ -215,7 +218,7 @@ struct SimDriver::State {
     }
     if (n == 0) return Status::ok();
     // A copy is no tagged op: what it brings in is reported untagged.
-    return run_managed(std::span<const VaRange>(used.data(), n), 0, managed_limit(capacity), 0);
+    return run_managed(std::span<const VaRange>(used.data(), n), 0, managed_limit(capacity), 0, 0);
   }
 
   // True when [addr, addr+bytes) is managed memory or fully covered by
@@ -566,6 +569,7 @@ Status SimDriver::stream_destroy(StreamHandle stream) noexcept {
   if (it == state_->streams.end()) return Status(Errc::kInvalidArgument);
   state_->drain(it->second, it->second.enqueued);  // as on CUDA, queued work still completes
   state_->streams.erase(it);
+  state_->timeline.forget_stream(stream.value);
   return Status::ok();
 }
 
@@ -573,6 +577,7 @@ Status SimDriver::stream_synchronize(StreamHandle stream) noexcept {
   std::lock_guard lock(state_->mutex);
   auto it = state_->streams.find(stream.value);
   if (it != state_->streams.end()) state_->drain(it->second, it->second.enqueued);
+  state_->timeline.wait_until(state_->timeline.stream_end(stream.value));
   return Status::ok();
 }
 
@@ -587,6 +592,7 @@ Status SimDriver::event_create(DeviceId device, EventHandle* out) noexcept {
 
 Status SimDriver::event_destroy(EventHandle event) noexcept {
   std::lock_guard lock(state_->mutex);
+  state_->timeline.forget_event(event.value);
   return state_->events.erase(event.value) == 1 ? Status::ok() : Status(Errc::kInvalidArgument);
 }
 
@@ -600,18 +606,19 @@ Status SimDriver::event_record(EventHandle event, StreamHandle stream) noexcept 
   }
   ev->second.stream = stream.value;
   ev->second.sequence = st == state_->streams.end() ? 0 : st->second.enqueued;
+  state_->timeline.record(event.value, stream.value);
   return Status::ok();
 }
 
 // The simulated device runs a stream's queued work when something waits for
 // it: running what the event captured now is one order the GPU could take.
 Status SimDriver::stream_wait_event(StreamHandle stream, EventHandle event) noexcept {
-  (void)stream;
   std::lock_guard lock(state_->mutex);
   auto ev = state_->events.find(event.value);
   if (ev == state_->events.end()) return Status(Errc::kInvalidArgument);
   auto st = state_->streams.find(ev->second.stream);
   if (st != state_->streams.end()) state_->drain(st->second, ev->second.sequence);
+  state_->timeline.wait(stream.value, event.value);
   ++state_->counters.stream_waits;
   return Status::ok();
 }
@@ -631,6 +638,7 @@ Status SimDriver::event_synchronize(EventHandle event) noexcept {
   if (ev == state_->events.end()) return Status(Errc::kInvalidArgument);
   auto st = state_->streams.find(ev->second.stream);
   if (st != state_->streams.end()) state_->drain(st->second, ev->second.sequence);
+  state_->timeline.wait_until(state_->timeline.event_time(event.value));
   return Status::ok();
 }
 
@@ -639,7 +647,9 @@ Status SimDriver::device_synchronize(DeviceId device) noexcept {
   std::lock_guard lock(state_->mutex);
   for (auto& [id, stream] : state_->streams) {
     if (stream.device == device) state_->drain(stream, stream.enqueued);
+    state_->timeline.wait_until(state_->timeline.stream_end(id));
   }
+  if (device.value == 0) state_->timeline.wait_until(state_->managed->stats().now_ns);
   ++state_->counters.device_syncs;
   return Status::ok();
 }
@@ -749,11 +759,30 @@ Status SimDriver::managed_prefetch_batch(std::span<const VaRange> ranges, Prefet
   for (const VaRange& range : ranges) {
     if (!state_->in_managed(range)) return Status(Errc::kInvalidArgument);
   }
-  // Migrations run on the modelled clock's copy engines at once; the stream
-  // only orders them with its other work.
+  // Each range is one migration, in stream order on the modelled clock: it
+  // starts once the caller has issued it and the stream's earlier work is
+  // done, on its direction's copy engine; the caller pays the driver's host
+  // time and, where the model says so, waits (sim_managed.h's costs).
+  const SimManagedCosts& costs = options_.managed_costs;
+  SimTimeline& timeline = state_->timeline;
+  SimManagedMemory& managed = *state_->managed;
+  timeline.spend(costs.call_ns);
+  if (costs.ordered_call_waits) timeline.wait_until(timeline.stream_end(stream.value));
   for (const VaRange& range : ranges) {
-    const Status status = target.to_host ? state_->managed->prefetch_to_host(range)
-                                         : state_->managed->prefetch_to_device(range, state_->managed_limit(options_.capacity));
+    timeline.spend(costs.range_ns);
+    const uint64_t moved_before = target.to_host ? managed.stats().evicted_pages : managed.stats().prefetched_pages;
+    uint64_t done = 0;
+    const Status status = target.to_host
+                              ? managed.prefetch_to_host(range, timeline.stream_start(stream.value), &done)
+                              : managed.prefetch_to_device(range, state_->managed_limit(options_.capacity),
+                                                           timeline.stream_start(stream.value), &done);
+    timeline.extend_stream(stream.value, done);
+    const uint64_t moved = (target.to_host ? managed.stats().evicted_pages : managed.stats().prefetched_pages) - moved_before;
+    timeline.spend(moved * costs.block_ns);
+    if (target.to_host && costs.to_host_sync) {
+      timeline.wait_until(done);
+      timeline.spend(moved * costs.cpu_map_block_ns);
+    }
     (void)state_->enqueue(stream, PendingOp{[] {}, {range, VaRange{}}});
     if (!status.is_ok()) return status;
   }
@@ -766,16 +795,23 @@ Status SimDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream) 
   const VaRange range{reinterpret_cast<uintptr_t>(ptr), bytes};
   if (!state_->in_managed(range)) return Status(Errc::kInvalidArgument);
   State* state = state_.get();
+  state_->timeline.spend(options_.managed_costs.discard_call_ns);
   (void)state_->enqueue(stream, PendingOp{[state, range] { state->managed->discard(range); }, {range, VaRange{}}});
   return Status::ok();
 }
 
-Status SimDriver::run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns) {
+Status SimDriver::run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns, StreamHandle stream) {
   std::lock_guard lock(state_->mutex);
   for (const VaRange& range : ranges) {
     if (!state_->device_range_ok(range.base, range.bytes)) return Status(Errc::kInvalidArgument);
   }
-  return state_->run_managed(ranges, duration_ns, state_->managed_limit(options_.capacity), t_work_tag);
+  SimTimeline& timeline = state_->timeline;
+  timeline.spend(options_.managed_costs.launch_ns);
+  timeline.launched();
+  const Status status = state_->run_managed(ranges, duration_ns, state_->managed_limit(options_.capacity), t_work_tag,
+                                            timeline.stream_start(stream.value));
+  timeline.extend_stream(stream.value, state_->managed->stats().now_ns);
+  return status;
 }
 
 Status SimDriver::start_fault_reports(DeviceId device, std::string* why) noexcept {

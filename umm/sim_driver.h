@@ -8,7 +8,9 @@
 //   set_access       mprotect(PROT_READ | PROT_WRITE);
 //   export/import    the memfd itself, so handles really cross processes;
 //   managed memory   pages on the host or device 0 under its capacity, with
-//                    faults and migrations on a modelled clock (sim_managed.h);
+//                    faults and migrations on a modelled clock (sim_managed.h)
+//                    that follows stream order, events and the host time of
+//                    each call (sim_timeline.h);
 //   streams          FIFO queues run on the caller's thread. A stream is idle
 //                    and runs work at once unless a test *holds* it, which
 //                    models a GPU still busy: work queues and events recorded
@@ -110,10 +112,12 @@ class SimDriver final : public Driver {
   [[nodiscard]] SimCounters counters() const;
   // A kernel on device 0 that uses `ranges` (each inside managed memory or
   // mapped, accessible chunks; kInvalidArgument otherwise: an illegal
-  // address) and computes for `duration_ns` on the modelled clock. Managed
-  // pages it uses that are not on the device fault in (sim_managed.h);
-  // kOutOfMemory when they cannot all be on the device at once.
-  [[nodiscard]] Status run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns);
+  // address) and computes for `duration_ns` on the modelled clock, launched
+  // on `stream` by the calling thread (it starts after the stream's earlier
+  // work and the thread's earlier calls). Managed pages it uses that are not
+  // on the device fault in (sim_managed.h); kOutOfMemory when they cannot
+  // all be on the device at once.
+  [[nodiscard]] Status run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns, StreamHandle stream = {});
   // What unified memory did so far: the modelled clock, faults, migrations.
   [[nodiscard]] SimManagedStats managed_stats() const;
   // Fault reports dropped because too many waited to be taken.

@@ -76,12 +76,13 @@ bool SimManagedMemory::locate(VaRange range, uintptr_t* base, Allocation** alloc
   return true;
 }
 
-Status SimManagedMemory::bring_in(uintptr_t base, Allocation& allocation, size_t index, uint64_t limit, bool fault) {
+Status SimManagedMemory::bring_in(uintptr_t base, Allocation& allocation, size_t index, uint64_t limit, bool fault,
+                                  uint64_t start_ns) {
   Page& page = allocation.pages[index];
   page.kept = operation_;
   if (page.on_device) return Status::ok();
   // Room first: the least recently migrated page this operation does not need.
-  uint64_t room_at = stats_.now_ns;
+  uint64_t room_at = start_ns;
   while (stats_.resident_bytes + page_bytes_ > limit) {
     auto victim = std::find_if(by_migration_.begin(), by_migration_.end(), [&](const auto& entry) {
       return allocations_.at(entry.second.base).pages[entry.second.index].kept != operation_;
@@ -89,23 +90,25 @@ Status SimManagedMemory::bring_in(uintptr_t base, Allocation& allocation, size_t
     if (victim == by_migration_.end()) return Status(Errc::kOutOfMemory);
     const PageRef ref = victim->second;
     Page& evicted = allocations_.at(ref.base).pages[ref.index];
-    room_at = std::max(room_at, send_out(allocations_.at(ref.base), ref.index, fault));
+    room_at = std::max(room_at, send_out(allocations_.at(ref.base), ref.index, fault, start_ns));
     evicted.mapped_on_device = evicted.accessed_by;  // the driver maps what it evicts for accessed-by devices
     ++stats_.driver_evictions;
   }
-  page.arrives_ns = stats_.now_ns;
-  if (page.has_data) {
+  page.arrives_ns = start_ns;
+  if (page.has_data && !page.discarded) {
     stats_.h2d_bytes += page_bytes_;
     if (fault) {
       fault_ns_pending_ += copy_ns(page_bytes_, costs_.fault_bytes_per_s);
     } else {
-      const uint64_t start = std::max({room_at, h2d_free_ns_, stats_.now_ns, page.left_ns});
+      const uint64_t start = std::max({room_at, h2d_free_ns_, page.left_ns});
       h2d_free_ns_ = start + copy_ns(page_bytes_, costs_.h2d_bytes_per_s);
       page.arrives_ns = h2d_free_ns_;
     }
   } else if (!fault) {
     page.arrives_ns = room_at;  // populated in place once its slot is free
   }
+  // An asked-for migration revokes a discard (the page is populated where it lands).
+  if (!fault) page.discarded = false;
   page.on_device = true;
   page.migrated = next_stamp_++;
   by_migration_[page.migrated] = PageRef{base, index};
@@ -114,18 +117,19 @@ Status SimManagedMemory::bring_in(uintptr_t base, Allocation& allocation, size_t
   return Status::ok();
 }
 
-uint64_t SimManagedMemory::send_out(Allocation& allocation, size_t index, bool fault) {
+uint64_t SimManagedMemory::send_out(Allocation& allocation, size_t index, bool fault, uint64_t start_ns) {
   Page& page = allocation.pages[index];
-  uint64_t done = stats_.now_ns;
-  if (page.has_data) {
+  uint64_t done = start_ns;
+  if (!page.discarded) {
     stats_.d2h_bytes += page_bytes_;
     if (fault) {
       fault_ns_pending_ += copy_ns(page_bytes_, costs_.d2h_bytes_per_s);
     } else {
-      const uint64_t start = std::max({d2h_free_ns_, stats_.now_ns, page.arrives_ns});
+      const uint64_t start = std::max({d2h_free_ns_, start_ns, page.arrives_ns});
       d2h_free_ns_ = start + copy_ns(page_bytes_, costs_.d2h_bytes_per_s);
       done = d2h_free_ns_;
     }
+    page.has_data = true;
   }
   by_migration_.erase(page.migrated);
   page.on_device = false;
@@ -134,30 +138,39 @@ uint64_t SimManagedMemory::send_out(Allocation& allocation, size_t index, bool f
   return done;
 }
 
-Status SimManagedMemory::prefetch_to_device(VaRange range, uint64_t limit) {
+Status SimManagedMemory::prefetch_to_device(VaRange range, uint64_t limit, uint64_t start_ns, uint64_t* done_ns) {
   Allocation* allocation = nullptr;
   size_t first = 0, last = 0;
   uintptr_t base = 0;
+  *done_ns = start_ns;
   if (!locate(range, &base, &allocation, &first, &last)) return Status(Errc::kInvalidArgument);
   ++operation_;
   for (size_t i = first; i <= last; ++i) allocation->pages[i].kept = operation_;
   for (size_t i = first; i <= last; ++i) {
-    const bool moves = !allocation->pages[i].on_device;
-    if (Status status = bring_in(base, *allocation, i, limit, false); !status.is_ok()) return status;
+    Page& page = allocation->pages[i];
+    const bool moves = !page.on_device;
+    if (Status status = bring_in(base, *allocation, i, limit, false, start_ns); !status.is_ok()) return status;
+    page.discarded = false;  // revoked, resident or not
+    *done_ns = std::max(*done_ns, page.arrives_ns);
     stats_.prefetched_pages += moves ? 1 : 0;
   }
   return Status::ok();
 }
 
-Status SimManagedMemory::prefetch_to_host(VaRange range) {
+Status SimManagedMemory::prefetch_to_host(VaRange range, uint64_t start_ns, uint64_t* done_ns) {
   Allocation* allocation = nullptr;
   size_t first = 0, last = 0;
   uintptr_t base = 0;
+  *done_ns = start_ns;
   if (!locate(range, &base, &allocation, &first, &last)) return Status(Errc::kInvalidArgument);
   for (size_t i = first; i <= last; ++i) {
     Page& page = allocation->pages[i];
     if (!page.on_device) continue;
-    (void)send_out(*allocation, i, false);
+    *done_ns = std::max(*done_ns, send_out(*allocation, i, false, start_ns));
+    // The UVM driver revokes the discard of a page an API call migrates: it
+    // is populated on the host now, and coming back is a copy of its bytes.
+    page.discarded = false;
+    page.has_data = true;
     page.mapped_on_device = page.accessed_by && !page.preferred_on_device;
     ++stats_.evicted_pages;
   }
@@ -177,10 +190,12 @@ void SimManagedMemory::discard(VaRange range) {
   }
   for (size_t i = first; i <= last && i < allocation->pages.size(); ++i) {
     Page& page = allocation->pages[i];
-    if (!page.has_data) continue;
+    if (page.discarded) continue;
+    const bool had_data = page.has_data || page.on_device;
     page.has_data = false;
+    page.discarded = true;
     (void)madvise(reinterpret_cast<void*>(base + i * page_bytes_), page_bytes_, MADV_DONTNEED);
-    ++stats_.discarded_pages;
+    if (had_data) ++stats_.discarded_pages;
   }
 }
 
@@ -206,11 +221,12 @@ void SimManagedMemory::set_preferred_on_device(VaRange range, bool preferred) {
 }
 
 Status SimManagedMemory::run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit,
-                                    std::vector<uintptr_t>* faulted_pages) {
+                                    uint64_t start_ns, std::vector<uintptr_t>* faulted_pages) {
   ++operation_;
   fault_ns_pending_ = 0;
   uint64_t faulted = 0;
-  uint64_t arrival = stats_.now_ns;
+  const uint64_t start = std::max(stats_.now_ns, start_ns);
+  uint64_t arrival = start;
   // Mark every page the kernel uses first, so that no fault pushes out a page
   // another of its ranges needs.
   for (const VaRange& range : ranges) {
@@ -233,19 +249,21 @@ Status SimManagedMemory::run_kernel(std::span<const VaRange> ranges, uint64_t du
       } else if (page.mapped_on_device) {
         ++remote;  // read where it is
       } else {
-        if (Status status = bring_in(base, *allocation, i, limit, true); !status.is_ok()) return status;
+        if (Status status = bring_in(base, *allocation, i, limit, true, start); !status.is_ok()) return status;
         ++faulted;
         if (faulted_pages != nullptr) faulted_pages->push_back(base + i * page_bytes_);
       }
       page.has_data = true;
+      page.discarded = false;
     }
   }
   const uint64_t batch = std::max<uint32_t>(costs_.fault_batch_pages, 1);
   const uint64_t batches = (faulted + batch - 1) / batch;
   const uint64_t remote_ns = copy_ns(remote * page_bytes_, costs_.fault_bytes_per_s);
-  const uint64_t fault_time = batches * costs_.fault_batch_ns + fault_ns_pending_ + remote_ns;
+  const uint64_t fault_time = batches * costs_.fault_batch_ns + faulted * costs_.fault_block_ns + fault_ns_pending_ + remote_ns;
   stats_.remote_pages += remote;
-  stats_.stall_ns += arrival - stats_.now_ns;
+  stats_.idle_ns += start - stats_.now_ns;
+  stats_.stall_ns += arrival - start;
   stats_.fault_ns += fault_time;
   stats_.faulted_pages += faulted;
   stats_.fault_batches += batches;

@@ -16,10 +16,16 @@
 //     duration. Every page a kernel uses is taken to hold data afterwards.
 //   - Prefetches to the device queue on the host-to-device copy engine,
 //     prefetches to the host (evictions) on the device-to-host engine; both run
-//     while kernels do, each engine one copy after another. A page that never
-//     held data (or was discarded) moves without a copy.
+//     while kernels do, each engine one copy after another, and each starts no
+//     earlier than the caller says (its stream's order, sim_timeline.h). A
+//     page comes in with a copy only when the host holds data for it, and
+//     goes out with one unless it was discarded.
 //   - Discard drops a page's contents wherever they are; a page on the device
-//     keeps its place, and leaving it later costs nothing.
+//     keeps its place. As in the UVM driver, a migration the application asks
+//     for (a prefetch either way) revokes the discard: the page is resident
+//     and populated again, so a discarded page prefetched to the host moves
+//     no bytes but comes back later with a full copy of what it held. The
+//     driver's own eviction keeps the discard (no copy either way).
 //   - Accessed-by the device (set_accessed_by) maps a page on the host into
 //     the device's page tables, as the UVM driver does: when the advice comes
 //     while the page is on the host holding data, when the driver evicts it to make room,
@@ -60,13 +66,36 @@ struct SimManagedCosts {
   double fault_bytes_per_s = 20e9;
   uint32_t fault_batch_pages = 256;
   uint64_t fault_batch_ns = 45000;
+  // The GPU's stall per faulted page beyond its copy and its batch's share:
+  // the UVM driver fills a faulted 2 MiB block 64 KiB at a time over several
+  // fault-and-replay rounds (uvm_perf_prefetch.c), warps waiting.
+  uint64_t fault_block_ns = 0;
+  // Host time on the calling thread (SimDriver charges it, sim_timeline.h):
+  // per migration call, per contiguous range in it (the UVM driver's migrate
+  // ioctl takes one range), per page moved (its block's locks, page tables
+  // and copy pushes).
+  uint64_t call_ns = 0;
+  uint64_t range_ns = 0;
+  uint64_t block_ns = 0;
+  // A move to the host returns only once its copy has ended, and then maps
+  // each page for the CPU (uvm_va_block.c maps the CPU after the copy, 512
+  // PTEs a 2 MiB block): the caller waits for both.
+  bool to_host_sync = false;
+  uint64_t cpu_map_block_ns = 0;
+  // A migration call on a stream waits, on the calling thread, for the
+  // stream's earlier work (the driver's migrate ioctl takes no "after this"
+  // input, so the ordering is the library's to enforce).
+  bool ordered_call_waits = false;
+  uint64_t discard_call_ns = 0;  // host time per discard call
+  uint64_t launch_ns = 0;        // host time of launching a kernel
 };
 
 // What the device's unified memory did so far.
 struct SimManagedStats {
-  uint64_t now_ns = 0;            // the modelled clock: kernels, their stalls and faults
+  uint64_t now_ns = 0;            // when the last kernel ended (stalls and faults included)
   uint64_t kernels = 0;
   uint64_t kernel_ns = 0;         // the kernels' own durations
+  uint64_t idle_ns = 0;           // no kernel running: the next one not yet launched, or its stream waiting
   uint64_t stall_ns = 0;          // kernels waiting for prefetched pages to arrive
   uint64_t fault_ns = 0;          // kernels waiting for fault batches
   uint64_t faulted_pages = 0;
@@ -99,18 +128,22 @@ class SimManagedMemory {
 
   // The operations below take `limit`: the bytes the device may hold of
   // managed pages now. Their ranges must lie inside one allocation each.
-  [[nodiscard]] Status prefetch_to_device(VaRange range, uint64_t limit);
-  [[nodiscard]] Status prefetch_to_host(VaRange range);
+  // Migrations start no earlier than `start_ns` (the caller's stream order);
+  // *done_ns receives when the range's last copy ends (no earlier than start_ns).
+  [[nodiscard]] Status prefetch_to_device(VaRange range, uint64_t limit, uint64_t start_ns, uint64_t* done_ns);
+  [[nodiscard]] Status prefetch_to_host(VaRange range, uint64_t start_ns, uint64_t* done_ns);
   void discard(VaRange range);
   // cudaMemAdvise's accessed-by the device and preferred location the
   // device, set or unset on `range`'s pages.
   void set_accessed_by(VaRange range, bool accessed_by);
   void set_preferred_on_device(VaRange range, bool preferred);
   // A kernel that uses `ranges` (managed ones; others are ignored) and then
-  // computes for `duration_ns`. *faulted, if given, receives the address of
-  // each page it faulted in (appended).
+  // computes for `duration_ns`, started no earlier than `start_ns` (its
+  // stream's order) nor before the previous kernel ended (one compute
+  // engine). *faulted, if given, receives the address of each page it
+  // faulted in (appended). Afterwards now_ns is when it ended.
   [[nodiscard]] Status run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit,
-                                  std::vector<uintptr_t>* faulted = nullptr);
+                                  uint64_t start_ns = 0, std::vector<uintptr_t>* faulted = nullptr);
   // The device memory managed pages hold.
   [[nodiscard]] uint64_t resident_bytes() const { return stats_.resident_bytes; }
   [[nodiscard]] const SimManagedStats& stats() const { return stats_; }
@@ -118,7 +151,8 @@ class SimManagedMemory {
  private:
   struct Page {
     bool on_device = false;
-    bool has_data = false;
+    bool has_data = false;   // the host has bytes for it: coming in is a copy
+    bool discarded = false;  // its bytes were dropped: going out is no copy
     uint64_t arrives_ns = 0;  // on the device: when its copy in has ended
     uint64_t left_ns = 0;     // on the host: when its copy out has ended
     uint64_t migrated = 0;    // on the device: its key in by_migration_
@@ -141,10 +175,13 @@ class SimManagedMemory {
   // Brings the page in, making room first (pages kept by the current
   // operation stay). A prefetch queues its copy on the host-to-device engine;
   // a fault adds the copy to the kernel's fault time.
-  Status bring_in(uintptr_t base, Allocation& allocation, size_t index, uint64_t limit, bool fault);
-  // Sends the page to the host, copied out when it holds data; returns when
-  // the copy ends (now for a fault, whose time the kernel pays).
-  uint64_t send_out(Allocation& allocation, size_t index, bool fault);
+  // Copies start no earlier than `start_ns`.
+  Status bring_in(uintptr_t base, Allocation& allocation, size_t index, uint64_t limit, bool fault,
+                  uint64_t start_ns);
+  // Sends the page to the host, copied out unless discarded, no earlier than
+  // `start_ns`; returns when the copy ends (start_ns for a fault, whose time
+  // the kernel pays).
+  uint64_t send_out(Allocation& allocation, size_t index, bool fault, uint64_t start_ns);
 
   const size_t page_bytes_;
   const SimManagedCosts costs_;

@@ -31,8 +31,18 @@ constexpr uint64_t kMs = 1'000'000;
 
 class SimManagedTest : public ::testing::Test {
  protected:
-  void SetUp() override { ASSERT_TRUE(driver_.managed_allocate(16 * kPage, &base_).is_ok()); }
-  void TearDown() override { EXPECT_TRUE(driver_.managed_free(base_).is_ok()); }
+  void SetUp() override {
+    ASSERT_TRUE(driver_.managed_allocate(16 * kPage, &base_).is_ok());
+    ASSERT_TRUE(driver_.stream_create(kDevice, &to_host_).is_ok());
+    ASSERT_TRUE(driver_.stream_create(kDevice, &to_device_).is_ok());
+    ASSERT_TRUE(driver_.event_create(kDevice, &kernels_done_).is_ok());
+  }
+  void TearDown() override {
+    EXPECT_TRUE(driver_.event_destroy(kernels_done_).is_ok());
+    EXPECT_TRUE(driver_.stream_destroy(to_device_).is_ok());
+    EXPECT_TRUE(driver_.stream_destroy(to_host_).is_ok());
+    EXPECT_TRUE(driver_.managed_free(base_).is_ok());
+  }
 
   VaRange pages(size_t first, size_t count) const {
     return VaRange{reinterpret_cast<uintptr_t>(base_) + first * kPage, count * kPage};
@@ -42,13 +52,21 @@ class SimManagedTest : public ::testing::Test {
     const VaRange range = pages(first, count);
     return driver_.run_kernel(std::span<const VaRange>(&range, 1), duration_ns);
   }
+  // A migration after the kernels launched so far (kernels run on the legacy
+  // stream), on a stream of its direction's own, as a pager issues it.
   Status prefetch(size_t first, size_t count, bool to_host) {
     const VaRange range = pages(first, count);
-    return driver_.managed_prefetch(range.ptr(), range.bytes, PrefetchTarget{to_host, kDevice}, StreamHandle{});
+    const StreamHandle stream = to_host ? to_host_ : to_device_;
+    if (Status status = driver_.event_record(kernels_done_, StreamHandle{}); !status.is_ok()) return status;
+    if (Status status = driver_.stream_wait_event(stream, kernels_done_); !status.is_ok()) return status;
+    return driver_.managed_prefetch(range.ptr(), range.bytes, PrefetchTarget{to_host, kDevice}, stream);
   }
 
   SimDriver driver_{options()};
   void* base_ = nullptr;
+  StreamHandle to_host_{};
+  StreamHandle to_device_{};
+  EventHandle kernels_done_{};
 };
 
 TEST_F(SimManagedTest, AllocationsAreAlignedToAPageAndStartOnTheHost) {
@@ -190,10 +208,87 @@ TEST_F(SimManagedTest, DiscardDropsWholePagesOnly) {
   EXPECT_EQ(static_cast<int>(at(2)[kPage - 1]), 0);
   EXPECT_EQ(static_cast<int>(at(3)[0]), 0x5a);
   EXPECT_EQ(driver_.managed_stats().discarded_pages, 2u);
-  // A discarded page leaves for free, and comes back without a copy.
+  // A discarded page leaves without a copy.
   const uint64_t d2h = driver_.managed_stats().d2h_bytes;
   ASSERT_TRUE(prefetch(1, 2, true).is_ok());
   EXPECT_EQ(driver_.managed_stats().d2h_bytes, d2h);
+}
+
+// The UVM driver revokes a discard when the application migrates the page
+// (uvm_va_block_make_resident_finish, cause API_MIGRATE): sent to the host,
+// a discarded page is populated there and comes back as a full copy. Only a
+// page the driver evicts itself keeps the discard, and moves for free.
+TEST_F(SimManagedTest, APrefetchToTheHostRevokesADiscardTheDriversEvictionDoesNot) {
+  ASSERT_TRUE(kernel(0, 8, 0).is_ok());  // eight pages holding data fill the device
+  const VaRange dead = pages(0, 2);
+  ASSERT_TRUE(driver_.managed_discard(dead.ptr(), dead.bytes, StreamHandle{}).is_ok());
+  SimManagedStats before = driver_.managed_stats();
+  ASSERT_TRUE(prefetch(0, 1, true).is_ok());   // page 0 out by request: no copy, discard revoked
+  ASSERT_TRUE(prefetch(0, 1, false).is_ok());  // and back: a copy of what it held
+  SimManagedStats s = driver_.managed_stats();
+  EXPECT_EQ(s.d2h_bytes - before.d2h_bytes, 0u);
+  EXPECT_EQ(s.h2d_bytes - before.h2d_bytes, kPage) << "the revoked page came back as a copy";
+
+  // Page 1 is pushed out by the driver to make room for page 8: still
+  // discarded, so it leaves and comes back without a copy.
+  before = driver_.managed_stats();
+  ASSERT_TRUE(kernel(8, 1, 0).is_ok());
+  EXPECT_EQ(driver_.managed_stats().driver_evictions - before.driver_evictions, 1u);
+  ASSERT_TRUE(kernel(1, 1, 0).is_ok());
+  s = driver_.managed_stats();
+  EXPECT_EQ(s.h2d_bytes - before.h2d_bytes, 0u) << "page 1 kept its discard through the driver's eviction";
+}
+
+// Stream order on the modelled clock: a migration queued behind a kernel on
+// the kernel's own stream starts when the kernel ends, and a kernel made to
+// wait for a migration starts when it ends.
+TEST_F(SimManagedTest, AStreamRunsItsWorkInOrderOnTheModelledClock) {
+  ASSERT_TRUE(kernel(0, 1, 5 * kMs).is_ok());  // [0, 5.1 ms): one fault batch, then 5 ms
+  const VaRange page = pages(0, 1);
+  ASSERT_TRUE(driver_.managed_prefetch(page.ptr(), page.bytes, PrefetchTarget{true, kDevice}, StreamHandle{}).is_ok());
+  ASSERT_TRUE(driver_.event_record(kernels_done_, StreamHandle{}).is_ok());
+  ASSERT_TRUE(driver_.stream_wait_event(to_device_, kernels_done_).is_ok());
+  ASSERT_TRUE(driver_.managed_prefetch(page.ptr(), page.bytes, PrefetchTarget{false, kDevice}, to_device_).is_ok());
+  ASSERT_TRUE(kernel(1, 1, 0).is_ok());  // the legacy stream: after the eviction (6.1 ms), a first touch
+  EXPECT_EQ(driver_.managed_stats().now_ns, 6 * kMs + 200'000) << "the eviction waited for the kernel before it";
+  ASSERT_TRUE(driver_.event_record(kernels_done_, to_device_).is_ok());
+  ASSERT_TRUE(driver_.stream_wait_event(StreamHandle{}, kernels_done_).is_ok());
+  ASSERT_TRUE(kernel(1, 1, 0).is_ok());
+  EXPECT_EQ(driver_.managed_stats().now_ns, 7 * kMs + 100'000) << "the kernel waited for the page's return";
+  EXPECT_EQ(driver_.managed_stats().stall_ns, 0u) << "waiting on its stream is no stall on a page";
+}
+
+// The host's side: each call costs the calling thread host time, and a move
+// to the host makes it wait for the copy and the CPU's page tables, so the
+// kernel it launches next cannot start before.
+TEST(SimManagedHostTime, TheCallerPaysForItsCallsAndWaitsForMovesToTheHost) {
+  SimOptions o = options();
+  o.managed_costs.call_ns = 10'000;
+  o.managed_costs.range_ns = 5'000;
+  o.managed_costs.block_ns = 1'000;
+  o.managed_costs.to_host_sync = true;
+  o.managed_costs.cpu_map_block_ns = 20'000;
+  o.managed_costs.launch_ns = 2'000;
+  SimDriver driver(o);
+  void* base = nullptr;
+  ASSERT_TRUE(driver.managed_allocate(4 * kPage, &base).is_ok());
+  const VaRange two{reinterpret_cast<uintptr_t>(base), 2 * kPage};
+  ASSERT_TRUE(driver.run_kernel(std::span<const VaRange>(&two, 1), 0).is_ok());  // launched at 2 us
+  StreamHandle out{};
+  ASSERT_TRUE(driver.stream_create(kDevice, &out).is_ok());
+  // Issued at 2 us + 15 us, in no order with the kernel: copies at
+  // [17 us, 1.017 ms) and [1.017, 2.017 ms); the caller waits for them, then
+  // maps the CPU (2 x 20 us).
+  ASSERT_TRUE(driver.managed_prefetch(two.ptr(), two.bytes, PrefetchTarget{true, kDevice}, out).is_ok());
+  const VaRange other{reinterpret_cast<uintptr_t>(base) + 2 * kPage, kPage};
+  ASSERT_TRUE(driver.run_kernel(std::span<const VaRange>(&other, 1), 0).is_ok());
+  const SimManagedStats s = driver.managed_stats();
+  // Launched at 2.057 ms + 2 us, one fault batch.
+  EXPECT_EQ(s.now_ns, 17'000 + 2 * kMs + 40'000 + 2'000 + 100'000)
+      << "the second kernel was launched only after the move to the host returned";
+  EXPECT_EQ(s.idle_ns, 2'000 + (17'000 + 2 * kMs + 42'000 - 102'000));
+  EXPECT_TRUE(driver.stream_destroy(out).is_ok());
+  EXPECT_TRUE(driver.managed_free(base).is_ok());
 }
 
 TEST_F(SimManagedTest, CopiesIntoManagedMemoryBringItToTheDevice) {
