@@ -43,9 +43,11 @@ Status UmPager::create(Driver& driver, DeviceId device, VaRange arena, uint64_t 
     return Status(Errc::kNotSupported);
   }
   std::unique_ptr<UmPager> pager(new UmPager(driver, device, arena, page_bytes, options));
-  if (Status status = driver.stream_create(device, &pager->stream_); !status.is_ok()) {
-    *why = "cannot create the pager's stream";
-    return status;
+  for (StreamHandle* stream : {&pager->to_device_, &pager->to_host_}) {
+    if (Status status = driver.stream_create(device, stream); !status.is_ok()) {
+      *why = "cannot create the pager's streams";
+      return status;
+    }
   }
   if (options.learn_from_faults) {
     std::string reason;
@@ -66,21 +68,31 @@ UmPager::UmPager(Driver& driver, DeviceId device, VaRange arena, uint64_t page_b
       arena_(arena),
       page_bytes_(page_bytes),
       options_(options),
+      launch_marks_(kLaunchMarks),
+      last_use_(arena.bytes / page_bytes, 0),
+      out_call_of_(arena.bytes / page_bytes, 0),
+      in_call_of_(arena.bytes / page_bytes, 0),
       residency_(page_bytes, static_cast<uint32_t>(arena.bytes / page_bytes), options.budget_bytes),
       policy_(make_policy(options_.policy, residency_, options_.model)),
       pinned_(arena.bytes / page_bytes, 0),
       held_by_(arena.bytes / page_bytes, 0),
       discard_when_released_(arena.bytes / page_bytes, 0),
-      settled_(arena.bytes / page_bytes, 0),
-      prefetched_at_(arena.bytes / page_bytes, 0) {}
+      settled_(arena.bytes / page_bytes, 0) {}
 
 UmPager::~UmPager() {
   for (const Hold& hold : holds_) {
     for (const EventHandle event : hold.events) (void)driver_.event_destroy(event);
   }
-  if (launches_done_.valid()) (void)driver_.event_destroy(launches_done_);
-  if (migrations_done_.valid()) (void)driver_.event_destroy(migrations_done_);
-  (void)driver_.stream_destroy(stream_);
+  for (const LaunchMark& mark : launch_marks_) {
+    if (mark.event.valid()) (void)driver_.event_destroy(mark.event);
+  }
+  for (const EventHandle event : {outs_done_, ins_done_}) {
+    if (event.valid()) (void)driver_.event_destroy(event);
+  }
+  // A stream that was never created is 0, which stream_destroy refuses.
+  for (const StreamHandle stream : {to_device_, to_host_}) {
+    if (stream.value != 0) (void)driver_.stream_destroy(stream);
+  }
 }
 
 VaRange UmPager::page_range(PageId page) const { return VaRange{arena_.base + uint64_t{page} * page_bytes_, page_bytes_}; }
@@ -235,6 +247,7 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   largest_kernel_pages_ = std::max(largest_kernel_pages_, kernel_pages_.size());
   in_kernel_ = true;
   for (const PageId page : kernel_pages_) pinned_[page] = kernel_stamp_;
+  for (const PageId page : kernel_pages_) last_use_[page] = kernel_stamp_;
   kernel_exec_id_ = exec_id;
   kernel_duration_ns_ = duration_ns;
   ++stats_.kernels;
@@ -250,11 +263,11 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   const OpView view{exec_id, duration_ns, kernel_pages_, kernel_blocks_};
   decisions_.clear();
   policy_->on_op_start(view, &decisions_);
-  // The kernel waits for the pager's stream only when pages come in for it
-  // (prefetched now, or faulted in below), and then only for what was queued
-  // before: the policy's evictions and discards, its pages' prefetches, the
-  // room its absent pages fault into. Prefetches for later kernels go after
-  // the fence, and a kernel whose pages are all there does not wait for them.
+  // The kernel waits for the prefetch stream only when its pages have moves
+  // there it has not waited for (prefetched now or ahead, or discarded), and
+  // for the eviction stream only when it faults into room made for it.
+  // Prefetches for later kernels go after the fence, and a kernel whose
+  // pages are all there does not wait for them.
   ahead_.clear();
   const auto for_later = [this](const Decision& d) {
     return d.kind == Decision::Kind::kPrefetch && !std::binary_search(kernel_pages_.begin(), kernel_pages_.end(), d.page);
@@ -280,18 +293,10 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   if (!faulted_.empty()) policy_->on_faults(view, faulted_);
   note_peak();
   stats_.peak_over_budget_bytes = std::max(stats_.peak_over_budget_bytes, beyond * page_bytes_);
-  // The kernel starts after its prefetches arrive (made now, or ahead while
-  // an earlier kernel was announced) and, if it faults, after the room made
-  // for that.
-  const bool awaits_prefetch = std::any_of(kernel_pages_.begin(), kernel_pages_.end(),
-                                           [this](PageId page) { return prefetched_at_[page] > fenced_at_; });
-  if ((awaits_prefetch || (migrated_for_kernel_ && !faulted_.empty())) && outside_graphs(launch_stream_) &&
-      recorded(migrations_done_, stream_) &&
-      driver_.stream_wait_event(launch_stream_, migrations_done_).is_ok()) {
-    ++stats_.fences;
-    ++stats_.kernel_waits;
-    fenced_at_ = migrations_;
-  }
+  // The kernel starts after its prefetches and discards (made now, or ahead
+  // while an earlier kernel was announced) and, if it faults, after the room
+  // made for that: a discard ordered after it would zero what it writes.
+  fence_kernel();
   apply(ahead_);
   migrated_for_kernel_ = false;
   // The faults the kernel causes are reported under its stamp (a kernel
@@ -311,11 +316,12 @@ void UmPager::after_kernel() {
     tagged_ = false;
   }
   if (!in_kernel_) return;
-  // The kernel is queued now: what an eviction must wait for from here on.
+  // The kernel is queued now: what an eviction of its pages must wait for.
   // Recorded here, on the launching thread, so that a per-thread stream is
   // that thread's, and a stream destroyed later is never touched again.
-  launches_recorded_ = outside_graphs(launch_stream_) && recorded(launches_done_, launch_stream_);
-  waits_for_launches_ = false;
+  LaunchMark& mark = launch_marks_[kernel_stamp_ % kLaunchMarks];
+  mark.stamp = outside_graphs(launch_stream_) && recorded(mark.event, launch_stream_) ? kernel_stamp_ : 0;
+  mark.stream = launch_stream_;
   for (const PageId page : kernel_pages_) residency_.set_has_data(page, true);
   in_kernel_ = false;
   const OpView view{kernel_exec_id_, kernel_duration_ns_, kernel_pages_, kernel_blocks_};
@@ -398,7 +404,6 @@ void UmPager::prefetch(PageId page) {
   residency_.start_arrival(page);
   residency_.arrive(page, clock_++);
   settled_[page] = kernel_stamp_;
-  prefetched_at_[page] = ++migrations_;
   migrate(page, false);
   ++stats_.prefetches;
 }
@@ -458,7 +463,10 @@ void UmPager::discard(PageId page) {
 void UmPager::discard_now(PageId page) {
   flush_batch();  // the moves decided before it go first
   const VaRange range = page_range(page);
-  const Status status = driver_.managed_discard(range.ptr(), range.bytes, stream_);
+  // On the prefetch stream: a later prefetch of the page comes after it, and
+  // a kernel using the page waits for it (before_kernel).
+  in_call_of_[page] = ++in_calls_;
+  const Status status = driver_.managed_discard(range.ptr(), range.bytes, to_device_);
   if (status.code() == Errc::kNotSupported) return;  // the data stays: leaving later costs a copy
   if (!status.is_ok()) {
     if (stats_.driver_errors++ == 0) ZICO_LOG(kError, "paging: discard refused by the driver (%s)", to_string(status.code()));
@@ -485,35 +493,143 @@ bool UmPager::recorded(EventHandle& event, StreamHandle stream) {
 }
 
 void UmPager::migrate(PageId page, bool to_host) {
-  if (!batch_.empty() && batch_to_host_ != to_host) flush_batch();  // stream order: the other way's first
-  if (to_host && launches_recorded_ && !waits_for_launches_ &&
-      driver_.stream_wait_event(stream_, launches_done_).is_ok()) {
-    ++stats_.fences;
-    waits_for_launches_ = true;
-  }
   if (in_kernel_) migrated_for_kernel_ = true;
   const VaRange range = page_range(page);
-  batch_to_host_ = to_host;
   try {
-    if (!batch_.empty() && batch_.back().end() == range.base) {
-      batch_.back().bytes += range.bytes;
+    if (to_host) {
+      note_last_use(page);
+      batch_out_.push_back(range);
+      out_call_of_[page] = out_calls_ + 1;  // the batch's call, once flushed
+      ++leaving_;
     } else {
-      batch_.push_back(range);
+      // Its slot may be a page still leaving, or the page itself may be: the
+      // prefetch stream waits for the evictions before it.
+      if (out_call_of_[page] > outs_before_ins_ ||
+          uint64_t{residency_.occupied_pages()} + leaving_ > residency_.budget_pages()) {
+        ins_wait_for_outs_ = true;
+      }
+      batch_in_.push_back(range);
+      in_call_of_[page] = in_calls_ + 1;
     }
   } catch (const std::bad_alloc&) {
-    flush_batch();  // no memory to batch: what is queued goes, then this move alone
-    note_migration(driver_.managed_prefetch(range.ptr(), range.bytes, PrefetchTarget{to_host, device_}, stream_),
+    // No memory to batch: what is queued goes, then this move alone.
+    flush_batch();
+    const StreamHandle stream = to_host ? to_host_ : to_device_;
+    (to_host ? out_call_of_ : in_call_of_)[page] = ++(to_host ? out_calls_ : in_calls_);
+    note_migration(driver_.managed_prefetch(range.ptr(), range.bytes, PrefetchTarget{to_host, device_}, stream),
                    to_host);
     return;
   }
   if (!batching_) flush_batch();
 }
 
+void UmPager::note_last_use(PageId page) {
+  const uint64_t stamp = last_use_[page];
+  const LaunchMark& mark = launch_marks_[stamp % kLaunchMarks];
+  if (stamp == 0 || mark.stamp != stamp) return;  // no kernel, or one long done
+  const auto covers = [&](const std::pair<StreamHandle, uint64_t>& wait) {
+    return wait.first == mark.stream && wait.second >= stamp;
+  };
+  if (std::any_of(out_waited_.begin(), out_waited_.end(), covers) ||
+      std::any_of(out_waits_.begin(), out_waits_.end(), covers)) {
+    return;
+  }
+  // Launches on one stream end in order: the latest one per stream covers the rest.
+  for (auto& wait : out_waits_) {
+    if (wait.first == mark.stream) {
+      wait.second = stamp;
+      return;
+    }
+  }
+  out_waits_.emplace_back(mark.stream, stamp);
+}
+
+namespace {
+
+// Coalesces `ranges` in place: sorted by address, adjacent ones merged.
+void coalesce(std::vector<VaRange>* ranges) {
+  std::sort(ranges->begin(), ranges->end(), [](const VaRange& a, const VaRange& b) { return a.base < b.base; });
+  size_t kept = 0;
+  for (const VaRange& range : *ranges) {
+    if (kept > 0 && (*ranges)[kept - 1].end() == range.base) {
+      (*ranges)[kept - 1].bytes += range.bytes;
+    } else {
+      (*ranges)[kept++] = range;
+    }
+  }
+  ranges->resize(kept);
+}
+
+}  // namespace
+
 void UmPager::flush_batch() noexcept {
-  if (batch_.empty()) return;
-  note_migration(driver_.managed_prefetch_batch(batch_, PrefetchTarget{batch_to_host_, device_}, stream_),
-                 batch_to_host_);
-  batch_.clear();
+  if (!batch_out_.empty()) {
+    for (const auto& [stream, stamp] : out_waits_) {
+      const LaunchMark& mark = launch_marks_[stamp % kLaunchMarks];
+      // Overwritten since by a later launch on the same stream: waiting for
+      // that one covers this one; on another stream, this one is long done.
+      if (mark.stream != stream || !driver_.stream_wait_event(to_host_, mark.event).is_ok()) continue;
+      ++stats_.fences;
+      auto waited = std::find_if(out_waited_.begin(), out_waited_.end(),
+                                 [&](const auto& wait) { return wait.first == stream; });
+      try {
+        if (waited == out_waited_.end()) {
+          out_waited_.emplace_back(stream, mark.stamp);
+        } else {
+          waited->second = std::max(waited->second, mark.stamp);
+        }
+      } catch (const std::bad_alloc&) {
+        // Not remembered: the next eviction waits again.
+      }
+    }
+    out_waits_.clear();
+    coalesce(&batch_out_);
+    note_migration(driver_.managed_prefetch_batch(batch_out_, PrefetchTarget{true, device_}, to_host_), true);
+    ++out_calls_;
+    batch_out_.clear();
+  }
+  if (!batch_in_.empty()) {
+    if (ins_wait_for_outs_ && out_calls_ > outs_before_ins_ && recorded(outs_done_, to_host_) &&
+        driver_.stream_wait_event(to_device_, outs_done_).is_ok()) {
+      ++stats_.fences;
+      outs_before_ins_ = out_calls_;
+      leaving_ = 0;
+    }
+    ins_wait_for_outs_ = false;
+    coalesce(&batch_in_);
+    note_migration(driver_.managed_prefetch_batch(batch_in_, PrefetchTarget{false, device_}, to_device_), false);
+    ++in_calls_;
+    batch_in_.clear();
+  }
+}
+
+void UmPager::fence_kernel() {
+  auto fenced = std::find_if(ins_before_kernels_.begin(), ins_before_kernels_.end(),
+                             [this](const auto& entry) { return entry.first == launch_stream_; });
+  const uint64_t waited = fenced == ins_before_kernels_.end() ? 0 : fenced->second;
+  const bool awaits_ins = std::any_of(kernel_pages_.begin(), kernel_pages_.end(),
+                                      [&](PageId page) { return in_call_of_[page] > waited; });
+  const bool awaits_room = migrated_for_kernel_ && !faulted_.empty();
+  if (!(awaits_ins || awaits_room) || !outside_graphs(launch_stream_)) return;
+  bool waited_now = false;
+  if (awaits_ins && recorded(ins_done_, to_device_) && driver_.stream_wait_event(launch_stream_, ins_done_).is_ok()) {
+    ++stats_.fences;
+    waited_now = true;
+    try {
+      if (fenced == ins_before_kernels_.end()) {
+        ins_before_kernels_.emplace_back(launch_stream_, in_calls_);
+      } else {
+        fenced->second = in_calls_;
+      }
+    } catch (const std::bad_alloc&) {
+      // Not remembered: the next kernel waits again.
+    }
+  }
+  if (awaits_room && recorded(outs_done_, to_host_) && driver_.stream_wait_event(launch_stream_, outs_done_).is_ok()) {
+    ++stats_.fences;
+    waited_now = true;
+  }
+  if (waited_now) ++stats_.kernel_waits;
 }
 
 void UmPager::note_migration(const Status& status, bool to_host) noexcept {

@@ -5,16 +5,26 @@
 // freed, kernels about to run with the memory they use, iteration marks —
 // turns each into the policy's event (paging_policy.h), and carries out its
 // decisions with the driver: prefetches to the device and to the host
-// (evictions) on a stream of its own, discards. It keeps the pages the job
-// holds on the GPU within the budget: before a kernel runs, room is made for
-// the pages it uses that are absent (least recently migrated first, as the
-// UVM driver would; the kernel then faults them in), so the driver's own
-// eviction never has to run while the device has room.
+// (evictions), discards. It keeps the pages the job holds on the GPU within
+// the budget: before a kernel runs, room is made for the pages it uses that
+// are absent (least recently migrated first, as the UVM driver would; the
+// kernel then faults them in), so the driver's own eviction never has to run
+// while the device has room.
 //
+// Stream order: each direction has a stream of its own, so copies out, copies
+// in and kernels overlap, and every wait is for what a move needs, never for
+// the latest kernel:
+//   - an eviction waits for the last kernel that used its page (an event
+//     recorded after each launch, kept for the last kLaunchMarks launches);
+//   - a prefetch waits for the evictions before it only when it takes the
+//     slot of a page still on its way out (the GPU never holds more than the
+//     budget of the job's pages: a page leaving counts until its copy is
+//     ordered before the next prefetch), or when it brings back a page whose
+//     eviction is still queued;
+//   - a kernel waits for the prefetch stream only when one of its pages has
+//     a prefetch or a discard there it has not yet waited for.
 // Residency here is what the pager asked for: a page prefetched counts as on
-// the GPU from the call on, an evicted one as gone. Both go on the pager's one
-// stream, so an eviction's copy ends before the next prefetch's starts and the
-// GPU never holds more than the budget of the job's pages.
+// the GPU from the call on, an evicted one as gone.
 //
 // Thread-safe: one mutex (a job may launch from several threads).
 #pragma once
@@ -65,7 +75,7 @@ struct UmPagerStats {
   uint64_t oversized_kernels = 0;    // used more pages than the budget holds (logged once): the driver paged them
   uint64_t budget_evictions = 0;     // pages sent to the host because the budget shrank
   uint64_t migration_calls = 0;      // calls into the driver that moved pages (a batch of them is one)
-  uint64_t fences = 0;               // stream waits issued: the pager's behind a kernel's, or the other way
+  uint64_t fences = 0;               // stream waits issued: an eviction behind a kernel, a prefetch behind evictions, a kernel behind prefetches
   uint64_t kernel_waits = 0;         // of those, kernels made to wait for the pager's migrations
   uint64_t peak_resident_bytes = 0;
   // The most a kernel ever had the driver bring beyond the budget of the
@@ -159,8 +169,6 @@ class UmPager {
   // slower direction.
   [[nodiscard]] uint64_t link_bytes_per_second() const;
   [[nodiscard]] uint64_t resident_bytes() const;
-  // The pager's stream, where every migration and discard is queued.
-  [[nodiscard]] StreamHandle stream() const { return stream_; }
 
  private:
   UmPager(Driver& driver, DeviceId device, VaRange arena, uint64_t page_bytes, const UmPagerOptions& options);
@@ -188,11 +196,18 @@ class UmPager {
   // Ends the holds whose work is done, and discards the dead pages whose
   // discard waited for them.
   void poll_deferred();
-  // Queues the page's move on the pager's stream; within apply() it joins a
-  // batch of moves the same way, handed to the driver in one call
-  // (flush_batch), adjacent pages as one range.
+  // Queues the page's move on its direction's stream; within apply() it joins
+  // that direction's batch, handed to the driver in one call (flush_batch),
+  // adjacent pages as one range.
   void migrate(PageId page, bool to_host);
+  // Hands both batches to the driver, evictions first, each with the stream
+  // waits its moves need.
   void flush_batch() noexcept;
+  // Makes the eviction stream wait for the kernel that last used `page`
+  // (ahead of the batch it joins).
+  void note_last_use(PageId page);
+  // Makes the announced kernel's stream wait for the moves it needs.
+  void fence_kernel();
   // Counts a call into the driver that moved pages; logs its first refusal.
   void note_migration(const Status& status, bool to_host) noexcept;
   // Whether `stream` is capturing no CUDA graph (a fence there would join it).
@@ -214,21 +229,48 @@ class UmPager {
   const VaRange arena_;
   const uint64_t page_bytes_;
   const UmPagerOptions options_;
-  StreamHandle stream_{};
-  // apply()'s moves not yet handed to the driver: all one way (batch_to_host_).
+  StreamHandle to_device_{};  // prefetches and discards
+  StreamHandle to_host_{};    // evictions
+  // apply()'s moves not yet handed to the driver, one batch per direction.
   bool batching_ = false;
-  bool batch_to_host_ = false;
-  std::vector<VaRange> batch_;
-  // Stream order (before_kernel): the announced kernel's stream; the work
-  // queued up to the last kernel, recorded after it (launches_done_); whether
-  // the pager's stream already waits for that; whether this kernel's
-  // migrations were issued since it was announced.
+  std::vector<VaRange> batch_in_;
+  std::vector<VaRange> batch_out_;
+  // A launch's mark: an event recorded after the kernel of `stamp` on its
+  // stream; the last kLaunchMarks launches are kept (a page last used
+  // earlier is taken to be done with: evicting it early costs a fault back,
+  // never data).
+  struct LaunchMark {
+    EventHandle event{};
+    uint64_t stamp = 0;
+    StreamHandle stream{};
+  };
+  static constexpr size_t kLaunchMarks = 256;
+  std::vector<LaunchMark> launch_marks_;
+  std::vector<uint64_t> last_use_;  // per page: the stamp of the last kernel announced with it
+  // The launches the eviction stream must wait for before the batch out
+  // (the latest per launch stream), and those it already waits for.
+  std::vector<std::pair<StreamHandle, uint64_t>> out_waits_;
+  std::vector<std::pair<StreamHandle, uint64_t>> out_waited_;
+  // Sequence numbers of the calls on each pager stream (a batch or a discard
+  // is one), per page the call that last moved it each way, what the
+  // prefetch stream already waits for of the eviction stream, and per launch
+  // stream what it already waits for of the prefetch stream.
+  uint64_t out_calls_ = 0;
+  uint64_t in_calls_ = 0;
+  std::vector<uint64_t> out_call_of_;
+  std::vector<uint64_t> in_call_of_;
+  uint64_t outs_before_ins_ = 0;
+  std::vector<std::pair<StreamHandle, uint64_t>> ins_before_kernels_;
+  // Pages evicted since the prefetch stream last waited for the evictions:
+  // on their way out, still on the GPU.
+  uint64_t leaving_ = 0;
+  bool ins_wait_for_outs_ = false;  // the batch in takes a leaving page's slot, or brings one back
+  EventHandle outs_done_{};  // recorded on to_host_
+  EventHandle ins_done_{};   // recorded on to_device_
+  // Stream order (before_kernel): the announced kernel's stream, and whether
+  // room was made for its faults since it was announced.
   StreamHandle launch_stream_{};
-  bool launches_recorded_ = false;
-  bool waits_for_launches_ = false;
   bool migrated_for_kernel_ = false;
-  EventHandle launches_done_{};
-  EventHandle migrations_done_{};  // recorded on stream_
   mutable std::mutex mutex_;
   Residency residency_;
   std::unique_ptr<PagingPolicy> policy_;
@@ -258,11 +300,6 @@ class UmPager {
   size_t largest_kernel_pages_ = 0;
   Decisions decisions_;
   Decisions ahead_;  // the policy's prefetches for later kernels, issued after the fence
-  // Prefetches numbered as issued, each page's latest, and the number of the
-  // last one a kernel's stream was made to wait for: a kernel using a page
-  // whose prefetch came after that waits (it may still be on its way).
-  uint64_t migrations_ = 0;
-  uint64_t fenced_at_ = 0;
   UmPagerStats stats_;
   // Fault reports: whether the driver gives them, whether this thread's work
   // carries a kernel's tag now, what kernels used unnamed, the next op's
@@ -277,7 +314,6 @@ class UmPager {
   uint64_t stamp_at_last_take_ = 0;
   std::vector<ManagedFault> reports_;
   std::vector<uint64_t> settled_;
-  std::vector<uint64_t> prefetched_at_;
 };
 
 }  // namespace zico::prefetch

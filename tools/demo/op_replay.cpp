@@ -38,8 +38,8 @@ zico_stats_t stats_now() {
 
 }  // namespace
 
-bool replay_ops(const trace::Trace& trace, uint32_t iterations, double memory_scale, OpReplayResult* out,
-                std::string* error) {
+bool replay_ops(const trace::Trace& trace, uint32_t iterations, double time_scale, double memory_scale,
+                OpReplayResult* out, std::string* error) {
   *out = OpReplayResult{};
   // Refusals before anything runs are the trace's (or the iteration count's).
   const auto unusable = [&](std::string why) {
@@ -180,7 +180,8 @@ bool replay_ops(const trace::Trace& trace, uint32_t iterations, double memory_sc
         for (const uint32_t block : stream.op_blocks(op)) {
           if (const Live& live = slot(block); live.ptr != nullptr) used.push_back(live.ptr);
         }
-        if (zico_status_t s = zico_op_begin(op.exec_id, used.data(), used.size(), op.duration_ns); s != ZICO_OK) {
+        if (zico_status_t s = zico_op_begin(op.exec_id, used.data(), used.size(),
+                                                static_cast<uint64_t>(static_cast<double>(op.duration_ns) * time_scale)); s != ZICO_OK) {
           return fail("an op" + where(), s);
         }
         if (zico_status_t s = zico_op_end(); s != ZICO_OK) return fail("an op" + where(), s);

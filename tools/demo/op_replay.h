@@ -36,9 +36,11 @@ struct OpReplayResult {
   bool unusable_trace = false;
 };
 
-// False with *error naming the block, op or iteration that failed (an
-// allocation out of memory, a wrong pattern, a refused op).
-[[nodiscard]] bool replay_ops(const trace::Trace& trace, uint32_t iterations, double memory_scale, OpReplayResult* out,
-                              std::string* error);
+// Each op runs for `time_scale` times its traced duration, each block is
+// `memory_scale` times its traced size. False with *error naming the block,
+// op or iteration that failed (an allocation out of memory, a wrong pattern,
+// a refused op).
+[[nodiscard]] bool replay_ops(const trace::Trace& trace, uint32_t iterations, double time_scale, double memory_scale,
+                              OpReplayResult* out, std::string* error);
 
 }  // namespace zico::demo

@@ -4,10 +4,12 @@
 // manager's iteration gate: it may hold the job back to shift its peak).
 //
 //   trace_job --trace FILE --iterations N [--time-scale X] [--memory-scale F] [--name NAME]
-//   trace_job --ops --trace FILE --iterations N [--memory-scale F] [--name NAME]
+//   trace_job --ops --trace FILE --iterations N [--time-scale X] [--memory-scale F] [--name NAME]
 //
 // With --ops the trace's kernels are replayed too, as fast as they go
-// (op_replay.h): the way to run a job beyond capacity (ZICO_MODE=um). Its
+// (op_replay.h), each for X times its traced duration (a GPU slower or
+// faster than the traced one): the way to run a job beyond capacity
+// (ZICO_MODE=um). Its
 // line reads
 //   result name=NAME iterations=N mode=ops clock=modelled|wall first_iter_s=S mean_iter_s=S last_iter_s=S
 //          peak_allocated_bytes=B peak_resident_bytes=B peak_over_budget_bytes=B faulted_pages=P
@@ -315,7 +317,8 @@ class Job {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-int run_ops(const std::string& trace_path, std::string name, uint32_t iterations, double memory_scale) {
+int run_ops(const std::string& trace_path, std::string name, uint32_t iterations, double time_scale,
+            double memory_scale) {
   zico::trace::Trace trace;
   std::string error;
   if (!zico::trace::read_trace_file(trace_path, &trace, &error).is_ok()) {
@@ -327,7 +330,7 @@ int run_ops(const std::string& trace_path, std::string name, uint32_t iterations
     name = model != trace.meta.end() && !model->second.empty() ? model->second : "job";
   }
   zico::demo::OpReplayResult r;
-  if (!zico::demo::replay_ops(trace, iterations, memory_scale, &r, &error)) {
+  if (!zico::demo::replay_ops(trace, iterations, time_scale, memory_scale, &r, &error)) {
     std::fprintf(stderr, "trace_job %s: %s\n", name.c_str(), error.c_str());
     return r.unusable_trace ? 2 : 1;
   }
@@ -395,7 +398,7 @@ int main(int argc, char** argv) {
   // zico-umd and zico-umctl show the job by this name (read at the first allocation).
   if (!name.empty()) setenv("ZICO_JOB_NAME", name.c_str(), 1);
 
-  if (ops) return run_ops(trace_path, name, static_cast<uint32_t>(iterations), memory_scale);
+  if (ops) return run_ops(trace_path, name, static_cast<uint32_t>(iterations), time_scale, memory_scale);
 
   const Clock::time_point begin = Clock::now();
   zico::trace::Trace trace;
