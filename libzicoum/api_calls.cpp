@@ -194,7 +194,7 @@ thread_local PendingOp t_op;
 }  // namespace
 
 Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint64_t expected_ns,
-                    StreamHandle stream) noexcept {
+                    StreamHandle stream, prefetch::GivenId given) noexcept {
   if (count > 0 && ptrs == nullptr) {
     try {
       set_last_error("zico_op_begin: ptrs is NULL with a count of " + std::to_string(count));
@@ -218,7 +218,7 @@ Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint6
     if (const uint64_t needs = pager->working_set_bytes(used); needs > pager->budget_bytes()) {
       runtime->make_room_for_kernel(allocator->device(), needs);
     }
-    pager->before_kernel(op_id, used, expected_ns, &t_op.blocks, stream);
+    pager->before_kernel(op_id, used, expected_ns, &t_op.blocks, stream, given);
   } catch (const std::bad_alloc&) {
     return Status(Errc::kOutOfMemory);
   }

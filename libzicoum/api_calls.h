@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "driver.h"
+#include "exec_id.h"
 #include "status.h"
 #include "types.h"
 
@@ -30,8 +31,11 @@ void api_stream_destroyed(StreamHandle stream) noexcept;
 // launched / was launched (zico_op_begin, zico_op_end). No-ops otherwise.
 // `stream`: where the op's kernels are launched (the legacy default stream
 // when the caller does not say): it waits for the pager's migrations.
+// `given`: what op_id names (um_pager.h): the caller's op, or only the
+// kernel, the blocks it uses added by the pager (the launch observer's).
 [[nodiscard]] Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint64_t expected_ns,
-                                  StreamHandle stream = StreamHandle{}) noexcept;
+                                  StreamHandle stream = StreamHandle{},
+                                  prefetch::GivenId given = prefetch::GivenId::kOp) noexcept;
 [[nodiscard]] Status api_op_end() noexcept;
 // Whether this thread is between an api_op_begin that reached a pager and its api_op_end.
 [[nodiscard]] bool api_op_pending() noexcept;

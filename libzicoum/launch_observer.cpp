@@ -166,9 +166,13 @@ bool capturing(CUstream stream) {
   return api_capture_state(StreamHandle{reinterpret_cast<uintptr_t>(stream)}) != CaptureState::kNone;
 }
 
-// Whether an op using `used` began (and so must be ended).
-bool begin_op(uint64_t id, const void* const* used, size_t count, CUstream stream) {
-  return api_op_begin(id, used, count, 0, StreamHandle{reinterpret_cast<uintptr_t>(stream)}).is_ok() &&
+// Whether an op using `used` began (and so must be ended). `kernel` names
+// the kernel only: the pager adds the blocks it uses (exec_id.h), found as
+// it resolves `used` anyway, so that launching costs no lookup more.
+bool begin_op(uint64_t kernel, const void* const* used, size_t count, CUstream stream) {
+  return api_op_begin(kernel, used, count, 0, StreamHandle{reinterpret_cast<uintptr_t>(stream)},
+                      prefetch::GivenId::kKernel)
+             .is_ok() &&
          api_op_pending();
 }
 

@@ -2,9 +2,12 @@
 // unmodified programs tell zicoum without a line of theirs changed
 // (zico_op_begin / zico_op_end say the same explicitly).
 //
-// A launch gets an execution ID (its function and launch shape, hashed: the
-// same kernel at the same shape in the next iteration has the same ID), and
-// the blocks it uses are read from its parameters: every aligned 8-byte word
+// A launch gets an execution ID: its function and launch shape, hashed, with
+// the start offsets of the blocks it uses, which the pager adds
+// (prefetch/exec_id.h): the same kernel on the same tensors in the next
+// iteration has the same ID, and the layers of a model built of identical
+// layers have different ones. The blocks it uses are read from its
+// parameters: every aligned 8-byte word
 // of a parameter that points into a zicoum arena is taken for a use of that
 // block (pointers inside structs passed by value too). Where the parameters
 // are is asked of the driver once per function (cuFuncGetParamInfo, CUDA
@@ -23,8 +26,8 @@
 // destination and the source, where they are in a zicoum arena. Announced,
 // its blocks come to the GPU within the budget; unannounced, the driver would
 // bring what it touches in behind the pager's back, over the budget. Its
-// execution ID is its kind and size (a copy of the same tensor in the next
-// iteration has the same).
+// execution ID is its kind and size, with its blocks' offsets (a copy of the
+// same tensor in the next iteration has the same).
 //
 // Work captured into a CUDA graph is not announced (it runs at each
 // replay, not now). Layouts are forgotten when a module or library is
@@ -109,7 +112,8 @@ struct LaunchCounts {
 // A module or library was unloaded: every parameter layout is asked again.
 void forget_launch_layouts() noexcept;
 
-// The execution IDs of a launch and of a copy (exposed for tests).
+// The kernel halves of a launch's and a copy's execution IDs, before the
+// pager adds their blocks (exposed for tests).
 [[nodiscard]] uint64_t launch_id(const void* key, const LaunchShape& shape) noexcept;
 [[nodiscard]] uint64_t copy_id(CopyOp kind, bool dst_is_zicoum, bool src_is_zicoum, size_t bytes) noexcept;
 

@@ -325,6 +325,10 @@ void Runtime::log_paging_summary() const noexcept {
              static_cast<unsigned long long>(s.evictions + s.room_evictions + s.budget_evictions),
              format_size(s.peak_resident_bytes).c_str(), format_size(s.peak_over_budget_bytes).c_str(),
              format_size(pager->budget_bytes()).c_str());
+    if (s.found_iteration_kernels != 0) {
+      ZICO_LOG(kInfo, "device %d, UM paging: no iteration marks; the iteration found in the launches: %llu ops",
+               device, static_cast<unsigned long long>(s.found_iteration_kernels));
+    }
   }
 }
 

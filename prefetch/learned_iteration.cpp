@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "exec_id.h"
+
 namespace zico::prefetch {
 
 void LearnedIteration::add_op(uint64_t exec_id, uint64_t duration_ns, std::span<const PageId> pages) {
@@ -88,7 +90,9 @@ uint64_t differing_pages(std::span<const PageId> a, std::span<const PageId> b) {
 }
 
 bool LearnedIteration::close_to(const LearnedIteration& other, uint64_t divisor) const {
-  if (exec_ids_ != other.exec_ids_) return false;
+  if (!std::equal(exec_ids_.begin(), exec_ids_.end(), other.exec_ids_.begin(), other.exec_ids_.end(), same_kernel)) {
+    return false;
+  }
   uint64_t differing = 0;
   for (uint32_t op = 0; op < ops(); ++op) differing += differing_pages(pages(op), other.pages(op));
   return differing * divisor <= refs_.size();

@@ -50,7 +50,8 @@ class LearnedIteration {
   [[nodiscard]] const std::vector<std::pair<uint32_t, PageId>>& deaths() const { return deaths_; }
   // The same exec ids and pages, op by op.
   [[nodiscard]] bool same_as(const LearnedIteration& other) const;
-  // The same exec ids, op by op, and the page references that differ (in
+  // The same kernels, op by op (their blocks may have moved: same_kernel
+  // in exec_id.h), and the page references that differ (in
   // one and not the other) at most one in `divisor` of this one's.
   [[nodiscard]] bool close_to(const LearnedIteration& other, uint64_t divisor) const;
   // Does op `position` match this launch?

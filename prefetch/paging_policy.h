@@ -68,6 +68,9 @@ class PagingPolicy {
   virtual void on_op_end(const OpView& /*op*/, Decisions* /*out*/) {}
   // Iteration `n` begins (an explicit mark or a detected boundary).
   virtual void on_iteration(uint32_t /*n*/, Decisions* /*out*/) {}
+  // Ops in the last iteration the policy found in the op stream itself,
+  // where no marks came (0: none found, marked, or the policy looks for none).
+  [[nodiscard]] virtual uint32_t found_iteration_ops() const { return 0; }
 };
 
 // The policies by name: "um", "deepum", "autoswap", "zico"; nullptr for

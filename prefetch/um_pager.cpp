@@ -4,6 +4,7 @@
 #include <iterator>
 #include <new>
 
+#include "exec_id.h"
 #include "log.h"
 #include "sizes.h"
 
@@ -187,7 +188,8 @@ void UmPager::poll_deferred() {
 }
 
 void UmPager::resolve_locked(std::span<const VaRange> used, std::vector<uint32_t>* block_ids,
-                             std::vector<PageId>* pages, std::vector<VaRange>* blocks, uint64_t* unknown) const {
+                             std::vector<PageId>* pages, std::vector<VaRange>* blocks, uint64_t* unknown,
+                             uint64_t* block_hash) const {
   block_ids->clear();
   pages->clear();
   if (blocks != nullptr) blocks->clear();
@@ -202,6 +204,7 @@ void UmPager::resolve_locked(std::span<const VaRange> used, std::vector<uint32_t
     block_ids->push_back(it->second.id);
     if (blocks != nullptr) blocks->push_back(VaRange{it->first, it->second.bytes});
     const BlockExtent extent{it->first - arena_.base, it->second.bytes};
+    if (block_hash != nullptr) *block_hash = add_block(*block_hash, extent.offset);
     for (PageId page = first_page(extent, page_bytes_); page <= last_page(extent, page_bytes_); ++page) {
       pages->push_back(page);
     }
@@ -220,7 +223,7 @@ uint64_t UmPager::working_set_bytes(std::span<const VaRange> used) const {
 }
 
 uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used, uint64_t duration_ns,
-                               std::vector<VaRange>* blocks, StreamHandle stream) {
+                               std::vector<VaRange>* blocks, StreamHandle stream, GivenId given) {
   std::lock_guard lock(mutex_);
   poll_deferred();
   // The reports are read at each iteration mark, and every kReadReportsEvery
@@ -228,7 +231,10 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   if (fault_reports_ && kernel_stamp_ - stamp_at_last_take_ >= kReadReportsEvery) take_fault_reports();
   launch_stream_ = stream;  // after_kernel records there, on this (the launching) thread
   migrated_for_kernel_ = false;
-  resolve_locked(used, &kernel_blocks_, &kernel_pages_, blocks, &stats_.unknown_pointers);
+  uint64_t block_hash = 0;
+  resolve_locked(used, &kernel_blocks_, &kernel_pages_, blocks, &stats_.unknown_pointers,
+                 given == GivenId::kKernel ? &block_hash : nullptr);
+  if (given == GivenId::kKernel) exec_id = exec_id_at(exec_id, block_hash);
   ++kernel_stamp_;
   if (fault_reports_) {
     // What this op used last time beyond what it names: used again (unless
@@ -647,7 +653,9 @@ void UmPager::note_peak() {
 
 UmPagerStats UmPager::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  UmPagerStats stats = stats_;
+  stats.found_iteration_kernels = policy_->found_iteration_ops();
+  return stats;
 }
 
 uint64_t UmPager::budget_bytes() const {

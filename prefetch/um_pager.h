@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "driver.h"
+#include "exec_id.h"
 #include "paging_policy.h"
 #include "residency.h"
 #include "status.h"
@@ -90,6 +91,9 @@ struct UmPagerStats {
   uint64_t unnamed_faults = 0;
   uint64_t unasked_arrivals = 0;
   uint64_t learnt_pages = 0;         // named for their ops now, over every op
+  // Kernels in the last iteration the policy found in the launches, where
+  // the job marks none (PagingPolicy::found_iteration_ops).
+  uint64_t found_iteration_kernels = 0;
 };
 
 class UmPager {
@@ -116,7 +120,8 @@ class UmPager {
   // it dead) until its last hold ends, and then only if it is still dead.
   void on_allocate(const void* ptr, uint64_t bytes);
   void on_free(const void* ptr, std::optional<StreamHandle> work_on, std::span<const StreamHandle> also_used_on = {});
-  // A kernel identified by `exec_id` (its function and launch shape, hashed)
+  // A kernel identified by `exec_id` (`given` says what it names: with
+  // GivenId::kKernel the pager adds the blocks the kernel uses, exec_id.h)
   // is about to use `used` (pointers into blocks, any offset) and compute
   // for about `duration_ns` (0: unknown), launched on `stream` (0: the legacy
   // default stream). Prefetches and evictions the policy asks for are issued,
@@ -137,7 +142,8 @@ class UmPager {
   // earlier kernel's stream once a kernel on another is queued, is not waited
   // for: a page it uses may be evicted under it and fault back.
   uint64_t before_kernel(uint64_t exec_id, std::span<const VaRange> used, uint64_t duration_ns,
-                         std::vector<VaRange>* blocks = nullptr, StreamHandle stream = StreamHandle{});
+                         std::vector<VaRange>* blocks = nullptr, StreamHandle stream = StreamHandle{},
+                         GivenId given = GivenId::kOp);
   // The kernel of the last before_kernel() was launched.
   void after_kernel();
   // What before_kernel(…, used, …) would find the kernel uses of the arena,
@@ -180,9 +186,10 @@ class UmPager {
 
   [[nodiscard]] VaRange page_range(PageId page) const;
   // The blocks `used` points into, each once (unknown pointers counted in
-  // *unknown), and their pages, sorted, each once. Holds mutex_.
+  // *unknown), and their pages, sorted, each once; *block_hash, if given,
+  // their start offsets folded in that order (exec_id.h). Holds mutex_.
   void resolve_locked(std::span<const VaRange> used, std::vector<uint32_t>* block_ids, std::vector<PageId>* pages,
-                      std::vector<VaRange>* blocks, uint64_t* unknown) const;
+                      std::vector<VaRange>* blocks, uint64_t* unknown, uint64_t* block_hash = nullptr) const;
   void apply(const Decisions& decisions);
   void prefetch(PageId page);
   // Sends a resident page to the host (a copy only when it holds data).

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "exec_id.h"
+
 namespace zico::prefetch {
 
 ZicoPolicy::ZicoPolicy(const Residency& residency, const TransferModel& /*model*/)
@@ -180,7 +182,7 @@ void ZicoPolicy::on_op_start(const OpView& op, Decisions* out) {
 }
 
 bool ZicoPolicy::drifts_a_little(const OpView& op) {
-  if (position_ >= learned_.ops() || learned_.exec_id(position_) != op.exec_id) return false;
+  if (position_ >= learned_.ops() || !same_kernel(learned_.exec_id(position_), op.exec_id)) return false;
   pages_drifted_ += differing_pages(op.pages, learned_.pages(position_));
   return pages_drifted_ * kDriftDivisor <= learned_.page_refs();
 }

@@ -31,7 +31,8 @@
 // its launches' period found instead (period_detector.h), and the first mark
 // switches that off for good.
 // Each launch is checked against the prediction (same identity, same pages).
-// A launch with the predicted identity whose pages differ is followed on
+// A launch of the predicted kernel (same_kernel, exec_id.h: a block it uses
+// may have moved, which changes its ID) whose pages differ is followed on
 // while the iteration's differing page references (used where the
 // prediction had none, or predicted and not used) are at most one in
 // kDriftDivisor of the prediction's references: an allocator's placements drift
@@ -80,13 +81,14 @@ class ZicoPolicy final : public PagingPolicy {
   void on_free(uint32_t block, const BlockExtent& extent, std::span<const PageId> dead, Decisions* out) override;
   void on_op_start(const OpView& op, Decisions* out) override;
   void on_iteration(uint32_t n, Decisions* out) override;
+  [[nodiscard]] uint32_t found_iteration_ops() const override { return marked_ ? 0 : detector_.period(); }
 
   // The iteration in progress follows the prediction so far.
   [[nodiscard]] bool following() const { return following_; }
 
  private:
   void begin_iteration();
-  // The launch has the predicted identity and its pages drift from the
+  // The launch is the predicted kernel and its pages drift from the
   // prediction's by little enough to follow on (kDriftDivisor).
   [[nodiscard]] bool drifts_a_little(const OpView& op);
   // Re-keys a drifted op's pages, and the prediction's pages it did not use.

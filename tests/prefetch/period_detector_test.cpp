@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -48,10 +49,73 @@ TEST(PeriodDetector, DropsThePeriodWhenTheLoopChanges) {
   PeriodDetector d(4);
   for (uint64_t i = 0; i < 40; ++i) (void)d.add(i % 8);
   EXPECT_EQ(d.period(), 8u);
-  (void)d.add(999);
-  EXPECT_EQ(d.period(), 0u);
-  for (uint64_t i = 0; i < 60; ++i) (void)d.add(500 + i % 12);
+  (void)d.add(999);  // one stray launch is no change
+  EXPECT_EQ(d.period(), 8u);
+  uint64_t i = 0;
+  for (; i < 12 && d.period() != 0; ++i) (void)d.add(500 + i % 12);
+  EXPECT_EQ(d.period(), 0u) << "the old loop was still followed after a whole period of the new one";
+  for (; i < 72; ++i) (void)d.add(500 + i % 12);
   EXPECT_EQ(d.period(), 12u);
+}
+
+// A 46-launch iteration with a stray launch (a metric or logging kernel)
+// after every 2 to 6 launches, wherever that falls in the iteration: the
+// ID `stray(n)` for the n-th. Returns, for each boundary found, the position
+// in the iteration of the first regular launch from it on; *periods gets
+// period() at each.
+std::vector<uint64_t> boundaries_among_strays(uint64_t (*stray)(uint64_t), std::vector<uint32_t>* periods) {
+  constexpr uint64_t kLength = 46;
+  PeriodDetector d;
+  std::mt19937 random(7);
+  std::uniform_int_distribution<int> gap(2, 6);
+  std::vector<uint64_t> positions;
+  bool on_stray = false;  // a boundary fell on a stray: it is where the next regular launch is
+  int until_stray = gap(random);
+  uint64_t strays = 0;
+  for (uint64_t i = 0; i < 30 * kLength; ++i) {
+    if (d.add(i % kLength) || on_stray) {
+      positions.push_back(i % kLength);
+      periods->push_back(d.period());
+    }
+    on_stray = false;
+    if (--until_stray == 0) {
+      on_stray = d.add(stray(strays++));
+      until_stray = gap(random);
+    }
+  }
+  return positions;
+}
+
+TEST(PeriodDetector, FindsTheWholeIterationAmongStrayLaunches) {
+  for (const auto stray : {+[](uint64_t) -> uint64_t { return 4242; },  // the same kernel on the same block
+                           +[](uint64_t n) -> uint64_t { return 1'000'000 + n; }}) {  // a new block each time
+    std::vector<uint32_t> periods;
+    const std::vector<uint64_t> positions = boundaries_among_strays(stray, &periods);
+    ASSERT_GE(positions.size(), 20u) << "the iteration was lost among the strays";
+    // Once found, one boundary each iteration, at the same launch of it.
+    for (size_t k = 1; k < positions.size(); ++k) {
+      EXPECT_EQ(positions[k], positions[0]) << "boundary " << k;
+      EXPECT_GE(periods[k], 46u) << "boundary " << k;        // all of the iteration
+      EXPECT_LE(periods[k], 46u + 23u) << "boundary " << k;  // and its strays, no more
+    }
+  }
+}
+
+TEST(PeriodDetector, KeepsThePeriodWhenALaunchChangesItsId) {
+  // A block placed a page away changes one launch's ID in an iteration
+  // (exec_id.h): a different launch each iteration, never the same twice.
+  constexpr uint64_t kLength = 30;
+  PeriodDetector d;
+  uint64_t found_at = 0;
+  for (uint64_t i = 0; i < 20 * kLength; ++i) {
+    const uint64_t iteration = i / kLength;
+    const bool moved = iteration >= 3 && i % kLength == iteration % kLength;
+    if (d.add(moved ? 5000 + iteration : i % kLength) && found_at == 0) found_at = i;
+    if (found_at != 0) {
+      ASSERT_EQ(d.period(), kLength) << "after launch " << i;
+    }
+  }
+  EXPECT_NE(found_at, 0u);
 }
 
 TEST(PeriodDetector, IgnoresRepeatsShorterThanTheShortestPeriod) {

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
+#include <random>
 #include <vector>
 #include <string>
 
@@ -425,6 +427,73 @@ TEST(UmPager, LearnsWhatAKernelUsesBeyondItsParametersFromTheFaultReports) {
   EXPECT_EQ(learnt.stats.learnt_pages, 1u);
   EXPECT_EQ(learnt.stats.unasked_arrivals, 1u) << "the unseen page was not counted on the GPU";
   EXPECT_EQ(learnt.device_faults_late, learnt.pager_faults_late) << "the device faulted where the pager did not know";
+}
+
+// A model of four identical layers that marks no iterations: 3 launches
+// before the layers, 10 in each (the same kernels, at the same launch shapes,
+// on the layer's own weights and activations), 3 after, and a stray kernel
+// (a metric on one block) after every 2 to 6 launches wherever that falls.
+// Announced as libzicoum's launch observer announces them: by kernel alone,
+// the pager adding their blocks. Returns the pager's stats at the end.
+UmPagerStats run_identical_layers(bool strays) {
+  constexpr size_t kLayers = 4;
+  constexpr size_t kBlocks = 2 * kLayers + 3;  // weights, activations (one more), the metric's
+  SimDriver driver;
+  void* arena = nullptr;
+  EXPECT_TRUE(driver.managed_allocate(kBlocks * kPage, &arena).is_ok());
+  auto* base = static_cast<std::byte*>(arena);
+  UmPagerOptions options;
+  options.policy = "zico";
+  options.budget_bytes = kBlocks * kPage;
+  std::unique_ptr<UmPager> pager = pager_over(driver, arena, kBlocks, options);
+  if (pager == nullptr) return {};
+  for (size_t block = 0; block < kBlocks; ++block) pager->on_allocate(base + block * kPage, kPage);
+  const auto block = [&](size_t b) { return VaRange{reinterpret_cast<uintptr_t>(base + b * kPage) + 64, 8}; };
+  const auto weights = [&](size_t layer) { return block(layer); };
+  const auto activations = [&](size_t layer) { return block(kLayers + layer); };
+  const VaRange metric = block(kBlocks - 1);
+  std::mt19937 random(11);
+  std::uniform_int_distribution<int> gap(2, 6);
+  int until_stray = gap(random);
+  const auto launch = [&](uint64_t kernel, std::initializer_list<VaRange> used) {
+    const std::span<const VaRange> ranges(used.begin(), used.size());
+    pager->before_kernel(kernel, ranges, 1000, nullptr, StreamHandle{}, GivenId::kKernel);
+    EXPECT_TRUE(driver.run_kernel(ranges, 1000).is_ok());
+    pager->after_kernel();
+  };
+  const auto next = [&](uint64_t kernel, std::initializer_list<VaRange> used) {
+    launch(kernel, used);
+    if (strays && --until_stray == 0) {
+      launch(999, {metric});
+      until_stray = gap(random);
+    }
+  };
+  for (int iteration = 0; iteration < 24; ++iteration) {
+    for (uint64_t k = 0; k < 3; ++k) next(1 + k, {activations(0)});
+    for (size_t layer = 0; layer < kLayers; ++layer) {
+      for (uint64_t k = 0; k < 10; ++k) {
+        if (k % 3 == 0) {
+          next(10 + k, {activations(layer), weights(layer), activations(layer + 1)});
+        } else {
+          next(10 + k, {activations(layer + 1)});
+        }
+      }
+    }
+    for (uint64_t k = 0; k < 3; ++k) next(4 + k, {activations(kLayers), metric});
+  }
+  const UmPagerStats stats = pager->stats();
+  pager.reset();
+  EXPECT_TRUE(driver.managed_free(arena).is_ok());
+  return stats;
+}
+
+TEST(UmPager, FindsTheWholeIterationOfIdenticalLayersWithoutMarks) {
+  // One layer's launches repeat four times an iteration: with IDs of the
+  // kernels alone the iteration would look 10 launches long.
+  EXPECT_EQ(run_identical_layers(false).found_iteration_kernels, 46u);
+  const uint64_t found = run_identical_layers(true).found_iteration_kernels;
+  EXPECT_GE(found, 46u) << "an iteration among strays was found shorter than its own launches";
+  EXPECT_LE(found, 46u + 23u) << "more than an iteration and its strays";
 }
 
 TEST(UmPager, KeepsTheBudgetOnTheDeviceOnRandomStreams) {

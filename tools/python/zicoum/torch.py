@@ -12,14 +12,20 @@ block another stream used waits for that stream's work before reuse); the
 C++ callers of record_stream in torch.distributed are asked to keep such
 tensors alive instead (TORCH_NCCL_AVOID_RECORD_STREAMS=1 unless set). To run a script unmodified instead, use
 `zico-run --budget 6GiB -- python train.py`.
+
+    zicoum.torch.mark_iterations()  # with enable() or under zico-run
+
+marks an iteration after each optimizer step, so that zicoum learns the
+training loop from the marks instead of looking for it in the kernel launches.
 """
 
 import collections
 import os
+import weakref
 
 import zicoum
 
-__all__ = ["enable"]
+__all__ = ["enable", "mark_iterations"]
 
 _BACKENDS = ("cuda", "sim")
 _MODES = ("vmm", "um")
@@ -28,6 +34,8 @@ _SETTINGS = ("ZICO_BACKEND", "ZICO_BUDGET", "ZICO_LOG", "ZICO_MODE")
 
 # (settings, allocator) once enable() has succeeded.
 _enabled = None
+# The optimizer step hook's handle once mark_iterations() installed it.
+_marking = None
 
 
 def _effective(environment):
@@ -159,6 +167,60 @@ def enable(budget=None, backend=None, log=None, mode=None):
     _follow_record_stream(torch)
     _enabled = (_effective(requested), allocator)
     return allocator
+
+
+def mark_iterations():
+    """Marks an iteration (zicoum.mark_iteration) after each step of the first
+    optimizer that steps, through PyTorch's global optimizer step post-hook
+    (torch.optim.optimizer.register_optimizer_step_post_hook): a step ends one
+    iteration, and what follows it begins the next. A job with several
+    optimizers (a GAN's two) gets one mark per step of the first, one per
+    iteration. Without marks, UM mode finds the iteration in the kernel
+    launches, which a job that launches differently from one iteration to the
+    next defeats. Works with enable() and under zico-run alike; calling it
+    again returns the same handle. Returns the hook's handle: remove() stops
+    the marks.
+
+    Raises ImportError if PyTorch cannot be imported, RuntimeError if it has no
+    global optimizer step hooks (PyTorch before 2.0). A mark that fails raises
+    zicoum.ZicoError from the optimizer's step.
+    """
+    global _marking
+    if _marking is not None:
+        return _marking
+    try:
+        import torch.optim.optimizer as optimizer_module
+    except ImportError as error:
+        raise ImportError(f"zicoum.torch.mark_iterations() needs PyTorch, which cannot be imported: {error}") from error
+    register = getattr(optimizer_module, "register_optimizer_step_post_hook", None)
+    if register is None:
+        raise RuntimeError("this PyTorch has no global optimizer step hooks "
+                           "(register_optimizer_step_post_hook, PyTorch 2.0 or newer); call zicoum.mark_iteration() "
+                           "at the start of each iteration instead")
+    first = None  # a weak reference to the optimizer whose steps mark
+
+    def mark_after_step(optimizer, args, kwargs):
+        nonlocal first
+        if first is None or first() is None:
+            first = weakref.ref(optimizer)
+        if first() is optimizer:
+            zicoum.mark_iteration()
+
+    _marking = _MarkHandle(register(mark_after_step))
+    return _marking
+
+
+class _MarkHandle:
+    """mark_iterations()'s hook: remove() takes it out (a later call installs a new one)."""
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    def remove(self):
+        global _marking
+        if _marking is self:
+            _marking = None
+        self._handle.remove()
 
 
 def _device_index(torch, device):
