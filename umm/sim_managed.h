@@ -60,6 +60,18 @@ struct SimManagedCosts {
   double fault_bytes_per_s = 20e9;
   uint32_t fault_batch_pages = 256;
   uint64_t fault_batch_ns = 45000;
+  // The calibrated figures beyond the rates, as prefetch/transfer_model.h
+  // describes them (umm/gpu_calibration.h sets them). Defaults: today's
+  // model, copies one direction at a time each at full rate, no host time.
+  double duplex_factor = 1.0;
+  uint64_t fault_block_ns = 0;
+  uint64_t call_ns = 0;
+  uint64_t range_ns = 0;
+  uint64_t block_ns = 0;
+  bool to_host_sync = false;
+  uint64_t cpu_map_block_ns = 0;
+  uint64_t discard_call_ns = 0;
+  uint64_t launch_ns = 0;
 };
 
 // What the device's unified memory did so far.
