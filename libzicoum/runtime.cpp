@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "driver_factory.h"
+#include "gpu_calibration.h"
 #include "host_link.h"
 #include "host_store.h"
 #include "node_client.h"
@@ -282,6 +283,8 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
   prefetch::UmPagerOptions pager_options;
   pager_options.policy = config_.paging_policy;
   pager_options.learn_from_faults = config_.fault_reports;
+  // The calibration's figures, then an explicit host link rate over its rates.
+  if (config_.gpu_calibration) pager_options.model = with_calibration(pager_options.model, *config_.gpu_calibration);
   if (config_.host_bytes_per_second) {
     pager_options.model = on_host_link(pager_options.model, *config_.host_bytes_per_second);
   }

@@ -51,6 +51,32 @@ struct TransferModel {
   // 1.14; 30-45 us in row 1.15).
   uint64_t fault_batch_ns = 45000;
 
+  // What the GPU suite's calibration step measures beyond the rates
+  // (docs/gpu-report.md; umm/gpu_calibration.h sets them from its file).
+  // Each default is today's model: nothing charged.
+  // The GPU's stall per faulted 2 MiB block beyond its copy (fault and
+  // replay rounds: UVM fills a block 64 KiB at a time).
+  uint64_t fault_block_ns = 0;
+  // Host time, on the thread that issues the call: per migration call into
+  // the driver, per contiguous range in it (one UVM ioctl each), per 2 MiB
+  // block it moves.
+  uint64_t call_ns = 0;
+  uint64_t range_ns = 0;
+  uint64_t block_ns = 0;
+  // A move to the host returns only after its copy (UVM maps the CPU after
+  // the copy, inside the ioctl), then pays cpu_map_block_ns per block for
+  // the CPU's page-table entries.
+  bool to_host_sync = false;
+  uint64_t cpu_map_block_ns = 0;
+  // A migration call on a stream returns only once the stream's earlier work
+  // is done (the UVM migrate ioctl takes no "after this" input: the library
+  // enforces the order, on the calling thread or not).
+  bool ordered_call_waits = false;
+  // Host time of one discard call, and of one kernel launch (the
+  // application's own, which the calls above delay).
+  uint64_t discard_call_ns = 0;
+  uint64_t launch_ns = 0;
+
   // The share of the link's rate a copy of `bytes` gets.
   [[nodiscard]] double efficiency(uint64_t bytes) const;
   // Time for one transfer of `bytes` in one direction; `duplex`: the other

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <utility>
 
 #include "sizes.h"
 
@@ -42,6 +43,10 @@ constexpr OptionInfo kOptions[] = {
     {"ZICO_HOST_BANDWIDTH", "55GB/s", "size per second > 0, e.g. 25GB/s",
      "UM mode: the host link each way (PCIe Gen5 x16 about 55GB/s, Gen4 about 25GB/s): what the pager plans "
      "its moves with, and the sim backend's device moves them at; the fault path scales with it"},
+    {"ZICO_GPU_CALIBRATION", "none", "a calibration file (JSON, docs/gpu-report.md)",
+     "UM mode: the costs the GPU suite's calibration step measured (calibration.json: link rates, fault path, host "
+     "time per call): what the pager plans its moves with, and the sim backend's device charges; "
+     "ZICO_HOST_BANDWIDTH, also set, then moves the link's rates to its own"},
     {"ZICO_SIM_CAPACITY", "80GiB", "size > 0", "sim backend: memory of each simulated device"},
     {"ZICO_SIM_GRANULARITY", "2MiB", "power of two, 4KiB..1GiB", "sim backend: allocation granularity"},
     {"ZICO_SIM_DEVICES", "1", "integer 1..64", "sim backend: number of simulated devices"},
@@ -169,6 +174,16 @@ Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
       return Status(Errc::kConfigError);
     }
     config.host_bytes_per_second = static_cast<double>(*bytes);
+  }
+  if (const char* v = lookup("ZICO_GPU_CALIBRATION")) {
+    GpuCalibration calibration;
+    std::string why;
+    if (*v == '\0' || !read_gpu_calibration_file(v, &calibration, &why).is_ok()) {
+      if (why.empty()) why = "expected the path of a calibration file (JSON)";
+      *error = std::string("ZICO_GPU_CALIBRATION='") + v + "' is not valid: " + why;
+      return Status(Errc::kConfigError);
+    }
+    config.gpu_calibration = std::move(calibration);
   }
   std::optional<uint64_t> size;
   if (const char* v = lookup("ZICO_SIM_CAPACITY")) {

@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 
+#include "gpu_calibration.h"
 #include "log.h"
 #include "status.h"
 
@@ -38,6 +39,10 @@ struct Config {
   // (an H100 on PCIe Gen5). The pager plans with it, and the sim backend's
   // device moves pages at it.
   std::optional<double> host_bytes_per_second;
+  // UM mode: the figures of a calibration file (ZICO_GPU_CALIBRATION), set
+  // on the pager's transfer model and the sim backend's managed costs before
+  // host_bytes_per_second, which wins where both give the link's rate.
+  std::optional<GpuCalibration> gpu_calibration;
   uint64_t sim_capacity = uint64_t{80} << 30;
   uint64_t sim_granularity = uint64_t{2} << 20;
   int sim_devices = 1;

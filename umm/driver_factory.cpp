@@ -1,6 +1,7 @@
 #include "driver_factory.h"
 
 #include "cuda_driver.h"
+#include "gpu_calibration.h"
 #include "host_link.h"
 #include "sim_driver.h"
 
@@ -14,7 +15,9 @@ Status open_driver(const Config& config, std::unique_ptr<Driver>* out, std::stri
     options.granularity = config.sim_granularity;
     options.process_memory = config.sim_process_memory;
     options.capturing_stream = config.sim_capturing_stream;
-    // The device's link as the pager's model sees it.
+    // The device's link as the pager's model sees it: the calibration's
+    // figures, then an explicit host link rate over its rates.
+    if (config.gpu_calibration) options.managed_costs = with_calibration(options.managed_costs, *config.gpu_calibration);
     if (config.host_bytes_per_second) {
       options.managed_costs = on_host_link(options.managed_costs, *config.host_bytes_per_second);
     }

@@ -66,6 +66,9 @@ struct SimManagedCosts {
   double fault_bytes_per_s = 20e9;
   uint32_t fault_batch_pages = 256;
   uint64_t fault_batch_ns = 45000;
+  // Each direction's share of its rate while the other direction copies too
+  // (prefetch/transfer_model.h's figure).
+  double duplex_factor = 0.9;
   // The GPU's stall per faulted page beyond its copy and its batch's share:
   // the UVM driver fills a faulted 2 MiB block 64 KiB at a time over several
   // fault-and-replay rounds (uvm_perf_prefetch.c), warps waiting.

@@ -7,6 +7,11 @@
 # It writes OUTDIR/report.json and OUTDIR/report.md (GPU, driver, CUDA and
 # PyTorch versions, commit, each step's verdict and figures, every figure
 # beside its baseline from the same run) and each step's log beside them.
+# The first step after the build, `calibration`, measures what unified
+# memory's primitives cost on this GPU (tests/gpu/um_calibration_probe.cu, in
+# under 5 minutes) and writes OUTDIR/calibration.json (tests/gpu/calibration.py;
+# ZICO_GPU_CALIBRATION reads it), which the GPT-2 and ResNet-50 steps then
+# plan with and bound their runs by.
 # Without a GPU it still writes the report ("gpu": null, every step skipped
 # with its reason) and exits 77; CI runs that path (tests/gpu/run_sh_test.sh).
 # Exit: 0 when every step that ran passed, 1 otherwise, 77 without a GPU.
@@ -22,8 +27,8 @@
 # the libraries; ZICO_GPU_DEBS names another folder. ZICO_GPU_BUDGET sets the
 # budget the jobs run under (default 8GiB, far below any card it targets);
 # ZICO_GPU_BUILD a build folder to use (default OUTDIR/build); ZICO_GPU_ONLY
-# the steps to run (default all, e.g. "um_mode"; the others are recorded as
-# skipped).
+# the steps to run (default all, e.g. "calibration um_gpt2"; the others are
+# recorded as skipped).
 set -u
 out=${1:?usage: tests/gpu/run.sh OUTDIR}
 mkdir -p "$out"
@@ -67,7 +72,7 @@ run_step() {
 
 skip_all() {
   local reason=$1
-  for name in build gpu_tests preload_kernels torch_training node_manager suspend_resume um_transfer um_mode um_node um_gpt2 um_resnet50 um_unseen; do
+  for name in build calibration gpu_tests preload_kernels torch_training node_manager suspend_resume um_transfer um_mode um_node um_gpt2 um_resnet50 um_unseen; do
     record "$name" skipped "$reason"
   done
 }
@@ -122,12 +127,41 @@ if run_step build 300 bash -c "cmake -S '$repo' -B '$build' ${generator[*]} -DZI
   record build passed "" "{\"seconds\": $step_seconds}"
 else
   record build failed "the build failed: see build.log (missing libraries? see the header of this script)"
-  for name in gpu_tests preload_kernels torch_training node_manager suspend_resume um_transfer um_mode um_node um_gpt2 um_resnet50 um_unseen; do
+  for name in calibration gpu_tests preload_kernels torch_training node_manager suspend_resume um_transfer um_mode um_node um_gpt2 um_resnet50 um_unseen; do
     record "$name" skipped "the build failed"
   done
   finish "$gpu_name" 1
 fi
 bin="$build/bin"
+
+# --- 0. calibration: what unified memory's primitives cost here (P1-P9 of the UM cost review) --
+# First, while the GPU is fresh and the suite's time is not spent; under 5 minutes with the
+# build of the probe. OUTDIR/calibration.json is written from whatever probes ran.
+calibration=""
+if selected calibration; then
+  if ! command -v nvcc >/dev/null 2>&1; then
+    record calibration skipped "no nvcc to build tests/gpu/um_calibration_probe.cu"
+  elif ! timeout 120 nvcc -cudart shared -o "$out/um_calibration_probe" tests/gpu/um_calibration_probe.cu \
+      >"$out/calibration.build.log" 2>&1; then
+    record calibration failed "nvcc failed: see calibration.build.log"
+  else
+    run_step calibration 170 "$out/um_calibration_probe"
+    status=$?
+    figures=$(python3 "$repo/tests/gpu/calibration.py" "$out/calibration.log" "$out/calibration.json" \
+      --meta device="$gpu_name")
+    derived=$?
+    python3 -c 'import json,sys; json.loads(sys.argv[1])' "$figures" 2>/dev/null || figures='{}'
+    [[ -s $out/calibration.json ]] && calibration="$out/calibration.json"
+    if ((status == 0 && derived == 0)); then
+      record calibration passed "" "$figures"
+    else
+      record calibration failed "see calibration.log (a probe's line holds its error; calibration.json has the rest)" \
+        "$figures"
+    fi
+  fi
+else
+  record calibration skipped "not selected: ZICO_GPU_ONLY=$only"
+fi
 
 # --- 1. the gpu-labelled tests (driver contract on CudaDriver, torch_enable, ...) --
 if selected gpu_tests; then
@@ -291,11 +325,17 @@ else
   record um_node skipped "not selected: ZICO_GPU_ONLY=$only"
 fi
 
-# --- 8. GPT-2 small and ResNet-50 in UM mode under half their peak: zico's paging against demand paging ---
-# um_model_step STEP MODEL PREFIX ARENA: a native run (the losses and the time
-# to match), then zicoum's `zico` policy and plain demand paging (`um`), each
-# under half the native peak; where um_transfer ran first, `zico` once more
-# planned on the link it measured (ZICO_HOST_BANDWIDTH, the slower direction).
+# --- 8. GPT-2 small and ResNet-50: zico's paging against demand paging and what users reach for ---
+# um_model_step STEP MODEL PREFIX ARENA: one training run (same seed, same 6 iterations) as
+#   native: PyTorch alone: the losses and the time to match, and its peak;
+#   save_on_cpu, checkpoint: the activations in pinned host memory
+#     (torch.autograd.graph.save_on_cpu) or recomputed (torch.utils.checkpoint), their peaks;
+#   zico, um: UM mode under half the native peak, zicoum's planner and plain demand paging;
+#   zico_at_save_on_cpu_budget: zico under save_on_cpu's peak;
+#   zico_tuned: zico planned on this run's calibration (ZICO_GPU_CALIBRATION), or where the
+#     calibration step did not run, on the link um_transfer measured (ZICO_HOST_BANDWIDTH).
+# Its figures: each against native, the transfer bound from the calibration's link rates
+# (compare_training.py --model-step), and whether every UM run's losses equal native's.
 um_model_step() {
   local step=$1 model=$2 prefix=$3 arena=$4
   if ((torch_ok < 0)); then
@@ -310,42 +350,51 @@ um_model_step() {
     record "$step" skipped "python3 has no torchvision"
     return
   fi
-  local train=(python3 tests/gpu/torch_training.py native --model "$model" --iterations 10 --sample-gpu-memory)
-  run_step "${prefix}_native" 120 "${train[@]}"
-  local peak
-  peak=$(python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])["peak_reserved_bytes"])' "$out/${prefix}_native.log" 2>/dev/null)
+  local train=(python3 tests/gpu/torch_training.py native --model "$model" --iterations 6 --sample-gpu-memory)
+  local ok=1 run peak_of
+  peak_of='import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])["peak_reserved_bytes"])'
+  for run in native save_on_cpu checkpoint; do
+    run_step "${prefix}_$run" 90 "${train[@]}" --activations "${run/native/default}" || ok=0
+  done
+  local peak saved
+  peak=$(python3 -c "$peak_of" "$out/${prefix}_native.log" 2>/dev/null)
   if [[ -z $peak ]]; then
     record "$step" failed "the native run failed: see ${prefix}_native.log"
     return
   fi
-  local half=$(((peak / 2) >> 21 << 21)) ok=1 run link
+  saved=$(python3 -c "$peak_of" "$out/${prefix}_save_on_cpu.log" 2>/dev/null)
+  local half=$(((peak / 2) >> 21 << 21)) link tuned=()
   link=$(python3 -c 'import json,sys; f=json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1]); r=min(f["h2d_gbps"], f["d2h_gbps"]); print(f"{r:.2f}GB/s" if r > 0 else "")' \
     "$out/um_transfer.log" 2>/dev/null)
+  if [[ -n $calibration ]]; then
+    tuned=(ZICO_GPU_CALIBRATION="$calibration")
+  elif [[ -n $link ]]; then
+    tuned=(ZICO_HOST_BANDWIDTH="$link")
+  fi
   local runs=(zico um)
-  [[ -n $link ]] && runs+=(zico_link)
+  [[ -n $saved ]] && runs+=(zico_at_save_on_cpu_budget) || ok=0
+  ((${#tuned[@]})) && runs+=(zico_tuned)
+  rm -f "$out/${prefix}"_{zico,um,zico_at_save_on_cpu_budget,zico_tuned}.json
   for run in "${runs[@]}"; do
-    local policy=${run%_link} bandwidth=()
-    [[ $run == zico_link ]] && bandwidth=(ZICO_HOST_BANDWIDTH="$link")
-    run_step "${prefix}_$run" 150 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE="$arena" ZICO_PAGING_POLICY=$policy \
-      "${bandwidth[@]}" "$bin/zico-run" --backend cuda --mode um --budget "$half" -- "${train[@]}" --mark-iterations \
+    local policy=zico limit=$half extra=()
+    [[ $run == um ]] && policy=um
+    [[ $run == zico_at_save_on_cpu_budget ]] && limit=$((saved >> 21 << 21))
+    [[ $run == zico_tuned ]] && extra=("${tuned[@]}")
+    run_step "${prefix}_$run" 100 env ZICO_SOCKET=off ZICO_LOG=info ZICO_ARENA_SIZE="$arena" ZICO_PAGING_POLICY=$policy \
+      "${extra[@]}" "$bin/zico-run" --backend cuda --mode um --budget "$limit" -- "${train[@]}" --mark-iterations \
       --zico-stats || ok=0
-    python3 "$repo/tests/gpu/compare_training.py" --against "$out/${prefix}_native.log" "$out/${prefix}_$run.log" "$half" \
+    python3 "$repo/tests/gpu/compare_training.py" --against "$out/${prefix}_native.log" "$out/${prefix}_$run.log" "$limit" \
       >"$out/${prefix}_$run.json"
   done
   local figures
-  figures=$(python3 - "$out/${prefix}_zico.json" "$out/${prefix}_um.json" "$out/${prefix}_zico_link.json" "$link" <<'PY'
-import json, os, sys
-zico, demand = (json.load(open(path)) for path in sys.argv[1:3])
-figures = {"zico_policy": zico, "demand_paging": demand}
-if sys.argv[4] and os.path.exists(sys.argv[3]):
-    figures["zico_policy_on_measured_link"] = dict(json.load(open(sys.argv[3])), link=sys.argv[4])
-print(json.dumps(figures))
-PY
-)
-  if ((ok)) && python3 -c 'import json,sys; f=json.loads(sys.argv[1]); sys.exit(0 if all(f[k]["equal"] and f[k].get("within_budget") for k in f) and f["zico_policy"].get("kernels") and f["zico_policy"].get("evicted_pages") else 1)' "$figures"; then
+  figures=$(python3 "$repo/tests/gpu/compare_training.py" --model-step "$out" "$prefix" "${calibration:-$link}")
+  python3 -c 'import json,sys; json.loads(sys.argv[1])' "$figures" 2>/dev/null || figures='{}'
+  # Every UM run bitwise equal to native and within its budget; under half its peak zico's pager
+  # must have seen the kernels and sent pages away.
+  if ((ok)) && python3 -c 'import json,sys; f=json.loads(sys.argv[1]); runs=[f[k] for k in ("zico_policy", "demand_paging", "zico_at_save_on_cpu_budget", "zico_policy_tuned") if k in f]; sys.exit(0 if f["losses_equal"] and all(r.get("within_budget") for r in runs) and f["zico_policy"].get("kernels") and f["zico_policy"].get("evicted_pages") else 1)' "$figures"; then
     record "$step" passed "" "$figures"
   else
-    record "$step" failed "see ${prefix}_*.log (losses bitwise equal to ${prefix}_native.log's; pages on the GPU within the budget)" "$figures"
+    record "$step" failed "see ${prefix}_*.log (losses bitwise equal to ${prefix}_native.log's; pages on the GPU within the budget; the baselines ran)" "$figures"
   fi
 }
 for step in um_gpt2 um_resnet50; do

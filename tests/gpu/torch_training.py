@@ -2,6 +2,7 @@
 
     torch_training.py native|enable [--budget SIZE] [--iterations N] [--model conv|mlp|gpt2|resnet50]
                       [--suspend-at K] [--mark-iterations] [--zico-stats]
+                      [--activations default|save_on_cpu|checkpoint]
 
 native: PyTorch's own allocator (also what runs under zico-run, which
 preloads libzicoum). enable: zicoum.torch.enable(budget=SIZE) first. Prints
@@ -23,6 +24,13 @@ zicoum.stats() (the pager's resident peak, faults, prefetches, and how many
 kernels of one cuBLAS matrix product zicoum saw launched) to the line.
 --sample-gpu-memory: the GPU's memory in use (NVML, every process's) before
 the model is built and at its peak while training, sampled every 2 ms.
+--activations: what users reach for when a model does not fit, as baselines
+for UM mode: save_on_cpu keeps the tensors autograd saves in pinned host
+memory (torch.autograd.graph.save_on_cpu(pin_memory=True)); checkpoint
+recomputes them in the backward pass (torch.utils.checkpoint: GPT-2 per
+transformer block through transformers' gradient checkpointing, ResNet-50 per
+stage, a Sequential in 4 segments). The line's peak_reserved_bytes and
+peak_allocated_bytes are then theirs.
 """
 import argparse
 import json
@@ -90,6 +98,7 @@ def main():
     parser.add_argument("--mark-iterations", action="store_true")
     parser.add_argument("--zico-stats", action="store_true")
     parser.add_argument("--sample-gpu-memory", action="store_true")
+    parser.add_argument("--activations", choices=("default", "save_on_cpu", "checkpoint"), default="default")
     args = parser.parse_args()
     zicoum = None
     if args.suspend_at is not None or args.mark_iterations or args.zico_stats:
@@ -150,10 +159,27 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     labels = torch.randint(0, 10, (inputs.shape[0],), generator=generator).to(device)
 
+    forward = model
+    if args.activations == "checkpoint":
+        from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+        if args.model == "gpt2":
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        elif args.model == "resnet50":
+            stages = [nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool), model.layer1, model.layer2,
+                      model.layer3, model.layer4]
+
+            def forward(x):
+                for stage in stages:
+                    x = checkpoint(stage, x, use_reentrant=False)
+                return model.fc(torch.flatten(model.avgpool(x), 1))
+        else:
+            def forward(x):
+                return checkpoint_sequential(model, 4, x, use_reentrant=False)
+
     def loss_of():
         if args.model == "gpt2":
             return model(inputs, labels=inputs).loss  # next-token prediction
-        return nn.functional.cross_entropy(model(inputs), labels)
+        return nn.functional.cross_entropy(forward(inputs), labels)
 
     losses, times = [], []
     for iteration in range(args.iterations):
@@ -165,7 +191,11 @@ def main():
             zicoum.mark_iteration()
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_of()
+        if args.activations == "save_on_cpu":
+            with torch.autograd.graph.save_on_cpu(pin_memory=True):
+                loss = loss_of()
+        else:
+            loss = loss_of()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
@@ -175,6 +205,8 @@ def main():
         "losses": [float(x).hex() for x in losses],
         "iteration_ms": statistics.median(times[len(times) // 3:]) * 1e3,
         "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+        "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+        "activations": args.activations,
     }
     if sampler is not None:
         result.update(sampler.stop())

@@ -2,9 +2,11 @@
 # UM mode end to end on the simulated backend: a job replaying BERT-base's
 # memory and kernels (trace_job --ops) completes with half its peak as the
 # budget, every block's contents intact, the GPU's share never above the
-# budget; at a slower ZICO_HOST_BANDWIDTH it runs slower; the same job in
-# VMM mode fails with out-of-memory; bad values of ZICO_MODE,
-# ZICO_PAGING_POLICY and ZICO_HOST_BANDWIDTH are named.
+# budget; at a slower ZICO_HOST_BANDWIDTH, or a calibration file
+# (ZICO_GPU_CALIBRATION) of a slower link, it runs slower, and an explicit
+# ZICO_HOST_BANDWIDTH wins over the file's link; the same job in VMM mode
+# fails with out-of-memory; bad values of ZICO_MODE, ZICO_PAGING_POLICY,
+# ZICO_HOST_BANDWIDTH and ZICO_GPU_CALIBRATION are named.
 # Usage: um_mode_test.sh ZICO_RUN TRACE_JOB TRACE
 set -euo pipefail
 zico_run=$1 trace_job=$2 trace=$3
@@ -31,8 +33,26 @@ mean_at() {
 gen5=$(mean_at 55GB/s) gen4=$(mean_at 25GB/s)
 python3 -c 'import sys; sys.exit(0 if float(sys.argv[2]) > 1.5 * float(sys.argv[1]) else 1)' "$gen5" "$gen4" ||
   fail "at 25GB/s the job ran $gen4 s an iteration, at 55GB/s $gen5 s: the link did not slow it"
-result=$(mktemp)
-trap 'rm -f "$result"' EXIT
+result=$(mktemp) calibration=$(mktemp)
+trap 'rm -f "$result" "$calibration"' EXIT
+# The same slower link from a calibration file: the pager plans on it and the device moves at it;
+# ZICO_HOST_BANDWIDTH, also set, moves the link back.
+echo '{"model": {"h2d_bytes_per_s": 2.5e10, "d2h_bytes_per_s": 2.5e10, "fault_bytes_per_s": 9.090909e9}}' >"$calibration"
+calibrated=$(ZICO_GPU_CALIBRATION=$calibration mean_at 55GB/s)
+python3 -c 'import sys; sys.exit(0 if abs(float(sys.argv[1]) / float(sys.argv[2]) - 1) < 0.02 else 1)' "$gen5" \
+  "$calibrated" || fail "ZICO_HOST_BANDWIDTH=55GB/s with a 25 GB/s calibration ran $calibrated s, at 55GB/s $gen5 s"
+calibrated=$(ZICO_GPU_CALIBRATION=$calibration "$zico_run" --backend sim --mode um --budget $budget -- "$trace_job" \
+  --ops --trace "$trace" --iterations 3 | sed -n 's/.* mean_iter_s=\([0-9.]*\).*/\1/p')
+python3 -c 'import sys; sys.exit(0 if abs(float(sys.argv[1]) / float(sys.argv[2]) - 1) < 0.02 else 1)' "$gen4" \
+  "$calibrated" || fail "a 25 GB/s calibration ran $calibrated s an iteration, ZICO_HOST_BANDWIDTH=25GB/s $gen4 s"
+log=$(ZICO_LOG=info ZICO_GPU_CALIBRATION=$calibration "$zico_run" --backend sim --mode um --budget $budget -- \
+      "$trace_job" --ops --trace "$trace" --iterations 1 2>&1 >/dev/null)
+grep -q "planned on a 25.0 GB/s host link" <<<"$log" || fail "the pager does not plan on the calibration's link: $log"
+echo '{"model": {"h2d_bytes_per_s": "fast"}}' >"$calibration"
+err=$(ZICO_BACKEND=sim ZICO_MODE=um ZICO_GPU_CALIBRATION=$calibration "$trace_job" --ops --trace "$trace" \
+      --iterations 1 2>&1) && fail "a calibration file with h2d_bytes_per_s \"fast\" accepted"
+grep -q "ZICO_GPU_CALIBRATION='$calibration' is not valid: model key \"h2d_bytes_per_s\" is \"fast\"" <<<"$err" ||
+  fail "unclear error: $err"
 log=$(ZICO_LOG=info ZICO_HOST_BANDWIDTH=25GB/s "$zico_run" --backend sim --mode um --budget $budget -- "$trace_job" \
       --ops --trace "$trace" --iterations 1 2>&1 >"$result")
 grep -q "planned on a 25.0 GB/s host link" <<<"$log" || fail "the pager does not plan on the link it was given: $log"

@@ -114,6 +114,29 @@ assert gen5["host_bytes_per_s"] == 55e9 and gen4["host_bytes_per_s"] == 25e9, (g
 assert gen4["lower_bound_iteration_s"] > 1.5 * gen5["lower_bound_iteration_s"], (gen4, gen5)
 PY
 
+# A calibration file (the GPU suite's calibration.json): its link sets the model; --host-bandwidth, also
+# given, wins over its link rates; a bad file is refused naming the key.
+echo '{"model": {"h2d_bytes_per_s": 2.5e10, "d2h_bytes_per_s": 2.5e10}, "sources": {}}' >"$tmp/slow.json"
+echo '{"model": {"h2d_gbps": 25}}' >"$tmp/typo.json"
+refuses_briefly --oversubscription 2 --calibration "$tmp/missing.json" "$resnet" \
+  "--calibration '$tmp/missing.json': cannot read '$tmp/missing.json'; expected a readable calibration file"
+refuses_briefly --oversubscription 2 --calibration "$tmp/typo.json" "$resnet" "unknown model key \"h2d_gbps\""
+run --json --oversubscription 2 --calibration "$tmp/slow.json" "$resnet"
+cp "$out" "$tmp/calibrated.json"
+run --json --oversubscription 2 --calibration "$tmp/slow.json" --host-bandwidth 55GB/s "$resnet"
+cp "$out" "$tmp/calibrated-55GB.json"
+python3 - "$tmp/calibrated.json" "$tmp/calibrated-55GB.json" "$tmp/link-25GB.json" "$tmp/link-55GB.json" <<'PY' ||
+import json, sys
+calibrated, flag_wins, gen4, gen5 = (json.load(open(path))["zico"] for path in sys.argv[1:])
+assert calibrated["host_bytes_per_s"] == 25e9 and flag_wins["host_bytes_per_s"] == 55e9, (calibrated, flag_wins)
+assert calibrated["lower_bound_iteration_s"] > 1.5 * gen5["lower_bound_iteration_s"], (calibrated, gen5)
+assert abs(calibrated["lower_bound_iteration_s"] / gen4["lower_bound_iteration_s"] - 1) < 0.01, (calibrated, gen4)
+assert abs(flag_wins["lower_bound_iteration_s"] / gen5["lower_bound_iteration_s"] - 1) < 0.01, (flag_wins, gen5)
+PY
+  fail "page --calibration"
+run --help
+grep -q -- "--calibration FILE" "$out" || fail "page --help lacks --calibration"
+
 run --policy zico --page-size 64KiB --iterations 3 --budget 600MiB --plot "$tmp/page.svg" "$resnet"
 [ "$status" -eq 0 ] || fail "page --plot: exit $status"
 grep -q "zico" "$out" && grep -q "plot: $tmp/page.svg" "$out" || fail "page text output"

@@ -232,6 +232,25 @@ cmp -s "$tmp/link-default.json" "$tmp/link-gen5.json" || fail "the default link 
 cmp -s "$tmp/link-default.json" "$tmp/link-gen4.json" && fail "the link makes no difference here"
 run --help
 grep -q "(default 55GB/s, PCIe Gen5" "$out" || fail "--help names another default link"
+grep -q -- "--calibration FILE" "$out" || fail "simulate --help lacks --calibration"
+
+# A calibration file sets paging's model and the swaps' link; --host-bandwidth, also given, wins over
+# its link rates (the run is then the default link's); a bad file is refused naming the key.
+echo '{"model": {"h2d_bytes_per_s": 2.5e10, "d2h_bytes_per_s": 2.5e10, "fault_bytes_per_s": 9.090909e9}}' \
+  >"$tmp/gen4.json"
+echo '{"model": {"call_ns": "fast"}}' >"$tmp/bad.json"
+refuses --budget 16GiB --calibration "$tmp/missing.json" "$gpt2m" "--calibration '$tmp/missing.json': cannot read"
+refuses --budget 16GiB --calibration "$tmp/bad.json" "$gpt2m" "model key \"call_ns\" is \"fast\"; expected a number"
+link_run calibrated --calibration "$tmp/gen4.json"
+link_run calibrated_gen5 --calibration "$tmp/gen4.json" --host-bandwidth 55GB/s
+python3 - "$tmp"/link-{calibrated,calibrated_gen5,gen4,default}.json <<'PY' || fail "simulate --calibration"
+import json, sys
+calibrated, flag_wins, gen4, default = (json.load(open(path)) for path in sys.argv[1:])
+def rate(d): return d["aggregate_iters_per_s"]
+assert abs(rate(calibrated) / rate(gen4) - 1) < 0.01, (rate(calibrated), rate(gen4))
+assert abs(rate(flag_wins) / rate(default) - 1) < 0.01, (rate(flag_wins), rate(default))
+assert rate(default) > rate(calibrated), (rate(default), rate(calibrated))
+PY
 
 # UM jobs that once got stuck (a capped job left short of its worth floor waited while the ledger
 # counted it as paging); every job completes (summed peaks / 1.45). Where the gate still caps one,

@@ -1,7 +1,9 @@
 #include "config.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -80,6 +82,8 @@ TEST(Config, BadValuesNameTheVariableValueAndForm) {
       {"ZICO_STATIC_RUNTIMES", "yes", "on or off"},  {"ZICO_FAULT_REPORTS", "cupti", "on or off"},
       {"ZICO_HOST_BANDWIDTH", "fast", "e.g. 25GB/s"},  {"ZICO_HOST_BANDWIDTH", "0GB/s", "above 0"},
       {"ZICO_HOST_BANDWIDTH", "/s", "size per second"},
+      {"ZICO_GPU_CALIBRATION", "", "calibration file"},
+      {"ZICO_GPU_CALIBRATION", "/nonexistent/calibration.json", "expected a readable calibration file"},
   };
   for (const auto& [name, value, form] : cases) {
     Config config;
@@ -90,6 +94,36 @@ TEST(Config, BadValuesNameTheVariableValueAndForm) {
     EXPECT_NE(error.find(form), std::string::npos) << error;
     EXPECT_EQ(error.find('\n'), std::string::npos) << "one line";
   }
+}
+
+// A calibration file in the environment: its figures are read when the
+// configuration is, and a bad one fails it, naming the file and the key.
+TEST(Config, ReadsTheGpuCalibrationFile) {
+  char path[] = "/tmp/config_calibration_testXXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  const auto write = [&path](const std::string& text) { std::ofstream(path) << text; };
+  Config config;
+  std::string error;
+  ASSERT_TRUE(load({}, &config, &error).is_ok());
+  EXPECT_FALSE(config.gpu_calibration.has_value()) << "the models' own figures";
+
+  write(R"({"model": {"d2h_bytes_per_s": 2.5e10, "call_ns": 40000}, "sources": {"call_ns": "P2"}})");
+  ASSERT_TRUE(load({{"ZICO_GPU_CALIBRATION", path}}, &config, &error).is_ok()) << error;
+  ASSERT_TRUE(config.gpu_calibration.has_value());
+  EXPECT_EQ(config.gpu_calibration->d2h_bytes_per_s, 2.5e10);
+  EXPECT_EQ(config.gpu_calibration->call_ns, 40000u);
+  EXPECT_FALSE(config.gpu_calibration->h2d_bytes_per_s.has_value());
+
+  write(R"({"model": {"call_ns": -3}})");
+  EXPECT_EQ(load({{"ZICO_GPU_CALIBRATION", path}}, &config, &error).code(), Errc::kConfigError);
+  EXPECT_NE(error.find(std::string("ZICO_GPU_CALIBRATION='") + path + "' is not valid"), std::string::npos) << error;
+  EXPECT_NE(error.find("\"call_ns\" is -3; expected a number of nanoseconds"), std::string::npos) << error;
+  write(R"({"model": {"h2d_gbps": 55}})");
+  EXPECT_EQ(load({{"ZICO_GPU_CALIBRATION", path}}, &config, &error).code(), Errc::kConfigError);
+  EXPECT_NE(error.find("unknown model key \"h2d_gbps\""), std::string::npos) << error;
+  std::remove(path);
 }
 
 TEST(Config, UnknownZicoVariablesAreReported) {

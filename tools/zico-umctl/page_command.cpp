@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "command_args.h"
 #include "exit_status.h"
+#include "gpu_calibration.h"
 #include "host_link.h"
 #include "json_writer.h"
 #include "paging_plot.h"
@@ -17,6 +19,7 @@
 #include "text_table.h"
 #include "trace_reader.h"
 #include "trace_stream.h"
+#include "transfer_model.h"
 
 namespace zico::umctl {
 namespace {
@@ -26,7 +29,7 @@ constexpr const char* kCommand = "page";
 constexpr const char* kUsage =
     "Usage: zico-umctl page [--json] [--plot FILE.svg] (--budget SIZE | --oversubscription R)\n"
     "                       [--policy um|deepum|autoswap|zico|all] [--page-size SIZE]\n"
-    "                       [--host-bandwidth SIZE/s] [--iterations N] TRACE\n"
+    "                       [--host-bandwidth SIZE/s] [--calibration FILE] [--iterations N] TRACE\n"
     "Simulate one training job (TRACE, docs/trace-format.md) on a GPU whose memory is capped\n"
     "below what the job needs: pages move between host and GPU under a paging policy, on a\n"
     "virtual clock with an H100 PCIe Gen5 transfer model (prefetch/transfer_model.h).\n"
@@ -46,6 +49,10 @@ constexpr const char* kUsage =
     "  --host-bandwidth SIZE/s the host link each way (default 55GB/s, PCIe Gen5, as\n"
     "                          zico-umctl simulate and ZICO_HOST_BANDWIDTH; 25GB/s for Gen4);\n"
     "                          the fault path's rate scales with it\n"
+    "  --calibration FILE      the transfer model's figures from a GPU's calibration file (the\n"
+    "                          GPU suite's calibration.json, docs/gpu-report.md; as\n"
+    "                          ZICO_GPU_CALIBRATION); --host-bandwidth, also given, wins over\n"
+    "                          its link rates\n"
     "  --iterations N          run the trace's first N iterations, N >= 2 (default: all)\n"
     "  --plot FILE.svg         resident bytes and transfers over the steady iteration, one\n"
     "                          panel per policy\n"
@@ -74,6 +81,7 @@ struct Options {
   std::vector<std::string> policies;
   uint64_t page_bytes = uint64_t{2} << 20;
   std::optional<double> host_bytes_per_s;
+  std::optional<GpuCalibration> calibration;
   uint32_t iterations = 0;
   std::string trace;
 };
@@ -137,7 +145,7 @@ std::string least_budget_hint(const Options& options, const prefetch::StreamFact
 
 // 0: print the help and exit 0; -1: parsed; otherwise the usage error's exit.
 int parse(int argc, char** argv, Options* options) {
-  std::string budget, oversubscription, policy, page_size, iterations, bandwidth;
+  std::string budget, oversubscription, policy, page_size, iterations, bandwidth, calibration;
   ArgReader args(argc, argv);
   while (args.next()) {
     if (args.flag("--help") || args.flag("-h")) return 0;
@@ -146,7 +154,7 @@ int parse(int argc, char** argv, Options* options) {
     } else if (args.option("--budget", &budget) || args.option("--oversubscription", &oversubscription) ||
                args.option("--policy", &policy) || args.option("--page-size", &page_size) ||
                args.option("--iterations", &iterations) || args.option("--plot", &options->plot) ||
-               args.option("--host-bandwidth", &bandwidth)) {
+               args.option("--host-bandwidth", &bandwidth) || args.option("--calibration", &calibration)) {
       continue;
     } else if (args.unknown_option()) {
       return usage_error(kCommand, "unknown option '" + std::string(args.current()) + "'");
@@ -195,6 +203,14 @@ int parse(int argc, char** argv, Options* options) {
     const std::optional<uint64_t> rate = parse_rate(bandwidth);
     if (!rate) return usage_error(kCommand, "--host-bandwidth '" + bandwidth + "' is not a rate; expected " + kRateForm);
     options->host_bytes_per_s = static_cast<double>(*rate);
+  }
+  if (!calibration.empty()) {
+    GpuCalibration figures;
+    std::string error;
+    if (!read_gpu_calibration_file(calibration, &figures, &error).is_ok()) {
+      return usage_error(kCommand, "--calibration '" + calibration + "': " + error);
+    }
+    options->calibration = std::move(figures);
   }
   if (!iterations.empty()) {
     const std::optional<uint64_t> n = parse_decimal(iterations);
@@ -304,6 +320,7 @@ int run_page(int argc, char** argv) {
       options.budget ? *options.budget : budget_for(facts.peak_live_bytes, *options.oversubscription);
   page::PagingStudy study;
   prefetch::TransferModel model;
+  if (options.calibration) model = with_calibration(model, *options.calibration);
   if (options.host_bytes_per_s) model = on_host_link(model, *options.host_bytes_per_s);
   if (!page::study_paging(stream, budget, model, options.policies, !options.plot.empty(), &study, &error)) {
     const std::string what = options.budget ? "--budget " + format_size(budget)

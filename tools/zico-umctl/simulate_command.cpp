@@ -1,15 +1,18 @@
 #include "simulate_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "budget_search.h"
 #include "command_args.h"
 #include "exhaustive_bound.h"
 #include "exit_status.h"
+#include "gpu_calibration.h"
 #include "host_link.h"
 #include "job_model.h"
 #include "json_writer.h"
@@ -19,6 +22,7 @@
 #include "sizes.h"
 #include "text_table.h"
 #include "timeline_plot.h"
+#include "transfer_model.h"
 #include "trace_reader.h"
 
 namespace zico::umctl {
@@ -31,8 +35,8 @@ constexpr const char* kCommand = "simulate";
 constexpr const char* kUsage =
     "Usage: zico-umctl simulate [--json] (--budget SIZE | --budget-schedule T:SIZE,...)\n"
     "                           [--policy POLICY] [--iterations N] [--utilization U]\n"
-    "                           [--host-bandwidth SIZE/s] [--mode vmm|um] [--launch best|together]\n"
-    "                           [--plot FILE.svg] TRACE...\n"
+    "                           [--host-bandwidth SIZE/s] [--calibration FILE] [--mode vmm|um]\n"
+    "                           [--launch best|together] [--plot FILE.svg] TRACE...\n"
     "       zico-umctl simulate [--json] --find-budget R [--iterations N] [--utilization U]\n"
     "                           [--host-bandwidth SIZE/s] [--launch best|together] [--plot FILE.svg] TRACE...\n"
     "Simulate training jobs sharing one GPU: each TRACE (docs/trace-format.md) is one job,\n"
@@ -59,6 +63,10 @@ constexpr const char* kUsage =
     "  --host-bandwidth SIZE/s    swap speed after a yield, and paging's link in um mode\n"
     "                             (default 55GB/s, PCIe Gen5, as zico-umctl page and\n"
     "                             ZICO_HOST_BANDWIDTH; 25GB/s for Gen4)\n"
+    "  --calibration FILE         a GPU's calibration file (the GPU suite's calibration.json,\n"
+    "                             docs/gpu-report.md; as ZICO_GPU_CALIBRATION): paging's transfer\n"
+    "                             model in um mode takes its figures, and the swaps its slower link\n"
+    "                             rate; --host-bandwidth, also given, wins over its link rates\n"
     "  --mode vmm|um              vmm (default): jobs hold what they allocate (ZICO_MODE=vmm)\n"
     "                             um: jobs in Unified Memory (ZICO_MODE=um); under zico and fcfs\n"
     "                             a job may run with part of its memory paged out, slower by\n"
@@ -113,6 +121,8 @@ struct Options {
   std::vector<std::string> traces;
   std::optional<double> find_budget;  // the throughput target of --find-budget
   bool um = false;                    // --mode um
+  std::optional<GpuCalibration> calibration;
+  bool host_bandwidth_given = false;  // --host-bandwidth, which wins over the calibration's link
 };
 
 
@@ -199,7 +209,7 @@ bool parse_schedule(const std::string& text, uint64_t chunk, std::vector<simulat
 
 // 0: print the help and exit 0; -1: parsed; otherwise the usage error's exit.
 int parse(int argc, char** argv, Options* options) {
-  std::string budget, schedule, policy, iterations, utilization, bandwidth, find_budget, mode, launch;
+  std::string budget, schedule, policy, iterations, utilization, bandwidth, find_budget, mode, launch, calibration;
   ArgReader args(argc, argv);
   while (args.next()) {
     if (args.flag("--help") || args.flag("-h")) return 0;
@@ -209,7 +219,8 @@ int parse(int argc, char** argv, Options* options) {
                args.option("--policy", &policy) || args.option("--iterations", &iterations) ||
                args.option("--utilization", &utilization) || args.option("--host-bandwidth", &bandwidth) ||
                args.option("--plot", &options->plot) || args.option("--find-budget", &find_budget) ||
-               args.option("--mode", &mode) || args.option("--launch", &launch)) {
+               args.option("--mode", &mode) || args.option("--launch", &launch) ||
+               args.option("--calibration", &calibration)) {
       continue;
     } else if (args.unknown_option()) {
       return usage_error(kCommand, "unknown option '" + std::string(args.current()) + "'");
@@ -280,6 +291,19 @@ int parse(int argc, char** argv, Options* options) {
     const std::optional<uint64_t> rate = parse_rate(bandwidth);
     if (!rate) return usage_error(kCommand, "--host-bandwidth '" + bandwidth + "' is not a rate; expected " + kRateForm);
     sim.host_bytes_per_second = static_cast<double>(*rate);
+    options->host_bandwidth_given = true;
+  }
+  if (!calibration.empty()) {
+    GpuCalibration figures;
+    std::string error;
+    if (!read_gpu_calibration_file(calibration, &figures, &error).is_ok()) {
+      return usage_error(kCommand, "--calibration '" + calibration + "': " + error);
+    }
+    if (!options->host_bandwidth_given) {
+      const prefetch::TransferModel link = with_calibration(prefetch::TransferModel{}, figures);
+      sim.host_bytes_per_second = std::min(link.h2d_bytes_per_s, link.d2h_bytes_per_s);
+    }
+    options->calibration = std::move(figures);
   }
   if (!budget.empty() && !schedule.empty()) {
     return usage_error(kCommand, "give --budget or --budget-schedule, not both");
@@ -773,11 +797,15 @@ int run_find_budget(const std::vector<simulate::JobModel>& models, const Options
 }
 
 // Paging runs on the same link as the simulator's swaps: the transfer
-// model's copy and fault-path rates scaled to --host-bandwidth.
-page::PagingCostOptions paging_cost_options(const simulate::SimulationOptions& sim) {
-  page::PagingCostOptions options;
-  options.model = on_host_link(options.model, sim.host_bytes_per_second);
-  return options;
+// model's copy and fault-path rates scaled to --host-bandwidth, or the
+// calibration's figures (with --host-bandwidth too: then moved to its rate).
+page::PagingCostOptions paging_cost_options(const Options& options) {
+  page::PagingCostOptions cost;
+  if (options.calibration) cost.model = with_calibration(cost.model, *options.calibration);
+  if (!options.calibration || options.host_bandwidth_given) {
+    cost.model = on_host_link(cost.model, options.sim.host_bytes_per_second);
+  }
+  return cost;
 }
 
 }  // namespace
@@ -804,7 +832,7 @@ int run_simulate(int argc, char** argv) {
     if (const int n = ++seen[models[i].name]; n > 1) models[i].name += " #" + std::to_string(n);
     if (options.um) {
       sharing::PagingCost& cost = options.sim.paging.emplace_back();
-      if (!page::measure_paging_cost(trace, paging_cost_options(options.sim), &cost, &error)) {
+      if (!page::measure_paging_cost(trace, paging_cost_options(options), &cost, &error)) {
         std::fprintf(stderr, "zico-umctl simulate: --mode um: %s\n", error.c_str());
         return kExitUsage;
       }
