@@ -504,6 +504,7 @@ void UmPager::migrate(PageId page, bool to_host) {
     flush_batch();  // no memory to batch: what is queued goes, then this move alone
     note_migration(driver_.managed_prefetch(range.ptr(), range.bytes, PrefetchTarget{to_host, device_}, stream_),
                    to_host);
+    ++stats_.migration_ranges;
     return;
   }
   if (!batching_) flush_batch();
@@ -513,6 +514,7 @@ void UmPager::flush_batch() noexcept {
   if (batch_.empty()) return;
   note_migration(driver_.managed_prefetch_batch(batch_, PrefetchTarget{batch_to_host_, device_}, stream_),
                  batch_to_host_);
+  stats_.migration_ranges += batch_.size();
   batch_.clear();
 }
 

@@ -65,6 +65,7 @@ struct UmPagerStats {
   uint64_t oversized_kernels = 0;    // used more pages than the budget holds (logged once): the driver paged them
   uint64_t budget_evictions = 0;     // pages sent to the host because the budget shrank
   uint64_t migration_calls = 0;      // calls into the driver that moved pages (a batch of them is one)
+  uint64_t migration_ranges = 0;     // address ranges those calls were given (adjacent pages are one)
   uint64_t fences = 0;               // stream waits issued: the pager's behind a kernel's, or the other way
   uint64_t kernel_waits = 0;         // of those, kernels made to wait for the pager's migrations
   uint64_t peak_resident_bytes = 0;
