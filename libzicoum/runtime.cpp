@@ -318,12 +318,13 @@ void Runtime::log_paging_summary() const noexcept {
     const prefetch::UmPagerStats s = pager->stats();
     ZICO_LOG(kInfo,
              "device %d, UM paging: %llu ops announced (%llu launches seen in the process, %llu without zicoum "
-             "memory; %llu copies and memsets); %llu pages faulted in, %llu prefetched, %llu evicted, %llu "
-             "discarded; %llu migration calls for %llu ranges; at most %s on the GPU, %s beyond the budget of the "
+             "memory; %llu copies and memsets); %llu pages faulted in, %llu prefetched (%llu of them discarded on the "
+             "way), %llu evicted, %llu discarded; %llu migration calls for %llu ranges; at most %s on the GPU, %s beyond the budget of the "
              "moment (%s now)",
              device, static_cast<unsigned long long>(s.kernels), static_cast<unsigned long long>(launches.launches),
              static_cast<unsigned long long>(launches.without_blocks), static_cast<unsigned long long>(launches.copies),
              static_cast<unsigned long long>(s.faulted_pages), static_cast<unsigned long long>(s.prefetches),
+             static_cast<unsigned long long>(s.discarded_prefetches),
              static_cast<unsigned long long>(s.evictions + s.room_evictions + s.budget_evictions),
              static_cast<unsigned long long>(s.discards), static_cast<unsigned long long>(s.migration_calls),
              static_cast<unsigned long long>(s.migration_ranges), format_size(s.peak_resident_bytes).c_str(),

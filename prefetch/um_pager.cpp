@@ -43,6 +43,8 @@ Status UmPager::create(Driver& driver, DeviceId device, VaRange arena, uint64_t 
     return Status(Errc::kNotSupported);
   }
   std::unique_ptr<UmPager> pager(new UmPager(driver, device, arena, page_bytes, options));
+  pager->can_discard_ = caps.discard;
+  pager->discard_releases_ = caps.discard && caps.discard_releases_device_pages;
   if (Status status = driver.stream_create(device, &pager->stream_); !status.is_ok()) {
     *why = "cannot create the pager's stream";
     return status;
@@ -72,7 +74,8 @@ UmPager::UmPager(Driver& driver, DeviceId device, VaRange arena, uint64_t page_b
       held_by_(arena.bytes / page_bytes, 0),
       discard_when_released_(arena.bytes / page_bytes, 0),
       settled_(arena.bytes / page_bytes, 0),
-      prefetched_at_(arena.bytes / page_bytes, 0) {}
+      prefetched_at_(arena.bytes / page_bytes, 0),
+      batched_(arena.bytes / page_bytes, kNotBatched) {}
 
 UmPager::~UmPager() {
   for (const Hold& hold : holds_) {
@@ -104,6 +107,7 @@ void UmPager::on_free(const void* ptr, std::optional<StreamHandle> work_on,
                       std::span<const StreamHandle> also_used_on) {
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard lock(mutex_);
+  BatchScope batch(*this);  // the discards the poll and this free make: one call
   poll_deferred();
   auto it = blocks_.find(addr);
   if (it == blocks_.end()) return;
@@ -158,6 +162,7 @@ void UmPager::hold_pages(const BlockExtent& extent, std::optional<StreamHandle> 
 void UmPager::poll_deferred() {
   // Oldest first, stopping at the first hold still pending: a poll costs a
   // query or two, not one per hold (a later hold only ends a little late).
+  BatchScope batch(*this);
   for (auto it = holds_.begin(); it != holds_.end();) {
     const bool done = std::all_of(it->events.begin(), it->events.end(), [&](EventHandle event) {
       bool complete = false;
@@ -261,19 +266,29 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   };
   std::copy_if(decisions_.begin(), decisions_.end(), std::back_inserter(ahead_), for_later);
   decisions_.erase(std::remove_if(decisions_.begin(), decisions_.end(), for_later), decisions_.end());
-  apply(decisions_);
-
-  // What is still absent faults in when the kernel runs: room first, the
-  // least recently migrated page the kernel does not use going out.
+  // What is still absent is fetched now (a policy that fetches what ops
+  // name), or faults in when the kernel runs (the others: the UVM driver's
+  // way): room first, the least recently migrated page the kernel does not
+  // use going out. All of it joins the policy's moves in one batch, handed
+  // over before the fence.
   faulted_.clear();
   uint64_t beyond = 0;  // pages the driver brings with no room in the budget
-  for (const PageId page : kernel_pages_) {
-    if (residency_.state(page) != PageState::kAbsent) continue;
-    // No room: the kernel alone needs more than the budget, the driver's eviction decides.
-    if (count_arrival(page)) {
-      faulted_.push_back(page);
-    } else {
-      ++beyond;
+  {
+    BatchScope batch(*this);
+    apply(decisions_);
+    const bool fetch = policy_->fetches_named_pages();
+    for (const PageId page : kernel_pages_) {
+      if (residency_.state(page) != PageState::kAbsent) continue;
+      // No room: the kernel alone needs more than the budget, the driver's eviction decides.
+      if (!make_room(&stats_.room_evictions)) {
+        ++beyond;
+      } else if (fetch) {
+        prefetch(page);
+        ++stats_.named_fetches;
+      } else {
+        count_arrival(page);
+        faulted_.push_back(page);
+      }
     }
   }
   stats_.faulted_pages += faulted_.size();
@@ -326,6 +341,7 @@ void UmPager::after_kernel() {
 
 void UmPager::on_iteration() {
   std::lock_guard lock(mutex_);
+  BatchScope batch(*this);
   poll_deferred();
   if (fault_reports_) {
     take_fault_reports();
@@ -339,6 +355,7 @@ void UmPager::on_iteration() {
 void UmPager::take_fault_reports() {
   reports_.clear();
   stamp_at_last_take_ = kernel_stamp_;
+  BatchScope batch(*this);
   if (!driver_.take_fault_reports(arena_, &reports_).is_ok()) return;
   for (const ManagedFault& report : reports_) {
     const auto page = static_cast<PageId>((report.address - arena_.base) / page_bytes_);
@@ -360,26 +377,14 @@ void UmPager::take_fault_reports() {
 }
 
 void UmPager::apply(const Decisions& decisions) {
-  // The moves join one batch per direction; handed over however this ends
-  // (a caller catches bad_alloc thrown below).
-  struct Batch {
-    UmPager& pager;
-    explicit Batch(UmPager& p) : pager(p) { pager.batching_ = true; }
-    ~Batch() {
-      pager.batching_ = false;
-      pager.flush_batch();
-    }
-    Batch(const Batch&) = delete;
-    Batch& operator=(const Batch&) = delete;
-  } batch(*this);
+  BatchScope batch(*this);  // handed over however this ends (a caller catches bad_alloc thrown below)
   for (const Decision& d : decisions) {
     switch (d.kind) {
       case Decision::Kind::kPrefetch: prefetch(d.page); break;
       case Decision::Kind::kEvict:
         if (residency_.state(d.page) != PageState::kResident || pinned(d.page)) {
           ++stats_.refused_evictions;
-        } else {
-          evict(d.page);
+        } else if (evict(d.page)) {
           ++stats_.evictions;
         }
         break;
@@ -399,23 +404,39 @@ void UmPager::prefetch(PageId page) {
   residency_.arrive(page, clock_++);
   settled_[page] = kernel_stamp_;
   prefetched_at_[page] = ++migrations_;
-  migrate(page, false);
   ++stats_.prefetches;
+  // A page with no live bytes, that no queued work reads, holds nothing
+  // worth a copy: discarded on its way in. A live one moves as it is (its
+  // block may hold bytes written where the pager does not look).
+  if (can_discard_ && !residency_.live(page) && held_by_[page] == 0) {
+    residency_.set_has_data(page, false);
+    ++stats_.discarded_prefetches;
+    queue(page, kDiscardAndFetch);
+    return;
+  }
+  queue(page, kToDevice);
+}
+
+bool UmPager::make_room(uint64_t* counter) {
+  bool moved = false;
+  while (residency_.free_pages() == 0 && evict_oldest_unpinned(&moved)) {
+    if (moved) ++*counter;
+  }
+  return residency_.free_pages() != 0;
 }
 
 bool UmPager::count_arrival(PageId page) {
-  while (residency_.free_pages() == 0 && evict_oldest_unpinned()) ++stats_.room_evictions;
-  if (residency_.free_pages() == 0) return false;
+  if (!make_room(&stats_.room_evictions)) return false;
   residency_.start_arrival(page);
   residency_.arrive(page, clock_++);
   settled_[page] = kernel_stamp_;
   return true;
 }
 
-bool UmPager::evict_oldest_unpinned() {
+bool UmPager::evict_oldest_unpinned(bool* moved) {
   for (const auto& [migrated, candidate] : residency_.by_migration()) {
     if (pinned(candidate)) continue;
-    evict(candidate);
+    *moved = evict(candidate);
     return true;
   }
   return false;
@@ -423,22 +444,33 @@ bool UmPager::evict_oldest_unpinned() {
 
 uint64_t UmPager::set_budget(uint64_t bytes) {
   std::lock_guard lock(mutex_);
+  BatchScope batch(*this);  // handed over before this returns: the budget holds at once
   poll_deferred();
   const auto target = static_cast<uint32_t>(std::min<uint64_t>(bytes / page_bytes_, UINT32_MAX));
-  while (residency_.occupied_pages() > target && evict_oldest_unpinned()) ++stats_.budget_evictions;
+  bool moved = false;
+  while (residency_.occupied_pages() > target && evict_oldest_unpinned(&moved)) stats_.budget_evictions += moved;
   // Nothing stays: the running kernel's pages fault back if it still uses them.
   while (target == 0 && !residency_.by_migration().empty()) {
-    evict(residency_.by_migration().begin()->second);
-    ++stats_.budget_evictions;
+    stats_.budget_evictions += evict(residency_.by_migration().begin()->second);
   }
   residency_.set_budget_pages(std::max(target, residency_.occupied_pages()));
   return uint64_t{residency_.budget_pages()} * page_bytes_;
 }
 
-void UmPager::evict(PageId page) {
+bool UmPager::evict(PageId page) {
   residency_.drop(page);
   settled_[page] = kernel_stamp_;
-  migrate(page, true);
+  // A dead page discarded (or to be, once the work that reads it is done)
+  // leaves without a move where the driver takes discarded pages back: sent
+  // to the host, the UVM driver would undo the discard, map it on the CPU,
+  // and copy its stale bytes back on its next use.
+  if (discard_releases_ && !residency_.live(page) &&
+      (!residency_.has_data(page) || discard_when_released_[page] != 0)) {
+    ++stats_.released_pages;
+    return false;
+  }
+  queue(page, kToHost);
+  return true;
 }
 
 void UmPager::discard(PageId page) {
@@ -446,7 +478,7 @@ void UmPager::discard(PageId page) {
     ++stats_.live_discards;
     return;
   }
-  if (!residency_.has_data(page)) return;
+  if (!can_discard_ || !residency_.has_data(page)) return;  // without discards the data stays: leaving costs a copy
   // Work queued before a free may still read it: discarded when that ends.
   if (held_by_[page] != 0) {
     discard_when_released_[page] = 1;
@@ -456,16 +488,11 @@ void UmPager::discard(PageId page) {
 }
 
 void UmPager::discard_now(PageId page) {
-  flush_batch();  // the moves decided before it go first
-  const VaRange range = page_range(page);
-  const Status status = driver_.managed_discard(range.ptr(), range.bytes, stream_);
-  if (status.code() == Errc::kNotSupported) return;  // the data stays: leaving later costs a copy
-  if (!status.is_ok()) {
-    if (stats_.driver_errors++ == 0) ZICO_LOG(kError, "paging: discard refused by the driver (%s)", to_string(status.code()));
-    return;
-  }
+  // From here the page holds nothing: an eviction that follows it in this
+  // batch is free (the batch hands discards over first).
   residency_.set_has_data(page, false);
   ++stats_.discards;
+  queue(page, kDiscard);
 }
 
 bool UmPager::outside_graphs(StreamHandle stream) {
@@ -484,42 +511,84 @@ bool UmPager::recorded(EventHandle& event, StreamHandle stream) {
   return driver_.event_record(event, stream).is_ok();
 }
 
-void UmPager::migrate(PageId page, bool to_host) {
-  if (!batch_.empty() && batch_to_host_ != to_host) flush_batch();  // stream order: the other way's first
-  if (to_host && launches_recorded_ && !waits_for_launches_ &&
-      driver_.stream_wait_event(stream_, launches_done_).is_ok()) {
-    ++stats_.fences;
-    waits_for_launches_ = true;
-  }
-  if (in_kernel_) migrated_for_kernel_ = true;
+void UmPager::queue(PageId page, uint8_t kind) {
+  // The batch hands its kinds over in a fixed order: the same page asked
+  // for earlier in a kind handed over after this one goes first.
+  if (batched_[page] != kNotBatched && batched_[page] > kind) flush_batch();
+  if (in_kernel_ && kind != kDiscard) migrated_for_kernel_ = true;
   const VaRange range = page_range(page);
-  batch_to_host_ = to_host;
   try {
-    if (!batch_.empty() && batch_.back().end() == range.base) {
-      batch_.back().bytes += range.bytes;
-    } else {
-      batch_.push_back(range);
-    }
+    batch_[kind].push_back(range);
   } catch (const std::bad_alloc&) {
-    flush_batch();  // no memory to batch: what is queued goes, then this move alone
-    note_migration(driver_.managed_prefetch(range.ptr(), range.bytes, PrefetchTarget{to_host, device_}, stream_),
-                   to_host);
-    ++stats_.migration_ranges;
+    flush_batch();  // no memory to batch: what is queued goes, then this one alone
+    hand_over(kind, std::span<const VaRange>(&range, 1));
     return;
   }
-  if (!batching_) flush_batch();
+  batched_[page] = kind;
+  if (batch_depth_ == 0) flush_batch();
 }
 
 void UmPager::flush_batch() noexcept {
-  if (batch_.empty()) return;
-  note_migration(driver_.managed_prefetch_batch(batch_, PrefetchTarget{batch_to_host_, device_}, stream_),
-                 batch_to_host_);
-  stats_.migration_ranges += batch_.size();
-  batch_.clear();
+  // Discards first (dead pages: a move of theirs that follows is free), then
+  // evictions, so that the budget holds on the device before anything comes
+  // in; then what comes in. Each kind in one call, sorted by address,
+  // adjacent pages as one range.
+  for (uint8_t kind = 0; kind < kKinds; ++kind) {
+    std::vector<VaRange>& ranges = batch_[kind];
+    if (ranges.empty()) continue;
+    for (const VaRange& range : ranges) batched_[(range.base - arena_.base) / page_bytes_] = kNotBatched;
+    std::sort(ranges.begin(), ranges.end(), [](const VaRange& a, const VaRange& b) { return a.base < b.base; });
+    size_t kept = 0;
+    for (const VaRange& range : ranges) {
+      if (kept != 0 && ranges[kept - 1].end() >= range.base) {
+        ranges[kept - 1].bytes = std::max(ranges[kept - 1].end(), range.end()) - ranges[kept - 1].base;
+      } else {
+        ranges[kept++] = range;
+      }
+    }
+    ranges.resize(kept);
+    hand_over(kind, ranges);
+    ranges.clear();
+  }
 }
 
-void UmPager::note_migration(const Status& status, bool to_host) noexcept {
+void UmPager::hand_over(uint8_t kind, std::span<const VaRange> ranges) noexcept {
+  const PrefetchTarget to_device{false, device_};
+  switch (kind) {
+    case kDiscard: {
+      ++stats_.discard_calls;
+      const Status status = driver_.managed_discard_batch(ranges, stream_);
+      if (!status.is_ok() && stats_.driver_errors++ == 0) {
+        ZICO_LOG(kError, "paging: a discard was refused by the driver (%s)", to_string(status.code()));
+      }
+      return;
+    }
+    case kToHost:
+      // A kernel queued before may still use the pages: the first eviction
+      // after it waits for it.
+      if (launches_recorded_ && !waits_for_launches_ && driver_.stream_wait_event(stream_, launches_done_).is_ok()) {
+        ++stats_.fences;
+        waits_for_launches_ = true;
+      }
+      note_migration(driver_.managed_prefetch_batch(ranges, PrefetchTarget{true, device_}, stream_), true, ranges.size());
+      return;
+    case kToDevice:
+      note_migration(driver_.managed_prefetch_batch(ranges, to_device, stream_), false, ranges.size());
+      return;
+    case kDiscardAndFetch: {
+      Status status = driver_.managed_discard_and_prefetch_batch(ranges, to_device, stream_);
+      // Refused as a whole (no discard here after all): moved as they are.
+      if (status.code() == Errc::kNotSupported) status = driver_.managed_prefetch_batch(ranges, to_device, stream_);
+      note_migration(status, false, ranges.size());
+      return;
+    }
+    default: return;
+  }
+}
+
+void UmPager::note_migration(const Status& status, bool to_host, size_t ranges) noexcept {
   ++stats_.migration_calls;
+  stats_.migration_ranges += ranges;
   if (!status.is_ok() && stats_.driver_errors++ == 0) {
     ZICO_LOG(kError, "paging: a migration %s was refused by the driver (%s); the driver pages on its own",
              to_host ? "to the host" : "to the GPU", to_string(status.code()));

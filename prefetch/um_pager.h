@@ -8,13 +8,36 @@
 // (evictions) on a stream of its own, discards. It keeps the pages the job
 // holds on the GPU within the budget: before a kernel runs, room is made for
 // the pages it uses that are absent (least recently migrated first, as the
-// UVM driver would; the kernel then faults them in), so the driver's own
-// eviction never has to run while the device has room.
+// UVM driver would), so the driver's own eviction never has to run while the
+// device has room. Those pages are then fetched before the kernel runs
+// where the policy says it fetches what ops name (zico, in its unplanned
+// iterations too), or left to the kernel's faults (the others; "um" is plain
+// demand paging). Only what no launch names is left to faults then.
+//
+// Requests are batched: those of one event (a kernel announced, a block
+// freed, a mark, a budget change) are handed to the driver together, in one
+// call per kind, sorted by address with adjacent pages as one range, in this
+// order: discards, evictions, prefetches, then prefetches of pages that hold
+// no live bytes, which go through managed_discard_and_prefetch_batch (no
+// stale bytes copied) when no queued work still reads them. A page asked for
+// again in a kind handed over earlier first sends what is batched, so that
+// each page's requests keep their order. For a kernel, that batch goes
+// before the fence it waits on; the policy's prefetches for later kernels
+// form the next batch, after the fence.
+//
+// Dead pages are discarded (where the driver can, and the policy asks) and
+// never copied: where the driver takes discarded device pages back
+// (Capabilities::discard_releases_device_pages, the UVM driver's), such a page
+// leaves the budget without a move; a copy to the host would undo the
+// discard there and bring its stale bytes back on the page's next use. A
+// page that queued work may still read is discarded when that work ends.
 //
 // Residency here is what the pager asked for: a page prefetched counts as on
 // the GPU from the call on, an evicted one as gone. Both go on the pager's one
 // stream, so an eviction's copy ends before the next prefetch's starts and the
-// GPU never holds more than the budget of the job's pages.
+// GPU never holds more than the budget of the job's pages (a dead page let
+// go while queued work still reads it stays there uncounted until its
+// discard).
 //
 // Thread-safe: one mutex (a job may launch from several threads).
 #pragma once
@@ -54,9 +77,13 @@ struct UmPagerStats {
   uint64_t kernels = 0;
   uint64_t prefetches = 0;           // pages sent to the GPU ahead of use
   uint64_t evictions = 0;            // pages sent to the host by decision
-  uint64_t room_evictions = 0;       // pages sent to the host to make room for a kernel's faults
+  uint64_t room_evictions = 0;       // pages sent to the host to make room for a kernel's pages
   uint64_t faulted_pages = 0;        // absent when their kernel ran: the driver faulted them in
+  uint64_t named_fetches = 0;        // absent when their kernel was announced: fetched for it (in prefetches)
+  uint64_t discarded_prefetches = 0; // of the prefetches, pages with no live bytes: discarded on the way, no copy
+  uint64_t released_pages = 0;       // dead pages discarded that left the budget without a move
   uint64_t discards = 0;
+  uint64_t discard_calls = 0;        // calls into the driver that discarded pages (a batch of them is one)
   uint64_t refused_prefetches = 0;   // no slot free
   uint64_t refused_evictions = 0;    // the page was not on the GPU, or its kernel is running
   uint64_t live_discards = 0;        // refused: the page still holds live bytes
@@ -111,8 +138,9 @@ class UmPager {
   // is about to use `used` (pointers into blocks, any offset) and compute
   // for about `duration_ns` (0: unknown), launched on `stream` (0: the legacy
   // default stream). Prefetches and evictions the policy asks for are issued,
-  // and room is made for its absent pages. Returns the pages it uses that
-  // are absent: the kernel will fault on them. *blocks, if given, receives
+  // and room is made for its absent pages, which are fetched where the policy
+  // fetches what ops name. Returns the pages it uses that are left absent:
+  // the kernel will fault on them. *blocks, if given, receives
   // the whole blocks the kernel uses.
   //
   // Stream order keeps the GPU within the budget, not only the count: an
@@ -178,8 +206,10 @@ class UmPager {
                       std::vector<VaRange>* blocks, uint64_t* unknown) const;
   void apply(const Decisions& decisions);
   void prefetch(PageId page);
-  // Sends a resident page to the host (a copy only when it holds data).
-  void evict(PageId page);
+  // Takes a resident page off the GPU: sent to the host (a copy only when it
+  // holds data), or, a dead page discarded where the driver takes those back,
+  // let go without a move. True if it was sent.
+  bool evict(PageId page);
   void discard(PageId page);
   void discard_now(PageId page);
   // Holds every page of a freed block while work queued on `work_on` (if it
@@ -189,13 +219,29 @@ class UmPager {
   // Ends the holds whose work is done, and discards the dead pages whose
   // discard waited for them.
   void poll_deferred();
-  // Queues the page's move on the pager's stream; within apply() it joins a
-  // batch of moves the same way, handed to the driver in one call
-  // (flush_batch), adjacent pages as one range.
-  void migrate(PageId page, bool to_host);
+  // What the pager asks of the driver for a page, in the order a batch
+  // hands them over (flush_batch).
+  enum BatchKind : uint8_t { kDiscard, kToHost, kToDevice, kDiscardAndFetch, kKinds, kNotBatched = kKinds };
+  // While one is alive (they nest), queue() collects the pager's requests;
+  // the outermost hands them over as it ends, however it ends.
+  struct BatchScope {
+    UmPager& pager;
+    explicit BatchScope(UmPager& p) : pager(p) { ++pager.batch_depth_; }
+    ~BatchScope() {
+      if (--pager.batch_depth_ == 0) pager.flush_batch();
+    }
+    BatchScope(const BatchScope&) = delete;
+    BatchScope& operator=(const BatchScope&) = delete;
+  };
+  // Queues the request for the page on the pager's stream: within a
+  // BatchScope it joins the batch, else it is handed over at once.
+  void queue(PageId page, uint8_t kind);
+  // Hands the batch to the driver: one call per kind, sorted by address,
+  // adjacent pages as one range.
   void flush_batch() noexcept;
+  void hand_over(uint8_t kind, std::span<const VaRange> ranges) noexcept;
   // Counts a call into the driver that moved pages; logs its first refusal.
-  void note_migration(const Status& status, bool to_host) noexcept;
+  void note_migration(const Status& status, bool to_host, size_t ranges) noexcept;
   // Whether `stream` is capturing no CUDA graph (a fence there would join it).
   [[nodiscard]] bool outside_graphs(StreamHandle stream);
   // Records `event` (made the first time) on `stream`; false if it could not.
@@ -203,8 +249,12 @@ class UmPager {
   void note_peak();
   // Reads the driver's fault reports (on_iteration).
   void take_fault_reports();
-  // Evicts the least recently migrated page no running kernel uses; false if none.
-  bool evict_oldest_unpinned();
+  // Evicts the least recently migrated page no running kernel uses (*moved:
+  // whether it was sent); false if none.
+  bool evict_oldest_unpinned(bool* moved);
+  // Evicts until a slot is free, counting pages sent in *counter; false when
+  // no page can make room.
+  bool make_room(uint64_t* counter);
   // Counts an absent page on the GPU without migrating it (the device brings
   // it: a fault), room made first; false when no page can make room.
   bool count_arrival(PageId page);
@@ -216,10 +266,14 @@ class UmPager {
   const uint64_t page_bytes_;
   const UmPagerOptions options_;
   StreamHandle stream_{};
-  // apply()'s moves not yet handed to the driver: all one way (batch_to_host_).
-  bool batching_ = false;
-  bool batch_to_host_ = false;
-  std::vector<VaRange> batch_;
+  // The driver discards (Capabilities::discard), and takes discarded device
+  // pages back without a move (discard_releases_device_pages).
+  bool can_discard_ = false;
+  bool discard_releases_ = false;
+  // Requests not yet handed to the driver, a page each, by kind; per page,
+  // the kind it is batched as (kNotBatched: none).
+  uint32_t batch_depth_ = 0;
+  std::vector<VaRange> batch_[kKinds];
   // Stream order (before_kernel): the announced kernel's stream; the work
   // queued up to the last kernel, recorded after it (launches_done_); whether
   // the pager's stream already waits for that; whether this kernel's
@@ -279,6 +333,7 @@ class UmPager {
   std::vector<ManagedFault> reports_;
   std::vector<uint64_t> settled_;
   std::vector<uint64_t> prefetched_at_;
+  std::vector<uint8_t> batched_;
 };
 
 }  // namespace zico::prefetch

@@ -760,6 +760,30 @@ Status SimDriver::managed_prefetch_batch(std::span<const VaRange> ranges, Prefet
   return Status::ok();
 }
 
+Status SimDriver::managed_discard_and_prefetch_batch(std::span<const VaRange> ranges, PrefetchTarget target,
+                                                     StreamHandle stream) noexcept {
+  if (!options_.discard) return Status(Errc::kNotSupported);
+  if (!target.to_host) {
+    ZICO_SIM_CHECK_DEVICE(target.device);
+    if (target.device.value != 0) return Status(Errc::kNotSupported);  // unified memory lives on device 0 here
+  }
+  std::lock_guard lock(state_->mutex);
+  ++state_->counters.prefetch_calls;
+  for (const VaRange& range : ranges) {
+    if (!state_->in_managed(range)) return Status(Errc::kInvalidArgument);
+  }
+  // The discard goes with the prefetch, at once (managed_discard alone
+  // waits for the stream's queued work): the pages move with nothing to copy.
+  for (const VaRange& range : ranges) {
+    state_->managed->discard(range);
+    const Status status = target.to_host ? state_->managed->prefetch_to_host(range)
+                                         : state_->managed->prefetch_to_device(range, state_->managed_limit(options_.capacity));
+    (void)state_->enqueue(stream, PendingOp{[] {}, {range, VaRange{}}});
+    if (!status.is_ok()) return status;
+  }
+  return Status::ok();
+}
+
 Status SimDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept {
   if (!options_.discard) return Status(Errc::kNotSupported);
   std::lock_guard lock(state_->mutex);

@@ -196,6 +196,26 @@ TEST_F(SimManagedTest, DiscardDropsWholePagesOnly) {
   EXPECT_EQ(driver_.managed_stats().d2h_bytes, d2h);
 }
 
+// Pages on the host that hold data come to the device discarded: no copy,
+// and they read back as zeros.
+TEST_F(SimManagedTest, DiscardAndPrefetchBringsPagesWithoutACopy) {
+  for (size_t page = 0; page < 4; ++page) std::memset(at(page), 0x3c, kPage);
+  ASSERT_TRUE(kernel(0, 4, 0).is_ok());
+  ASSERT_TRUE(prefetch(0, 4, true).is_ok());
+  const SimManagedStats before = driver_.managed_stats();
+  const VaRange ranges[] = {pages(0, 1), pages(2, 2)};
+  ASSERT_TRUE(driver_.managed_discard_and_prefetch_batch(ranges, PrefetchTarget{false, kDevice}, StreamHandle{}).is_ok());
+  const SimManagedStats after = driver_.managed_stats();
+  EXPECT_EQ(after.h2d_bytes, before.h2d_bytes) << "a discarded page was copied";
+  EXPECT_EQ(after.prefetched_pages, before.prefetched_pages + 3);
+  EXPECT_EQ(after.resident_bytes, before.resident_bytes + 3 * kPage);
+  EXPECT_EQ(static_cast<int>(at(0)[0]), 0);
+  EXPECT_EQ(static_cast<int>(at(1)[0]), 0x3c) << "a page outside the ranges was discarded";
+  EXPECT_EQ(static_cast<int>(at(3)[kPage - 1]), 0);
+  ASSERT_TRUE(kernel(0, 4, 0).is_ok());
+  EXPECT_EQ(driver_.managed_stats().faulted_pages, after.faulted_pages + 1) << "only the page left out faults";
+}
+
 TEST_F(SimManagedTest, CopiesIntoManagedMemoryBringItToTheDevice) {
   std::vector<std::byte> source(kPage, std::byte{7});
   ASSERT_TRUE(driver_.copy_async(at(3), source.data(), kPage, CopyKind::kHostToDevice, StreamHandle{}).is_ok());
