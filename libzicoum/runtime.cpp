@@ -17,6 +17,7 @@
 #include "last_error.h"
 #include "launch_observer.h"
 #include "log.h"
+#include "sim_driver.h"
 #include "sizes.h"
 
 extern char** environ;
@@ -320,17 +321,28 @@ void Runtime::log_paging_summary() const noexcept {
     const prefetch::UmPagerStats s = pager->stats();
     ZICO_LOG(kInfo,
              "device %d, UM paging: %llu ops announced (%llu launches seen in the process, %llu without zicoum "
-             "memory; %llu copies and memsets); %llu pages faulted in, %llu prefetched, %llu evicted; at most %s on "
-             "the GPU, %s beyond the budget of the moment (%s now)",
+             "memory; %llu copies and memsets); %llu pages faulted in, %llu prefetched (%llu of them discarded on the "
+             "way), %llu evicted, %llu discarded; %llu migration calls for %llu ranges; at most %s on the GPU, %s beyond the budget of the "
+             "moment (%s now)",
              device, static_cast<unsigned long long>(s.kernels), static_cast<unsigned long long>(launches.launches),
              static_cast<unsigned long long>(launches.without_blocks), static_cast<unsigned long long>(launches.copies),
              static_cast<unsigned long long>(s.faulted_pages), static_cast<unsigned long long>(s.prefetches),
+             static_cast<unsigned long long>(s.discarded_prefetches),
              static_cast<unsigned long long>(s.evictions + s.room_evictions + s.budget_evictions),
-             format_size(s.peak_resident_bytes).c_str(), format_size(s.peak_over_budget_bytes).c_str(),
-             format_size(pager->budget_bytes()).c_str());
+             static_cast<unsigned long long>(s.discards), static_cast<unsigned long long>(s.migration_calls),
+             static_cast<unsigned long long>(s.migration_ranges), format_size(s.peak_resident_bytes).c_str(),
+             format_size(s.peak_over_budget_bytes).c_str(), format_size(pager->budget_bytes()).c_str());
     if (s.found_iteration_kernels != 0) {
       ZICO_LOG(kInfo, "device %d, UM paging: no iteration marks; the iteration found in the launches: %llu ops",
                device, static_cast<unsigned long long>(s.found_iteration_kernels));
+    }
+    // The simulated device's own count of what crossed the link (a GPU's is nsys's to tell).
+    if (auto* sim = dynamic_cast<SimDriver*>(driver_.get())) {
+      const SimManagedStats m = sim->managed_stats();
+      ZICO_LOG(kInfo, "device %d, simulated unified memory: %s copied to the GPU, %s to the host; %llu pages "
+               "faulted in, %llu discarded",
+               device, format_size(m.h2d_bytes).c_str(), format_size(m.d2h_bytes).c_str(),
+               static_cast<unsigned long long>(m.faulted_pages), static_cast<unsigned long long>(m.discarded_pages));
     }
   }
 }

@@ -54,6 +54,11 @@ class PagingPolicy {
  public:
   virtual ~PagingPolicy() = default;
   [[nodiscard]] virtual const char* name() const = 0;
+  // Whether the executor fetches, before the op runs, the pages an op names
+  // that are still absent after on_op_start's decisions (room made as for a
+  // fault), instead of letting the op fault them in. A fetch runs at the copy
+  // engine's rate, a fault at the fault path's, with the op's threads waiting.
+  [[nodiscard]] virtual bool fetches_named_pages() const { return false; }
 
   // Block ids are the caller's (an allocation counter), unique among live blocks.
   virtual void on_allocate(uint32_t /*block*/, const BlockExtent& /*extent*/, Decisions* /*out*/) {}

@@ -44,6 +44,8 @@ Status UmPager::create(Driver& driver, DeviceId device, VaRange arena, uint64_t 
     return Status(Errc::kNotSupported);
   }
   std::unique_ptr<UmPager> pager(new UmPager(driver, device, arena, page_bytes, options));
+  pager->can_discard_ = caps.discard;
+  pager->discard_releases_ = caps.discard && caps.discard_releases_device_pages;
   for (StreamHandle* stream : {&pager->to_device_, &pager->to_host_}) {
     if (Status status = driver.stream_create(device, stream); !status.is_ok()) {
       *why = "cannot create the pager's streams";
@@ -78,7 +80,8 @@ UmPager::UmPager(Driver& driver, DeviceId device, VaRange arena, uint64_t page_b
       pinned_(arena.bytes / page_bytes, 0),
       held_by_(arena.bytes / page_bytes, 0),
       discard_when_released_(arena.bytes / page_bytes, 0),
-      settled_(arena.bytes / page_bytes, 0) {}
+      settled_(arena.bytes / page_bytes, 0),
+      batched_(arena.bytes / page_bytes, kNotBatched) {}
 
 UmPager::~UmPager() {
   for (const Hold& hold : holds_) {
@@ -117,6 +120,7 @@ void UmPager::on_free(const void* ptr, std::optional<StreamHandle> work_on,
                       std::span<const StreamHandle> also_used_on) {
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard lock(mutex_);
+  BatchScope batch(*this);  // the discards the poll and this free make: one call
   poll_deferred();
   auto it = blocks_.find(addr);
   if (it == blocks_.end()) return;
@@ -171,6 +175,7 @@ void UmPager::hold_pages(const BlockExtent& extent, std::optional<StreamHandle> 
 void UmPager::poll_deferred() {
   // Oldest first, stopping at the first hold still pending: a poll costs a
   // query or two, not one per hold (a later hold only ends a little late).
+  BatchScope batch(*this);
   for (auto it = holds_.begin(); it != holds_.end();) {
     const bool done = std::all_of(it->events.begin(), it->events.end(), [&](EventHandle event) {
       bool complete = false;
@@ -270,7 +275,7 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   decisions_.clear();
   policy_->on_op_start(view, &decisions_);
   // The kernel waits for the prefetch stream only when its pages have moves
-  // there it has not waited for (prefetched now or ahead, or discarded), and
+  // there it has not waited for (fetched now or ahead, or discarded), and
   // for the eviction stream only when it faults into room made for it.
   // Prefetches for later kernels go after the fence, and a kernel whose
   // pages are all there does not wait for them.
@@ -280,28 +285,35 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   };
   std::copy_if(decisions_.begin(), decisions_.end(), std::back_inserter(ahead_), for_later);
   decisions_.erase(std::remove_if(decisions_.begin(), decisions_.end(), for_later), decisions_.end());
-  apply(decisions_);
-
-  // What is still absent faults in when the kernel runs: room first, the
-  // least recently migrated page the kernel does not use going out.
+  // What is still absent is fetched now (a policy that fetches what ops
+  // name), or faults in when the kernel runs (the others: the UVM driver's
+  // way): room first, the least recently migrated page the kernel does not
+  // use going out. All of it joins the policy's moves in one batch, handed
+  // over before the fence.
   faulted_.clear();
   uint64_t beyond = 0;  // pages the driver brings with no room in the budget
-  for (const PageId page : kernel_pages_) {
-    if (residency_.state(page) != PageState::kAbsent) continue;
-    // No room: the kernel alone needs more than the budget, the driver's eviction decides.
-    if (count_arrival(page)) {
-      faulted_.push_back(page);
-    } else {
-      ++beyond;
+  {
+    BatchScope batch(*this);
+    apply(decisions_);
+    const bool fetch = policy_->fetches_named_pages();
+    for (const PageId page : kernel_pages_) {
+      if (residency_.state(page) != PageState::kAbsent) continue;
+      // No room: the kernel alone needs more than the budget, the driver's eviction decides.
+      if (!make_room(&stats_.room_evictions)) {
+        ++beyond;
+      } else if (fetch) {
+        prefetch(page);
+        ++stats_.named_fetches;
+      } else {
+        count_arrival(page);
+        faulted_.push_back(page);
+      }
     }
   }
   stats_.faulted_pages += faulted_.size();
   if (!faulted_.empty()) policy_->on_faults(view, faulted_);
   note_peak();
   stats_.peak_over_budget_bytes = std::max(stats_.peak_over_budget_bytes, beyond * page_bytes_);
-  // The kernel starts after its prefetches and discards (made now, or ahead
-  // while an earlier kernel was announced) and, if it faults, after the room
-  // made for that: a discard ordered after it would zero what it writes.
   fence_kernel();
   apply(ahead_);
   migrated_for_kernel_ = false;
@@ -322,7 +334,7 @@ void UmPager::after_kernel() {
     tagged_ = false;
   }
   if (!in_kernel_) return;
-  // The kernel is queued now: what an eviction of its pages must wait for.
+  // The kernel is queued now: what an eviction of its pages waits for.
   // Recorded here, on the launching thread, so that a per-thread stream is
   // that thread's, and a stream destroyed later is never touched again.
   LaunchMark& mark = launch_marks_[kernel_stamp_ % kLaunchMarks];
@@ -338,6 +350,7 @@ void UmPager::after_kernel() {
 
 void UmPager::on_iteration() {
   std::lock_guard lock(mutex_);
+  BatchScope batch(*this);
   poll_deferred();
   if (fault_reports_) {
     take_fault_reports();
@@ -351,6 +364,7 @@ void UmPager::on_iteration() {
 void UmPager::take_fault_reports() {
   reports_.clear();
   stamp_at_last_take_ = kernel_stamp_;
+  BatchScope batch(*this);
   if (!driver_.take_fault_reports(arena_, &reports_).is_ok()) return;
   for (const ManagedFault& report : reports_) {
     const auto page = static_cast<PageId>((report.address - arena_.base) / page_bytes_);
@@ -372,26 +386,18 @@ void UmPager::take_fault_reports() {
 }
 
 void UmPager::apply(const Decisions& decisions) {
-  // The moves join one batch per direction; handed over however this ends
-  // (a caller catches bad_alloc thrown below).
-  struct Batch {
-    UmPager& pager;
-    explicit Batch(UmPager& p) : pager(p) { pager.batching_ = true; }
-    ~Batch() {
-      pager.batching_ = false;
-      pager.flush_batch();
-    }
-    Batch(const Batch&) = delete;
-    Batch& operator=(const Batch&) = delete;
-  } batch(*this);
+  BatchScope batch(*this);  // handed over however this ends (a caller catches bad_alloc thrown below)
   for (const Decision& d : decisions) {
     switch (d.kind) {
       case Decision::Kind::kPrefetch: prefetch(d.page); break;
       case Decision::Kind::kEvict:
+        if (residency_.state(d.page) == PageState::kAbsent && discard_releases_ && !residency_.live(d.page) &&
+            !residency_.has_data(d.page)) {
+          break;  // a dead page its discard took off the GPU already
+        }
         if (residency_.state(d.page) != PageState::kResident || pinned(d.page)) {
           ++stats_.refused_evictions;
-        } else {
-          evict(d.page);
+        } else if (evict(d.page)) {
           ++stats_.evictions;
         }
         break;
@@ -410,23 +416,39 @@ void UmPager::prefetch(PageId page) {
   residency_.start_arrival(page);
   residency_.arrive(page, clock_++);
   settled_[page] = kernel_stamp_;
-  migrate(page, false);
   ++stats_.prefetches;
+  // A page with no live bytes, that no queued work reads, holds nothing
+  // worth a copy: discarded on its way in. A live one moves as it is (its
+  // block may hold bytes written where the pager does not look).
+  if (can_discard_ && !residency_.live(page) && held_by_[page] == 0) {
+    residency_.set_has_data(page, false);
+    ++stats_.discarded_prefetches;
+    queue(page, kDiscardAndFetch);
+    return;
+  }
+  queue(page, kToDevice);
+}
+
+bool UmPager::make_room(uint64_t* counter) {
+  bool moved = false;
+  while (residency_.free_pages() == 0 && evict_oldest_unpinned(&moved)) {
+    if (moved) ++*counter;
+  }
+  return residency_.free_pages() != 0;
 }
 
 bool UmPager::count_arrival(PageId page) {
-  while (residency_.free_pages() == 0 && evict_oldest_unpinned()) ++stats_.room_evictions;
-  if (residency_.free_pages() == 0) return false;
+  if (!make_room(&stats_.room_evictions)) return false;
   residency_.start_arrival(page);
   residency_.arrive(page, clock_++);
   settled_[page] = kernel_stamp_;
   return true;
 }
 
-bool UmPager::evict_oldest_unpinned() {
+bool UmPager::evict_oldest_unpinned(bool* moved) {
   for (const auto& [migrated, candidate] : residency_.by_migration()) {
     if (pinned(candidate)) continue;
-    evict(candidate);
+    *moved = evict(candidate);
     return true;
   }
   return false;
@@ -434,22 +456,39 @@ bool UmPager::evict_oldest_unpinned() {
 
 uint64_t UmPager::set_budget(uint64_t bytes) {
   std::lock_guard lock(mutex_);
+  BatchScope batch(*this);  // handed over before this returns: the budget holds at once
   poll_deferred();
   const auto target = static_cast<uint32_t>(std::min<uint64_t>(bytes / page_bytes_, UINT32_MAX));
-  while (residency_.occupied_pages() > target && evict_oldest_unpinned()) ++stats_.budget_evictions;
+  bool moved = false;
+  while (residency_.occupied_pages() > target && evict_oldest_unpinned(&moved)) stats_.budget_evictions += moved;
   // Nothing stays: the running kernel's pages fault back if it still uses them.
   while (target == 0 && !residency_.by_migration().empty()) {
-    evict(residency_.by_migration().begin()->second);
-    ++stats_.budget_evictions;
+    stats_.budget_evictions += evict(residency_.by_migration().begin()->second);
   }
   residency_.set_budget_pages(std::max(target, residency_.occupied_pages()));
   return uint64_t{residency_.budget_pages()} * page_bytes_;
 }
 
-void UmPager::evict(PageId page) {
+bool UmPager::evict(PageId page) {
   residency_.drop(page);
   settled_[page] = kernel_stamp_;
-  migrate(page, true);
+  // A dead page discarded (or to be, once the work that reads it is done)
+  // leaves without a move where the driver takes discarded pages back: sent
+  // to the host, the UVM driver would undo the discard, map it on the CPU,
+  // and copy its stale bytes back on its next use.
+  if (discard_releases_ && !residency_.live(page)) {
+    if (discard_when_released_[page] != 0) {
+      ++stats_.released_pages;  // its discard gives it back once the work that reads it ends
+      return false;
+    }
+    if (!residency_.has_data(page) && held_by_[page] == 0) {
+      ++stats_.released_pages;  // populated but never written: a discard gives it back
+      queue(page, kDiscard);
+      return false;
+    }
+  }
+  queue(page, kToHost);
+  return true;
 }
 
 void UmPager::discard(PageId page) {
@@ -457,7 +496,7 @@ void UmPager::discard(PageId page) {
     ++stats_.live_discards;
     return;
   }
-  if (!residency_.has_data(page)) return;
+  if (!can_discard_ || !residency_.has_data(page)) return;  // without discards the data stays: leaving costs a copy
   // Work queued before a free may still read it: discarded when that ends.
   if (held_by_[page] != 0) {
     discard_when_released_[page] = 1;
@@ -467,19 +506,18 @@ void UmPager::discard(PageId page) {
 }
 
 void UmPager::discard_now(PageId page) {
-  flush_batch();  // the moves decided before it go first
-  const VaRange range = page_range(page);
-  // On the prefetch stream: a later prefetch of the page comes after it, and
-  // a kernel using the page waits for it (before_kernel).
-  in_call_of_[page] = ++in_calls_;
-  const Status status = driver_.managed_discard(range.ptr(), range.bytes, to_device_);
-  if (status.code() == Errc::kNotSupported) return;  // the data stays: leaving later costs a copy
-  if (!status.is_ok()) {
-    if (stats_.driver_errors++ == 0) ZICO_LOG(kError, "paging: discard refused by the driver (%s)", to_string(status.code()));
-    return;
-  }
+  // From here the page holds nothing: an eviction that follows it in this
+  // batch is free (the batch hands discards over first). Where the driver
+  // takes discarded device pages back, the page is on the GPU no more: its
+  // slot is free, and a later use brings it in without a copy.
   residency_.set_has_data(page, false);
+  if (discard_releases_ && residency_.state(page) == PageState::kResident && !pinned(page)) {
+    residency_.drop(page);
+    settled_[page] = kernel_stamp_;
+    ++stats_.released_pages;
+  }
   ++stats_.discards;
+  queue(page, kDiscard);
 }
 
 bool UmPager::outside_graphs(StreamHandle stream) {
@@ -498,115 +536,146 @@ bool UmPager::recorded(EventHandle& event, StreamHandle stream) {
   return driver_.event_record(event, stream).is_ok();
 }
 
-void UmPager::migrate(PageId page, bool to_host) {
-  if (in_kernel_) migrated_for_kernel_ = true;
+void UmPager::queue(PageId page, uint8_t kind) {
+  // The batch hands its kinds over in a fixed order: the same page asked
+  // for earlier in a kind handed over after this one goes first.
+  if (batched_[page] != kNotBatched && batched_[page] > kind) flush_batch();
+  if (in_kernel_ && kind != kDiscard) migrated_for_kernel_ = true;
   const VaRange range = page_range(page);
-  try {
-    if (to_host) {
-      note_last_use(page);
-      batch_out_.push_back(range);
-      out_call_of_[page] = out_calls_ + 1;  // the batch's call, once flushed
-      ++leaving_;
-    } else {
-      // Its slot may be a page still leaving, or the page itself may be: the
-      // prefetch stream waits for the evictions before it.
-      if (out_call_of_[page] > outs_before_ins_ ||
-          uint64_t{residency_.occupied_pages()} + leaving_ > residency_.budget_pages()) {
-        ins_wait_for_outs_ = true;
-      }
-      batch_in_.push_back(range);
-      in_call_of_[page] = in_calls_ + 1;
+  if (kind == kToHost) {
+    out_call_of_[page] = out_calls_ + 1;  // the next call out carries it
+    ++leaving_;
+  } else {
+    in_call_of_[page] = in_calls_ + 1;
+    // It takes the slot of a page still leaving, or is itself leaving: the
+    // prefetch stream waits for the evictions before it.
+    if (kind != kDiscard && (out_call_of_[page] > outs_before_ins_ ||
+                             uint64_t{residency_.occupied_pages()} + leaving_ > residency_.budget_pages())) {
+      ins_wait_for_outs_ = true;
     }
+  }
+  try {
+    if (kind == kToHost) note_last_use(page);
+    batch_[kind].push_back(range);
   } catch (const std::bad_alloc&) {
-    // No memory to batch: what is queued goes, then this move alone.
-    flush_batch();
-    const StreamHandle stream = to_host ? to_host_ : to_device_;
-    (to_host ? out_call_of_ : in_call_of_)[page] = ++(to_host ? out_calls_ : in_calls_);
-    note_migration(driver_.managed_prefetch(range.ptr(), range.bytes, PrefetchTarget{to_host, device_}, stream),
-                   to_host);
+    flush_batch();  // no memory to batch: what is queued goes, then this one alone
+    hand_over(kind, std::span<const VaRange>(&range, 1));
     return;
   }
-  if (!batching_) flush_batch();
+  batched_[page] = kind;
+  if (batch_depth_ == 0) flush_batch();
+}
+
+void UmPager::flush_batch() noexcept {
+  // Discards first (dead pages: a move of theirs that follows is free), then
+  // evictions, so that the budget holds on the device before anything comes
+  // in; then what comes in. Each kind in one call, sorted by address,
+  // adjacent pages as one range.
+  for (uint8_t kind = 0; kind < kKinds; ++kind) {
+    std::vector<VaRange>& ranges = batch_[kind];
+    if (ranges.empty()) continue;
+    for (const VaRange& range : ranges) batched_[(range.base - arena_.base) / page_bytes_] = kNotBatched;
+    std::sort(ranges.begin(), ranges.end(), [](const VaRange& a, const VaRange& b) { return a.base < b.base; });
+    size_t kept = 0;
+    for (const VaRange& range : ranges) {
+      if (kept != 0 && ranges[kept - 1].end() >= range.base) {
+        ranges[kept - 1].bytes = std::max(ranges[kept - 1].end(), range.end()) - ranges[kept - 1].base;
+      } else {
+        ranges[kept++] = range;
+      }
+    }
+    ranges.resize(kept);
+    hand_over(kind, ranges);
+    ranges.clear();
+  }
+}
+
+void UmPager::hand_over(uint8_t kind, std::span<const VaRange> ranges) noexcept {
+  const PrefetchTarget to_device{false, device_};
+  switch (kind) {
+    case kDiscard: {
+      // On the prefetch stream: a later prefetch of the page comes after it,
+      // and a kernel that uses the page waits for it (fence_kernel).
+      ++in_calls_;
+      ++stats_.discard_calls;
+      const Status status = driver_.managed_discard_batch(ranges, to_device_);
+      if (!status.is_ok() && stats_.driver_errors++ == 0) {
+        ZICO_LOG(kError, "paging: a discard was refused by the driver (%s)", to_string(status.code()));
+      }
+      return;
+    }
+    case kToHost:
+      wait_before_evictions();
+      ++out_calls_;
+      note_migration(driver_.managed_prefetch_batch(ranges, PrefetchTarget{true, device_}, to_host_), true,
+                     ranges.size());
+      return;
+    case kToDevice:
+      wait_before_prefetches();
+      ++in_calls_;
+      note_migration(driver_.managed_prefetch_batch(ranges, to_device, to_device_), false, ranges.size());
+      return;
+    case kDiscardAndFetch: {
+      wait_before_prefetches();
+      ++in_calls_;
+      Status status = driver_.managed_discard_and_prefetch_batch(ranges, to_device, to_device_);
+      // Refused as a whole (no discard here after all): moved as they are.
+      if (status.code() == Errc::kNotSupported) status = driver_.managed_prefetch_batch(ranges, to_device, to_device_);
+      note_migration(status, false, ranges.size());
+      return;
+    }
+    default: return;
+  }
 }
 
 void UmPager::note_last_use(PageId page) {
   const uint64_t stamp = last_use_[page];
-  const LaunchMark& mark = launch_marks_[stamp % kLaunchMarks];
-  if (stamp == 0 || mark.stamp != stamp) return;  // no kernel, or one long done
+  if (stamp == 0 || launch_marks_[stamp % kLaunchMarks].stamp != stamp) return;  // no kernel, or one long done
+  const StreamHandle stream = launch_marks_[stamp % kLaunchMarks].stream;
   const auto covers = [&](const std::pair<StreamHandle, uint64_t>& wait) {
-    return wait.first == mark.stream && wait.second >= stamp;
+    return wait.first == stream && wait.second >= stamp;
   };
-  if (std::any_of(out_waited_.begin(), out_waited_.end(), covers) ||
-      std::any_of(out_waits_.begin(), out_waits_.end(), covers)) {
-    return;
-  }
-  // Launches on one stream end in order: the latest one per stream covers the rest.
+  if (std::any_of(out_waited_.begin(), out_waited_.end(), covers)) return;
+  // Launches on one stream end in order: the latest per stream covers the rest.
   for (auto& wait : out_waits_) {
-    if (wait.first == mark.stream) {
-      wait.second = stamp;
+    if (wait.first == stream) {
+      wait.second = std::max(wait.second, stamp);
       return;
     }
   }
-  out_waits_.emplace_back(mark.stream, stamp);
+  out_waits_.emplace_back(stream, stamp);  // may throw: the caller hands this page over alone
 }
 
-namespace {
-
-// Coalesces `ranges` in place: sorted by address, adjacent ones merged.
-void coalesce(std::vector<VaRange>* ranges) {
-  std::sort(ranges->begin(), ranges->end(), [](const VaRange& a, const VaRange& b) { return a.base < b.base; });
-  size_t kept = 0;
-  for (const VaRange& range : *ranges) {
-    if (kept > 0 && (*ranges)[kept - 1].end() == range.base) {
-      (*ranges)[kept - 1].bytes += range.bytes;
-    } else {
-      (*ranges)[kept++] = range;
+void UmPager::wait_before_evictions() noexcept {
+  for (const auto& [stream, stamp] : out_waits_) {
+    const LaunchMark& mark = launch_marks_[stamp % kLaunchMarks];
+    // Overwritten since by a later launch: on the same stream waiting for
+    // that one covers this one; on another, this one is long done.
+    if (mark.stream != stream || !driver_.stream_wait_event(to_host_, mark.event).is_ok()) continue;
+    ++stats_.fences;
+    auto waited = std::find_if(out_waited_.begin(), out_waited_.end(),
+                               [&](const auto& wait) { return wait.first == stream; });
+    if (waited != out_waited_.end()) {
+      waited->second = std::max(waited->second, mark.stamp);
+      continue;
+    }
+    try {
+      out_waited_.emplace_back(stream, mark.stamp);
+    } catch (const std::bad_alloc&) {
+      // Not remembered: the next eviction waits again.
     }
   }
-  ranges->resize(kept);
+  out_waits_.clear();
 }
 
-}  // namespace
-
-void UmPager::flush_batch() noexcept {
-  if (!batch_out_.empty()) {
-    for (const auto& [stream, stamp] : out_waits_) {
-      const LaunchMark& mark = launch_marks_[stamp % kLaunchMarks];
-      // Overwritten since by a later launch on the same stream: waiting for
-      // that one covers this one; on another stream, this one is long done.
-      if (mark.stream != stream || !driver_.stream_wait_event(to_host_, mark.event).is_ok()) continue;
-      ++stats_.fences;
-      auto waited = std::find_if(out_waited_.begin(), out_waited_.end(),
-                                 [&](const auto& wait) { return wait.first == stream; });
-      try {
-        if (waited == out_waited_.end()) {
-          out_waited_.emplace_back(stream, mark.stamp);
-        } else {
-          waited->second = std::max(waited->second, mark.stamp);
-        }
-      } catch (const std::bad_alloc&) {
-        // Not remembered: the next eviction waits again.
-      }
-    }
-    out_waits_.clear();
-    coalesce(&batch_out_);
-    note_migration(driver_.managed_prefetch_batch(batch_out_, PrefetchTarget{true, device_}, to_host_), true);
-    ++out_calls_;
-    batch_out_.clear();
+void UmPager::wait_before_prefetches() noexcept {
+  if (ins_wait_for_outs_ && out_calls_ > outs_before_ins_ && recorded(outs_done_, to_host_) &&
+      driver_.stream_wait_event(to_device_, outs_done_).is_ok()) {
+    ++stats_.fences;
+    outs_before_ins_ = out_calls_;
+    leaving_ = 0;
   }
-  if (!batch_in_.empty()) {
-    if (ins_wait_for_outs_ && out_calls_ > outs_before_ins_ && recorded(outs_done_, to_host_) &&
-        driver_.stream_wait_event(to_device_, outs_done_).is_ok()) {
-      ++stats_.fences;
-      outs_before_ins_ = out_calls_;
-      leaving_ = 0;
-    }
-    ins_wait_for_outs_ = false;
-    coalesce(&batch_in_);
-    note_migration(driver_.managed_prefetch_batch(batch_in_, PrefetchTarget{false, device_}, to_device_), false);
-    ++in_calls_;
-    batch_in_.clear();
-  }
+  ins_wait_for_outs_ = false;
 }
 
 void UmPager::fence_kernel() {
@@ -617,29 +686,30 @@ void UmPager::fence_kernel() {
                                       [&](PageId page) { return in_call_of_[page] > waited; });
   const bool awaits_room = migrated_for_kernel_ && !faulted_.empty();
   if (!(awaits_ins || awaits_room) || !outside_graphs(launch_stream_)) return;
-  bool waited_now = false;
+  bool waits = false;
   if (awaits_ins && recorded(ins_done_, to_device_) && driver_.stream_wait_event(launch_stream_, ins_done_).is_ok()) {
     ++stats_.fences;
-    waited_now = true;
-    try {
-      if (fenced == ins_before_kernels_.end()) {
+    waits = true;
+    if (fenced != ins_before_kernels_.end()) {
+      fenced->second = in_calls_;
+    } else {
+      try {
         ins_before_kernels_.emplace_back(launch_stream_, in_calls_);
-      } else {
-        fenced->second = in_calls_;
+      } catch (const std::bad_alloc&) {
+        // Not remembered: the stream's next kernel waits again.
       }
-    } catch (const std::bad_alloc&) {
-      // Not remembered: the next kernel waits again.
     }
   }
   if (awaits_room && recorded(outs_done_, to_host_) && driver_.stream_wait_event(launch_stream_, outs_done_).is_ok()) {
     ++stats_.fences;
-    waited_now = true;
+    waits = true;
   }
-  if (waited_now) ++stats_.kernel_waits;
+  if (waits) ++stats_.kernel_waits;
 }
 
-void UmPager::note_migration(const Status& status, bool to_host) noexcept {
+void UmPager::note_migration(const Status& status, bool to_host, size_t ranges) noexcept {
   ++stats_.migration_calls;
+  stats_.migration_ranges += ranges;
   if (!status.is_ok() && stats_.driver_errors++ == 0) {
     ZICO_LOG(kError, "paging: a migration %s was refused by the driver (%s); the driver pages on its own",
              to_host ? "to the host" : "to the GPU", to_string(status.code()));

@@ -5,24 +5,48 @@
 // freed, kernels about to run with the memory they use, iteration marks —
 // turns each into the policy's event (paging_policy.h), and carries out its
 // decisions with the driver: prefetches to the device and to the host
-// (evictions), discards. It keeps the pages the job holds on the GPU within
-// the budget: before a kernel runs, room is made for the pages it uses that
-// are absent (least recently migrated first, as the UVM driver would; the
-// kernel then faults them in), so the driver's own eviction never has to run
-// while the device has room.
+// (evictions), discards. It keeps the pages the job
+// holds on the GPU within the budget: before a kernel runs, room is made for
+// the pages it uses that are absent (least recently migrated first, as the
+// UVM driver would), so the driver's own eviction never has to run while the
+// device has room. Those pages are then fetched before the kernel runs
+// where the policy says it fetches what ops name (zico, in its unplanned
+// iterations too), or left to the kernel's faults (the others; "um" is plain
+// demand paging). Only what no launch names is left to faults then.
 //
-// Stream order: each direction has a stream of its own, so copies out, copies
-// in and kernels overlap, and every wait is for what a move needs, never for
-// the latest kernel:
+// Requests are batched: those of one event (a kernel announced, a block
+// freed, a mark, a budget change) are handed to the driver together, in one
+// call per kind, sorted by address with adjacent pages as one range, in this
+// order: discards, evictions, prefetches, then prefetches of pages that hold
+// no live bytes, which go through managed_discard_and_prefetch_batch (no
+// stale bytes copied) when no queued work still reads them. A page asked for
+// again in a kind handed over earlier first sends what is batched, so that
+// each page's requests keep their order. For a kernel, that batch goes
+// before the fence it waits on; the policy's prefetches for later kernels
+// form the next batch, after the fence.
+//
+// Dead pages are discarded (where the driver can, and the policy asks) and
+// never copied: where the driver takes discarded device pages back
+// (Capabilities::discard_releases_device_pages, the UVM driver's), such a page
+// leaves the budget without a move; a copy to the host would undo the
+// discard there and bring its stale bytes back on the page's next use. A
+// page that queued work may still read is discarded when that work ends.
+//
+// Stream order: evictions go on a stream of their own, prefetches and
+// discards on another, so copies out, copies in and kernels overlap, and
+// every wait is for what a move needs, never for the latest kernel:
 //   - an eviction waits for the last kernel that used its page (an event
 //     recorded after each launch, kept for the last kLaunchMarks launches);
 //   - a prefetch waits for the evictions before it only when it takes the
-//     slot of a page still on its way out (the GPU never holds more than the
-//     budget of the job's pages: a page leaving counts until its copy is
-//     ordered before the next prefetch), or when it brings back a page whose
-//     eviction is still queued;
+//     slot of a page still on its way out, or brings back a page whose
+//     eviction is still queued: a page leaving counts on the GPU until its
+//     copy is ordered before the next prefetch, so the GPU never holds more
+//     than the budget of the job's pages (a dead page let go while queued
+//     work still reads it stays there uncounted until its discard);
 //   - a kernel waits for the prefetch stream only when one of its pages has
-//     a prefetch or a discard there it has not yet waited for.
+//     a prefetch or a discard there it has not yet waited for (a discard
+//     ordered after the kernel would zero what it writes), and for the
+//     eviction stream only when it faults into room made for it.
 // Residency here is what the pager asked for: a page prefetched counts as on
 // the GPU from the call on, an evicted one as gone.
 //
@@ -65,9 +89,13 @@ struct UmPagerStats {
   uint64_t kernels = 0;
   uint64_t prefetches = 0;           // pages sent to the GPU ahead of use
   uint64_t evictions = 0;            // pages sent to the host by decision
-  uint64_t room_evictions = 0;       // pages sent to the host to make room for a kernel's faults
+  uint64_t room_evictions = 0;       // pages sent to the host to make room for a kernel's pages
   uint64_t faulted_pages = 0;        // absent when their kernel ran: the driver faulted them in
+  uint64_t named_fetches = 0;        // absent when their kernel was announced: fetched for it (in prefetches)
+  uint64_t discarded_prefetches = 0; // of the prefetches, pages with no live bytes: discarded on the way, no copy
+  uint64_t released_pages = 0;       // dead pages discarded that left the budget without a move
   uint64_t discards = 0;
+  uint64_t discard_calls = 0;        // calls into the driver that discarded pages (a batch of them is one)
   uint64_t refused_prefetches = 0;   // no slot free
   uint64_t refused_evictions = 0;    // the page was not on the GPU, or its kernel is running
   uint64_t live_discards = 0;        // refused: the page still holds live bytes
@@ -76,6 +104,7 @@ struct UmPagerStats {
   uint64_t oversized_kernels = 0;    // used more pages than the budget holds (logged once): the driver paged them
   uint64_t budget_evictions = 0;     // pages sent to the host because the budget shrank
   uint64_t migration_calls = 0;      // calls into the driver that moved pages (a batch of them is one)
+  uint64_t migration_ranges = 0;     // address ranges those calls were given (adjacent pages are one)
   uint64_t fences = 0;               // stream waits issued: an eviction behind a kernel, a prefetch behind evictions, a kernel behind prefetches
   uint64_t kernel_waits = 0;         // of those, kernels made to wait for the pager's migrations
   uint64_t peak_resident_bytes = 0;
@@ -125,8 +154,9 @@ class UmPager {
   // is about to use `used` (pointers into blocks, any offset) and compute
   // for about `duration_ns` (0: unknown), launched on `stream` (0: the legacy
   // default stream). Prefetches and evictions the policy asks for are issued,
-  // and room is made for its absent pages. Returns the pages it uses that
-  // are absent: the kernel will fault on them. *blocks, if given, receives
+  // and room is made for its absent pages, which are fetched where the policy
+  // fetches what ops name. Returns the pages it uses that are left absent:
+  // the kernel will fault on them. *blocks, if given, receives
   // the whole blocks the kernel uses.
   //
   // Stream order keeps the GPU within the budget, not only the count: an
@@ -192,8 +222,10 @@ class UmPager {
                       std::vector<VaRange>* blocks, uint64_t* unknown, uint64_t* block_hash = nullptr) const;
   void apply(const Decisions& decisions);
   void prefetch(PageId page);
-  // Sends a resident page to the host (a copy only when it holds data).
-  void evict(PageId page);
+  // Takes a resident page off the GPU: sent to the host (a copy only when it
+  // holds data), or, a dead page discarded where the driver takes those back,
+  // let go without a move. True if it was sent.
+  bool evict(PageId page);
   void discard(PageId page);
   void discard_now(PageId page);
   // Holds every page of a freed block while work queued on `work_on` (if it
@@ -203,20 +235,38 @@ class UmPager {
   // Ends the holds whose work is done, and discards the dead pages whose
   // discard waited for them.
   void poll_deferred();
-  // Queues the page's move on its direction's stream; within apply() it joins
-  // that direction's batch, handed to the driver in one call (flush_batch),
-  // adjacent pages as one range.
-  void migrate(PageId page, bool to_host);
-  // Hands both batches to the driver, evictions first, each with the stream
-  // waits its moves need.
+  // What the pager asks of the driver for a page, in the order a batch
+  // hands them over (flush_batch).
+  enum BatchKind : uint8_t { kDiscard, kToHost, kToDevice, kDiscardAndFetch, kKinds, kNotBatched = kKinds };
+  // While one is alive (they nest), queue() collects the pager's requests;
+  // the outermost hands them over as it ends, however it ends.
+  struct BatchScope {
+    UmPager& pager;
+    explicit BatchScope(UmPager& p) : pager(p) { ++pager.batch_depth_; }
+    ~BatchScope() {
+      if (--pager.batch_depth_ == 0) pager.flush_batch();
+    }
+    BatchScope(const BatchScope&) = delete;
+    BatchScope& operator=(const BatchScope&) = delete;
+  };
+  // Queues the request for the page: within a BatchScope it joins the
+  // batch, else it is handed over at once. Notes the stream waits it needs.
+  void queue(PageId page, uint8_t kind);
+  // Hands the batch to the driver: one call per kind, sorted by address,
+  // adjacent pages as one range, each after the stream waits it needs.
   void flush_batch() noexcept;
-  // Makes the eviction stream wait for the kernel that last used `page`
-  // (ahead of the batch it joins).
+  void hand_over(uint8_t kind, std::span<const VaRange> ranges) noexcept;
+  // Makes the eviction stream wait, before the next evictions, for the
+  // kernel that last used `page`.
   void note_last_use(PageId page);
+  // Issues the eviction stream's noted waits; the prefetch stream's wait for
+  // the evictions, when the prefetches need it.
+  void wait_before_evictions() noexcept;
+  void wait_before_prefetches() noexcept;
   // Makes the announced kernel's stream wait for the moves it needs.
   void fence_kernel();
   // Counts a call into the driver that moved pages; logs its first refusal.
-  void note_migration(const Status& status, bool to_host) noexcept;
+  void note_migration(const Status& status, bool to_host, size_t ranges) noexcept;
   // Whether `stream` is capturing no CUDA graph (a fence there would join it).
   [[nodiscard]] bool outside_graphs(StreamHandle stream);
   // Records `event` (made the first time) on `stream`; false if it could not.
@@ -224,8 +274,12 @@ class UmPager {
   void note_peak();
   // Reads the driver's fault reports (on_iteration).
   void take_fault_reports();
-  // Evicts the least recently migrated page no running kernel uses; false if none.
-  bool evict_oldest_unpinned();
+  // Evicts the least recently migrated page no running kernel uses (*moved:
+  // whether it was sent); false if none.
+  bool evict_oldest_unpinned(bool* moved);
+  // Evicts until a slot is free, counting pages sent in *counter; false when
+  // no page can make room.
+  bool make_room(uint64_t* counter);
   // Counts an absent page on the GPU without migrating it (the device brings
   // it: a fault), room made first; false when no page can make room.
   bool count_arrival(PageId page);
@@ -238,13 +292,17 @@ class UmPager {
   const UmPagerOptions options_;
   StreamHandle to_device_{};  // prefetches and discards
   StreamHandle to_host_{};    // evictions
-  // apply()'s moves not yet handed to the driver, one batch per direction.
-  bool batching_ = false;
-  std::vector<VaRange> batch_in_;
-  std::vector<VaRange> batch_out_;
+  // The driver discards (Capabilities::discard), and takes discarded device
+  // pages back without a move (discard_releases_device_pages).
+  bool can_discard_ = false;
+  bool discard_releases_ = false;
+  // Requests not yet handed to the driver, a page each, by kind; per page,
+  // the kind it is batched as (kNotBatched: none).
+  uint32_t batch_depth_ = 0;
+  std::vector<VaRange> batch_[kKinds];
   // A launch's mark: an event recorded after the kernel of `stamp` on its
-  // stream; the last kLaunchMarks launches are kept (a page last used
-  // earlier is taken to be done with: evicting it early costs a fault back,
+  // stream. The last kLaunchMarks launches are kept; a page last used
+  // earlier is taken to be done with (evicting it early costs a fault back,
   // never data).
   struct LaunchMark {
     EventHandle event{};
@@ -254,24 +312,25 @@ class UmPager {
   static constexpr size_t kLaunchMarks = 256;
   std::vector<LaunchMark> launch_marks_;
   std::vector<uint64_t> last_use_;  // per page: the stamp of the last kernel announced with it
-  // The launches the eviction stream must wait for before the batch out
-  // (the latest per launch stream), and those it already waits for.
+  // Launches the eviction stream must wait for before its next call (the
+  // latest per launch stream), and those it waits for already.
   std::vector<std::pair<StreamHandle, uint64_t>> out_waits_;
   std::vector<std::pair<StreamHandle, uint64_t>> out_waited_;
-  // Sequence numbers of the calls on each pager stream (a batch or a discard
-  // is one), per page the call that last moved it each way, what the
-  // prefetch stream already waits for of the eviction stream, and per launch
-  // stream what it already waits for of the prefetch stream.
+  // Calls on each pager stream, numbered (a batch of one kind is one call);
+  // per page, the call that last moved (or discarded) it each way; what of
+  // the eviction stream the prefetch stream waits for already; per launch
+  // stream, what of the prefetch stream it waits for already.
   uint64_t out_calls_ = 0;
   uint64_t in_calls_ = 0;
   std::vector<uint64_t> out_call_of_;
   std::vector<uint64_t> in_call_of_;
   uint64_t outs_before_ins_ = 0;
   std::vector<std::pair<StreamHandle, uint64_t>> ins_before_kernels_;
-  // Pages evicted since the prefetch stream last waited for the evictions:
-  // on their way out, still on the GPU.
+  // Pages sent out since the prefetch stream last waited for the evictions:
+  // still on the GPU for all the prefetches know. Whether the batched
+  // prefetches take such a page's slot, or bring one of them back.
   uint64_t leaving_ = 0;
-  bool ins_wait_for_outs_ = false;  // the batch in takes a leaving page's slot, or brings one back
+  bool ins_wait_for_outs_ = false;
   EventHandle outs_done_{};  // recorded on to_host_
   EventHandle ins_done_{};   // recorded on to_device_
   // Stream order (before_kernel): the announced kernel's stream, and whether
@@ -321,6 +380,7 @@ class UmPager {
   uint64_t stamp_at_last_take_ = 0;
   std::vector<ManagedFault> reports_;
   std::vector<uint64_t> settled_;
+  std::vector<uint8_t> batched_;
 };
 
 }  // namespace zico::prefetch

@@ -77,6 +77,8 @@ class ZicoPolicy final : public PagingPolicy {
  public:
   ZicoPolicy(const Residency& residency, const TransferModel& model);
   [[nodiscard]] const char* name() const override { return "zico"; }
+  // What an op names it fetches, in the cold path too: it knows them.
+  [[nodiscard]] bool fetches_named_pages() const override { return true; }
 
   void on_free(uint32_t block, const BlockExtent& extent, std::span<const PageId> dead, Decisions* out) override;
   void on_op_start(const OpView& op, Decisions* out) override;

@@ -74,7 +74,8 @@ namespace zico {
   X(cuMemAdvise, 12020)      \
   X(cuMemPrefetchAsync, 12020) \
   X(cuMemPrefetchBatchAsync, 13000) \
-  X(cuMemDiscardBatchAsync, 13000)
+  X(cuMemDiscardBatchAsync, 13000) \
+  X(cuMemDiscardAndPrefetchBatchAsync, 13000)
 
 struct CudaDriver::Api {
 #define ZICO_CU_FIELD(name, version) PFN_##name##_v##version name = nullptr;
@@ -452,6 +453,7 @@ Status CudaDriver::device_caps(DeviceId device, Capabilities* caps) noexcept {
       }
     }
     found.discard = found.managed_memory && concurrent_everywhere && api_->cuMemDiscardBatchAsync != nullptr;
+    found.discard_releases_device_pages = found.discard;
     found.numa_node = numa_node_of(slot.handle);
     CUuuid uuid{};
     ZICO_RETURN_IF_ERROR(from_cu(api_->cuDeviceGetUuid(&uuid, slot.handle)));
@@ -849,6 +851,57 @@ Status CudaDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream)
   CUdeviceptr base = device_ptr(ptr);
   size_t size = bytes;
   return from_cu(api_->cuMemDiscardBatchAsync(&base, &size, 1, 0, cu_stream(stream)));
+}
+
+Status CudaDriver::managed_discard_batch(std::span<const VaRange> ranges, StreamHandle stream) noexcept {
+  if (api_->cuMemDiscardBatchAsync == nullptr) return Errc::kNotSupported;
+  if (stream.value == 0 || stream.value == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY)) return Errc::kInvalidArgument;
+  if (ranges.empty()) return Status::ok();
+  std::vector<CUdeviceptr> bases;
+  std::vector<size_t> sizes;
+  try {
+    bases.reserve(ranges.size());
+    sizes.reserve(ranges.size());
+  } catch (const std::bad_alloc&) {
+    return Driver::managed_discard_batch(ranges, stream);  // one call each needs no memory
+  }
+  for (const VaRange& range : ranges) {
+    bases.push_back(range.base);
+    sizes.push_back(range.bytes);
+  }
+  ContextScope scope;
+  ZICO_RETURN_IF_ERROR(enter_any(&scope));
+  return from_cu(api_->cuMemDiscardBatchAsync(bases.data(), sizes.data(), bases.size(), 0, cu_stream(stream)));
+}
+
+Status CudaDriver::managed_discard_and_prefetch_batch(std::span<const VaRange> ranges, PrefetchTarget target,
+                                                      StreamHandle stream) noexcept {
+  // One call where the driver has it (13.0 and later); else a discard and a
+  // prefetch, two calls, the same result.
+  if (api_->cuMemDiscardAndPrefetchBatchAsync == nullptr || api_->cuMemDiscardBatchAsync == nullptr) {
+    return Driver::managed_discard_and_prefetch_batch(ranges, target, stream);
+  }
+  if (stream.value == 0 || stream.value == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY)) return Errc::kInvalidArgument;
+  if (ranges.empty()) return Status::ok();
+  CUmemLocation location{};
+  ZICO_RETURN_IF_ERROR(prefetch_location(target, valid(target.device), &location));
+  std::vector<CUdeviceptr> bases;
+  std::vector<size_t> sizes;
+  try {
+    bases.reserve(ranges.size());
+    sizes.reserve(ranges.size());
+  } catch (const std::bad_alloc&) {
+    return Driver::managed_discard_and_prefetch_batch(ranges, target, stream);
+  }
+  for (const VaRange& range : ranges) {
+    bases.push_back(range.base);
+    sizes.push_back(range.bytes);
+  }
+  size_t first_with_location = 0;
+  ContextScope scope;
+  ZICO_RETURN_IF_ERROR(enter_any(&scope));
+  return from_cu(api_->cuMemDiscardAndPrefetchBatchAsync(bases.data(), sizes.data(), bases.size(), &location,
+                                                         &first_with_location, 1, 0, cu_stream(stream)));
 }
 
 Status CudaDriver::start_fault_reports(DeviceId device, std::string* why) noexcept {

@@ -95,6 +95,9 @@ class CudaDriver final : public Driver {
   [[nodiscard]] Status managed_prefetch_batch(std::span<const VaRange> ranges, PrefetchTarget target,
                                               StreamHandle stream) noexcept override;
   [[nodiscard]] Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept override;
+  [[nodiscard]] Status managed_discard_batch(std::span<const VaRange> ranges, StreamHandle stream) noexcept override;
+  [[nodiscard]] Status managed_discard_and_prefetch_batch(std::span<const VaRange> ranges, PrefetchTarget target,
+                                                          StreamHandle stream) noexcept override;
   [[nodiscard]] Status stream_capture_state(StreamHandle stream, CaptureState* state) noexcept override;
   // kNotSupported: per-process usage needs NVML, which is not loaded yet.
   [[nodiscard]] Status process_memory(int pid, DeviceId device, uint64_t* bytes) noexcept override;

@@ -41,6 +41,11 @@ struct Capabilities {
   // managed page the stream can reach, so no budget can hold.
   bool concurrent_managed_access = false;
   bool discard = false;         // managed ranges can be discarded (cuMemDiscardBatchAsync)
+  // A discarded page on the device is the driver's to take back, as an
+  // evicted one is: it need not move to the host to leave the job's budget
+  // (the UVM driver reclaims discarded chunks before those in use). False
+  // where a discarded page stays counted on the device until it moves.
+  bool discard_releases_device_pages = false;
   // Chunks are created registrable for GPUDirect RDMA (NICs, GPUDirect
   // Storage): the device supports the flag with virtual memory management.
   bool gpu_direct_rdma = false;
@@ -187,6 +192,25 @@ class Driver {
   // Contents of the range become undefined; no data migrates for it afterwards.
   // kNotSupported where Capabilities::discard is false.
   [[nodiscard]] virtual Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept = 0;
+  // managed_discard of each range, in one call where the driver can. On an
+  // error some may have been discarded. This default calls managed_discard
+  // for each.
+  [[nodiscard]] virtual Status managed_discard_batch(std::span<const VaRange> ranges, StreamHandle stream) noexcept {
+    for (const VaRange& range : ranges) {
+      if (Status status = managed_discard(range.ptr(), range.bytes, stream); !status.is_ok()) return status;
+    }
+    return Status::ok();
+  }
+  // Discards the ranges, then prefetches them to `target`, in one call where
+  // the driver can: pages that hold nothing worth keeping arrive without a
+  // copy. kNotSupported where Capabilities::discard is false. This default
+  // calls managed_discard_batch, then managed_prefetch_batch.
+  [[nodiscard]] virtual Status managed_discard_and_prefetch_batch(std::span<const VaRange> ranges,
+                                                                  PrefetchTarget target,
+                                                                  StreamHandle stream) noexcept {
+    if (Status status = managed_discard_batch(ranges, stream); !status.is_ok()) return status;
+    return managed_prefetch_batch(ranges, target, stream);
+  }
 
   // --- what the device reports of managed memory ------------------------------
   // Reports of managed pages that arrived on `device` unasked (faults), for

@@ -89,6 +89,13 @@ class ManagedArenaDriver final : public Driver {
   Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept override {
     return inner_.managed_discard(ptr, bytes, stream);
   }
+  Status managed_discard_batch(std::span<const VaRange> ranges, StreamHandle stream) noexcept override {
+    return inner_.managed_discard_batch(ranges, stream);
+  }
+  Status managed_discard_and_prefetch_batch(std::span<const VaRange> ranges, PrefetchTarget target,
+                                            StreamHandle stream) noexcept override {
+    return inner_.managed_discard_and_prefetch_batch(ranges, target, stream);
+  }
   Status process_memory(int pid, DeviceId device, uint64_t* bytes) noexcept override {
     return inner_.process_memory(pid, device, bytes);
   }

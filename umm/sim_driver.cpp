@@ -347,6 +347,7 @@ Status SimDriver::capabilities(DeviceId device, Capabilities* caps) noexcept {
   caps->managed_memory = true;
   caps->concurrent_managed_access = options_.concurrent_managed_access;
   caps->discard = options_.discard;
+  caps->discard_releases_device_pages = options_.discard;  // as the UVM driver's (sim_managed.h)
   static constexpr char kName[] = "zicoum-sim-gpu";
   caps->uuid.fill(0);
   std::memcpy(caps->uuid.data(), kName, sizeof kName - 1);
@@ -750,6 +751,17 @@ Status SimDriver::managed_prefetch(void* ptr, size_t bytes, PrefetchTarget targe
 
 Status SimDriver::managed_prefetch_batch(std::span<const VaRange> ranges, PrefetchTarget target,
                                          StreamHandle stream) noexcept {
+  return migrate_managed(ranges, target, stream, false);
+}
+
+Status SimDriver::managed_discard_and_prefetch_batch(std::span<const VaRange> ranges, PrefetchTarget target,
+                                                     StreamHandle stream) noexcept {
+  if (!options_.discard) return Status(Errc::kNotSupported);
+  return migrate_managed(ranges, target, stream, true);
+}
+
+Status SimDriver::migrate_managed(std::span<const VaRange> ranges, PrefetchTarget target, StreamHandle stream,
+                                  bool discard_first) noexcept {
   if (!target.to_host) {
     ZICO_SIM_CHECK_DEVICE(target.device);
     if (target.device.value != 0) return Status(Errc::kNotSupported);  // unified memory lives on device 0 here
@@ -770,6 +782,9 @@ Status SimDriver::managed_prefetch_batch(std::span<const VaRange> ranges, Prefet
   if (costs.ordered_call_waits) timeline.wait_until(timeline.stream_end(stream.value));
   for (const VaRange& range : ranges) {
     timeline.spend(costs.range_ns);
+    // Discarded with the move, at once (managed_discard alone waits for the
+    // stream's queued work): the pages move with nothing to copy.
+    if (discard_first) managed.discard(range);
     const uint64_t moved_before = target.to_host ? managed.stats().evicted_pages : managed.stats().prefetched_pages;
     uint64_t done = 0;
     const Status status = target.to_host

@@ -163,6 +163,10 @@ class SimDriver final : public Driver {
   Status managed_prefetch(void* ptr, size_t bytes, PrefetchTarget target,
                           StreamHandle stream) noexcept override;
   Status managed_discard(void* ptr, size_t bytes, StreamHandle stream) noexcept override;
+  // Each range discarded, then prefetched, at once as managed_prefetch_batch
+  // moves pages: a page that held data arrives without a copy. One prefetch call.
+  Status managed_discard_and_prefetch_batch(std::span<const VaRange> ranges, PrefetchTarget target,
+                                            StreamHandle stream) noexcept override;
   // Every page a kernel (run_kernel) or a copy faults in, on device 0, the
   // kernel's under the launching thread's tag.
   Status start_fault_reports(DeviceId device, std::string* why) noexcept override;
@@ -187,6 +191,10 @@ class SimDriver final : public Driver {
   // would leave the host short (SimOptions::host_reserve_bytes). Holds
   // state_->mutex.
   Status refuse_if_host_runs_low(DeviceId device, size_t bytes);
+  // Prefetches `ranges` (each discarded first if `discard_first`) on the
+  // modelled timeline.
+  Status migrate_managed(std::span<const VaRange> ranges, PrefetchTarget target, StreamHandle stream,
+                         bool discard_first) noexcept;
 
   struct State;
   std::unique_ptr<State> state_;  // everything behind one mutex; see sim_driver.cpp

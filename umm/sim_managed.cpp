@@ -165,7 +165,14 @@ Status SimManagedMemory::prefetch_to_host(VaRange range, uint64_t start_ns, uint
   if (!locate(range, &base, &allocation, &first, &last)) return Status(Errc::kInvalidArgument);
   for (size_t i = first; i <= last; ++i) {
     Page& page = allocation->pages[i];
-    if (!page.on_device) continue;
+    if (!page.on_device) {
+      // A discarded page is populated on the host by the move: no longer discarded.
+      if (page.discarded) {
+        page.discarded = false;
+        page.has_data = true;
+      }
+      continue;
+    }
     *done_ns = std::max(*done_ns, send_out(*allocation, i, false, start_ns));
     // The UVM driver revokes the discard of a page an API call migrates: it
     // is populated on the host now, and coming back is a copy of its bytes.
@@ -194,6 +201,13 @@ void SimManagedMemory::discard(VaRange range) {
     const bool had_data = page.has_data || page.on_device;
     page.has_data = false;
     page.discarded = true;
+    // Resident nowhere now: the UVM driver puts a wholly discarded block's
+    // chunk on its unused list, free for any allocation without a copy.
+    if (page.on_device) {
+      by_migration_.erase(page.migrated);
+      page.on_device = false;
+      stats_.resident_bytes -= page_bytes_;
+    }
     (void)madvise(reinterpret_cast<void*>(base + i * page_bytes_), page_bytes_, MADV_DONTNEED);
     if (had_data) ++stats_.discarded_pages;
   }

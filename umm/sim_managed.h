@@ -20,12 +20,12 @@
 //     earlier than the caller says (its stream's order, sim_timeline.h). A
 //     page comes in with a copy only when the host holds data for it, and
 //     goes out with one unless it was discarded.
-//   - Discard drops a page's contents wherever they are; a page on the device
-//     keeps its place. As in the UVM driver, a migration the application asks
-//     for (a prefetch either way) revokes the discard: the page is resident
-//     and populated again, so a discarded page prefetched to the host moves
-//     no bytes but comes back later with a full copy of what it held. The
-//     driver's own eviction keeps the discard (no copy either way).
+//   - Discard drops a page's contents wherever they are, and a page on the
+//     device leaves it without a copy (the UVM driver gives a wholly
+//     discarded block's memory back). As in the UVM driver, a migration the
+//     application asks for (a prefetch either way) revokes the discard: the
+//     page is populated where it lands, so a discarded page prefetched to
+//     the host moves no bytes but comes back later with a full copy.
 //   - Accessed-by the device (set_accessed_by) maps a page on the host into
 //     the device's page tables, as the UVM driver does: when the advice comes
 //     while the page is on the host holding data, when the driver evicts it to make room,

@@ -57,7 +57,7 @@ log=$(ZICO_LOG=info ZICO_HOST_BANDWIDTH=25GB/s "$zico_run" --backend sim --mode 
       --ops --trace "$trace" --iterations 1 2>&1 >"$result")
 grep -q "planned on a 25.0 GB/s host link" <<<"$log" || fail "the pager does not plan on the link it was given: $log"
 # The job's result and the library's exit log count the same evictions.
-logged=$(sed -n 's/.* prefetched, \([0-9]*\) evicted;.*/\1/p' <<<"$log")
+logged=$(sed -n 's/.* on the way), \([0-9]*\) evicted, .*/\1/p' <<<"$log")
 reported=$(sed -n 's/.* evicted_pages=\([0-9]*\).*/\1/p' "$result")
 [[ -n $logged && $logged == "$reported" ]] || fail "the exit log says $logged pages evicted, the result line $reported"
 err=$(ZICO_BACKEND=sim ZICO_MODE=um ZICO_HOST_BANDWIDTH=fast "$trace_job" --ops --trace "$trace" --iterations 1 2>&1) &&

@@ -325,6 +325,82 @@ TEST_F(PagerDiscards, AKernelDoesNotWaitForMigrationsMeantForLaterKernels) {
   EXPECT_LT(kernels_waiting, kernels_with_migrations) << "kernels waited for migrations meant for later ones";
 }
 
+// Six one-page blocks used in turn by one kernel each, over four slots, for
+// three iterations (marked): the stats at the end.
+UmPagerStats cycle_six_pages(SimDriver& driver, UmPager& pager, std::byte* base) {
+  for (size_t page = 0; page < 6; ++page) {
+    pager.on_allocate(base + page * kPage, kPage);
+    std::memset(base + page * kPage, static_cast<int>(0x70 + page), kPage);
+  }
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    for (size_t page = 0; page < 6; ++page) {
+      const VaRange range{reinterpret_cast<uintptr_t>(base + page * kPage), kPage};
+      pager.before_kernel(page, std::span<const VaRange>(&range, 1), 1'000'000);
+      EXPECT_TRUE(driver.run_kernel(std::span<const VaRange>(&range, 1), 1'000'000).is_ok());
+      pager.after_kernel();
+    }
+    pager.on_iteration();
+  }
+  for (size_t page = 0; page < 6; ++page) {
+    EXPECT_EQ(static_cast<int>(base[page * kPage + 5]), static_cast<int>(0x70 + page)) << "page " << page;
+  }
+  return pager.stats();
+}
+
+// zico fetches the pages a kernel names that are absent, in the first
+// (unplanned) iteration too, before the kernel runs: nothing faults. The
+// "um" baseline leaves them to the driver's faults.
+TEST_F(PagerDiscards, ZicoFetchesWhatAKernelNamesInsteadOfLettingItFault) {
+  const UmPagerStats zico = cycle_six_pages(driver_, *pager_, base_);
+  EXPECT_EQ(zico.faulted_pages, 0u);
+  EXPECT_EQ(driver_.managed_stats().faulted_pages, 0u) << "the device faulted pages in";
+  EXPECT_GE(zico.named_fetches, 6u) << "the cold iteration's pages were not fetched";
+  EXPECT_LE(driver_.managed_stats().peak_resident_bytes, 4 * kPage);
+
+  TearDown();
+  SetUp();
+  make_pager("um");
+  const UmPagerStats um = cycle_six_pages(driver_, *pager_, base_);
+  EXPECT_GE(um.faulted_pages, 6u) << "the baseline stopped faulting";
+  EXPECT_EQ(um.named_fetches, 0u);
+}
+
+// The dead pages of a free are discarded in one call, adjacent pages as one
+// range.
+TEST_F(PagerDiscards, DiscardsTheDeadPagesOfAFreeInOneCall) {
+  pager_->on_allocate(base_, 4 * kPage);
+  std::memset(base_, 0x11, 4 * kPage);
+  const VaRange range{reinterpret_cast<uintptr_t>(base_), 4 * kPage};
+  pager_->before_kernel(1, std::span<const VaRange>(&range, 1), 1000);
+  ASSERT_TRUE(driver_.run_kernel(std::span<const VaRange>(&range, 1), 1000).is_ok());
+  pager_->after_kernel();
+  pager_->on_free(base_, std::nullopt);
+  EXPECT_EQ(pager_->stats().discards, 4u);
+  EXPECT_EQ(pager_->stats().discard_calls, 1u);
+  EXPECT_EQ(driver_.managed_stats().discarded_pages, 4u);
+  EXPECT_EQ(static_cast<int>(base_[3 * kPage]), 0);
+}
+
+// The room a kernel's pages need is made in one call, the victims sorted by
+// address: four adjacent pages migrated in reverse order leave as one range.
+TEST_F(PagerDiscards, RoomForAKernelLeavesInOneCallOfSortedRanges) {
+  make_pager("um");
+  for (size_t page = 0; page < 4; ++page) pager_->on_allocate(base_ + page * kPage, kPage);
+  pager_->on_allocate(base_ + 4 * kPage, 4 * kPage);
+  for (size_t page = 4; page-- > 0;) use(page);
+  const uint64_t calls = driver_.counters().prefetch_calls;
+  const UmPagerStats before = pager_->stats();
+  const VaRange big{reinterpret_cast<uintptr_t>(base_ + 4 * kPage), 4 * kPage};
+  pager_->before_kernel(9, std::span<const VaRange>(&big, 1), 1000);
+  ASSERT_TRUE(driver_.run_kernel(std::span<const VaRange>(&big, 1), 1000).is_ok());
+  pager_->after_kernel();
+  const UmPagerStats after = pager_->stats();
+  EXPECT_EQ(after.room_evictions - before.room_evictions, 4u);
+  EXPECT_EQ(driver_.counters().prefetch_calls - calls, 1u) << "room made one call a page";
+  EXPECT_EQ(after.migration_ranges - before.migration_ranges, 1u) << "adjacent victims were not one range";
+  EXPECT_LE(driver_.managed_stats().peak_resident_bytes, 4 * kPage);
+}
+
 // The last kernel's stream captures a CUDA graph now: the pager's fences stay
 // out of it (a record there would be a node of the application's graph), and
 // its migrations run unordered, as without a fence.
@@ -587,6 +663,9 @@ TEST(UmPager, MovesAPolicysPagesInFewDriverCalls) {
   SCOPED_TRACE(std::to_string(moves) + " pages moved in " + std::to_string(live.device_prefetch_calls) + " calls");
   ASSERT_GT(moves, 1000u);
   EXPECT_LT(live.device_prefetch_calls * 3, moves * 2);
+  // Pages the plan brings back while no block holds them come discarded:
+  // nothing of their stale bytes crosses the link.
+  EXPECT_GT(live.pager.discarded_prefetches, 0u);
 }
 
 }  // namespace
