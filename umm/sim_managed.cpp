@@ -15,6 +15,10 @@ uint64_t copy_ns(size_t bytes, double bytes_per_s) {
 
 }  // namespace
 
+double SimManagedMemory::share_beside(uint64_t other_free_ns, uint64_t start_ns) const {
+  return other_free_ns > start_ns ? costs_.duplex_factor : 1.0;
+}
+
 SimManagedMemory::SimManagedMemory(size_t page_bytes, const SimManagedCosts& costs)
     : page_bytes_(page_bytes), costs_(costs) {}
 
@@ -101,7 +105,7 @@ Status SimManagedMemory::bring_in(uintptr_t base, Allocation& allocation, size_t
       fault_ns_pending_ += copy_ns(page_bytes_, costs_.fault_bytes_per_s);
     } else {
       const uint64_t start = std::max({room_at, h2d_free_ns_, page.left_ns});
-      h2d_free_ns_ = start + copy_ns(page_bytes_, costs_.h2d_bytes_per_s);
+      h2d_free_ns_ = start + copy_ns(page_bytes_, costs_.h2d_bytes_per_s * share_beside(d2h_free_ns_, start));
       page.arrives_ns = h2d_free_ns_;
     }
   } else if (!fault) {
@@ -126,7 +130,7 @@ uint64_t SimManagedMemory::send_out(Allocation& allocation, size_t index, bool f
       fault_ns_pending_ += copy_ns(page_bytes_, costs_.d2h_bytes_per_s);
     } else {
       const uint64_t start = std::max({d2h_free_ns_, start_ns, page.arrives_ns});
-      d2h_free_ns_ = start + copy_ns(page_bytes_, costs_.d2h_bytes_per_s);
+      d2h_free_ns_ = start + copy_ns(page_bytes_, costs_.d2h_bytes_per_s * share_beside(h2d_free_ns_, start));
       done = d2h_free_ns_;
     }
     page.has_data = true;

@@ -59,7 +59,7 @@ namespace zico {
 
 // The costs of migration. Defaults: those of the paging planners' transfer
 // model (prefetch/transfer_model.h), without its size efficiency (pages here
-// are whole UM blocks) and duplex sharing.
+// are whole UM blocks).
 struct SimManagedCosts {
   double h2d_bytes_per_s = 55e9;
   double d2h_bytes_per_s = 55e9;
@@ -185,6 +185,11 @@ class SimManagedMemory {
   // `start_ns`; returns when the copy ends (start_ns for a fault, whose time
   // the kernel pays).
   uint64_t send_out(Allocation& allocation, size_t index, bool fault, uint64_t start_ns);
+
+  // The share of its rate a copy starting at `start_ns` gets: duplex_factor
+  // while the other direction's engine is still busy then (it is taken to
+  // stay busy for the whole copy), else all of it.
+  [[nodiscard]] double share_beside(uint64_t other_free_ns, uint64_t start_ns) const;
 
   const size_t page_bytes_;
   const SimManagedCosts costs_;

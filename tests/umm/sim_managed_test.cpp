@@ -24,6 +24,7 @@ SimOptions options() {
   o.managed_costs.fault_bytes_per_s = static_cast<double>(kPage) * 500;
   o.managed_costs.fault_batch_pages = 4;
   o.managed_costs.fault_batch_ns = 100'000;
+  o.managed_costs.duplex_factor = 1;  // each direction at its full rate, whatever the other does
   return o;
 }
 
@@ -288,6 +289,32 @@ TEST(SimManagedHostTime, TheCallerPaysForItsCallsAndWaitsForMovesToTheHost) {
   EXPECT_EQ(s.idle_ns, 2'000 + (17'000 + 2 * kMs + 42'000 - 102'000));
   EXPECT_TRUE(driver.stream_destroy(out).is_ok());
   EXPECT_TRUE(driver.managed_free(base).is_ok());
+}
+
+// Copies both ways at once share the link: each direction gets
+// duplex_factor of its rate while the other's engine is busy.
+TEST(SimManagedDuplex, CopiesBothWaysAtOnceShareTheLink) {
+  for (const double share : {1.0, 0.5}) {
+    SimOptions o = options();
+    o.managed_costs.duplex_factor = share;
+    SimDriver driver(o);
+    void* base = nullptr;
+    ASSERT_TRUE(driver.managed_allocate(4 * kPage, &base).is_ok());
+    const auto page = [&](size_t i) { return VaRange{reinterpret_cast<uintptr_t>(base) + i * kPage, kPage}; };
+    const VaRange all{reinterpret_cast<uintptr_t>(base), 4 * kPage};
+    ASSERT_TRUE(driver.run_kernel(std::span<const VaRange>(&all, 1), 0).is_ok());  // [0, 0.1 ms): first touch
+    const PrefetchTarget host{true, kDevice}, device{false, kDevice};
+    ASSERT_TRUE(driver.managed_prefetch(page(3).ptr(), kPage, host, StreamHandle{}).is_ok());    // out [0.1, 1.1 ms)
+    ASSERT_TRUE(driver.managed_prefetch(page(0).ptr(), kPage, host, StreamHandle{}).is_ok());    // out [1.1, 2.1 ms)
+    StreamHandle in{};
+    ASSERT_TRUE(driver.stream_create(kDevice, &in).is_ok());
+    ASSERT_TRUE(driver.managed_prefetch(page(3).ptr(), kPage, device, in).is_ok());  // in from 1.1 ms, beside page 0's copy out
+    const VaRange three = page(3);
+    ASSERT_TRUE(driver.run_kernel(std::span<const VaRange>(&three, 1), 0).is_ok());  // waits for page 3
+    EXPECT_EQ(driver.managed_stats().now_ns, 1'100'000 + static_cast<uint64_t>(1e6 / share)) << "share " << share;
+    EXPECT_TRUE(driver.stream_destroy(in).is_ok());
+    EXPECT_TRUE(driver.managed_free(base).is_ok());
+  }
 }
 
 // Pages on the host that hold data come to the device discarded: no copy,
