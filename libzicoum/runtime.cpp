@@ -284,6 +284,10 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
   prefetch::UmPagerOptions pager_options;
   pager_options.policy = config_.paging_policy;
   pager_options.learn_from_faults = config_.fault_reports;
+  // On the simulated backend the moves run inline, each direction's host time
+  // modelled as its own thread's, so that its modelled clock stays
+  // deterministic (a real thread would land its calls wherever the OS runs it).
+  pager_options.pager_threads = config_.backend != Backend::kSim;
   // The calibration's figures, then an explicit host link rate over its rates.
   if (config_.gpu_calibration) pager_options.model = with_calibration(pager_options.model, *config_.gpu_calibration);
   if (config_.host_bytes_per_second) {
@@ -309,15 +313,19 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
   }
   pagers_[static_cast<size_t>(device.value)].store(pager.release(), std::memory_order_release);  // forever
   static std::once_flag summary_registered;
-  std::call_once(summary_registered, [] { std::atexit([] { Runtime::instance().log_paging_summary(); }); });
+  std::call_once(summary_registered, [] { std::atexit([] { Runtime::instance().end_paging(); }); });
   return Status::ok();
 }
 
-void Runtime::log_paging_summary() const noexcept {
+void Runtime::end_paging() noexcept {
   const LaunchCounts launches = launch_counts();
   for (int device = 0; device < kMaxDevices; ++device) {
-    const prefetch::UmPager* pager = pagers_[static_cast<size_t>(device)].load(std::memory_order_acquire);
+    prefetch::UmPager* pager = pagers_[static_cast<size_t>(device)].load(std::memory_order_acquire);
     if (pager == nullptr) continue;
+    // Process exit: the pager's threads finish their moves and stop before
+    // the driver's own exit handlers (registered before this one) run; the
+    // counts below are then final.
+    pager->go_inline();
     const prefetch::UmPagerStats s = pager->stats();
     ZICO_LOG(kInfo,
              "device %d, UM paging: %llu ops announced (%llu launches seen in the process, %llu without zicoum "

@@ -74,9 +74,10 @@ class Runtime {
   void pause_point() noexcept;
   // At exit: unlinks the swap files (a suspended job's data dies with it anyway).
   void close_swap_files() noexcept;
-  // UM mode, at exit: what each device's pager did, at the info level (the
-  // launches seen, faults, migrations, the peak against the budget).
-  void log_paging_summary() const noexcept;
+  // UM mode, at exit: stops each device's pager threads (their moves run
+  // first), then logs what the pager did at the info level (the launches
+  // seen, faults, migrations, the peak against the budget).
+  void end_paging() noexcept;
   // What the job may still use: total = budget, free = budget - allocated,
   // also capped by what the device really has free (other processes). In UM
   // mode the arena, which may hold more than the budget: total = arena,

@@ -52,6 +52,16 @@ Status UmPager::create(Driver& driver, DeviceId device, VaRange arena, uint64_t 
       return status;
     }
   }
+  for (StreamMark& mark : pager->stream_marks_) {
+    if (Status status = driver.event_create(device, &mark.event); !status.is_ok()) {
+      mark.event = EventHandle{};
+      *why = "cannot create the pager's events";
+      return status;
+    }
+  }
+  // Timelines 1 and 2: the simulated backend's names for their host time.
+  pager->out_thread_ = std::make_unique<PagerThread>(driver, 1, options.pager_threads);
+  pager->in_thread_ = std::make_unique<PagerThread>(driver, 2, options.pager_threads);
   if (options.learn_from_faults) {
     std::string reason;
     if (driver.start_fault_reports(device, &reason).is_ok()) {
@@ -75,6 +85,7 @@ UmPager::UmPager(Driver& driver, DeviceId device, VaRange arena, uint64_t page_b
       last_use_(arena.bytes / page_bytes, 0),
       out_call_of_(arena.bytes / page_bytes, 0),
       in_call_of_(arena.bytes / page_bytes, 0),
+      stream_marks_(kStreamMarks),
       residency_(page_bytes, static_cast<uint32_t>(arena.bytes / page_bytes), options.budget_bytes),
       policy_(make_policy(options_.policy, residency_, options_.model)),
       pinned_(arena.bytes / page_bytes, 0),
@@ -90,8 +101,16 @@ UmPager::~UmPager() {
   for (const LaunchMark& mark : launch_marks_) {
     if (mark.event.valid()) (void)driver_.event_destroy(mark.event);
   }
-  for (const EventHandle event : {outs_done_, ins_done_}) {
-    if (event.valid()) (void)driver_.event_destroy(event);
+  // The threads first: what they still run uses the streams and events.
+  // Each may wait for the other's calls: both finish before either goes.
+  if (in_thread_ != nullptr && out_thread_ != nullptr) {
+    in_thread_->go_inline();
+    out_thread_->go_inline();
+  }
+  in_thread_.reset();
+  out_thread_.reset();
+  for (const StreamMark& mark : stream_marks_) {
+    if (mark.event.valid()) (void)driver_.event_destroy(mark.event);
   }
   // A stream that was never created is 0, which stream_destroy refuses.
   for (const StreamHandle stream : {to_device_, to_host_}) {
@@ -235,7 +254,6 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   // kernels in between, so that a job which never marks one keeps the budget too.
   if (fault_reports_ && kernel_stamp_ - stamp_at_last_take_ >= kReadReportsEvery) take_fault_reports();
   launch_stream_ = stream;  // after_kernel records there, on this (the launching) thread
-  migrated_for_kernel_ = false;
   uint64_t block_hash = 0;
   resolve_locked(used, &kernel_blocks_, &kernel_pages_, blocks, &stats_.unknown_pointers,
                  given == GivenId::kKernel ? &block_hash : nullptr);
@@ -316,7 +334,6 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   stats_.peak_over_budget_bytes = std::max(stats_.peak_over_budget_bytes, beyond * page_bytes_);
   fence_kernel();
   apply(ahead_);
-  migrated_for_kernel_ = false;
   // The faults the kernel causes are reported under its stamp (a kernel
   // announced before the last one ended untags first).
   if (fault_reports_) {
@@ -338,6 +355,8 @@ void UmPager::after_kernel() {
   // Recorded here, on the launching thread, so that a per-thread stream is
   // that thread's, and a stream destroyed later is never touched again.
   LaunchMark& mark = launch_marks_[kernel_stamp_ % kLaunchMarks];
+  if (mark.evictions_wait != 0) out_thread_->wait_for(mark.evictions_wait);
+  mark.evictions_wait = 0;
   mark.stamp = outside_graphs(launch_stream_) && recorded(mark.event, launch_stream_) ? kernel_stamp_ : 0;
   mark.stream = launch_stream_;
   for (const PageId page : kernel_pages_) residency_.set_has_data(page, true);
@@ -540,11 +559,11 @@ void UmPager::queue(PageId page, uint8_t kind) {
   // The batch hands its kinds over in a fixed order: the same page asked
   // for earlier in a kind handed over after this one goes first.
   if (batched_[page] != kNotBatched && batched_[page] > kind) flush_batch();
-  if (in_kernel_ && kind != kDiscard) migrated_for_kernel_ = true;
   const VaRange range = page_range(page);
   if (kind == kToHost) {
     out_call_of_[page] = out_calls_ + 1;  // the next call out carries it
     ++leaving_;
+    if (in_call_of_[page] > ins_before_outs_) outs_wait_for_ins_ = true;
   } else {
     in_call_of_[page] = in_calls_ + 1;
     // It takes the slot of a page still leaving, or is itself leaving: the
@@ -591,33 +610,60 @@ void UmPager::flush_batch() noexcept {
 }
 
 void UmPager::hand_over(uint8_t kind, std::span<const VaRange> ranges) noexcept {
-  const PrefetchTarget to_device{false, device_};
   switch (kind) {
-    case kDiscard: {
+    case kDiscard:
       // On the prefetch stream: a later prefetch of the page comes after it,
       // and a kernel that uses the page waits for it (fence_kernel).
       ++in_calls_;
+      last_discard_call_ = in_calls_;
       ++stats_.discard_calls;
+      issue(*in_thread_, kind, ranges);
+      return;
+    case kToHost:
+      wait_before_evictions();
+      ++out_calls_;
+      issue(*out_thread_, kind, ranges);
+      return;
+    case kToDevice:
+    case kDiscardAndFetch:
+      wait_before_prefetches();
+      ++in_calls_;
+      issue(*in_thread_, kind, ranges);
+      return;
+    default: return;
+  }
+}
+
+void UmPager::issue(PagerThread& thread, uint8_t kind, std::span<const VaRange> ranges) noexcept {
+  std::vector<VaRange> copy;
+  try {
+    copy.assign(ranges.begin(), ranges.end());
+  } catch (const std::bad_alloc&) {
+    thread.drain();  // no memory for a copy: the call runs here, after those before it
+    call_driver(kind, ranges);
+    return;
+  }
+  thread.post_or_run([this, kind, moved = std::move(copy)] { call_driver(kind, moved); });
+}
+
+void UmPager::call_driver(uint8_t kind, std::span<const VaRange> ranges) noexcept {
+  const PrefetchTarget to_device{false, device_};
+  switch (kind) {
+    case kDiscard: {
       const Status status = driver_.managed_discard_batch(ranges, to_device_);
-      if (!status.is_ok() && stats_.driver_errors++ == 0) {
+      if (!status.is_ok() && driver_errors_++ == 0) {
         ZICO_LOG(kError, "paging: a discard was refused by the driver (%s)", to_string(status.code()));
       }
       return;
     }
     case kToHost:
-      wait_before_evictions();
-      ++out_calls_;
       note_migration(driver_.managed_prefetch_batch(ranges, PrefetchTarget{true, device_}, to_host_), true,
                      ranges.size());
       return;
     case kToDevice:
-      wait_before_prefetches();
-      ++in_calls_;
       note_migration(driver_.managed_prefetch_batch(ranges, to_device, to_device_), false, ranges.size());
       return;
     case kDiscardAndFetch: {
-      wait_before_prefetches();
-      ++in_calls_;
       Status status = driver_.managed_discard_and_prefetch_batch(ranges, to_device, to_device_);
       // Refused as a whole (no discard here after all): moved as they are.
       if (status.code() == Errc::kNotSupported) status = driver_.managed_prefetch_batch(ranges, to_device, to_device_);
@@ -626,6 +672,17 @@ void UmPager::hand_over(uint8_t kind, std::span<const VaRange> ranges) noexcept 
     }
     default: return;
   }
+}
+
+UmPager::StreamMark& UmPager::record_on(PagerThread& thread, StreamHandle stream, uint64_t* ticket) noexcept {
+  StreamMark& mark = stream_marks_[next_stream_mark_++ % kStreamMarks];
+  // The pager threads lag a whole ring behind only when the driver holds
+  // them up; then the launching thread waits too.
+  if (mark.waiter != nullptr) mark.waiter->wait_for(mark.wait_ticket);
+  mark.waiter = nullptr;
+  const EventHandle event = mark.event;
+  *ticket = thread.post_or_run([this, event, stream] { (void)driver_.event_record(event, stream); });
+  return mark;
 }
 
 void UmPager::note_last_use(PageId page) {
@@ -647,11 +704,27 @@ void UmPager::note_last_use(PageId page) {
 }
 
 void UmPager::wait_before_evictions() noexcept {
+  if (outs_wait_for_ins_) {
+    // As wait_before_prefetches(), the other way.
+    uint64_t recorded_at = 0;
+    StreamMark& mark = record_on(*in_thread_, to_device_, &recorded_at);
+    PagerThread* ins = in_thread_.get();
+    mark.waiter = out_thread_.get();
+    mark.wait_ticket = out_thread_->post_or_run([this, ins, ins_done = mark.event, recorded_at] {
+      ins->wait_for(recorded_at);
+      (void)driver_.stream_wait_event(to_host_, ins_done);
+    });
+    ++stats_.fences;
+    ins_before_outs_ = in_calls_;
+    outs_wait_for_ins_ = false;
+  }
   for (const auto& [stream, stamp] : out_waits_) {
-    const LaunchMark& mark = launch_marks_[stamp % kLaunchMarks];
+    LaunchMark& mark = launch_marks_[stamp % kLaunchMarks];
     // Overwritten since by a later launch: on the same stream waiting for
     // that one covers this one; on another, this one is long done.
-    if (mark.stream != stream || !driver_.stream_wait_event(to_host_, mark.event).is_ok()) continue;
+    if (mark.stream != stream) continue;
+    const EventHandle event = mark.event;
+    mark.evictions_wait = out_thread_->post_or_run([this, event] { (void)driver_.stream_wait_event(to_host_, event); });
     ++stats_.fences;
     auto waited = std::find_if(out_waited_.begin(), out_waited_.end(),
                                [&](const auto& wait) { return wait.first == stream; });
@@ -669,8 +742,17 @@ void UmPager::wait_before_evictions() noexcept {
 }
 
 void UmPager::wait_before_prefetches() noexcept {
-  if (ins_wait_for_outs_ && out_calls_ > outs_before_ins_ && recorded(outs_done_, to_host_) &&
-      driver_.stream_wait_event(to_device_, outs_done_).is_ok()) {
+  if (ins_wait_for_outs_ && out_calls_ > outs_before_ins_) {
+    // The prefetch thread waits until the eviction thread has recorded the
+    // evictions' end, then has its stream wait for it.
+    uint64_t recorded_at = 0;
+    StreamMark& mark = record_on(*out_thread_, to_host_, &recorded_at);
+    PagerThread* outs = out_thread_.get();
+    mark.waiter = in_thread_.get();
+    mark.wait_ticket = in_thread_->post_or_run([this, outs, outs_done = mark.event, recorded_at] {
+      outs->wait_for(recorded_at);
+      (void)driver_.stream_wait_event(to_device_, outs_done);
+    });
     ++stats_.fences;
     outs_before_ins_ = out_calls_;
     leaving_ = 0;
@@ -679,38 +761,55 @@ void UmPager::wait_before_prefetches() noexcept {
 }
 
 void UmPager::fence_kernel() {
-  auto fenced = std::find_if(ins_before_kernels_.begin(), ins_before_kernels_.end(),
-                             [this](const auto& entry) { return entry.first == launch_stream_; });
-  const uint64_t waited = fenced == ins_before_kernels_.end() ? 0 : fenced->second;
+  auto fenced = std::find_if(kernel_waits_.begin(), kernel_waits_.end(),
+                             [this](const KernelWaits& waits) { return waits.stream == launch_stream_; });
+  const KernelWaits waited = fenced == kernel_waits_.end() ? KernelWaits{} : *fenced;
+  // A kernel waits for its own pages' prefetches and discards; one that
+  // faults also for the room made since it last waited, by evictions and
+  // by discards (which give the GPU's pages back where the driver does so):
+  // the faults take that room, and would find it still taken otherwise.
+  const bool faults = !faulted_.empty();
   const bool awaits_ins = std::any_of(kernel_pages_.begin(), kernel_pages_.end(),
-                                      [&](PageId page) { return in_call_of_[page] > waited; });
-  const bool awaits_room = migrated_for_kernel_ && !faulted_.empty();
+                                      [&](PageId page) { return in_call_of_[page] > waited.ins; }) ||
+                          (faults && last_discard_call_ > waited.ins);
+  const bool awaits_room = faults && out_calls_ > waited.outs;
   if (!(awaits_ins || awaits_room) || !outside_graphs(launch_stream_)) return;
-  bool waits = false;
-  if (awaits_ins && recorded(ins_done_, to_device_) && driver_.stream_wait_event(launch_stream_, ins_done_).is_ok()) {
+  // The launching thread waits until the pager thread has issued what the
+  // kernel needs and recorded its end (the moves themselves run on: the
+  // kernel's stream waits for them), then has the kernel's stream wait.
+  const auto after = [this](PagerThread& thread, StreamHandle stream) {
+    uint64_t ticket = 0;
+    const EventHandle event = record_on(thread, stream, &ticket).event;
+    thread.wait_for(ticket);
+    return driver_.stream_wait_event(launch_stream_, event).is_ok();
+  };
+  KernelWaits now = waited;
+  now.stream = launch_stream_;
+  if (awaits_ins && after(*in_thread_, to_device_)) {
     ++stats_.fences;
-    waits = true;
-    if (fenced != ins_before_kernels_.end()) {
-      fenced->second = in_calls_;
-    } else {
-      try {
-        ins_before_kernels_.emplace_back(launch_stream_, in_calls_);
-      } catch (const std::bad_alloc&) {
-        // Not remembered: the stream's next kernel waits again.
-      }
-    }
+    now.ins = in_calls_;
   }
-  if (awaits_room && recorded(outs_done_, to_host_) && driver_.stream_wait_event(launch_stream_, outs_done_).is_ok()) {
+  if (awaits_room && after(*out_thread_, to_host_)) {
     ++stats_.fences;
-    waits = true;
+    now.outs = out_calls_;
   }
-  if (waits) ++stats_.kernel_waits;
+  if (now.ins == waited.ins && now.outs == waited.outs) return;
+  ++stats_.kernel_waits;
+  if (fenced != kernel_waits_.end()) {
+    *fenced = now;
+    return;
+  }
+  try {
+    kernel_waits_.push_back(now);
+  } catch (const std::bad_alloc&) {
+    // Not remembered: the stream's next kernel waits again.
+  }
 }
 
 void UmPager::note_migration(const Status& status, bool to_host, size_t ranges) noexcept {
-  ++stats_.migration_calls;
-  stats_.migration_ranges += ranges;
-  if (!status.is_ok() && stats_.driver_errors++ == 0) {
+  ++migration_calls_;
+  migration_ranges_ += ranges;
+  if (!status.is_ok() && driver_errors_++ == 0) {
     ZICO_LOG(kError, "paging: a migration %s was refused by the driver (%s); the driver pages on its own",
              to_host ? "to the host" : "to the GPU", to_string(status.code()));
   }
@@ -725,7 +824,19 @@ UmPagerStats UmPager::stats() const {
   std::lock_guard lock(mutex_);
   UmPagerStats stats = stats_;
   stats.found_iteration_kernels = policy_->found_iteration_ops();
+  stats.migration_calls = migration_calls_.load();
+  stats.migration_ranges = migration_ranges_.load();
+  stats.driver_errors += driver_errors_.load();
   return stats;
+}
+
+void UmPager::go_inline() noexcept {
+  std::lock_guard lock(mutex_);
+  // The prefetch thread first: the eviction thread's calls it waits for
+  // still run meanwhile, and then every call the eviction thread waits for
+  // has run.
+  in_thread_->go_inline();
+  out_thread_->go_inline();
 }
 
 uint64_t UmPager::budget_bytes() const {

@@ -43,16 +43,32 @@
 //     copy is ordered before the next prefetch, so the GPU never holds more
 //     than the budget of the job's pages (a dead page let go while queued
 //     work still reads it stays there uncounted until its discard);
+//   - an eviction of a page whose prefetch (or discard) is still queued
+//     waits for the prefetch stream, or the page would leave before it came;
 //   - a kernel waits for the prefetch stream only when one of its pages has
 //     a prefetch or a discard there it has not yet waited for (a discard
-//     ordered after the kernel would zero what it writes), and for the
-//     eviction stream only when it faults into room made for it.
+//     ordered after the kernel would zero what it writes); a kernel that
+//     faults also waits for the room made since its stream last waited
+//     (evictions, and discards where they give pages back), which its
+//     faults take.
 // Residency here is what the pager asked for: a page prefetched counts as on
 // the GPU from the call on, an evicted one as gone.
+//
+// Threads: the policy runs on the launching thread (CPU work only); the
+// driver calls that move pages run on two pager threads, one per stream
+// (pager_thread.h), because a move to the host returns only after its copy
+// and the CPU's page tables. The launching thread waits for a pager thread
+// only to have a kernel's stream wait for moves that kernel needs (the
+// pager thread must have issued them first), or when the threads lag a
+// whole ring of events behind. Stream waits between the pager's streams are
+// issued by the waiting stream's thread once the other thread has recorded
+// the event, so every wait is for work issued before it and none can close
+// a cycle.
 //
 // Thread-safe: one mutex (a job may launch from several threads).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -65,6 +81,7 @@
 
 #include "driver.h"
 #include "exec_id.h"
+#include "pager_thread.h"
 #include "paging_policy.h"
 #include "residency.h"
 #include "status.h"
@@ -77,6 +94,12 @@ struct UmPagerOptions {
   std::string policy = "zico";  // one of kPolicyNames
   uint64_t budget_bytes = 0;    // the job's pages on the GPU, at most (whole pages)
   TransferModel model;          // what the policies plan with
+  // Run the driver calls that move pages on two threads of the pager's own,
+  // one per direction (pager_thread.h), so that the launching thread never
+  // waits in them; false: on the thread that decides them, each direction's
+  // host time still charged to a timeline of its own (the simulated
+  // backend's way: its modelled clock stays deterministic).
+  bool pager_threads = true;
   // Learn what kernels use beyond what their launches name, from the
   // driver's fault reports (unseen_uses.h), and count on the GPU the pages
   // that arrived unasked. Where the driver has no reports, the pager knows
@@ -195,6 +218,10 @@ class UmPager {
   // only while that kernel's pages hold it up. 0 sends every page to the
   // host, that kernel's too (a suspension: what it still uses faults back).
   uint64_t set_budget(uint64_t bytes);
+  // Runs the moves queued on the pager's threads and ends the threads: from
+  // here on the driver calls run on the thread that decides them. For
+  // process exit, before the driver's own teardown.
+  void go_inline() noexcept;
 
   [[nodiscard]] UmPagerStats stats() const;
   [[nodiscard]] uint64_t budget_bytes() const;
@@ -207,6 +234,18 @@ class UmPager {
   [[nodiscard]] uint64_t resident_bytes() const;
 
  private:
+  // Events the pager threads record for a wait to follow them: after
+  // evictions (a prefetch or a kernel waits), after prefetches (a kernel
+  // waits); taken in turn. A mark is recorded again only once the wait on
+  // its last record has been issued (`waiter`'s call `wait_ticket`, where a
+  // pager thread waits; the launching thread waits at once): a wait issued
+  // after a newer record would wait for other work, or for work that waits
+  // for the waiter.
+  struct StreamMark {
+    EventHandle event{};
+    PagerThread* waiter = nullptr;
+    uint64_t wait_ticket = 0;
+  };
   UmPager(Driver& driver, DeviceId device, VaRange arena, uint64_t page_bytes, const UmPagerOptions& options);
 
   struct Block {
@@ -256,6 +295,15 @@ class UmPager {
   // adjacent pages as one range, each after the stream waits it needs.
   void flush_batch() noexcept;
   void hand_over(uint8_t kind, std::span<const VaRange> ranges) noexcept;
+  // Runs the driver call for `kind` on `ranges` on its pager thread (a copy
+  // of them travels with it; inline where none can be made).
+  void issue(PagerThread& thread, uint8_t kind, std::span<const VaRange> ranges) noexcept;
+  // The driver call itself, on a pager thread.
+  void call_driver(uint8_t kind, std::span<const VaRange> ranges) noexcept;
+  // The next stream mark, recorded on `stream` by `thread`; returns it and,
+  // in *ticket, the record's ticket. Whoever waits on a pager thread for
+  // the record sets the mark's waiter.
+  StreamMark& record_on(PagerThread& thread, StreamHandle stream, uint64_t* ticket) noexcept;
   // Makes the eviction stream wait, before the next evictions, for the
   // kernel that last used `page`.
   void note_last_use(PageId page);
@@ -303,11 +351,15 @@ class UmPager {
   // A launch's mark: an event recorded after the kernel of `stamp` on its
   // stream. The last kLaunchMarks launches are kept; a page last used
   // earlier is taken to be done with (evicting it early costs a fault back,
-  // never data).
+  // never data). A mark is recorded again only once the eviction thread
+  // has issued the last wait on it (its call `evictions_wait`): a wait
+  // issued after the newer record would wait for a later kernel, which may
+  // itself wait for those evictions.
   struct LaunchMark {
     EventHandle event{};
     uint64_t stamp = 0;
     StreamHandle stream{};
+    uint64_t evictions_wait = 0;
   };
   static constexpr size_t kLaunchMarks = 256;
   std::vector<LaunchMark> launch_marks_;
@@ -318,25 +370,44 @@ class UmPager {
   std::vector<std::pair<StreamHandle, uint64_t>> out_waited_;
   // Calls on each pager stream, numbered (a batch of one kind is one call);
   // per page, the call that last moved (or discarded) it each way; what of
-  // the eviction stream the prefetch stream waits for already; per launch
-  // stream, what of the prefetch stream it waits for already.
+  // the eviction stream the prefetch stream waits for already; the last
+  // discard's call; per launch stream, what of each pager stream it waits
+  // for already.
   uint64_t out_calls_ = 0;
   uint64_t in_calls_ = 0;
   std::vector<uint64_t> out_call_of_;
   std::vector<uint64_t> in_call_of_;
   uint64_t outs_before_ins_ = 0;
-  std::vector<std::pair<StreamHandle, uint64_t>> ins_before_kernels_;
+  uint64_t ins_before_outs_ = 0;
+  uint64_t last_discard_call_ = 0;
+  struct KernelWaits {
+    StreamHandle stream{};
+    uint64_t ins = 0;
+    uint64_t outs = 0;
+  };
+  std::vector<KernelWaits> kernel_waits_;
   // Pages sent out since the prefetch stream last waited for the evictions:
   // still on the GPU for all the prefetches know. Whether the batched
   // prefetches take such a page's slot, or bring one of them back.
   uint64_t leaving_ = 0;
   bool ins_wait_for_outs_ = false;
-  EventHandle outs_done_{};  // recorded on to_host_
-  EventHandle ins_done_{};   // recorded on to_device_
-  // Stream order (before_kernel): the announced kernel's stream, and whether
-  // room was made for its faults since it was announced.
+  // Whether the batched evictions send out a page whose prefetch (or
+  // discard) the eviction stream has not waited for: they wait for it, or
+  // the page would leave before it arrives and then arrive.
+  bool outs_wait_for_ins_ = false;
+  static constexpr size_t kStreamMarks = 64;
+  std::vector<StreamMark> stream_marks_;
+  size_t next_stream_mark_ = 0;
+  // The driver calls' own threads (inline unless options.pager_threads):
+  // evictions on out_thread_, prefetches and discards on in_thread_.
+  std::unique_ptr<PagerThread> out_thread_;
+  std::unique_ptr<PagerThread> in_thread_;
+  // What the pager threads count (stats() adds them).
+  std::atomic<uint64_t> migration_calls_{0};
+  std::atomic<uint64_t> migration_ranges_{0};
+  std::atomic<uint64_t> driver_errors_{0};
+  // Stream order (before_kernel): the announced kernel's stream.
   StreamHandle launch_stream_{};
-  bool migrated_for_kernel_ = false;
   mutable std::mutex mutex_;
   Residency residency_;
   std::unique_ptr<PagingPolicy> policy_;

@@ -227,6 +227,11 @@ class Driver {
   // (nonzero) into the reports of the faults it causes.
   virtual void tag_work(uint64_t tag) noexcept { (void)tag; }
   virtual void untag_work() noexcept {}
+  // The host time of the calling thread's calls from now on is that of
+  // `timeline` (nonzero: a helper thread's work run on this thread, which
+  // starts no earlier than now; 0: the thread's own again). Only a driver
+  // that models time (SimDriver) cares.
+  virtual void charge_host_time_to(uint32_t timeline) noexcept { (void)timeline; }
   // Appends to *out the reports of pages inside `range` (one device's
   // arena) from work that has completed since the last call, older first;
   // reports of other ranges stay for their callers (a bounded number).

@@ -843,6 +843,15 @@ void SimDriver::tag_work(uint64_t tag) noexcept { t_work_tag = tag; }
 
 void SimDriver::untag_work() noexcept { t_work_tag = 0; }
 
+void SimDriver::charge_host_time_to(uint32_t timeline) noexcept {
+  std::lock_guard lock(state_->mutex);
+  try {
+    state_->timeline.use(timeline);
+  } catch (const std::bad_alloc&) {
+    // Not modelled apart: charged to the calling thread.
+  }
+}
+
 Status SimDriver::take_fault_reports(VaRange range, std::vector<ManagedFault>* out) noexcept {
   if (out == nullptr) return Status(Errc::kInvalidArgument);
   std::lock_guard lock(state_->mutex);

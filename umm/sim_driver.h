@@ -173,6 +173,7 @@ class SimDriver final : public Driver {
   void tag_work(uint64_t tag) noexcept override;
   void untag_work() noexcept override;
   Status take_fault_reports(VaRange range, std::vector<ManagedFault>* out) noexcept override;
+  void charge_host_time_to(uint32_t timeline) noexcept override;
   // Only SimOptions::capturing_stream is ever capturing; while it is, the
   // legacy stream (0, 0x1) is blocked.
   Status stream_capture_state(StreamHandle stream, CaptureState* state) noexcept override;

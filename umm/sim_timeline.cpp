@@ -5,9 +5,21 @@
 namespace zico {
 
 uint64_t& SimTimeline::clock() {
-  uint64_t& clock = hosts_[std::this_thread::get_id()];
+  const std::thread::id self = std::this_thread::get_id();
+  auto used = using_.find(self);
+  uint64_t& clock = used == using_.end() ? hosts_[self] : virtual_[used->second];
   clock = std::max(clock, launch_floor_);
   return clock;
+}
+
+void SimTimeline::use(uint32_t timeline) {
+  const std::thread::id self = std::this_thread::get_id();
+  using_.erase(self);
+  if (timeline == 0) return;
+  const uint64_t now = clock();
+  using_[self] = timeline;
+  uint64_t& handed = virtual_[timeline];
+  handed = std::max(handed, now);
 }
 
 uint64_t SimTimeline::host() { return clock(); }

@@ -13,6 +13,8 @@
 // time. Work a helper thread issues (a pager's) was handed to it by the
 // launching thread, so it cannot be issued before the launch that asked for
 // it, and a thread that slept (waited for work) resumes at the present.
+// A thread may also run such work itself, charged to a timeline of its own
+// (use()): the helper thread modelled, deterministically.
 //
 // Not thread-safe: SimDriver calls it under its own mutex.
 #pragma once
@@ -25,6 +27,10 @@ namespace zico {
 
 class SimTimeline {
  public:
+  // Charges the calling thread's calls from now on to virtual timeline
+  // `timeline` (nonzero), which is handed the work now: it starts no earlier
+  // than the thread's own clock. 0: the thread's own clock again.
+  void use(uint32_t timeline);
   // The calling thread's host clock (ns), brought up to the last launch.
   [[nodiscard]] uint64_t host();
   // The calling thread spent `ns` in a driver call.
@@ -58,6 +64,8 @@ class SimTimeline {
   uint64_t& clock();
 
   std::unordered_map<std::thread::id, uint64_t> hosts_;
+  std::unordered_map<std::thread::id, uint32_t> using_;  // threads charging a virtual timeline
+  std::unordered_map<uint32_t, uint64_t> virtual_;
   std::unordered_map<uintptr_t, uint64_t> streams_;
   std::unordered_map<uintptr_t, uint64_t> events_;
   uint64_t launch_floor_ = 0;

@@ -25,8 +25,11 @@ namespace {
 constexpr uint64_t kPage = uint64_t{2} << 20;
 
 // A pager over the first `pages` pages of `arena` (managed memory of
-// `driver`), or null with a test failure that says why.
-std::unique_ptr<UmPager> pager_over(Driver& driver, void* arena, uint64_t pages, const UmPagerOptions& options) {
+// `driver`), or null with a test failure that says why. Its moves run
+// inline, so that a test sees each one made when the pager returns (the
+// threaded pager: RunsItsMovesOnItsOwnThreadsWithinTheBudget).
+std::unique_ptr<UmPager> pager_over(Driver& driver, void* arena, uint64_t pages, UmPagerOptions options) {
+  options.pager_threads = false;
   std::unique_ptr<UmPager> pager;
   std::string why;
   EXPECT_TRUE(UmPager::create(driver, DeviceId{0}, VaRange{reinterpret_cast<uintptr_t>(arena), pages * kPage}, kPage,
@@ -666,6 +669,47 @@ TEST(UmPager, MovesAPolicysPagesInFewDriverCalls) {
   // Pages the plan brings back while no block holds them come discarded:
   // nothing of their stale bytes crosses the link.
   EXPECT_GT(live.pager.discarded_prefetches, 0u);
+}
+
+
+// With the moves on the pager's own threads (as on a GPU), every policy
+// still keeps the device within the budget, makes no page the driver must
+// evict itself, and finishes: no wait of the launching thread, of a pager
+// thread or of a stream waits for one that waits for it. The modelled
+// iteration time stays that of the inline pager within what the threads'
+// order may shift.
+TEST(UmPager, RunsItsMovesOnItsOwnThreadsWithinTheBudget) {
+  const auto check = [](const AccessStream& stream, uint64_t budget, std::string_view policy) {
+    page::UmReplayResult inline_run, threaded;
+    std::string error;
+    ASSERT_TRUE(page::run_um_replay(stream, std::string(policy), budget, TransferModel{}, &inline_run, &error))
+        << error;
+    ASSERT_TRUE(page::run_um_replay(stream, std::string(policy), budget, TransferModel{}, &threaded, &error, true))
+        << error;
+    EXPECT_LE(threaded.device_peak_resident_bytes, budget) << "the device held more than the budget";
+    EXPECT_EQ(threaded.device_driver_evictions, 0u) << "the driver had to make room itself";
+    EXPECT_EQ(threaded.pager.refused_evictions, 0u);
+    EXPECT_EQ(threaded.pager.driver_errors, 0u);
+    EXPECT_EQ(threaded.device_prefetch_calls, threaded.pager.migration_calls) << "a move was lost on the way";
+    EXPECT_EQ(threaded.pager.migration_calls, inline_run.pager.migration_calls) << "the same decisions, moved";
+    const double ratio =
+        static_cast<double>(threaded.iteration_ns.back()) / static_cast<double>(inline_run.iteration_ns.back());
+    EXPECT_NEAR(ratio, 1.0, 0.25) << "threaded " << threaded.iteration_ns.back() << " ns, inline "
+                                  << inline_run.iteration_ns.back() << " ns";
+  };
+  for (uint32_t seed = 1; seed <= 8; ++seed) {
+    const AccessStream stream = random_training_stream(seed, 4, kPage);
+    const uint32_t slots = stream_facts(stream).max_op_pages;
+    for (const std::string_view policy : kPolicyNames) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + ", " + std::string(policy));
+      check(stream, uint64_t{slots} * kPage, policy);
+    }
+  }
+  AccessStream stream;
+  uint64_t budget = 0;
+  ASSERT_NO_FATAL_FAILURE(committed_trace("bert_base", &stream, &budget));
+  SCOPED_TRACE("bert_base at half its peak, zico");
+  check(stream, budget, "zico");
 }
 
 }  // namespace

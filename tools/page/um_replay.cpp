@@ -7,7 +7,7 @@
 namespace zico::page {
 
 bool run_um_replay(const prefetch::AccessStream& stream, const std::string& policy, uint64_t budget_bytes,
-                   const prefetch::TransferModel& model, UmReplayResult* out, std::string* error) {
+                   const prefetch::TransferModel& model, UmReplayResult* out, std::string* error, bool pager_threads) {
   *out = UmReplayResult{};
   out->policy = policy;
   const uint64_t arena_bytes = uint64_t{stream.page_count} * stream.page_bytes;
@@ -33,6 +33,7 @@ bool run_um_replay(const prefetch::AccessStream& stream, const std::string& poli
   pager_options.policy = policy;
   pager_options.budget_bytes = budget_bytes;
   pager_options.model = model;
+  pager_options.pager_threads = pager_threads;
   if (Status status = prefetch::UmPager::create(driver, DeviceId{0}, VaRange{base, arena_bytes}, stream.page_bytes,
                                                 pager_options, &pager, error);
       !status.is_ok()) {
@@ -73,6 +74,7 @@ bool run_um_replay(const prefetch::AccessStream& stream, const std::string& poli
     }
     if (!ok) break;
   }
+  pager->go_inline();  // every move made: the counts are final
   const SimManagedStats device = driver.managed_stats();
   out->iteration_ns.push_back(device.now_ns - iteration_start);
   out->pager = pager->stats();

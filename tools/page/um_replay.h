@@ -30,8 +30,11 @@ struct UmReplayResult {
 };
 
 // False with *error when the pager cannot be made or a kernel cannot run.
+// `pager_threads`: the pager's moves run on its own threads, as in a job on
+// a GPU (its modelled times then depend on how the OS runs the threads);
+// else inline, deterministically (um_pager.h).
 [[nodiscard]] bool run_um_replay(const prefetch::AccessStream& stream, const std::string& policy,
                                  uint64_t budget_bytes, const prefetch::TransferModel& model, UmReplayResult* out,
-                                 std::string* error);
+                                 std::string* error, bool pager_threads = false);
 
 }  // namespace zico::page
