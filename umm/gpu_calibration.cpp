@@ -12,15 +12,20 @@ namespace {
 
 // A JSON value as the file's shape needs it: objects keep their members'
 // order, and every value keeps its text so that an error can quote it.
+struct JsonMember;
 struct JsonValue {
   enum class Kind : uint8_t { kNull, kBool, kNumber, kString, kObject, kArray };
   Kind kind = Kind::kNull;
   bool boolean = false;
   double number = 0;
   std::string string;
-  std::vector<std::pair<std::string, JsonValue>> members;
+  std::vector<JsonMember> members;  // (a pair would need JsonValue complete here)
   std::vector<JsonValue> items;
   std::string_view text;
+};
+struct JsonMember {
+  std::string key;
+  JsonValue value;
 };
 
 // Recursive descent over RFC 8259 JSON; the first error stops it.
@@ -116,7 +121,7 @@ class JsonReader {
       skip_space();
       JsonValue value;
       if (!read_value(&value, depth + 1)) return false;
-      out->members.emplace_back(std::move(key), std::move(value));
+      out->members.push_back(JsonMember{std::move(key), std::move(value)});
       skip_space();
       if (take('}')) return true;
       if (!take(',')) return fail("expected ',' or '}'");
@@ -299,8 +304,8 @@ Status read_model_key(const std::string& key, const JsonValue& value, GpuCalibra
 Status check_unique(const JsonValue& object, const char* where, std::string* error) {
   for (size_t i = 0; i < object.members.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
-      if (object.members[i].first == object.members[j].first) {
-        return bad(error, std::string(where) + "key \"" + object.members[i].first + "\" appears twice; expected it once");
+      if (object.members[i].key == object.members[j].key) {
+        return bad(error, std::string(where) + "key \"" + object.members[i].key + "\" appears twice; expected it once");
       }
     }
   }
