@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -78,23 +79,43 @@ PeakBound peak_bound(const AccessStream& stream, uint64_t budget_bytes, const Tr
     }
   }
 
-  // Room for data at the peak: the budget's whole pages. Data on the GPU
-  // since the previous iteration's ops (a use migrates it there) and on the
-  // host at the peak was copied out after that use.
-  const uint64_t room = budget_bytes / stream.page_bytes * stream.page_bytes;
-  std::vector<std::pair<uint64_t, uint64_t>> out;  // (slack ns, bytes)
-  uint64_t needed_after = 0;
+  // Pages, as paging moves them: a page holds data at the peak if a live
+  // block on it does; it was on the GPU at each of those blocks' uses, so if
+  // it is on the host at the peak it was copied out after the latest of
+  // them (its slack: the least of theirs). Room for such pages: the budget's
+  // pages less the peak op's pages that hold no data yet (its outputs, first
+  // used there), which it needs on the GPU beside whatever data stays.
+  constexpr uint64_t kUncounted = UINT64_MAX;
+  std::vector<bool> holds_data(stream.page_count, false), needed(stream.page_count, false);
+  std::vector<uint64_t> slack_of(stream.page_count, kUncounted);
   for (size_t b = 0; b < blocks; ++b) {
     if (!live[b] || last_use[b] == kNone) continue;  // not live, or no data yet
-    const uint64_t bytes = stream.blocks[b].bytes;
-    if (used_after[b]) needed_after += bytes;
+    uint64_t slack = kUncounted;  // last used too long ago to tell
     if (last_use[b] >= start) {
-      out.emplace_back(0, bytes);
+      slack = 0;
     } else if (previous_start != kNone && last_use[b] > previous_start) {
-      out.emplace_back(previous_total - done_at[last_use[b]], bytes);
+      slack = previous_total - done_at[last_use[b]];
+    }
+    const BlockExtent& block = stream.blocks[b];
+    for (PageId page = stream.first_page(block); page <= stream.last_page(block); ++page) {
+      holds_data[page] = true;
+      if (used_after[b]) needed[page] = true;
+      slack_of[page] = std::min(slack_of[page], slack);
     }
   }
-  // Taking the blocks of least slack first: each prefix bounds the time
+  uint64_t fresh = 0;
+  for (const PageId page : stream.pages(stream.ops[stream.events[peak].index])) {
+    if (!holds_data[page]) fresh += stream.page_bytes;
+  }
+  const uint64_t pages = budget_bytes / stream.page_bytes * stream.page_bytes;
+  const uint64_t room = pages > fresh ? pages - fresh : 0;
+  std::vector<std::pair<uint64_t, uint64_t>> out;  // (slack ns, bytes)
+  uint64_t needed_after = 0;
+  for (PageId page = 0; page < stream.page_count; ++page) {
+    if (needed[page]) needed_after += stream.page_bytes;
+    if (slack_of[page] != kUncounted) out.emplace_back(slack_of[page], stream.page_bytes);
+  }
+  // Taking the pages of least slack first: each prefix bounds the time
   // before the peak by its bytes beyond the room, less its largest slack.
   std::sort(out.begin(), out.end());
   uint64_t sum = 0, best = 0;

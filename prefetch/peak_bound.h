@@ -5,19 +5,22 @@
 // end of the forward pass). Live data there that does not fit the budget is
 // on the host. A use puts a block's data on the GPU (an op runs on resident
 // pages; a unified-memory page migrates, it is not copied), so:
-// - of the blocks holding data at the peak and used since the iteration
-//   began, all but a budget's worth were copied to the host after that use:
-//   the time up to the peak is at least those bytes over the device-to-host
-//   bandwidth, and at least the compute before it. Blocks last used near the
-//   end of the previous iteration (the optimizer step) count too, less the
-//   compute that ran after their use there (copies may overlap it): the
-//   bound takes the best prefix of blocks by that slack;
-// - of the blocks holding data at the peak and used after it, all but a
-//   budget's worth must come back after it: the time from the peak on is at
+// - of the pages holding data at the peak (a live block on them holds data)
+//   and used since the iteration began, all but the room's worth were
+//   copied to the host after that use: the time up to the peak is at least
+//   those bytes over the device-to-host bandwidth, and at least the compute
+//   before it. Pages last used near the end of the previous iteration (the
+//   optimizer step) count too, less the compute that ran after their use
+//   there (copies may overlap it): the bound takes the best prefix of pages
+//   by that slack;
+// - of the pages holding data at the peak and used after it, all but the
+//   room's worth must come back after it: the time from the peak on is at
 //   least those bytes over the host-to-device bandwidth, and its compute.
-// Bytes, not pages, and the whole budget counted as room for them, so the
-// bound holds for any policy; Belady's bound (belady_bound.h) holds too, and
-// an iteration is at least the larger of the two.
+// The room is the budget's pages less the peak op's pages that hold no data
+// yet (its outputs, first used there: they are on the GPU during the op).
+// Whole pages, as paging moves them, so the bound holds for any policy that
+// pages with the stream's page size; Belady's bound (belady_bound.h) holds
+// too, and an iteration is at least the larger of the two.
 #pragma once
 
 #include <cstdint>

@@ -11,8 +11,9 @@ namespace {
 
 TEST(PeakBound, CountsWhatMustLeaveBeforeThePeakAndComeBackAfter) {
   // Iteration: make three 1 MiB activations (forward), then use them in
-  // reverse (backward) and free them. With 1 MiB of room, 2 MiB must leave
-  // before the peak and come back after it.
+  // reverse (backward) and free them. With 2 MiB of room, of which the peak
+  // op's new activation takes 1 MiB, 1 MiB must leave before the peak and
+  // come back after it.
   constexpr uint64_t kMiB = 1 << 20;
   testing::StreamBuilder b(kMiB);
   for (int it = 0; it < 2; ++it) {
@@ -31,9 +32,10 @@ TEST(PeakBound, CountsWhatMustLeaveBeforeThePeakAndComeBackAfter) {
   }
   const AccessStream s = b.finish();
   const TransferModel model;
-  const PeakBound bound = peak_bound(s, kMiB, model);
+  const PeakBound bound = peak_bound(s, 2 * kMiB, model);
   // Before op 3 starts: a0 and a1 hold data and were made this iteration
-  // (a2 has none yet): 2 MiB, 1 MiB fits. After: a0, a1 are used again.
+  // (a2 has none yet, but op 3 needs it on the GPU): 2 MiB, 1 MiB fits
+  // beside a2. After: a0, a1 are used again.
   EXPECT_EQ(bound.out_bytes, kMiB);
   EXPECT_EQ(bound.in_bytes, kMiB);
   EXPECT_GE(bound.before_ns, 2000u);  // at least the compute before the peak
@@ -43,9 +45,9 @@ TEST(PeakBound, CountsWhatMustLeaveBeforeThePeakAndComeBackAfter) {
 
 TEST(PeakBound, CountsStateTheLastStepWroteLessWhatItsTailCouldHide) {
   // A 4 MiB optimizer state used only by the step at the end of each
-  // iteration, and 2 MiB of activations holding data at the peak: with 2 MiB
-  // of room, 4 MiB must leave before it, and only the 1 us of compute after
-  // the step could hide the copies.
+  // iteration, and 2 MiB of activations holding data at the peak: with 3 MiB
+  // of room, 1 MiB of it for the peak op's output, 4 MiB must leave before
+  // it, and only the 1 us of compute after the step could hide the copies.
   constexpr uint64_t kMiB = 1 << 20;
   testing::StreamBuilder b(kMiB);
   const uint32_t state = b.allocate(4 * kMiB);
@@ -62,7 +64,7 @@ TEST(PeakBound, CountsStateTheLastStepWroteLessWhatItsTailCouldHide) {
   }
   const AccessStream s = b.finish();
   const TransferModel model;
-  const PeakBound bound = peak_bound(s, 2 * kMiB, model);
+  const PeakBound bound = peak_bound(s, 3 * kMiB, model);
   EXPECT_EQ(bound.out_bytes, 4 * kMiB);
   const auto copy = static_cast<uint64_t>(4 * kMiB / model.d2h_bytes_per_s * 1e9);
   EXPECT_EQ(bound.before_ns, copy - 1000);
