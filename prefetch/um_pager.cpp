@@ -718,8 +718,9 @@ void UmPager::wait_before_evictions() noexcept {
     ins_before_outs_ = in_calls_;
     outs_wait_for_ins_ = false;
   }
-  for (const auto& [stream, stamp] : out_waits_) {
-    LaunchMark& mark = launch_marks_[stamp % kLaunchMarks];
+  for (const auto& wait : out_waits_) {
+    const StreamHandle stream = wait.first;  // a plain name: lambdas below capture it
+    LaunchMark& mark = launch_marks_[wait.second % kLaunchMarks];
     // Overwritten since by a later launch: on the same stream waiting for
     // that one covers this one; on another, this one is long done.
     if (mark.stream != stream) continue;
@@ -727,7 +728,7 @@ void UmPager::wait_before_evictions() noexcept {
     mark.evictions_wait = out_thread_->post_or_run([this, event] { (void)driver_.stream_wait_event(to_host_, event); });
     ++stats_.fences;
     auto waited = std::find_if(out_waited_.begin(), out_waited_.end(),
-                               [&](const auto& wait) { return wait.first == stream; });
+                               [&](const auto& done) { return done.first == stream; });
     if (waited != out_waited_.end()) {
       waited->second = std::max(waited->second, mark.stamp);
       continue;
