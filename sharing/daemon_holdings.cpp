@@ -231,6 +231,23 @@ void Daemon::Impl::look_at_unchecked_returns(uint64_t now) {
   arm_look_timer();
 }
 
+void Daemon::Impl::look_for_waiters(uint64_t now) {
+  bool looked = false;
+  for (uint32_t g = 0; g < gpus.size(); ++g) {
+    if (ledger.gpu(g).waiting == 0) continue;
+    for (auto& [id, job] : jobs) {
+      if (g >= job.gpus.size() || job.gpus[g].unchecked.empty()) continue;
+      // The look's cost still sets when the next one is due (look_at_returns):
+      // a job that churns waits for its later returns' looks as before.
+      job.look_due_ns = now;
+      look_at_returns(job, g, {}, now);
+      record_holding(job, g);
+      looked = true;
+    }
+  }
+  if (looked) arm_look_timer();
+}
+
 void Daemon::Impl::arm_look_timer() {
   // Looked at when due, not a tick later: the job may be waiting for them.
   uint64_t due = UINT64_MAX;

@@ -300,6 +300,12 @@ struct Daemon::Impl final : GateGuard {
   // Every tick, and when look_timer_fd fires: the unchecked returns whose
   // look is due.
   void look_at_unchecked_returns(uint64_t now);
+  // Before the ledger serves: on a GPU where a request waits, every job's
+  // unchecked returns are looked at now, due or not. They may be all the
+  // request waits for, and while they count as held the ledger sees a jam
+  // and has a job yield its memory to the host (a lone job did, at each
+  // iteration, before this).
+  void look_for_waiters(uint64_t now);
   // look_timer_fd at the earliest look due of a job with unchecked returns.
   void arm_look_timer();
   // A chunk back in the pool, last used by `uid`.

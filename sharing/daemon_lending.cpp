@@ -162,6 +162,7 @@ bool Daemon::Impl::grant(const LedgerAction& action) {
 
 void Daemon::Impl::pump() {
   sync_gate_paging();
+  look_for_waiters(now_ns());
   // Carrying out actions can change the books (a failed grant, a closed
   // connection), so ask again until nothing is left to do.
   for (int round = 0; round < 16; ++round) {

@@ -30,6 +30,23 @@ TEST_F(NodeManager, FourJobsShareABudgetBelowTheSumOfTheirPeaks) {
   EXPECT_TRUE(status.jobs.empty());
 }
 
+// A job alone under a budget above its peak never has to yield its memory.
+// It gives its activations back at each iteration's gate, and the daemon
+// looks at such returns (does the process still map them?) only when a look
+// is due, to bound its own CPU; until then they count as held. A request
+// that waits for them must not make the ledger see a jam (with thousands of
+// small chunks a look is slow, and the next one far off).
+TEST_F(NodeManager, ALoneJobNeverYieldsItsMemory) {
+  const uint64_t budget = 96 * kMiB;
+  start_daemon(budget, {"--schedule", "zico", "--chunk-size", "8192"}, {"ZICO_SIM_GRANULARITY=8192"});
+  if (HasFatalFailure()) return;
+  Child& job = start_job(1, 12, 48 * kMiB, 8 * kMiB, 20, {"ZICO_SIM_GRANULARITY=8192"});
+  ASSERT_TRUE(job.succeeded()) << job.output();
+  zico::proto::StatusReply status;
+  ASSERT_TRUE(query_status(socket_, &status));
+  EXPECT_EQ(status.gpus[0].deadlocks, 0u) << "a lone job yielded its memory to the host";
+}
+
 TEST_F(NodeManager, KilledJobsGiveEverythingBackAtOnce) {
   const uint64_t budget = 64 * kMiB;
   start_daemon(budget);
