@@ -703,17 +703,20 @@ void UmPager::note_last_use(PageId page) {
   out_waits_.emplace_back(stream, stamp);  // may throw: the caller hands this page over alone
 }
 
+void UmPager::stream_waits_for(PagerThread& waiter, StreamHandle waiting, PagerThread& recorder,
+                               StreamHandle recorded) noexcept {
+  uint64_t recorded_at = 0;
+  StreamMark& mark = record_on(recorder, recorded, &recorded_at);
+  mark.waiter = &waiter;
+  mark.wait_ticket = waiter.post_or_run([this, &recorder, waiting, event = mark.event, recorded_at] {
+    recorder.wait_for(recorded_at);
+    (void)driver_.stream_wait_event(waiting, event);
+  });
+}
+
 void UmPager::wait_before_evictions() noexcept {
   if (outs_wait_for_ins_) {
-    // As wait_before_prefetches(), the other way.
-    uint64_t recorded_at = 0;
-    StreamMark& mark = record_on(*in_thread_, to_device_, &recorded_at);
-    PagerThread* ins = in_thread_.get();
-    mark.waiter = out_thread_.get();
-    mark.wait_ticket = out_thread_->post_or_run([this, ins, ins_done = mark.event, recorded_at] {
-      ins->wait_for(recorded_at);
-      (void)driver_.stream_wait_event(to_host_, ins_done);
-    });
+    stream_waits_for(*out_thread_, to_host_, *in_thread_, to_device_);
     ++stats_.fences;
     ins_before_outs_ = in_calls_;
     outs_wait_for_ins_ = false;
@@ -744,16 +747,7 @@ void UmPager::wait_before_evictions() noexcept {
 
 void UmPager::wait_before_prefetches() noexcept {
   if (ins_wait_for_outs_ && out_calls_ > outs_before_ins_) {
-    // The prefetch thread waits until the eviction thread has recorded the
-    // evictions' end, then has its stream wait for it.
-    uint64_t recorded_at = 0;
-    StreamMark& mark = record_on(*out_thread_, to_host_, &recorded_at);
-    PagerThread* outs = out_thread_.get();
-    mark.waiter = in_thread_.get();
-    mark.wait_ticket = in_thread_->post_or_run([this, outs, outs_done = mark.event, recorded_at] {
-      outs->wait_for(recorded_at);
-      (void)driver_.stream_wait_event(to_device_, outs_done);
-    });
+    stream_waits_for(*in_thread_, to_device_, *out_thread_, to_host_);
     ++stats_.fences;
     outs_before_ins_ = out_calls_;
     leaving_ = 0;

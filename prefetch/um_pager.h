@@ -307,7 +307,14 @@ class UmPager {
   // Makes the eviction stream wait, before the next evictions, for the
   // kernel that last used `page`.
   void note_last_use(PageId page);
-  // Issues the eviction stream's noted waits; the prefetch stream's wait for
+  // `waiting` (the stream of `waiter`'s calls) waits for what `recorder`
+  // has issued on `recorded` so far: `waiter` runs the wait once
+  // `recorder` has recorded it (a wait issued before the record would wait
+  // for an older one).
+  void stream_waits_for(PagerThread& waiter, StreamHandle waiting, PagerThread& recorder,
+                        StreamHandle recorded) noexcept;
+  // Issues the eviction stream's noted waits (after the prefetches of the
+  // pages they send out, when still queued); the prefetch stream's wait for
   // the evictions, when the prefetches need it.
   void wait_before_evictions() noexcept;
   void wait_before_prefetches() noexcept;
