@@ -38,7 +38,13 @@ struct Chunk {
   DeviceId device{};
   bool imported = false;
   uint32_t map_count = 0;
+  uint64_t inode = 0;  // the memfd's: what /proc/PID/maps names it by (process_holds)
 };
+
+uint64_t inode_of(int fd) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
 
 struct Mapping {
   size_t bytes = 0;
@@ -436,7 +442,7 @@ Status SimDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcep
     return status;
   }
   const uint64_t id = state_->next_id++;
-  state_->chunks[id] = Chunk{fd, bytes, device, false, 0};
+  state_->chunks[id] = Chunk{fd, bytes, device, false, 0, inode_of(fd)};
   used += bytes;
   ++state_->counters.creates;
   ++state_->counters.live_chunks;
@@ -548,7 +554,7 @@ Status SimDriver::import_fd(int fd, PhysHandle* out) noexcept {
   const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (copy < 0) return os_error();
   const uint64_t id = state_->next_id++;
-  state_->chunks[id] = Chunk{copy, bytes, DeviceId{0}, true, 0};
+  state_->chunks[id] = Chunk{copy, bytes, DeviceId{0}, true, 0, static_cast<uint64_t>(st.st_ino)};
   ++state_->counters.imports;
   ++state_->counters.live_chunks;
   *out = PhysHandle{id};
@@ -950,9 +956,13 @@ Status SimDriver::process_holds(int pid, DeviceId device, std::span<const PhysHa
     for (size_t i = 0; i < chunks.size(); ++i) {
       auto it = state_->chunks.find(chunks[i].value);
       if (it == state_->chunks.end() || it->second.fd < 0) return Status(Errc::kInvalidArgument);
-      struct stat st {};
-      if (::fstat(it->second.fd, &st) != 0) return os_error();
-      (*held)[i] = sizes.contains(st.st_ino);
+      uint64_t inode = it->second.inode;
+      if (inode == 0) {  // not known when it was made: asked now
+        struct stat st {};
+        if (::fstat(it->second.fd, &st) != 0) return os_error();
+        inode = st.st_ino;
+      }
+      (*held)[i] = sizes.contains(inode);
     }
     return Status::ok();
   } catch (const std::bad_alloc&) {
