@@ -27,6 +27,13 @@ def main():
         result = json.loads(run.stdout)
         assert result["budget_exceeded"] is False, result
         assert result["node_budget_bytes"] == 12 * 2**30 // 256, result["node_budget_bytes"]
+        # Every run states what the simulator predicts for the same set-up beside what it got.
+        simulated = result["simulated"]
+        assert simulated["known"] is True, simulated
+        assert simulated["zico_iters_per_s"] > 0 and simulated["static_iters_per_s"] > 0, simulated
+        expected = simulated["zico_iters_per_s"] / simulated["static_iters_per_s"]
+        assert abs(simulated["throughput_ratio"] - expected) <= 1e-3 * expected, simulated
+        assert simulated["zico_deadlocks"] >= 0, simulated
         for name in ("zico", "static"):
             phase = result["phases"][name]
             assert phase["budget_exceeded"] is False, (name, phase)

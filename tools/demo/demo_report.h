@@ -66,7 +66,20 @@ void summarize_samples(const std::vector<uint32_t>& pids, PhaseRun* phase);
 [[nodiscard]] bool write_timeline_svg(const DemoSetup& setup, const std::vector<uint32_t>& pids, const PhaseRun& phase,
                                       const std::string& path, std::string* why);
 
-void print_table(const DemoSetup& setup, const PhaseRun& zico, const PhaseRun& fixed, double wall_s);
-void print_json(const DemoSetup& setup, const PhaseRun& zico, const PhaseRun& fixed, double wall_s);
+// What the simulator predicts for the same jobs, budget and iterations
+// (zico-umd's ledger and time-shift scheduler in virtual time, the jobs
+// sharing no compute, as the demo's), beside which each run is printed.
+struct Prediction {
+  bool known = false;
+  double zico_iters_per_s = 0;    // model iterations per second
+  double static_iters_per_s = 0;  // static partitioning with the demo's plan
+  uint64_t zico_deadlocks = 0;  // deadlocks broken, each a yield to host (the live column)
+  [[nodiscard]] double ratio() const { return static_iters_per_s > 0 ? zico_iters_per_s / static_iters_per_s : 0; }
+};
+
+void print_table(const DemoSetup& setup, const PhaseRun& zico, const PhaseRun& fixed, const Prediction& predicted,
+                 double wall_s);
+void print_json(const DemoSetup& setup, const PhaseRun& zico, const PhaseRun& fixed, const Prediction& predicted,
+                double wall_s);
 
 }  // namespace zico::demo

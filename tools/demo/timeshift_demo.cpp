@@ -304,6 +304,32 @@ zico::simulate::LaunchPlan best_static_plan(const DemoSetup& setup) {
   return given;
 }
 
+// The simulator's figures for the two phases as the demo runs them: zico
+// with every job launched at once, static with `plan`; no compute shared.
+zico::demo::Prediction predict(const DemoSetup& setup, const zico::simulate::LaunchPlan& plan) {
+  std::vector<zico::simulate::JobModel> models;
+  for (const DemoJob& job : setup.jobs) models.push_back(job.model);
+  zico::simulate::SimulationOptions options;
+  options.budget = {{0, setup.budget_bytes}};
+  options.iterations = setup.iterations;
+  options.utilization = 1e-6;
+  zico::demo::Prediction predicted;
+  zico::simulate::SimulationResult zico_run, static_run;
+  std::string ignored;
+  options.policy = zico::simulate::Policy::kZico;
+  options.launch_together = true;
+  if (!zico::simulate::simulate(models, options, &zico_run, &ignored).is_ok()) return predicted;
+  options.policy = zico::simulate::Policy::kStatic;
+  options.launch_together = false;
+  options.launch_plan = plan;
+  if (!zico::simulate::simulate(models, options, &static_run, &ignored).is_ok()) return predicted;
+  predicted.known = true;
+  predicted.zico_iters_per_s = zico_run.aggregate_iters_per_s;
+  predicted.static_iters_per_s = static_run.aggregate_iters_per_s;
+  predicted.zico_deadlocks = zico_run.deadlocks;
+  return predicted;
+}
+
 // "a, then b, then c; at most 2 at once"
 std::string plan_text(const DemoSetup& setup, const zico::simulate::LaunchPlan& plan) {
   std::string text;
@@ -546,10 +572,11 @@ int main(int argc, char** argv) {
     return fail(why);
   }
   const double wall_s = std::chrono::duration<double>(Clock::now() - begin).count();
+  const zico::demo::Prediction predicted = predict(setup, plan);
   if (options.json) {
-    print_json(setup, zico_phase, static_phase, wall_s);
+    print_json(setup, zico_phase, static_phase, predicted, wall_s);
   } else {
-    print_table(setup, zico_phase, static_phase, wall_s);
+    print_table(setup, zico_phase, static_phase, predicted, wall_s);
   }
   return zico_phase.samples_over_budget + static_phase.samples_over_budget == 0 ? 0 : 1;
 }
