@@ -1,5 +1,7 @@
 #include "runtime.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -313,7 +315,14 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
   }
   pagers_[static_cast<size_t>(device.value)].store(pager.release(), std::memory_order_release);  // forever
   static std::once_flag summary_registered;
-  std::call_once(summary_registered, [] { std::atexit([] { Runtime::instance().end_paging(); }); });
+  // The pagers' threads are this process's: a child forked from it has
+  // none (and may find their locks held), so it leaves them alone at exit.
+  static const pid_t paging_pid = ::getpid();
+  std::call_once(summary_registered, [] {
+    std::atexit([] {
+      if (::getpid() == paging_pid) Runtime::instance().end_paging();
+    });
+  });
   return Status::ok();
 }
 

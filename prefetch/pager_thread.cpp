@@ -43,12 +43,15 @@ uint64_t PagerThread::post(std::function<void()> call) noexcept {
       posted_.notify_one();
       return ticket;
     } catch (const std::bad_alloc&) {
-      // Run it here, once the calls before it have run.
-      ran_.wait(lock, [&] { return done_ + 1 == ticket; });
+      // Run here, below, once the calls before it have run.
     }
   }
-  // Inline: one at a time, in order (a poster on another thread waits).
+  // Inline: one at a time, in order (a poster on another thread waits),
+  // without the lock while it runs.
+  ran_.wait(lock, [&] { return done_ + 1 == ticket; });
+  lock.unlock();
   run_one(call);
+  lock.lock();
   done_ = ticket;
   lock.unlock();
   ran_.notify_all();
@@ -69,9 +72,11 @@ uint64_t PagerThread::run_in_order(void (*call)(const void*), const void* contex
   std::unique_lock lock(mutex_);
   const uint64_t ticket = ++tickets_;
   ran_.wait(lock, [&] { return done_ + 1 == ticket; });
+  lock.unlock();
   driver_.charge_host_time_to(timeline_);
   call(context);
   driver_.charge_host_time_to(0);
+  lock.lock();
   done_ = ticket;
   lock.unlock();
   ran_.notify_all();

@@ -9,8 +9,10 @@
 // (Driver::charge_host_time_to), so the simulated backend charges them to
 // the pager thread's timeline and not to the launching thread's.
 //
-// Calls must not throw; they run without the pager's lock, and whatever they
-// share with the poster is theirs (atomics, or handles copied in).
+// Calls must not throw; they run without the pager's lock nor this class's
+// (a call may wait for another PagerThread's calls, and those for this
+// one's), and whatever they share with the poster is theirs (atomics, or
+// handles copied in).
 //
 // Thread-safe, with one poster at a time (the pager posts under its lock).
 #pragma once
@@ -57,6 +59,8 @@ class PagerThread {
   // process exit: nothing of the pager's runs on its own beside the
   // driver's teardown.
   void go_inline() noexcept;
+  // Whether calls run on a thread of their own.
+  [[nodiscard]] bool threaded() const noexcept { return thread_.joinable(); }
 
  private:
   uint64_t run_in_order(void (*call)(const void*), const void* context) noexcept;

@@ -62,6 +62,12 @@ Status UmPager::create(Driver& driver, DeviceId device, VaRange arena, uint64_t 
   // Timelines 1 and 2: the simulated backend's names for their host time.
   pager->out_thread_ = std::make_unique<PagerThread>(driver, 1, options.pager_threads);
   pager->in_thread_ = std::make_unique<PagerThread>(driver, 2, options.pager_threads);
+  if (pager->out_thread_->threaded() != pager->in_thread_->threaded()) {
+    // One thread could not be had: both run inline (a call on one thread
+    // may wait for the other's).
+    pager->out_thread_->go_inline();
+    pager->in_thread_->go_inline();
+  }
   if (options.learn_from_faults) {
     std::string reason;
     if (driver.start_fault_reports(device, &reason).is_ok()) {
@@ -95,20 +101,21 @@ UmPager::UmPager(Driver& driver, DeviceId device, VaRange arena, uint64_t page_b
       batched_(arena.bytes / page_bytes, kNotBatched) {}
 
 UmPager::~UmPager() {
-  for (const Hold& hold : holds_) {
-    for (const EventHandle event : hold.events) (void)driver_.event_destroy(event);
-  }
-  for (const LaunchMark& mark : launch_marks_) {
-    if (mark.event.valid()) (void)driver_.event_destroy(mark.event);
-  }
-  // The threads first: what they still run uses the streams and events.
-  // Each may wait for the other's calls: both finish before either goes.
+  // The threads first: what they still run uses the streams and the events
+  // (launch marks included). Each may wait for the other's calls: both
+  // finish before either goes.
   if (in_thread_ != nullptr && out_thread_ != nullptr) {
     in_thread_->go_inline();
     out_thread_->go_inline();
   }
   in_thread_.reset();
   out_thread_.reset();
+  for (const Hold& hold : holds_) {
+    for (const EventHandle event : hold.events) (void)driver_.event_destroy(event);
+  }
+  for (const LaunchMark& mark : launch_marks_) {
+    if (mark.event.valid()) (void)driver_.event_destroy(mark.event);
+  }
   for (const StreamMark& mark : stream_marks_) {
     if (mark.event.valid()) (void)driver_.event_destroy(mark.event);
   }
@@ -578,6 +585,11 @@ void UmPager::queue(PageId page, uint8_t kind) {
     batch_[kind].push_back(range);
   } catch (const std::bad_alloc&) {
     flush_batch();  // no memory to batch: what is queued goes, then this one alone
+    if (kind == kToHost) {
+      out_call_of_[page] = out_calls_ + 1;
+    } else {
+      in_call_of_[page] = in_calls_ + 1;
+    }
     hand_over(kind, std::span<const VaRange>(&range, 1));
     return;
   }
@@ -593,7 +605,15 @@ void UmPager::flush_batch() noexcept {
   for (uint8_t kind = 0; kind < kKinds; ++kind) {
     std::vector<VaRange>& ranges = batch_[kind];
     if (ranges.empty()) continue;
-    for (const VaRange& range : ranges) batched_[(range.base - arena_.base) / page_bytes_] = kNotBatched;
+    // The call each page goes in, now that the calls before it in this
+    // flush are counted (a discard call may precede the prefetches).
+    std::vector<uint64_t>& call_of = kind == kToHost ? out_call_of_ : in_call_of_;
+    const uint64_t call = (kind == kToHost ? out_calls_ : in_calls_) + 1;
+    for (const VaRange& range : ranges) {
+      const PageId page = static_cast<PageId>((range.base - arena_.base) / page_bytes_);
+      batched_[page] = kNotBatched;
+      call_of[page] = call;
+    }
     std::sort(ranges.begin(), ranges.end(), [](const VaRange& a, const VaRange& b) { return a.base < b.base; });
     size_t kept = 0;
     for (const VaRange& range : ranges) {

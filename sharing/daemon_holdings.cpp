@@ -216,7 +216,9 @@ void Daemon::Impl::look_at_returns(Job& job, uint32_t gpu, std::vector<uint32_t>
   const uint64_t cpu_before = thread_cpu_ns();
   pool_what_was_let_go(job, gpu, ids);
   const uint64_t looked = thread_cpu_ns() - cpu_before;
-  job.look_due_ns = now_ns() + std::min<uint64_t>(20 * looked, kAuditEveryNs);
+  job.looked_at_ns = now_ns();
+  job.look_cost_ns = looked;
+  job.look_due_ns = job.looked_at_ns + std::min<uint64_t>(20 * looked, kAuditEveryNs);
   if (held.kept.size() > kept_before) settle_excess(job, gpu, held.charged + (held.kept.size() - kept_before));
 }
 
@@ -232,20 +234,27 @@ void Daemon::Impl::look_at_unchecked_returns(uint64_t now) {
 }
 
 void Daemon::Impl::look_for_waiters(uint64_t now) {
-  bool looked = false;
+  bool rearm = false;
   for (uint32_t g = 0; g < gpus.size(); ++g) {
     if (ledger.gpu(g).waiting == 0) continue;
     for (auto& [id, job] : jobs) {
       if (g >= job.gpus.size() || job.gpus[g].unchecked.empty()) continue;
-      // The look's cost still sets when the next one is due (look_at_returns):
-      // a job that churns waits for its later returns' looks as before.
+      // Forced looks come at most every 3 times a look's cost (a third of
+      // the daemon's CPU for a job that churns while others wait; the
+      // regular pace is a twentieth).
+      const uint64_t spaced = job.looked_at_ns + 3 * job.look_cost_ns;
+      if (now < spaced) {
+        job.look_due_ns = std::min(job.look_due_ns, spaced);  // the look timer brings it then
+        rearm = true;
+        continue;
+      }
       job.look_due_ns = now;
       look_at_returns(job, g, {}, now);
       record_holding(job, g);
-      looked = true;
+      rearm = true;
     }
   }
-  if (looked) arm_look_timer();
+  if (rearm) arm_look_timer();
 }
 
 void Daemon::Impl::arm_look_timer() {

@@ -146,6 +146,10 @@ struct Daemon::Impl final : GateGuard {
     // time in proportion to them: a process is looked at for at most a
     // twentieth of the daemon's time, whatever it keeps open.
     uint64_t look_due_ns = 0;
+    // The last look at its returns: when it ended, and the daemon's CPU time
+    // it took (look_for_waiters spaces the looks it forces by it).
+    uint64_t looked_at_ns = 0;
+    uint64_t look_cost_ns = 0;
   };
   enum class Role : uint8_t { kNew, kJob, kAdmin };
   struct Connection {
@@ -301,10 +305,10 @@ struct Daemon::Impl final : GateGuard {
   // look is due.
   void look_at_unchecked_returns(uint64_t now);
   // Before the ledger serves: on a GPU where a request waits, every job's
-  // unchecked returns are looked at now, due or not. They may be all the
-  // request waits for, and while they count as held the ledger sees a jam
-  // and has a job yield its memory to the host (a lone job did, at each
-  // iteration, before this).
+  // unchecked returns are looked at now, due or not (a job's forced looks
+  // spaced by three times a look's cost). They may be all the request waits
+  // for, and while they count as held the ledger sees a jam and has a job
+  // yield its memory to the host (a lone job did, at each iteration).
   void look_for_waiters(uint64_t now);
   // look_timer_fd at the earliest look due of a job with unchecked returns.
   void arm_look_timer();
