@@ -197,6 +197,7 @@ void Daemon::Impl::look_at_returns(Job& job, uint32_t gpu, std::vector<uint32_t>
     if (ids.empty()) return;
     if (ledger.charge(job.id, gpu, ids.size(), &why).is_ok()) {
       held.unchecked.insert(held.unchecked.end(), ids.begin(), ids.end());
+      (void)ledger.set_returning(job.id, gpu, held.unchecked.size());
       arm_look_timer();
       return;
     }
@@ -208,6 +209,7 @@ void Daemon::Impl::look_at_returns(Job& job, uint32_t gpu, std::vector<uint32_t>
     }
     ids.insert(ids.end(), held.unchecked.begin(), held.unchecked.end());
     held.unchecked.clear();
+    (void)ledger.set_returning(job.id, gpu, 0);
   }
   if (ids.empty()) return;
   const size_t kept_before = held.kept.size();

@@ -129,6 +129,13 @@ Status Ledger::charge(JobId job, uint32_t gpu, uint64_t chunks, std::string* why
   return Status::ok();
 }
 
+bool Ledger::set_returning(JobId job, uint32_t gpu, uint64_t chunks) {
+  Impl::Use* use = impl_->find_use(job, gpu);
+  if (use == nullptr) return false;
+  use->returning = chunks;
+  return true;
+}
+
 Status Ledger::uncharge(JobId job, uint32_t gpu, uint64_t chunks, std::string* why) {
   Impl::Use* use = impl_->find_use(job, gpu);
   if (use == nullptr) {

@@ -229,6 +229,11 @@ class Ledger {
   // than `chunks`.
   [[nodiscard]] Status charge(JobId job, uint32_t gpu, uint64_t chunks, std::string* why);
   [[nodiscard]] Status uncharge(JobId job, uint32_t gpu, uint64_t chunks, std::string* why);
+  // Of what is charged to the job, the chunks it gave back that the daemon
+  // has not yet looked at (does its process still map them?): memory on its
+  // way back, so no deadlock is broken while there is some (the look frees
+  // it, or charges it for good). False if the job has not opened the GPU.
+  bool set_returning(JobId job, uint32_t gpu, uint64_t chunks);
   // Error (kInvalidArgument) if below the sum of the jobs' minimums.
   [[nodiscard]] Status set_budget(uint32_t gpu, uint64_t chunks, std::string* why);
   // The job's claim on the GPU (the rule above): at most peak_chunks held

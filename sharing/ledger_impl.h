@@ -33,6 +33,7 @@ struct Ledger::Impl {
     // Held beyond its grants (charge()): in the GPU's granted, never asked
     // back, not what a yield or a park waits for the job to give.
     uint64_t charged = 0;
+    uint64_t returning = 0;  // of charged: given back, not yet looked at (set_returning)
     uint64_t min = 0;
     uint64_t max = UINT64_MAX;
     // Mirrors of this job's entries in the GPU queue, so "is it waiting" is O(1).

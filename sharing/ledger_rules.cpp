@@ -251,7 +251,8 @@ bool Ledger::Impl::break_deadlock(Gpu& gpu, uint32_t g, uint64_t now_ns, std::ve
   // minimum, to ask (again) before the jam is taken for one (giving()).
   std::vector<JobId> ask_again;
   for (const auto& [id, use] : gpu.users) {
-    if (incoming(gpu, id, use) > 0) return false;  // memory is on its way back: no jam (yet)
+    // Memory is on its way back: no jam (yet).
+    if (incoming(gpu, id, use) > 0 || use.returning > 0) return false;
     if (use.held <= use.min) continue;  // its chunks are guaranteed, not part of the jam
     if (jobs.at(id).frozen) continue;   // gives back only when it goes; not part of the jam either
     if (use.page_floor != 0) {

@@ -353,6 +353,35 @@ TEST(LedgerDeadlock, YieldPicksBiggestHolderOneAtATime) {
   EXPECT_EQ(b.ledger.check(), "");
 }
 
+// Chunks a job gave back that the daemon has not yet looked at stay charged
+// to it, but they are on their way back: no deadlock is broken for them.
+TEST(LedgerDeadlock, ReturnsAwaitingTheirLookAreNoJam) {
+  Books b(10);
+  b.join(1);
+  b.hold(1, 1, 4);
+  std::string why;
+  ASSERT_TRUE(b.ledger.charge(1, 0, 6, &why).is_ok()) << why;  // gave 6 back, not yet looked at
+  ASSERT_TRUE(b.ledger.set_returning(1, 0, 6));
+  b.ask(1, 2, 1, 100);  // nothing free: everything is its own
+  std::vector<LedgerAction> actions = b.ledger.pump(100);
+  EXPECT_EQ(count(actions, Kind::kYield), 0u) << "a lone job yielded for its own returns: " << describe(actions);
+  EXPECT_EQ(b.ledger.gpu(0).deadlocks, 0u);
+  // Looked at: the chunks go to the pool, and the request is served.
+  ASSERT_TRUE(b.ledger.set_returning(1, 0, 0));
+  ASSERT_TRUE(b.ledger.uncharge(1, 0, 6, &why).is_ok()) << why;
+  actions = b.ledger.pump(200);
+  EXPECT_EQ(count(actions, Kind::kGrant), 1u) << describe(actions);
+  EXPECT_EQ(b.ledger.check(), "");
+  // Without the mark, the same state is a jam: the lone job yields.
+  Books c(10);
+  c.join(1);
+  c.hold(1, 1, 4);
+  ASSERT_TRUE(c.ledger.charge(1, 0, 6, &why).is_ok()) << why;
+  c.ask(1, 2, 1, 100);
+  actions = c.ledger.pump(100);
+  EXPECT_EQ(count(actions, Kind::kYield), 1u) << describe(actions);
+}
+
 TEST(LedgerDeadlock, IdleJobAtItsMinimumDoesNotHideIt) {
   Books b(12);
   b.join(1);
