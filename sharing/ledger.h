@@ -93,7 +93,8 @@
 //    back in when it starts.
 //
 // 5. Deadlock: a request still waits after serving (its head does not fit,
-//    or is not safe), nothing is on its way back on the GPU, and every job
+//    or is not safe), nothing is on its way back on the GPU (a reclaim's
+//    answer, a yield, returns the daemon has yet to look at), and every job
 //    holding more than its minimum of the GPU is waiting on it, or, without
 //    turns (rule 6), can give nothing back: asked within the last
 //    reclaim_retry_ns, it gave nothing (twice running if it has no claim: a
