@@ -365,7 +365,9 @@ Status SimDriver::memory_info(DeviceId device, size_t* free_bytes, size_t* total
   ZICO_SIM_CHECK_DEVICE(device);
   std::lock_guard lock(state_->mutex);
   *total_bytes = options_.capacity;
-  const size_t managed = device.value == 0 ? state_->managed->resident_bytes() : 0;
+  // Managed pages' chunks count whether in use or not, as the UVM driver's
+  // kept root chunks do in cudaMemGetInfo.
+  const size_t managed = device.value == 0 ? state_->managed->chunk_bytes() : 0;
   *free_bytes = options_.capacity - state_->created_bytes[static_cast<size_t>(device.value)] - managed;
   return Status::ok();
 }
@@ -431,7 +433,16 @@ Status SimDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcep
   std::lock_guard lock(state_->mutex);
   ZICO_RETURN_IF_ERROR(state_->take_fault(SimOp::kCreate));
   size_t& used = state_->created_bytes[static_cast<size_t>(device.value)];
-  const size_t managed = device.value == 0 ? state_->managed->resident_bytes() : 0;
+  if (device.value == 0) {
+    // The memory managed pages keep unused is taken back first, as the UVM
+    // driver's eviction hands its unused root chunks to another allocation.
+    // Only when they make room enough: a refused chunk takes nothing.
+    const SimManagedMemory& managed = *state_->managed;
+    const uint64_t room = options_.capacity - used - managed.chunk_bytes();
+    const uint64_t unused = managed.chunk_bytes() - managed.resident_bytes();
+    if (bytes > room && bytes - room <= unused) (void)state_->managed->release_unused(bytes - room);
+  }
+  const size_t managed = device.value == 0 ? state_->managed->chunk_bytes() : 0;
   if (bytes > options_.capacity - used - managed) return Status(Errc::kOutOfMemory);
   ZICO_RETURN_IF_ERROR(refuse_if_host_runs_low(device, bytes));
   const int fd = memfd_create(chunk_name(device).c_str(), MFD_CLOEXEC);

@@ -52,10 +52,12 @@ Status SimManagedMemory::free(void* ptr, size_t* resident_freed) {
   auto it = allocations_.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == allocations_.end()) return Status(Errc::kInvalidArgument);
   size_t resident = 0;
-  for (const Page& page : it->second.pages) {
-    if (!page.on_device) continue;
-    resident += page_bytes_;
-    by_migration_.erase(page.migrated);
+  for (Page& page : it->second.pages) {
+    if (page.on_device) {
+      resident += page_bytes_;
+      by_migration_.erase(page.migrated);
+    }
+    drop_chunk(page);
   }
   stats_.resident_bytes -= resident;
   munmap(ptr, it->second.bytes);
@@ -80,24 +82,68 @@ bool SimManagedMemory::locate(VaRange range, uintptr_t* base, Allocation** alloc
   return true;
 }
 
-Status SimManagedMemory::bring_in(uintptr_t base, Allocation& allocation, size_t index, uint64_t limit, bool fault,
-                                  uint64_t start_ns) {
-  Page& page = allocation.pages[index];
-  page.kept = operation_;
-  if (page.on_device) return Status::ok();
-  // Room first: the least recently migrated page this operation does not need.
-  uint64_t room_at = start_ns;
-  while (stats_.resident_bytes + page_bytes_ > limit) {
+Status SimManagedMemory::take_chunk(Page& page, uint64_t limit, bool fault, uint64_t start_ns, uint64_t* room_at) {
+  *room_at = start_ns;
+  if (page.holds_chunk) {
+    unused_.erase(page.unused_since);  // its own, kept since it left
+    page.unused_since = 0;
+    return Status::ok();
+  }
+  while (stats_.chunk_bytes + page_bytes_ > limit) {
+    // An unused chunk first: no copy (the UVM driver's eviction picks free,
+    // then unused chunks before used ones).
+    if (release_unused(page_bytes_) != 0) continue;
+    // Then the least recently migrated page this operation does not need:
+    // it leaves with a copy and its chunk comes here.
     auto victim = std::find_if(by_migration_.begin(), by_migration_.end(), [&](const auto& entry) {
       return allocations_.at(entry.second.base).pages[entry.second.index].kept != operation_;
     });
     if (victim == by_migration_.end()) return Status(Errc::kOutOfMemory);
     const PageRef ref = victim->second;
     Page& evicted = allocations_.at(ref.base).pages[ref.index];
-    room_at = std::max(room_at, send_out(allocations_.at(ref.base), ref.index, fault, start_ns));
+    *room_at = std::max(*room_at, send_out(ref.base, allocations_.at(ref.base), ref.index, fault, start_ns));
     evicted.mapped_on_device = evicted.accessed_by;  // the driver maps what it evicts for accessed-by devices
+    drop_chunk(evicted);
     ++stats_.driver_evictions;
   }
+  page.holds_chunk = true;
+  stats_.chunk_bytes += page_bytes_;
+  stats_.peak_chunk_bytes = std::max(stats_.peak_chunk_bytes, stats_.chunk_bytes);
+  return Status::ok();
+}
+
+void SimManagedMemory::keep_unused(Page& page, uintptr_t base, size_t index) {
+  if (!page.holds_chunk || page.unused_since != 0) return;
+  page.unused_since = next_stamp_++;
+  unused_[page.unused_since] = PageRef{base, index};
+}
+
+void SimManagedMemory::drop_chunk(Page& page) {
+  if (!page.holds_chunk) return;
+  if (page.unused_since != 0) unused_.erase(page.unused_since);
+  page.unused_since = 0;
+  page.holds_chunk = false;
+  stats_.chunk_bytes -= page_bytes_;
+}
+
+uint64_t SimManagedMemory::release_unused(uint64_t bytes) {
+  uint64_t released = 0;
+  while (released < bytes && !unused_.empty()) {
+    const PageRef ref = unused_.begin()->second;
+    drop_chunk(allocations_.at(ref.base).pages[ref.index]);
+    released += page_bytes_;
+    ++stats_.chunks_taken;
+  }
+  return released;
+}
+
+Status SimManagedMemory::bring_in(uintptr_t base, Allocation& allocation, size_t index, uint64_t limit, bool fault,
+                                  uint64_t start_ns) {
+  Page& page = allocation.pages[index];
+  page.kept = operation_;
+  if (page.on_device) return Status::ok();
+  uint64_t room_at = start_ns;
+  ZICO_RETURN_IF_ERROR(take_chunk(page, limit, fault, start_ns, &room_at));
   page.arrives_ns = start_ns;
   if (page.has_data && !page.discarded) {
     stats_.h2d_bytes += page_bytes_;
@@ -121,7 +167,8 @@ Status SimManagedMemory::bring_in(uintptr_t base, Allocation& allocation, size_t
   return Status::ok();
 }
 
-uint64_t SimManagedMemory::send_out(Allocation& allocation, size_t index, bool fault, uint64_t start_ns) {
+uint64_t SimManagedMemory::send_out(uintptr_t base, Allocation& allocation, size_t index, bool fault,
+                                    uint64_t start_ns) {
   Page& page = allocation.pages[index];
   uint64_t done = start_ns;
   if (!page.discarded) {
@@ -139,6 +186,7 @@ uint64_t SimManagedMemory::send_out(Allocation& allocation, size_t index, bool f
   page.on_device = false;
   page.left_ns = done;
   stats_.resident_bytes -= page_bytes_;
+  keep_unused(page, base, index);
   return done;
 }
 
@@ -177,7 +225,7 @@ Status SimManagedMemory::prefetch_to_host(VaRange range, uint64_t start_ns, uint
       }
       continue;
     }
-    *done_ns = std::max(*done_ns, send_out(*allocation, i, false, start_ns));
+    *done_ns = std::max(*done_ns, send_out(base, *allocation, i, false, start_ns));
     // The UVM driver revokes the discard of a page an API call migrates: it
     // is populated on the host now, and coming back is a copy of its bytes.
     page.discarded = false;
@@ -211,6 +259,7 @@ void SimManagedMemory::discard(VaRange range) {
       by_migration_.erase(page.migrated);
       page.on_device = false;
       stats_.resident_bytes -= page_bytes_;
+      keep_unused(page, base, i);
     }
     (void)madvise(reinterpret_cast<void*>(base + i * page_bytes_), page_bytes_, MADV_DONTNEED);
     if (had_data) ++stats_.discarded_pages;

@@ -4,10 +4,11 @@
 // What it models (the UVM driver's behaviour, as docs/architecture.md and the
 // prefetch/ transfer model describe it):
 //   - A managed allocation is virtual: its pages live on the host or the
-//     device. The device holds at most `limit` bytes of them (its capacity
-//     less what VMM chunks take); a page that must come in when the device is
-//     full first pushes out the least recently migrated page that the kernel
-//     in hand does not use, as the driver does (a *driver eviction*).
+//     device. Their chunks take at most `limit` bytes of the device (its
+//     capacity less what VMM chunks take); a page that must come in when the
+//     device is full takes an unused chunk back, or else pushes out the least
+//     recently migrated page that the kernel in hand does not use, as the
+//     driver does (a *driver eviction*).
 //   - Kernels (run_kernel) use ranges. A page they use that is not on the
 //     device is a fault: the device stalls for fault batches (a fixed cost per
 //     batch of `fault_batch_pages`, then the migration at the fault path's
@@ -20,9 +21,19 @@
 //     earlier than the caller says (its stream's order, sim_timeline.h). A
 //     page comes in with a copy only when the host holds data for it, and
 //     goes out with one unless it was discarded.
+//   - Device memory: a page that comes to the device takes a chunk of it
+//     (a 2 MiB root chunk in the UVM driver), and keeps that chunk when it
+//     leaves: an eviction (a prefetch to the host) or a discard only marks
+//     the chunk unused (uvm_va_block.c, block_clear_resident_processor), so
+//     the device's used memory stays at the pages' high-water mark, as NVML
+//     showed on an H100. A page coming back reuses its own chunk. Unused
+//     chunks go back to the device only when something needs memory: a page
+//     without a chunk when the device is full, or a chunk created beside
+//     the managed pages (release_unused), the least recently left first; a
+//     page the driver evicts to make room gives its chunk to the newcomer.
+//     Freeing an allocation returns all of its chunks.
 //   - Discard drops a page's contents wherever they are, and a page on the
-//     device leaves it without a copy (the UVM driver gives a wholly
-//     discarded block's memory back). As in the UVM driver, a migration the
+//     device leaves it without a copy (its chunk kept, unused). As in the UVM driver, a migration the
 //     application asks for (a prefetch either way) revokes the discard: the
 //     page is populated where it lands, so a discarded page prefetched to
 //     the host moves no bytes but comes back later with a full copy.
@@ -112,6 +123,11 @@ struct SimManagedStats {
   uint64_t d2h_bytes = 0;
   uint64_t resident_bytes = 0;
   uint64_t peak_resident_bytes = 0;
+  // Device memory the pages hold: resident pages' chunks and the unused
+  // chunks of pages that left (what the device reports in use for them).
+  uint64_t chunk_bytes = 0;
+  uint64_t peak_chunk_bytes = 0;
+  uint64_t chunks_taken = 0;  // unused chunks given back for other memory
 };
 
 class SimManagedMemory {
@@ -129,8 +145,8 @@ class SimManagedMemory {
   // True when `range` lies inside one allocation.
   [[nodiscard]] bool contains(VaRange range) const;
 
-  // The operations below take `limit`: the bytes the device may hold of
-  // managed pages now. Their ranges must lie inside one allocation each.
+  // The operations below take `limit`: the bytes of device memory managed
+  // pages may hold now (their chunks, used or not). Their ranges must lie inside one allocation each.
   // Migrations start no earlier than `start_ns` (the caller's stream order);
   // *done_ns receives when the range's last copy ends (no earlier than start_ns).
   [[nodiscard]] Status prefetch_to_device(VaRange range, uint64_t limit, uint64_t start_ns, uint64_t* done_ns);
@@ -147,8 +163,13 @@ class SimManagedMemory {
   // faulted in (appended). Afterwards now_ns is when it ended.
   [[nodiscard]] Status run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit,
                                   uint64_t start_ns = 0, std::vector<uintptr_t>* faulted = nullptr);
-  // The device memory managed pages hold.
+  // The device memory managed pages are on.
   [[nodiscard]] uint64_t resident_bytes() const { return stats_.resident_bytes; }
+  // The device memory managed pages hold: resident, or kept unused.
+  [[nodiscard]] uint64_t chunk_bytes() const { return stats_.chunk_bytes; }
+  // Gives back unused chunks, the least recently left first, until `bytes`
+  // are given back or none is left; returns what was given back (whole pages).
+  uint64_t release_unused(uint64_t bytes);
   [[nodiscard]] const SimManagedStats& stats() const { return stats_; }
 
  private:
@@ -163,6 +184,8 @@ class SimManagedMemory {
     bool accessed_by = false;         // advised accessed-by the device
     bool preferred_on_device = false;  // advised preferred location the device
     bool mapped_on_device = false;     // on the host and mapped in the device's page tables
+    bool holds_chunk = false;  // device memory is kept for it (on the device, or unused)
+    uint64_t unused_since = 0;  // not on the device and holding a chunk: its key in unused_
   };
   struct Allocation {
     size_t bytes = 0;
@@ -181,10 +204,17 @@ class SimManagedMemory {
   // Copies start no earlier than `start_ns`.
   Status bring_in(uintptr_t base, Allocation& allocation, size_t index, uint64_t limit, bool fault,
                   uint64_t start_ns);
+  // Gives the page a chunk of device memory, taking unused chunks back or
+  // evicting pages (the least recently migrated this operation does not
+  // need) while the device has no room; *room_at: when evictions end.
+  Status take_chunk(Page& page, uint64_t limit, bool fault, uint64_t start_ns, uint64_t* room_at);
+  // The page, off the device, keeps its chunk unused / gives it back.
+  void keep_unused(Page& page, uintptr_t base, size_t index);
+  void drop_chunk(Page& page);
   // Sends the page to the host, copied out unless discarded, no earlier than
   // `start_ns`; returns when the copy ends (start_ns for a fault, whose time
   // the kernel pays).
-  uint64_t send_out(Allocation& allocation, size_t index, bool fault, uint64_t start_ns);
+  uint64_t send_out(uintptr_t base, Allocation& allocation, size_t index, bool fault, uint64_t start_ns);
 
   // The share of its rate a copy starting at `start_ns` gets: duplex_factor
   // while the other direction's engine is still busy then (it is taken to
@@ -201,6 +231,7 @@ class SimManagedMemory {
   uint64_t operation_ = 0;         // numbers each prefetch and kernel, for Page::kept
   uint64_t fault_ns_pending_ = 0;  // the current kernel's fault-path copies
   std::map<uint64_t, PageRef> by_migration_;  // pages on the device, least recently migrated first
+  std::map<uint64_t, PageRef> unused_;        // pages off the device holding a chunk, least recently left first
 };
 
 }  // namespace zico

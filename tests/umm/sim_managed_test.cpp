@@ -170,7 +170,8 @@ TEST_F(SimManagedTest, TheDeviceNeverHoldsMoreThanItsCapacity) {
   EXPECT_GT(s.d2h_bytes, 0u) << "evicted pages held data and were written back";
   size_t free_bytes = 0, total = 0;
   ASSERT_TRUE(driver_.memory_info(kDevice, &free_bytes, &total).is_ok());
-  EXPECT_EQ(free_bytes, total - s.resident_bytes);
+  EXPECT_EQ(free_bytes, total - s.chunk_bytes);
+  EXPECT_LE(s.peak_chunk_bytes, 8 * kPage);
 }
 
 TEST_F(SimManagedTest, AKernelThatNeedsMoreThanTheDeviceIsOutOfMemory) {
@@ -186,6 +187,80 @@ TEST_F(SimManagedTest, ChunksAndManagedPagesShareTheCapacity) {
   ASSERT_TRUE(kernel(6, 2, 0).is_ok());
   EXPECT_EQ(driver_.managed_stats().resident_bytes, 6 * kPage);
   ASSERT_TRUE(driver_.release(handle).is_ok());
+}
+
+// The UVM driver keeps a page's 2 MiB root chunk when the page leaves
+// (block_clear_resident_processor marks it unused): the device reports the
+// pages' high-water mark in use, as NVML showed on an H100, and a page that
+// comes back takes its own chunk again without new memory.
+TEST_F(SimManagedTest, APageThatLeavesKeepsItsDeviceMemory) {
+  ASSERT_TRUE(kernel(0, 6, 0).is_ok());
+  ASSERT_TRUE(prefetch(0, 4, true).is_ok());
+  SimManagedStats s = driver_.managed_stats();
+  EXPECT_EQ(s.resident_bytes, 2 * kPage);
+  EXPECT_EQ(s.chunk_bytes, 6 * kPage);
+  size_t free_bytes = 0, total = 0;
+  ASSERT_TRUE(driver_.memory_info(kDevice, &free_bytes, &total).is_ok());
+  EXPECT_EQ(free_bytes, 2 * kPage) << "the evicted pages' chunks still count as used";
+  const VaRange dead = pages(4, 1);
+  ASSERT_TRUE(driver_.managed_discard(dead.ptr(), dead.bytes, StreamHandle{}).is_ok());
+  EXPECT_EQ(driver_.managed_stats().chunk_bytes, 6 * kPage) << "a discarded page keeps its chunk too";
+  ASSERT_TRUE(prefetch(0, 2, false).is_ok());
+  s = driver_.managed_stats();
+  EXPECT_EQ(s.resident_bytes, 3 * kPage);
+  EXPECT_EQ(s.chunk_bytes, 6 * kPage) << "pages that come back reuse their own chunks";
+  EXPECT_EQ(s.chunks_taken, 0u);
+}
+
+// When the device is full, a page without a chunk takes an unused one (the
+// least recently left first) without a copy; only when none is left does
+// the driver evict a page, which then gives its chunk to the newcomer.
+TEST_F(SimManagedTest, UnusedChunksGoToWhatNeedsMemoryBeforeAnyPageIsEvicted) {
+  ASSERT_TRUE(kernel(0, 8, 0).is_ok());  // the device is full
+  ASSERT_TRUE(prefetch(0, 1, true).is_ok());
+  ASSERT_TRUE(prefetch(1, 1, true).is_ok());
+  SimManagedStats before = driver_.managed_stats();
+  ASSERT_TRUE(kernel(8, 1, 0).is_ok());  // takes page 0's chunk
+  SimManagedStats s = driver_.managed_stats();
+  EXPECT_EQ(s.driver_evictions, before.driver_evictions);
+  EXPECT_EQ(s.d2h_bytes, before.d2h_bytes);
+  EXPECT_EQ(s.chunks_taken, 1u);
+  EXPECT_EQ(s.chunk_bytes, 8 * kPage);
+  ASSERT_TRUE(kernel(1, 1, 0).is_ok());  // page 1 still holds its own: no memory needed
+  EXPECT_EQ(driver_.managed_stats().chunks_taken, 1u);
+  before = driver_.managed_stats();
+  ASSERT_TRUE(kernel(0, 1, 0).is_ok());  // page 0 lost its chunk and none is unused: an eviction
+  s = driver_.managed_stats();
+  EXPECT_EQ(s.driver_evictions, before.driver_evictions + 1);
+  EXPECT_EQ(s.d2h_bytes, before.d2h_bytes + kPage);
+  EXPECT_EQ(s.chunk_bytes, 8 * kPage);
+  EXPECT_LE(s.peak_chunk_bytes, 8 * kPage);
+}
+
+// Another allocation (a chunk here; another process's cudaMalloc on a GPU)
+// gets the unused chunks: the UVM driver's eviction callback hands them over
+// before any chunk in use. Freeing the managed allocation returns all of them.
+TEST_F(SimManagedTest, AChunkCreatedOnAFullDeviceTakesUnusedManagedMemory) {
+  ASSERT_TRUE(kernel(0, 8, 0).is_ok());
+  ASSERT_TRUE(prefetch(0, 3, true).is_ok());
+  PhysHandle handle;
+  EXPECT_EQ(driver_.create(kDevice, 4 * kPage, &handle).code(), Errc::kOutOfMemory)
+      << "three unused chunks cannot make room for four";
+  ASSERT_TRUE(driver_.create(kDevice, 2 * kPage, &handle).is_ok());
+  const SimManagedStats s = driver_.managed_stats();
+  EXPECT_EQ(s.chunk_bytes, 6 * kPage);
+  EXPECT_EQ(s.resident_bytes, 5 * kPage) << "no page in use lost its memory";
+  EXPECT_EQ(s.chunks_taken, 2u);
+  ASSERT_TRUE(driver_.release(handle).is_ok());
+  size_t free_bytes = 0, total = 0;
+  ASSERT_TRUE(driver_.memory_info(kDevice, &free_bytes, &total).is_ok());
+  EXPECT_EQ(free_bytes, 2 * kPage);
+  void* other = nullptr;
+  ASSERT_TRUE(driver_.managed_allocate(2 * kPage, &other).is_ok());
+  ASSERT_TRUE(driver_.managed_free(base_).is_ok());
+  base_ = other;  // TearDown frees it
+  ASSERT_TRUE(driver_.memory_info(kDevice, &free_bytes, &total).is_ok());
+  EXPECT_EQ(free_bytes, total) << "a freed allocation returns every chunk it held";
 }
 
 TEST_F(SimManagedTest, DataSurvivesEvictionsAndComesBack) {
