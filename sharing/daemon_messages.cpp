@@ -345,6 +345,12 @@ proto::StatusReply Daemon::Impl::status() const {
     s.grants = view.grants;
     s.reclaims = view.returns;
     s.deadlocks = view.deadlocks;
+    size_t device_free = 0;
+    size_t device_total = 0;
+    if (driver.memory_info(gpu.device, &device_free, &device_total).is_ok() && device_free <= device_total) {
+      s.device_total_bytes = device_total;
+      s.device_used_bytes = device_total - device_free;
+    }
     if (g < events.gpus.size()) {
       s.parks = events.gpus[g].parks;
       s.denials = events.gpus[g].denials;

@@ -476,7 +476,8 @@ bool fields(C& c, M& m) {
          c.u64("GpuStatus.waiting_bytes", m.waiting_bytes) && c.u64("GpuStatus.grants", m.grants) &&
          c.u64("GpuStatus.reclaims", m.reclaims) && c.u64("GpuStatus.deadlocks", m.deadlocks) &&
          c.u64("GpuStatus.parks", m.parks) && c.u64("GpuStatus.denials", m.denials) &&
-         c.u64("GpuStatus.timeouts", m.timeouts);
+         c.u64("GpuStatus.timeouts", m.timeouts) && c.u64("GpuStatus.device_total_bytes", m.device_total_bytes) &&
+         c.u64("GpuStatus.device_used_bytes", m.device_used_bytes);
 }
 
 template <class C, Is<JobStatus> M>

@@ -35,7 +35,8 @@ inline constexpr uint32_t kMagic = 0x4F43495A;  // "ZICO" little-endian
 // 4: claims on IterationMark (the iteration the job would begin).
 // 7: Unified Memory jobs (OpenGpu.pageable, Report.floor_bytes, ResidentGrant,
 //    JobStatus.pageable); GpuStatus.parks, denials and timeouts.
-inline constexpr uint16_t kVersion = 8;
+// 9: GpuStatus.device_total_bytes and device_used_bytes.
+inline constexpr uint16_t kVersion = 9;
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxPayload = 60 * 1024;
 inline constexpr size_t kMaxString = 255;
@@ -298,6 +299,12 @@ struct GpuStatus {
   uint64_t parks = 0;           // jobs parked in host memory for another's iteration (--turns)
   uint64_t denials = 0;         // requests refused
   uint64_t timeouts = 0;        // requests a job withdrew after its wait timeout
+  // What the device itself reports (cuMemGetInfo from the daemon: every
+  // process's memory and the contexts' own); 0 when it cannot tell. Unified
+  // memory jobs may make it exceed the budget: the UVM driver keeps an
+  // evicted page's memory until another allocation needs it.
+  uint64_t device_total_bytes = 0;
+  uint64_t device_used_bytes = 0;
 };
 
 struct JobStatus {

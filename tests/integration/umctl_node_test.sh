@@ -121,7 +121,9 @@ run status --socket "$socket"
 [[ $status == 0 ]] || fail "status: exit $status"
 grep -q "^zico-umd pid [0-9]*, up .*, 1 job$" "$out" || fail "status: no daemon line with 1 job"
 grep -Eq '^ +0 +64 MiB +8 MiB ' "$out" || fail "status: no line for GPU 0 with budget and granted"
-head -n 2 "$out" | tail -n 1 | grep -Eq 'YIELDS +PARKS +DENIED +TIMEOUTS$' || fail "status: no PARKS, DENIED, TIMEOUTS"
+head -n 2 "$out" | tail -n 1 | grep -Eq 'YIELDS +PARKS +DENIED +TIMEOUTS +DEVICE USED$' || fail "status: no PARKS, DENIED, TIMEOUTS, DEVICE USED"
+# What the device reports: the daemon's 8 MiB lent of the simulated device's memory.
+grep -Eq '^ +0 +64 MiB .* [0-9.]+ [KMG]iB of [0-9.]+ [KMG]iB$' "$out" || fail "status: no DEVICE USED of the device's total"
 
 # The socket from the environment, as jobs find it.
 ZICO_SOCKET=$socket run status
@@ -315,8 +317,8 @@ while True:
     if mode == "goodbye":
         reason = b"JobControl is not a zico-umctl request"
         payload = struct.pack("<H", len(reason)) + reason
-        # version 8: sharing/protocol.h kVersion
-        connection.send(struct.pack("<IHHII", 0x4F43495A, 8, 96, len(payload), 0) + payload)
+        # version 9: sharing/protocol.h kVersion
+        connection.send(struct.pack("<IHHII", 0x4F43495A, 9, 96, len(payload), 0) + payload)
         connection.close()
     else:
         kept.append(connection)

@@ -119,11 +119,11 @@ TEST(ProtocolRejectTest, WrongMagic) {
 TEST(ProtocolRejectTest, WrongVersionNamesBoth) {
   std::vector<uint8_t> bytes = encoded(Welcome{1});
   bytes[4] = 5;
-  EXPECT_EQ(rejection(bytes), "protocol version 5 (this side speaks version 8)");
+  EXPECT_EQ(rejection(bytes), "protocol version 5 (this side speaks version 9)");
   bytes[4] = 3;
-  EXPECT_EQ(rejection(bytes), "protocol version 3 (this side speaks version 8)");
+  EXPECT_EQ(rejection(bytes), "protocol version 3 (this side speaks version 9)");
   bytes[4] = 1;
-  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 8)");
+  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 9)");
 }
 
 TEST(ProtocolRejectTest, UnknownType) {

@@ -80,6 +80,8 @@ void write_gpu_json(JsonWriter& json, const proto::GpuStatus& gpu) {
   json.field("parks", gpu.parks);
   json.field("denials", gpu.denials);
   json.field("timeouts", gpu.timeouts);
+  json.field("device_total_bytes", gpu.device_total_bytes);
+  json.field("device_used_bytes", gpu.device_used_bytes);
   json.end_object();
 }
 
