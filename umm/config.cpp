@@ -54,6 +54,9 @@ constexpr OptionInfo kOptions[] = {
      "sim backend: a stream the driver reports as capturing a CUDA graph (tests of what zicoum refuses there)"},
     {"ZICO_SIM_PROCESS_MEMORY", "on", "on | off",
      "sim backend: whether the driver can tell what a process holds (off: as the CUDA backend, which cannot yet)"},
+    {"ZICO_SIM_DEVICE_BOARD", "none", "a file path (created if missing)",
+     "sim backend: processes naming the same file share their simulated devices' memory, as processes share a GPU "
+     "(what each reports free, and unified memory's kept pages handed to another's allocation)"},
     {"ZICO_SWAP_DIR", "/var/tmp/zicoum-<uid>", "a directory on a file system with O_DIRECT",
      "where zico_suspend(..., ZICO_STORE_NVME) writes the job's swap file; not a symbolic link, owned by the user "
      "or root, not writable by every user unless sticky"},
@@ -236,6 +239,13 @@ Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
       return Status(Errc::kConfigError);
     }
     config.sim_process_memory = std::strcmp(v, "on") == 0;
+  }
+  if (const char* v = lookup("ZICO_SIM_DEVICE_BOARD")) {
+    if (*v == '\0') {
+      *error = bad_value("ZICO_SIM_DEVICE_BOARD", v, "a file path");
+      return Status(Errc::kConfigError);
+    }
+    config.sim_device_board = v;
   }
   if (const char* v = lookup("ZICO_SWAP_DIR")) {
     if (*v == '\0') {

@@ -48,6 +48,7 @@ struct Config {
   int sim_devices = 1;
   bool sim_process_memory = true;
   uintptr_t sim_capturing_stream = 0;
+  std::string sim_device_board;  // "" : the simulated devices are this process's alone
   std::string swap_dir;             // "": the NVMe store's default directory
   uint32_t nvme_queue_depth = 32;
   uint32_t nvme_staging_buffers = 4;

@@ -21,12 +21,20 @@ Status open_driver(const Config& config, std::unique_ptr<Driver>* out, std::stri
     if (config.host_bytes_per_second) {
       options.managed_costs = on_host_link(options.managed_costs, *config.host_bytes_per_second);
     }
+    std::unique_ptr<SimDriver> driver;
     try {
-      *out = std::make_unique<SimDriver>(options);
+      driver = std::make_unique<SimDriver>(options);
     } catch (const std::bad_alloc&) {
       *why = "no host memory for the simulated driver";
       return Status(Errc::kOutOfMemory);
     }
+    if (!config.sim_device_board.empty()) {
+      if (Status status = driver->share_devices(config.sim_device_board, why); !status.is_ok()) {
+        *why = "ZICO_SIM_DEVICE_BOARD: " + *why;
+        return status;
+      }
+    }
+    *out = std::move(driver);
     return Status::ok();
   }
   const Status status = CudaDriver::open(out, why);

@@ -24,6 +24,7 @@
 
 #include "host_memory.h"
 #include "log.h"
+#include "sim_device_board.h"
 #include "sim_timeline.h"
 #include "sizes.h"
 
@@ -103,6 +104,7 @@ struct SimDriver::State {
   std::map<uintptr_t, Mapping> mappings;
   std::unordered_map<uint64_t, Chunk> chunks;
   std::unique_ptr<SimManagedMemory> managed;  // device 0's unified memory
+  std::unique_ptr<SimDeviceBoard> board;      // the devices' memory shared with other processes, if any
   SimTimeline timeline;  // the modelled clocks of host threads and streams (unified memory's work)
   std::map<uintptr_t, size_t> pinned;  // host_register()ed ranges
   std::unordered_map<uintptr_t, SimStream> streams;
@@ -157,6 +159,7 @@ struct SimDriver::State {
   // the kernel: this runs inside noexcept calls (a copy's stream work).
   Status run_managed(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit, uint64_t tag,
                      uint64_t start_ns) {
+    sync_board();
     faulted_scratch.clear();
     if (reporting_faults) {
       try {
@@ -178,6 +181,7 @@ struct SimDriver::State {
         ++dropped_fault_reports;
       }
     }
+    sync_board();
     return status;
   }
   // An upper bound on the pages `ranges` span.
@@ -206,13 +210,34 @@ struct SimDriver::State {
     }
     --counters.live_chunks;
     chunks.erase(it);
+    sync_board();
   }
 
   // True when `range` lies inside one managed allocation.
   bool in_managed(VaRange range) const { return managed->contains(range); }
 
-  // What device 0 may hold of managed pages: its capacity less its chunks.
-  uint64_t managed_limit(size_t capacity) const { return created_bytes.empty() ? 0 : capacity - created_bytes[0]; }
+  // What device 0 may hold of managed pages: its capacity less its chunks
+  // and what other processes on the board hold.
+  uint64_t managed_limit(size_t capacity) const {
+    if (created_bytes.empty()) return 0;
+    const uint64_t taken = created_bytes[0] + others_held(0);
+    return capacity > taken ? capacity - taken : 0;
+  }
+
+  // What the other processes on the board hold of `device` (0 without one).
+  uint64_t others_held(size_t device) const { return board ? board->others_held(static_cast<int>(device)) : 0; }
+
+  // Gives up what other processes took of the managed pages' memory, then
+  // publishes what this driver holds on each device.
+  void sync_board() {
+    if (!board) return;
+    if (const uint64_t taken = board->taken_from_me(0); taken != 0) managed->give_up(taken);
+    for (size_t d = 0; d < created_bytes.size(); ++d) {
+      const uint64_t managed_bytes = d == 0 ? managed->chunk_bytes() : 0;
+      const uint64_t unused = d == 0 ? managed->chunk_bytes() - managed->resident_bytes() : 0;
+      board->publish(static_cast<int>(d), created_bytes[d] + managed_bytes, unused);
+    }
+  }
 
   // Device work on managed memory brings it to the device first, as a
   // kernel's access would (no compute time of its own).
@@ -367,8 +392,10 @@ Status SimDriver::memory_info(DeviceId device, size_t* free_bytes, size_t* total
   *total_bytes = options_.capacity;
   // Managed pages' chunks count whether in use or not, as the UVM driver's
   // kept root chunks do in cudaMemGetInfo.
-  const size_t managed = device.value == 0 ? state_->managed->chunk_bytes() : 0;
-  *free_bytes = options_.capacity - state_->created_bytes[static_cast<size_t>(device.value)] - managed;
+  state_->sync_board();
+  const auto d = static_cast<size_t>(device.value);
+  const uint64_t used = state_->created_bytes[d] + (d == 0 ? state_->managed->chunk_bytes() : 0) + state_->others_held(d);
+  *free_bytes = options_.capacity > used ? options_.capacity - used : 0;
   return Status::ok();
 }
 
@@ -433,17 +460,28 @@ Status SimDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcep
   std::lock_guard lock(state_->mutex);
   ZICO_RETURN_IF_ERROR(state_->take_fault(SimOp::kCreate));
   size_t& used = state_->created_bytes[static_cast<size_t>(device.value)];
-  if (device.value == 0) {
-    // The memory managed pages keep unused is taken back first, as the UVM
-    // driver's eviction hands its unused root chunks to another allocation.
-    // Only when they make room enough: a refused chunk takes nothing.
-    const SimManagedMemory& managed = *state_->managed;
-    const uint64_t room = options_.capacity - used - managed.chunk_bytes();
-    const uint64_t unused = managed.chunk_bytes() - managed.resident_bytes();
-    if (bytes > room && bytes - room <= unused) (void)state_->managed->release_unused(bytes - room);
+  state_->sync_board();
+  const auto d = static_cast<size_t>(device.value);
+  // The device's memory not yet held, by this process or (on a board) others.
+  auto room = [&] {
+    const uint64_t held = used + (d == 0 ? state_->managed->chunk_bytes() : 0) + state_->others_held(d);
+    return options_.capacity > held ? options_.capacity - held : 0;
+  };
+  if (d == 0 && bytes > room()) {
+    // The memory managed pages keep unused is taken back first, this
+    // process's and then others', as the UVM driver's eviction hands its
+    // unused root chunks to another allocation. Only when they make room
+    // enough: a refused chunk takes nothing.
+    SimManagedMemory& managed = *state_->managed;
+    const uint64_t short_by = bytes - room();
+    const uint64_t own = managed.chunk_bytes() - managed.resident_bytes();
+    const uint64_t others = state_->board ? state_->board->others_unused(0) : 0;
+    if (short_by <= own + others) {
+      const uint64_t released = managed.release_unused(std::min(short_by, own));
+      if (released < short_by && state_->board) (void)state_->board->take_unused(0, short_by - released);
+    }
   }
-  const size_t managed = device.value == 0 ? state_->managed->chunk_bytes() : 0;
-  if (bytes > options_.capacity - used - managed) return Status(Errc::kOutOfMemory);
+  if (bytes > room()) return Status(Errc::kOutOfMemory);
   ZICO_RETURN_IF_ERROR(refuse_if_host_runs_low(device, bytes));
   const int fd = memfd_create(chunk_name(device).c_str(), MFD_CLOEXEC);
   if (fd < 0) return errno == EMFILE || errno == ENFILE ? Status(Errc::kOutOfMemory, errno) : os_error();
@@ -458,7 +496,17 @@ Status SimDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcep
   ++state_->counters.creates;
   ++state_->counters.live_chunks;
   state_->counters.created_bytes += bytes;
+  state_->sync_board();
   *out = PhysHandle{id};
+  return Status::ok();
+}
+
+Status SimDriver::share_devices(const std::string& board_path, std::string* why) {
+  std::unique_ptr<SimDeviceBoard> board;
+  ZICO_RETURN_IF_ERROR(SimDeviceBoard::open(board_path, &board, why));
+  std::lock_guard lock(state_->mutex);
+  state_->board = std::move(board);
+  state_->sync_board();
   return Status::ok();
 }
 
@@ -740,7 +788,9 @@ Status SimDriver::managed_allocate(size_t bytes, void** out) noexcept {
 
 Status SimDriver::managed_free(void* ptr) noexcept {
   std::lock_guard lock(state_->mutex);
-  return state_->managed->free(ptr, nullptr);
+  const Status status = state_->managed->free(ptr, nullptr);
+  state_->sync_board();
+  return status;
 }
 
 Status SimDriver::managed_advise(void* ptr, size_t bytes, ManagedAdvice advice, DeviceId device) noexcept {
@@ -795,6 +845,8 @@ Status SimDriver::migrate_managed(std::span<const VaRange> ranges, PrefetchTarge
   const SimManagedCosts& costs = options_.managed_costs;
   SimTimeline& timeline = state_->timeline;
   SimManagedMemory& managed = *state_->managed;
+  state_->sync_board();
+  const uint64_t limit = state_->managed_limit(options_.capacity);
   timeline.spend(costs.call_ns);
   if (costs.ordered_call_waits) timeline.wait_until(timeline.stream_end(stream.value));
   for (const VaRange& range : ranges) {
@@ -806,8 +858,7 @@ Status SimDriver::migrate_managed(std::span<const VaRange> ranges, PrefetchTarge
     uint64_t done = 0;
     const Status status = target.to_host
                               ? managed.prefetch_to_host(range, timeline.stream_start(stream.value), &done)
-                              : managed.prefetch_to_device(range, state_->managed_limit(options_.capacity),
-                                                           timeline.stream_start(stream.value), &done);
+                              : managed.prefetch_to_device(range, limit, timeline.stream_start(stream.value), &done);
     timeline.extend_stream(stream.value, done);
     const uint64_t moved = (target.to_host ? managed.stats().evicted_pages : managed.stats().prefetched_pages) - moved_before;
     timeline.spend(moved * costs.block_ns);
@@ -816,8 +867,12 @@ Status SimDriver::migrate_managed(std::span<const VaRange> ranges, PrefetchTarge
       timeline.spend(moved * costs.cpu_map_block_ns);
     }
     (void)state_->enqueue(stream, PendingOp{[] {}, {range, VaRange{}}});
-    if (!status.is_ok()) return status;
+    if (!status.is_ok()) {
+      state_->sync_board();
+      return status;
+    }
   }
+  state_->sync_board();
   return Status::ok();
 }
 
@@ -828,7 +883,11 @@ Status SimDriver::managed_discard(void* ptr, size_t bytes, StreamHandle stream) 
   if (!state_->in_managed(range)) return Status(Errc::kInvalidArgument);
   State* state = state_.get();
   state_->timeline.spend(options_.managed_costs.discard_call_ns);
-  (void)state_->enqueue(stream, PendingOp{[state, range] { state->managed->discard(range); }, {range, VaRange{}}});
+  (void)state_->enqueue(stream, PendingOp{[state, range] {
+                                            state->managed->discard(range);
+                                            state->sync_board();
+                                          },
+                                          {range, VaRange{}}});
   return Status::ok();
 }
 

@@ -7,6 +7,8 @@
 //   map              mmap(MAP_FIXED | MAP_SHARED) of the memfd into it;
 //   set_access       mprotect(PROT_READ | PROT_WRITE);
 //   export/import    the memfd itself, so handles really cross processes;
+//   the node         alone by default; processes whose drivers name the same
+//                    board file share their devices' memory (share_devices)
 //   managed memory   pages on the host or device 0 under its capacity, with
 //                    faults and migrations on a modelled clock (sim_managed.h)
 //                    that follows stream order, events and the host time of
@@ -118,6 +120,12 @@ class SimDriver final : public Driver {
   // on the device fault in (sim_managed.h); kOutOfMemory when they cannot
   // all be on the device at once.
   [[nodiscard]] Status run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns, StreamHandle stream = {});
+  // Shares the devices' memory with every SimDriver, in any process, that
+  // names the same board file (sim_device_board.h): memory_info reports what
+  // all of them hold, and a chunk created on a full device 0 takes the
+  // others' unused managed memory. Call before any memory is made.
+  // kConfigError (with *why) when the file is no board.
+  [[nodiscard]] Status share_devices(const std::string& board_path, std::string* why);
   // What unified memory did so far: the modelled clock, faults, migrations.
   [[nodiscard]] SimManagedStats managed_stats() const;
   // Fault reports dropped because too many waited to be taken.

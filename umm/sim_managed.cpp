@@ -137,6 +137,21 @@ uint64_t SimManagedMemory::release_unused(uint64_t bytes) {
   return released;
 }
 
+void SimManagedMemory::give_up(uint64_t bytes) {
+  uint64_t given = release_unused(bytes);
+  while (given < bytes && !by_migration_.empty()) {
+    const PageRef ref = by_migration_.begin()->second;
+    Allocation& allocation = allocations_.at(ref.base);
+    Page& page = allocation.pages[ref.index];
+    (void)send_out(ref.base, allocation, ref.index, false, stats_.now_ns);
+    page.mapped_on_device = page.accessed_by;
+    drop_chunk(page);
+    ++stats_.driver_evictions;
+    ++stats_.chunks_taken;
+    given += page_bytes_;
+  }
+}
+
 Status SimManagedMemory::bring_in(uintptr_t base, Allocation& allocation, size_t index, uint64_t limit, bool fault,
                                   uint64_t start_ns) {
   Page& page = allocation.pages[index];

@@ -170,6 +170,10 @@ class SimManagedMemory {
   // Gives back unused chunks, the least recently left first, until `bytes`
   // are given back or none is left; returns what was given back (whole pages).
   uint64_t release_unused(uint64_t bytes);
+  // Gives up `bytes` of device memory another allocation took: unused chunks
+  // first, then pages in use, the least recently migrated first, copied out
+  // (the UVM driver evicts chunks in use last).
+  void give_up(uint64_t bytes);
   [[nodiscard]] const SimManagedStats& stats() const { return stats_; }
 
  private:

@@ -1,0 +1,144 @@
+// Simulated devices shared by several drivers (processes) through a board
+// file: each sees what the others hold, and an allocation on a full device
+// takes the others' unused managed memory, as on a GPU under the UVM driver.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "sim_device_board.h"
+#include "sim_driver.h"
+
+namespace zico::testing {
+namespace {
+
+constexpr size_t kPage = size_t{2} << 20;
+constexpr DeviceId kDevice{0};
+
+SimOptions eight_pages() {
+  SimOptions o;
+  o.capacity = 8 * kPage;
+  return o;
+}
+
+class SimDeviceBoardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = ::testing::TempDir() + "zico_board_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::remove(path_.c_str());
+  }
+  void TearDown() override { std::remove(path_.c_str()); }
+
+  void share(SimDriver& driver) {
+    std::string why;
+    ASSERT_TRUE(driver.share_devices(path_, &why).is_ok()) << why;
+  }
+  static size_t free_of(SimDriver& driver) {
+    size_t free_bytes = 0, total = 0;
+    EXPECT_TRUE(driver.memory_info(kDevice, &free_bytes, &total).is_ok());
+    return free_bytes;
+  }
+  // A kernel that touches `pages` pages of `base` (each page then holds device memory).
+  static void touch(SimDriver& driver, void* base, size_t pages) {
+    const VaRange range{reinterpret_cast<uintptr_t>(base), pages * kPage};
+    ASSERT_TRUE(driver.run_kernel(std::span<const VaRange>(&range, 1), 0).is_ok());
+  }
+  static void to_host(SimDriver& driver, void* base, size_t pages) {
+    ASSERT_TRUE(driver.managed_prefetch(base, pages * kPage, PrefetchTarget{true, kDevice}, StreamHandle{}).is_ok());
+  }
+
+  std::string path_;
+};
+
+TEST_F(SimDeviceBoardTest, EachDriverSeesWhatTheOthersHold) {
+  SimDriver a(eight_pages());
+  SimDriver b(eight_pages());
+  share(a);
+  share(b);
+  PhysHandle chunk;
+  ASSERT_TRUE(a.create(kDevice, 2 * kPage, &chunk).is_ok());
+  EXPECT_EQ(free_of(b), 6 * kPage);
+  void* managed = nullptr;
+  ASSERT_TRUE(b.managed_allocate(4 * kPage, &managed).is_ok());
+  touch(b, managed, 3);
+  EXPECT_EQ(free_of(a), 3 * kPage);
+  PhysHandle too_big;
+  EXPECT_EQ(a.create(kDevice, 4 * kPage, &too_big).code(), Errc::kOutOfMemory)
+      << "b's pages are in use: nothing to hand over";
+  ASSERT_TRUE(a.release(chunk).is_ok());
+  EXPECT_EQ(free_of(b), 5 * kPage);
+  ASSERT_TRUE(b.managed_free(managed).is_ok());
+}
+
+// What the H100 showed: the pages a unified-memory job sent to the host keep
+// their device memory, so another process sees it used; an allocation that
+// needs it gets it (the UVM driver hands unused chunks over), and the owner
+// gives it up at its next call, its pages in use untouched.
+TEST_F(SimDeviceBoardTest, AnAllocationOnAFullDeviceTakesAnotherProcesssUnusedManagedMemory) {
+  SimDriver um(eight_pages());
+  SimDriver vmm(eight_pages());
+  share(um);
+  share(vmm);
+  void* managed = nullptr;
+  ASSERT_TRUE(um.managed_allocate(8 * kPage, &managed).is_ok());
+  touch(um, managed, 8);
+  to_host(um, managed, 5);
+  EXPECT_EQ(um.managed_stats().resident_bytes, 3 * kPage);
+  EXPECT_EQ(free_of(vmm), 0u) << "the evicted pages' memory still counts as used";
+  PhysHandle chunk;
+  ASSERT_TRUE(vmm.create(kDevice, 4 * kPage, &chunk).is_ok());
+  EXPECT_EQ(free_of(vmm), 0u);
+  EXPECT_EQ(free_of(um), 0u);
+  const SimManagedStats s = um.managed_stats();
+  EXPECT_EQ(s.chunk_bytes, 4 * kPage) << "gave up four unused chunks";
+  EXPECT_EQ(s.resident_bytes, 3 * kPage) << "no page in use left";
+  EXPECT_EQ(s.driver_evictions, 0u);
+  PhysHandle more;
+  EXPECT_EQ(vmm.create(kDevice, 2 * kPage, &more).code(), Errc::kOutOfMemory) << "one unused chunk is left, not two";
+  // Pages that lost their memory come back with new memory within what the
+  // device has left for them (four pages): the owner's remaining unused chunk
+  // goes first, then its own pages in use make room.
+  touch(um, managed, 3);
+  EXPECT_EQ(um.managed_stats().chunk_bytes, 4 * kPage);
+  EXPECT_EQ(um.managed_stats().driver_evictions, 2u);
+  ASSERT_TRUE(vmm.release(chunk).is_ok());
+  ASSERT_TRUE(um.managed_free(managed).is_ok());
+  EXPECT_EQ(free_of(vmm), 8 * kPage);
+}
+
+TEST_F(SimDeviceBoardTest, ADeadProcesssMemoryIsForgotten) {
+  SimDriver alive(eight_pages());
+  share(alive);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    SimDriver dying(eight_pages());
+    std::string why;
+    PhysHandle chunk;
+    const bool ok = dying.share_devices(path_, &why).is_ok() && dying.create(kDevice, 6 * kPage, &chunk).is_ok();
+    ::_exit(ok ? 0 : 1);  // no destructor: its slot stays behind, as after a crash
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(free_of(alive), 8 * kPage);
+  SimDriver next(eight_pages());
+  share(next);  // takes a slot, maybe the dead one's
+  EXPECT_EQ(free_of(next), 8 * kPage);
+}
+
+TEST_F(SimDeviceBoardTest, AFileThatIsNoBoardIsRefusedByName) {
+  std::ofstream(path_) << "not a board";
+  SimDriver driver(eight_pages());
+  std::string why;
+  EXPECT_EQ(driver.share_devices(path_, &why).code(), Errc::kConfigError);
+  EXPECT_NE(why.find(path_), std::string::npos) << why;
+  EXPECT_NE(why.find("not a simulated device board"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace zico::testing

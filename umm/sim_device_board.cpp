@@ -1,0 +1,162 @@
+#include "sim_device_board.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+namespace zico {
+
+struct SimDeviceBoard::Table {
+  struct Device {
+    std::atomic<uint64_t> held;    // published by the owner
+    std::atomic<uint64_t> unused;  // published by the owner: what may be taken
+    std::atomic<uint64_t> taken;   // added to by takers, cleared by the owner
+  };
+  struct Slot {
+    std::atomic<uint64_t> owner;  // pid << 24 | a token of the process; 0: free
+    Device devices[kMaxDevices];
+  };
+  std::atomic<uint64_t> magic;
+  Slot slots[kSlots];
+};
+
+namespace {
+
+constexpr uint64_t kMagic = 0x5a49434f42524431;  // "ZICOBRD1"
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "the board's words are shared between processes");
+
+std::atomic<uint64_t> g_next_token{1};
+
+bool alive(uint64_t owner) {
+  const auto pid = static_cast<pid_t>(owner >> 24);
+  return pid > 0 && (::kill(pid, 0) == 0 || errno != ESRCH);
+}
+
+uint64_t sub_floor(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
+
+}  // namespace
+
+Status SimDeviceBoard::open(const std::string& path, std::unique_ptr<SimDeviceBoard>* out, std::string* why) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    *why = "cannot open the simulated device board '" + path + "': " + std::strerror(errno);
+    return Status(Errc::kConfigError, errno);
+  }
+  struct stat st {};
+  bool ok = ::fstat(fd, &st) == 0;
+  // A new board is sized by whoever comes first (the same size either way: zeros).
+  if (ok && st.st_size == 0) ok = ::ftruncate(fd, sizeof(Table)) == 0 && ::fstat(fd, &st) == 0;
+  if (!ok || static_cast<size_t>(st.st_size) != sizeof(Table)) {
+    ::close(fd);
+    *why = "'" + path + "' is not a simulated device board (" + std::to_string(st.st_size) + " bytes; a board has " +
+           std::to_string(sizeof(Table)) + "): name a new file or one another zicoum process made";
+    return Status(Errc::kConfigError);
+  }
+  void* memory = ::mmap(nullptr, sizeof(Table), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (memory == MAP_FAILED) {
+    *why = "cannot map the simulated device board '" + path + "': " + std::strerror(errno);
+    return Status(Errc::kConfigError, errno);
+  }
+  auto* table = static_cast<Table*>(memory);
+  uint64_t magic = 0;
+  if (!table->magic.compare_exchange_strong(magic, kMagic) && magic != kMagic) {
+    ::munmap(memory, sizeof(Table));
+    *why = "'" + path + "' is not a simulated device board (its first word is not the board's mark)";
+    return Status(Errc::kConfigError);
+  }
+  const uint64_t mine = static_cast<uint64_t>(::getpid()) << 24 | (g_next_token.fetch_add(1) & 0xffffff);
+  for (size_t i = 0; i < kSlots; ++i) {
+    Table::Slot& slot = table->slots[i];
+    uint64_t owner = slot.owner.load();
+    if (owner != 0 && alive(owner)) continue;
+    if (!slot.owner.compare_exchange_strong(owner, mine)) continue;
+    // A dead process's memory is the driver's again: forget it.
+    for (Table::Device& device : slot.devices) {
+      device.held.store(0);
+      device.unused.store(0);
+      device.taken.store(0);
+    }
+    out->reset(new SimDeviceBoard(table, i));
+    return Status::ok();
+  }
+  ::munmap(memory, sizeof(Table));
+  *why = "the simulated device board '" + path + "' has no free slot: " + std::to_string(kSlots) +
+         " live processes hold one each";
+  return Status(Errc::kOutOfMemory);
+}
+
+SimDeviceBoard::~SimDeviceBoard() {
+  Table::Slot& slot = table_->slots[slot_];
+  for (Table::Device& device : slot.devices) {
+    device.held.store(0);
+    device.unused.store(0);
+  }
+  slot.owner.store(0);
+  ::munmap(table_, sizeof(Table));
+}
+
+void SimDeviceBoard::publish(int device, uint64_t held_bytes, uint64_t unused_bytes) {
+  if (device < 0 || device >= kMaxDevices) return;
+  Table::Device& d = table_->slots[slot_].devices[device];
+  d.unused.store(unused_bytes);
+  d.held.store(held_bytes);
+}
+
+uint64_t SimDeviceBoard::others_held(int device) const {
+  if (device < 0 || device >= kMaxDevices) return 0;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < kSlots; ++i) {
+    if (i == slot_) continue;
+    const Table::Slot& slot = table_->slots[i];
+    const uint64_t owner = slot.owner.load();
+    if (owner == 0) continue;
+    const Table::Device& d = slot.devices[device];
+    const uint64_t held = sub_floor(d.held.load(), d.taken.load());
+    if (held != 0 && alive(owner)) sum += held;
+  }
+  return sum;
+}
+
+uint64_t SimDeviceBoard::others_unused(int device) const {
+  if (device < 0 || device >= kMaxDevices) return 0;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < kSlots; ++i) {
+    const Table::Slot& slot = table_->slots[i];
+    const uint64_t owner = slot.owner.load();
+    if (i == slot_ || owner == 0) continue;
+    const Table::Device& d = slot.devices[device];
+    const uint64_t unused = sub_floor(d.unused.load(), d.taken.load());
+    if (unused != 0 && alive(owner)) sum += unused;
+  }
+  return sum;
+}
+
+uint64_t SimDeviceBoard::take_unused(int device, uint64_t bytes) {
+  if (device < 0 || device >= kMaxDevices) return 0;
+  uint64_t left = bytes;
+  for (size_t i = 0; i < kSlots && left != 0; ++i) {
+    Table::Slot& slot = table_->slots[i];
+    const uint64_t owner = slot.owner.load();
+    if (i == slot_ || owner == 0) continue;
+    Table::Device& d = slot.devices[device];
+    const uint64_t take = std::min(left, sub_floor(d.unused.load(), d.taken.load()));
+    if (take == 0 || !alive(owner)) continue;
+    d.taken.fetch_add(take);
+    left -= take;
+  }
+  return bytes - left;
+}
+
+uint64_t SimDeviceBoard::taken_from_me(int device) {
+  if (device < 0 || device >= kMaxDevices) return 0;
+  return table_->slots[slot_].devices[device].taken.exchange(0);
+}
+
+}  // namespace zico
