@@ -179,6 +179,24 @@ def derive(probes):
         for key in ("map_us", "set_access_us", "unmap_us"):
             figures[f"p8_{key}"] = p8[key]
         figures["p8_second_process"] = p8["second_process"]
+        second = p8["second_process"] if isinstance(p8["second_process"], dict) else {}
+        if "free_after_beyond_bytes" in second and "error" not in second:
+            figures["p8_free_after_beyond_bytes"] = second["free_after_beyond_bytes"]
+            # What freeing the allocation beyond free memory left to the device: the first
+            # process's retained chunks it took (up to 3/4 of the arena) when they stay free.
+            figures["p8_squeeze_gain_mib"] = round((second["free_after_beyond_bytes"] - second["free_bytes"]) / 2**20)
+        if "free_after_second_bytes" in p8:
+            figures["p8_free_after_second_bytes"] = p8["free_after_second_bytes"]
+            if "free_after_eviction_bytes" in p8:
+                # What the owner itself now sees free beyond what it saw with its blocks on the host.
+                figures["p8_owner_free_gain_mib"] = round(
+                    (p8["free_after_second_bytes"] - p8["free_after_eviction_bytes"]) / 2**20)
+        if "back_to_gpu_ms" in p8:
+            figures["p8_back_to_gpu_ms"] = p8["back_to_gpu_ms"]
+            if model.get("h2d_bytes_per_s"):
+                # Above 1: bringing the arena back cost more than P2's moves, which reused retained chunks.
+                at_p2_rate_ms = p8["arena_bytes"] / model["h2d_bytes_per_s"] * 1e3
+                figures["p8_back_to_gpu_x_p2_rate"] = round(p8["back_to_gpu_ms"] / at_p2_rate_ms, 3)
 
     p9 = probes.get("P9")
     if p9 and "error" not in p9:

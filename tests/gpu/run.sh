@@ -72,13 +72,14 @@ run_step() {
 
 skip_all() {
   local reason=$1
-  for name in build calibration gpu_tests preload_kernels torch_training node_manager suspend_resume um_transfer um_mode um_node um_gpt2 um_resnet50 um_unseen; do
+  for name in build calibration gpu_tests preload_kernels torch_training node_manager suspend_resume um_transfer um_mode um_node um_physical um_gpt2 um_resnet50 um_unseen; do
     record "$name" skipped "$reason"
   done
 }
 
 # Steps to run: all, or those ZICO_GPU_ONLY names (e.g. "um_mode suspend_resume";
-# um_mode brings um_node, suspend_resume reads torch_training's native run).
+# um_mode brings um_node, suspend_resume reads torch_training's native run, um_physical
+# reads um_mode's native MLP run or, where um_mode did not run, makes its own).
 selected() {
   [[ -z $only || " $only " == *" $1 "* ]]
 }
@@ -127,7 +128,7 @@ if run_step build 300 bash -c "cmake -S '$repo' -B '$build' ${generator[*]} -DZI
   record build passed "" "{\"seconds\": $step_seconds}"
 else
   record build failed "the build failed: see build.log (missing libraries? see the header of this script)"
-  for name in calibration gpu_tests preload_kernels torch_training node_manager suspend_resume um_transfer um_mode um_node um_gpt2 um_resnet50 um_unseen; do
+  for name in calibration gpu_tests preload_kernels torch_training node_manager suspend_resume um_transfer um_mode um_node um_physical um_gpt2 um_resnet50 um_unseen; do
     record "$name" skipped "the build failed"
   done
   finish "$gpu_name" 1
@@ -273,14 +274,16 @@ fi
 # native peak as the budget measures what UM mode costs when nothing pages;
 # a third, under half, has cuBLAS's own runtime go through zicoum too.
 # Its arena is 16 GiB: never more managed memory than the GPU has free.
+mlp=(python3 tests/gpu/torch_training.py native --model mlp --iterations 10 --sample-gpu-memory)
+peak_of='import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])["peak_reserved_bytes"])'
+peak=""  # the native MLP's, once um_mode has run it
 if selected um_mode; then
   if ((torch_ok < 0)); then
     record um_mode skipped "python3 has no PyTorch"
     record um_node skipped "python3 has no PyTorch"
   else
-    mlp=(python3 tests/gpu/torch_training.py native --model mlp --iterations 10 --sample-gpu-memory)
     run_step um_native 90 "${mlp[@]}"
-    peak=$(python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])["peak_reserved_bytes"])' "$out/um_native.log" 2>/dev/null)
+    peak=$(python3 -c "$peak_of" "$out/um_native.log" 2>/dev/null)
     if [[ -z $peak ]]; then
       record um_mode failed "the native MLP run failed: see um_native.log"
       record um_node skipped "the native MLP run failed"
@@ -323,6 +326,40 @@ PY
 else
   record um_mode skipped "not selected: ZICO_GPU_ONLY=$only"
   record um_node skipped "not selected: ZICO_GPU_ONLY=$only"
+fi
+
+# --- 7b. what a UM job's budget leaves to a plain process beside it --------------------------
+# tests/gpu/um_physical_gpu.py: the MLP under zico-umd at half its native peak, alone, then beside
+# a process not under zicoum that cudaMallocs the rest of the device once the job is in its steady
+# state; NVML polled all along. It passes when that process saw and got the rest, the job ran at
+# most 1.10x slower beside it, NVML never counted more than the budget and the contexts for the job,
+# and the losses are bitwise equal to native's. Unified memory keeps an evicted block's chunk with
+# its job, so NVML and cudaMemGetInfo still count the native peak: that is what it measures.
+if ! selected um_physical; then
+  record um_physical skipped "not selected: ZICO_GPU_ONLY=$only"
+elif ((torch_ok < 0)); then
+  record um_physical skipped "python3 has no PyTorch"
+else
+  native_log="$out/um_native.log"
+  if [[ -z $peak ]]; then
+    native_log="$out/um_physical_native.log"
+    run_step um_physical_native 90 "${mlp[@]}"
+    peak=$(python3 -c "$peak_of" "$native_log" 2>/dev/null)
+  fi
+  if [[ -z $peak ]]; then
+    record um_physical failed "the native MLP run failed: see ${native_log##*/}"
+  else
+    run_step um_physical 180 python3 tests/gpu/um_physical_gpu.py "$bin" "$native_log" $(((peak / 2) >> 21 << 21)) "$out"
+    status=$?
+    figures=$(grep '^{' "$out/um_physical.log" | tail -n 1)
+    python3 -c 'import json,sys; json.loads(sys.argv[1])' "$figures" 2>/dev/null || figures='{}'
+    if ((status == 0)); then
+      record um_physical passed "" "$figures"
+    else
+      why=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get("why", ""))' "$figures")
+      record um_physical failed "${why:-um_physical_gpu.py exited $status}: see um_physical.log, umd_physical.log, um_physical_alone.log, um_physical_beside.log, um_physical_other.log" "$figures"
+    fi
+  fi
 fi
 
 # --- 8. GPT-2 small and ResNet-50: zico's paging against demand paging and what users reach for ---

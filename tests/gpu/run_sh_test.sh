@@ -35,6 +35,11 @@ assert sorted(calibration["sources"]) == sorted(expected), calibration["sources"
 assert all(calibration["sources"][key].startswith("P") for key in expected), calibration["sources"]
 assert figures["model"] == model and figures["missing_probes"] == [], figures
 assert figures["p6_discard_revoked_by_move_to_host"] is True and figures["p6_discarded_to_host_copies"] is False
+# P8: freeing the allocation beyond free memory left 3/4 of the 1 GiB arena free, and so the owner saw
+# it too; bringing the arena back took twice what P2's rate says (41.3 ms for 1 GiB at 52 GB/s: 20.6 ms).
+assert figures["p8_free_after_beyond_bytes"] == 84805306368 and figures["p8_squeeze_gain_mib"] == 768, figures
+assert figures["p8_free_after_second_bytes"] == 85305306368 and figures["p8_owner_free_gain_mib"] == 768, figures
+assert figures["p8_back_to_gpu_ms"] == 41.2978 and figures["p8_back_to_gpu_x_p2_rate"] == 2.0, figures
 PY
 # A probe that failed: the file holds what the others gave, the exit says so.
 grep -v '"probe": "P5"' "$here/testdata/calibration_probe.log" >"$out/partial.log"
@@ -83,6 +88,45 @@ assert abs(f["bound_x_native"] - 10.0) < 0.01, f["bound_x_native"]  # 238418 x 2
 assert f["losses_equal"] is False, f
 PY
 
+# The um_physical step's verdict (tests/gpu/um_physical_gpu.py) from canned figures, and its usage errors.
+python3 - "$here" <<'PY' || { echo "FAIL: um_physical_gpu.py's verdict"; exit 1; }
+import sys
+sys.path.insert(0, sys.argv[1])
+from um_physical_gpu import verdict
+# What an H100 is expected to show today: unified memory keeps the evicted blocks' chunks with the job,
+# so the plain process sees less free than the budget leaves and NVML counts the job's native peak.
+today = {"other_free_bytes": 79_700_000_000, "expected_free_bytes": 81_600_000_000, "other_alloc_ok": True,
+         "um_slowdown": 1.04, "nvml_peak_bytes": 5_300_000_000, "node_budget_bytes": 1_918_894_080,
+         "contexts_bytes": 1_468_006_400, "losses_equal": True}
+f = verdict(dict(today))
+assert f["passed"] is False, f
+assert f["why"] == ("other_free_bytes >= expected_free_bytes failed (other_free_bytes 79700000000, expected_free_bytes "
+                    "81600000000); nvml_peak_bytes <= node_budget_bytes + contexts_bytes failed (nvml_peak_bytes "
+                    "5300000000, node_budget_bytes 1918894080, contexts_bytes 1468006400)"), f["why"]
+within = dict(today, other_free_bytes=81_700_000_000, nvml_peak_bytes=3_380_000_000)
+f = verdict(dict(within))
+assert f["passed"] is True and "why" not in f, f
+f = verdict(dict(within, um_slowdown=1.2, other_alloc_ok=False, other_error="CUDA out of memory"))
+assert f["why"] == ("other_alloc_ok failed (other_alloc_ok False, other_error CUDA out of memory); "
+                    "um_slowdown <= 1.10 failed (um_slowdown 1.2)"), f["why"]
+# A run that ended early: its cause first, then every check it left unmeasured.
+f = verdict({"why": "the job alone failed (exit 3): see um_physical_alone.log", "node_budget_bytes": 1})
+assert f["passed"] is False and f["why"].startswith("the job alone failed (exit 3)"), f
+assert "losses_equal failed (not measured: losses_equal)" in f["why"], f["why"]
+PY
+mkdir -p "$out/bin" && touch "$out/bin/zico-umd" "$out/bin/zico-run" && chmod +x "$out/bin/zico-umd" "$out/bin/zico-run"
+echo '{"losses": ["0x1p+0", "0x1p+0", "0x1p+0", "0x1p+0", "0x1p+0"], "iteration_ms": 190}' >"$out/native.log"
+for bad in "$out/none|$out/native.log|1000|$out|BIN_DIR '$out/none' holds no executable zico-umd" \
+    "$out/bin|$out/native.log|12GiB|$out|BUDGET_BYTES '12GiB' is not a whole number of bytes" \
+    "$out/bin|$out/native.log|0|$out|BUDGET_BYTES 0 is not above 0" \
+    "$out/bin|$out/nothing.log|1000|$out|NATIVE_LOG '$out/nothing.log'"; do
+  IFS='|' read -r bin_dir native budget outdir want <<<"$bad"
+  line=$(python3 "$here/um_physical_gpu.py" "$bin_dir" "$native" "$budget" "$outdir" 2>/dev/null)
+  status=$?
+  [[ $status == 2 && $line == *"$want"* ]] ||
+    { echo "FAIL: um_physical_gpu.py $bin_dir $native $budget $outdir exited $status, printed: $line"; exit 1; }
+done
+
 if command -v nvcc >/dev/null 2>&1; then
   nvcc -cudart shared -o "$out/um_calibration_probe" "$here/um_calibration_probe.cu" >"$out/nvcc.log" 2>&1 ||
     { echo "FAIL: tests/gpu/um_calibration_probe.cu does not compile:"; cat "$out/nvcc.log"; exit 1; }
@@ -113,9 +157,24 @@ report = json.load(open(sys.argv[1]))
 assert report["gpu"] is None, report
 names = [step["step"] for step in report["steps"]]
 assert names == ["build", "calibration", "gpu_tests", "preload_kernels", "torch_training", "node_manager",
-                 "suspend_resume", "um_transfer", "um_mode", "um_node", "um_gpt2", "um_resnet50", "um_unseen"], names
+                 "suspend_resume", "um_transfer", "um_mode", "um_node", "um_physical", "um_gpt2", "um_resnet50",
+                 "um_unseen"], names
 for step in report["steps"]:
     assert step["verdict"] == "skipped" and step["reason"], step
-assert "| build | skipped |" in open(sys.argv[2]).read()
-print("OK")
+physical = report["steps"][names.index("um_physical")]
+assert physical["reason"] == "no GPU: nvidia-smi lists none", physical
+markdown = open(sys.argv[2]).read()
+assert "| build | skipped |" in markdown and "| um_physical | skipped | 0 | no GPU: nvidia-smi lists none |" in markdown
 PY
+# A step's figures in the report: a um_physical line as run.sh records it on a GPU.
+mkdir -p "$out/report"
+echo '{"step": "um_physical", "verdict": "failed", "reason": "nvml_peak_bytes <= node_budget_bytes + contexts_bytes failed",
+  "figures": {"other_free_bytes": 79700000000, "other_alloc_ok": true, "um_slowdown": 1.04}, "seconds": 61}' |
+  tr -d '\n' >"$out/report/steps.jsonl"
+python3 "$here/report.py" "$out/report" "$out/report/steps.jsonl" "NVIDIA H100 80GB HBM3" ||
+  { echo "FAIL: report.py on a um_physical line"; exit 1; }
+row="| um_physical | failed | 61 | nvml_peak_bytes <= node_budget_bytes + contexts_bytes failed |"
+row+=" other_free_bytes: 79700000000, other_alloc_ok: True, um_slowdown: 1.04 |"
+grep -qF "$row" "$out/report/report.md" ||
+  { echo "FAIL: report.md shows no um_physical row with its figures:"; cat "$out/report/report.md"; exit 1; }
+echo OK

@@ -2,7 +2,7 @@
 
     torch_training.py native|enable [--budget SIZE] [--iterations N] [--model conv|mlp|gpt2|resnet50]
                       [--suspend-at K] [--mark-iterations] [--zico-stats]
-                      [--activations default|save_on_cpu|checkpoint]
+                      [--activations default|save_on_cpu|checkpoint] [--announce-iterations]
 
 native: PyTorch's own allocator (also what runs under zico-run, which
 preloads libzicoum). enable: zicoum.torch.enable(budget=SIZE) first. Prints
@@ -30,7 +30,9 @@ memory (torch.autograd.graph.save_on_cpu(pin_memory=True)); checkpoint
 recomputes them in the backward pass (torch.utils.checkpoint: GPT-2 per
 transformer block through transformers' gradient checkpointing, ResNet-50 per
 stage, a Sequential in 4 segments). The line's peak_reserved_bytes and
-peak_allocated_bytes are then theirs.
+peak_allocated_bytes are then theirs. --announce-iterations: prints
+"iteration K" as iteration K starts, at once, for a process that acts at a
+given iteration (tests/gpu/um_physical_gpu.py).
 """
 import argparse
 import json
@@ -99,6 +101,7 @@ def main():
     parser.add_argument("--zico-stats", action="store_true")
     parser.add_argument("--sample-gpu-memory", action="store_true")
     parser.add_argument("--activations", choices=("default", "save_on_cpu", "checkpoint"), default="default")
+    parser.add_argument("--announce-iterations", action="store_true")
     args = parser.parse_args()
     zicoum = None
     if args.suspend_at is not None or args.mark_iterations or args.zico_stats:
@@ -189,6 +192,8 @@ def main():
             zicoum.resume()
         if args.mark_iterations:
             zicoum.mark_iteration()
+        if args.announce_iterations:
+            print(f"iteration {iteration}", flush=True)
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         if args.activations == "save_on_cpu":

@@ -26,8 +26,10 @@
 //      kernel after the stream's tail) against a pager thread with two
 //      streams; and the host time of one launch;
 //   P8 device memory after eviction (cudaMemGetInfo), cuMemMap /
-//      cuMemSetAccess / cuMemUnmap of 2 MiB, and a second process's
-//      cudaMalloc once the arena is on the host;
+//      cuMemSetAccess / cuMemUnmap of 2 MiB, a second process's
+//      cudaMalloc once the arena is on the host and its free memory after
+//      freeing an allocation beyond what was free, then this process's free
+//      memory and the time to bring every block back to the GPU;
 //   P9 /sys/module/nvidia_uvm/parameters/* and nvidia-smi -q's link (first:
 //      it needs no arena).
 // Exit 0 when every probe ran, 2 when one failed (its line holds "error").
@@ -146,6 +148,8 @@ class Line {
     std::snprintf(text, sizeof text, "%.6g", value);
     return raw(key, text);
   }
+  // Exact, where num's 6 digits would round a byte count of tens of GB by up to 50 MB.
+  Line& integer(const char* key, long long value) { return raw(key, std::to_string(value)); }
   Line& flag(const char* key, bool value) { return raw(key, value ? "true" : "false"); }
   Line& str(const char* key, const std::string& value) { return raw(key, json_string(value)); }
   Line& raw(const char* key, const std::string& json) {
@@ -626,14 +630,18 @@ int second_process(size_t evicted) {
     const double beyond_us = us_since(start);
     if (beyond_ok) CHECK(cudaFree(ptr));
     (void)cudaGetLastError();
+    // Grown by what that allocation took from the first process's retained chunks when freeing
+    // it leaves them to the device (a squeeze), unchanged when unified memory takes them back.
+    const size_t free_after_beyond = free_bytes();
     Line("P8_second_process")
-        .num("free_bytes", static_cast<double>(free))
-        .num("plain_bytes", static_cast<double>(evicted))
+        .integer("free_bytes", static_cast<long long>(free))
+        .integer("plain_bytes", static_cast<long long>(evicted))
         .flag("plain_ok", plain_ok)
         .num("plain_us", plain_us)
-        .num("beyond_free_bytes", static_cast<double>(beyond))
+        .integer("beyond_free_bytes", static_cast<long long>(beyond))
         .flag("beyond_free_ok", beyond_ok)
         .num("beyond_free_us", beyond_us)
+        .integer("free_after_beyond_bytes", static_cast<long long>(free_after_beyond))
         .print();
     return 0;
   } catch (const CudaError& e) {
@@ -710,13 +718,22 @@ void p8(const Arena& a) {
   CHECK_DRIVER(mem_release(handle));
   // (c) a second process's cudaMalloc of the evicted amount, and of more than is free.
   const std::string second = run_second_process(a.blocks * kBlock);
+  // (d) what this process sees once the second one is gone, and what bringing every block back
+  // costs: new chunks to allocate where the second process's allocation took the retained ones.
+  const size_t after_second = free_bytes();
+  const auto start = Clock::now();
+  a.move(0, a.blocks, on_gpu());
+  const double back_to_gpu_ms = us_since(start) / 1e3;
   Line("P8")
-      .num("arena_bytes", static_cast<double>(a.blocks * kBlock))
-      .num("freed_by_eviction_bytes", static_cast<double>(evicted) - static_cast<double>(resident))
+      .integer("arena_bytes", static_cast<long long>(a.blocks * kBlock))
+      .integer("freed_by_eviction_bytes", static_cast<long long>(evicted) - static_cast<long long>(resident))
+      .integer("free_after_eviction_bytes", static_cast<long long>(evicted))
       .num("map_us", median(map_us))
       .num("set_access_us", median(access_us))
       .num("unmap_us", median(unmap_us))
       .raw("second_process", second)
+      .integer("free_after_second_bytes", static_cast<long long>(after_second))
+      .num("back_to_gpu_ms", back_to_gpu_ms)
       .print();
 }
 

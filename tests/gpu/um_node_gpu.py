@@ -28,6 +28,50 @@ def last_json(text):
     return json.loads(lines[-1]) if lines else None
 
 
+def daemon_env():
+    """The environment of zico-umd and its jobs on the GPU; a job adds ZICO_SOCKET."""
+    env = dict(os.environ, ZICO_BACKEND="cuda")
+    env.pop("ZICO_SOCKET", None)
+    return env
+
+
+def start_daemon(bin_dir, socket, budget, log_path):
+    """zico-umd holding `budget` bytes on `socket`, its output in `log_path`: (process, why), why
+    None once its socket exists. The caller stops the process (stop_daemon) either way."""
+    with open(log_path, "w") as log:
+        daemon = subprocess.Popen([os.path.join(bin_dir, "zico-umd"), "--socket", socket, "--budget", str(budget)],
+                                  env=daemon_env(), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(200):
+            if os.path.exists(socket) or daemon.poll() is not None:
+                break
+            time.sleep(0.05)
+    except BaseException:  # stopped while waiting: the caller never gets the process to stop
+        stop_daemon(daemon)
+        raise
+    if not os.path.exists(socket):
+        return daemon, f"zico-umd did not create its socket: see {os.path.basename(log_path)}"
+    return daemon, None
+
+
+def stop_daemon(daemon):
+    daemon.terminate()
+    try:
+        daemon.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+
+
+def um_job(bin_dir, socket, iterations, *extra):
+    """(command, environment) of torch_training.py's MLP in UM mode under the daemon on `socket`."""
+    # A 16 GiB arena: never more managed memory than the GPU has free.
+    env = dict(daemon_env(), ZICO_SOCKET=socket, ZICO_ARENA_SIZE=str(16 << 30))
+    command = [os.path.join(bin_dir, "zico-run"), "--backend", "cuda", "--mode", "um", "--",
+               sys.executable, os.path.join(HERE, "torch_training.py"), "native", "--model", "mlp",
+               "--iterations", str(iterations), "--mark-iterations", "--zico-stats", *extra]
+    return command, env
+
+
 def main():
     bin_dir, native_log, budget, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     # Stopped by the suite's step limit: end the jobs and the daemon too (the finally below).
@@ -37,27 +81,15 @@ def main():
         print(json.dumps({"passed": False, "why": f"no native result in {native_log}"}))
         return 1
     socket = os.path.join(out, "umd.sock")
-    env = dict(os.environ, ZICO_BACKEND="cuda")
-    env.pop("ZICO_SOCKET", None)
-    daemon_log = open(os.path.join(out, "umd.log"), "w")
-    daemon = subprocess.Popen([os.path.join(bin_dir, "zico-umd"), "--socket", socket, "--budget", str(budget)],
-                              env=env, stdout=daemon_log, stderr=subprocess.STDOUT)
+    daemon, why = start_daemon(bin_dir, socket, budget, os.path.join(out, "umd.log"))
     figures = {"passed": False, "budget_bytes": budget}
     jobs = []
     try:
-        for _ in range(200):
-            if os.path.exists(socket) or daemon.poll() is not None:
-                break
-            time.sleep(0.05)
-        if not os.path.exists(socket):
-            figures["why"] = "zico-umd did not create its socket: see umd.log"
+        if why is not None:
+            figures["why"] = why
             print(json.dumps(figures))
             return 1
-        # A 16 GiB arena each: never more managed memory than the GPU has free.
-        job_env = dict(env, ZICO_SOCKET=socket, ZICO_ARENA_SIZE=str(16 << 30))
-        command = [os.path.join(bin_dir, "zico-run"), "--backend", "cuda", "--mode", "um", "--",
-                   sys.executable, os.path.join(HERE, "torch_training.py"), "native", "--model", "mlp",
-                   "--iterations", "10", "--mark-iterations", "--zico-stats", "--sample-gpu-memory"]
+        command, job_env = um_job(bin_dir, socket, 10, "--sample-gpu-memory")
         logs = [open(os.path.join(out, f"um_node_job{i}.log"), "w+") for i in range(2)]
         jobs = [subprocess.Popen(command, env=job_env, stdout=log, stderr=subprocess.STDOUT) for log in logs]
         most_lent, over = 0, None
@@ -108,11 +140,7 @@ def main():
         for job in jobs:
             if job.poll() is None:
                 job.kill()
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
+        stop_daemon(daemon)
 
 
 if __name__ == "__main__":
