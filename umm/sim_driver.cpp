@@ -506,6 +506,11 @@ Status SimDriver::share_devices(const std::string& board_path, std::string* why)
   ZICO_RETURN_IF_ERROR(SimDeviceBoard::open(board_path, &board, why));
   std::lock_guard lock(state_->mutex);
   state_->board = std::move(board);
+  SimDeviceBoard* shared = state_->board.get();
+  // Only whole requests: a page takes another's unused memory when there is enough of it.
+  state_->managed->set_lender([shared](uint64_t bytes) -> uint64_t {
+    return shared->others_unused(0) >= bytes ? shared->take_unused(0, bytes) : 0;
+  });
   state_->sync_board();
   return Status::ok();
 }

@@ -89,10 +89,16 @@ Status SimManagedMemory::take_chunk(Page& page, uint64_t limit, bool fault, uint
     page.unused_since = 0;
     return Status::ok();
   }
-  while (stats_.chunk_bytes + page_bytes_ > limit) {
+  while (stats_.chunk_bytes + page_bytes_ > limit + lent_) {
     // An unused chunk first: no copy (the UVM driver's eviction picks free,
-    // then unused chunks before used ones).
+    // then unused chunks before used ones), its own or another's.
     if (release_unused(page_bytes_) != 0) continue;
+    if (lend_) {
+      if (const uint64_t lent = lend_(page_bytes_); lent != 0) {
+        lent_ += lent;
+        continue;
+      }
+    }
     // Then the least recently migrated page this operation does not need:
     // it leaves with a copy and its chunk comes here.
     auto victim = std::find_if(by_migration_.begin(), by_migration_.end(), [&](const auto& entry) {
@@ -212,6 +218,7 @@ Status SimManagedMemory::prefetch_to_device(VaRange range, uint64_t limit, uint6
   *done_ns = start_ns;
   if (!locate(range, &base, &allocation, &first, &last)) return Status(Errc::kInvalidArgument);
   ++operation_;
+  lent_ = 0;
   for (size_t i = first; i <= last; ++i) allocation->pages[i].kept = operation_;
   for (size_t i = first; i <= last; ++i) {
     Page& page = allocation->pages[i];
@@ -305,6 +312,7 @@ void SimManagedMemory::set_preferred_on_device(VaRange range, bool preferred) {
 Status SimManagedMemory::run_kernel(std::span<const VaRange> ranges, uint64_t duration_ns, uint64_t limit,
                                     uint64_t start_ns, std::vector<uintptr_t>* faulted_pages) {
   ++operation_;
+  lent_ = 0;
   fault_ns_pending_ = 0;
   uint64_t faulted = 0;
   const uint64_t start = std::max(stats_.now_ns, start_ns);

@@ -59,6 +59,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <vector>
@@ -170,6 +171,11 @@ class SimManagedMemory {
   // Gives back unused chunks, the least recently left first, until `bytes`
   // are given back or none is left; returns what was given back (whole pages).
   uint64_t release_unused(uint64_t bytes);
+  // Where a page needs memory beyond `limit` and this memory has no unused
+  // chunk left: `lend(bytes)` returns what it could take elsewhere (another
+  // process's unused chunks, which the UVM driver hands over before evicting
+  // a chunk in use), counted above the limit until the operation ends.
+  void set_lender(std::function<uint64_t(uint64_t)> lend) { lend_ = std::move(lend); }
   // Gives up `bytes` of device memory another allocation took: unused chunks
   // first, then pages in use, the least recently migrated first, copied out
   // (the UVM driver evicts chunks in use last).
@@ -236,6 +242,8 @@ class SimManagedMemory {
   uint64_t fault_ns_pending_ = 0;  // the current kernel's fault-path copies
   std::map<uint64_t, PageRef> by_migration_;  // pages on the device, least recently migrated first
   std::map<uint64_t, PageRef> unused_;        // pages off the device holding a chunk, least recently left first
+  std::function<uint64_t(uint64_t)> lend_;    // set_lender's
+  uint64_t lent_ = 0;                         // what lend_ gave the current operation beyond its limit
 };
 
 }  // namespace zico

@@ -111,6 +111,31 @@ TEST_F(SimDeviceBoardTest, AnAllocationOnAFullDeviceTakesAnotherProcesssUnusedMa
   EXPECT_EQ(free_of(vmm), 8 * kPage);
 }
 
+// Two unified-memory jobs: pages the second needs on a full device take the
+// first's unused memory before the second evicts any page of its own.
+TEST_F(SimDeviceBoardTest, AManagedPageOnAFullDeviceTakesAnotherProcesssUnusedMemoryFirst) {
+  SimDriver first(eight_pages());
+  SimDriver second(eight_pages());
+  share(first);
+  share(second);
+  void* a = nullptr;
+  void* b = nullptr;
+  ASSERT_TRUE(first.managed_allocate(6 * kPage, &a).is_ok());
+  ASSERT_TRUE(second.managed_allocate(4 * kPage, &b).is_ok());
+  touch(first, a, 6);
+  to_host(first, a, 4);  // four unused chunks kept
+  touch(second, b, 2);   // the two free pages
+  const VaRange more{reinterpret_cast<uintptr_t>(b) + 2 * kPage, 2 * kPage};
+  ASSERT_TRUE(second.run_kernel(std::span<const VaRange>(&more, 1), 0).is_ok());
+  EXPECT_EQ(second.managed_stats().driver_evictions, 0u) << "the other's unused memory went first";
+  EXPECT_EQ(second.managed_stats().chunk_bytes, 4 * kPage);
+  EXPECT_EQ(free_of(first), 0u);  // its next call: it gives up what was taken
+  EXPECT_EQ(first.managed_stats().chunk_bytes, 4 * kPage) << "gave up two unused chunks";
+  EXPECT_EQ(first.managed_stats().resident_bytes, 2 * kPage);
+  ASSERT_TRUE(first.managed_free(a).is_ok());
+  ASSERT_TRUE(second.managed_free(b).is_ok());
+}
+
 TEST_F(SimDeviceBoardTest, ADeadProcesssMemoryIsForgotten) {
   SimDriver alive(eight_pages());
   share(alive);
