@@ -19,6 +19,13 @@
 //   rate) and migrates the faulted pages at the lower fault-driven bandwidth.
 // - A page that holds no data (never written, or discarded) is populated on
 //   the GPU without a transfer; a fault on it still pays the batch cost.
+// - Host time (the calibration's figures; none by default): the moves decided
+//   at one event are one driver call per direction, each on its own pager
+//   thread, which pays per call, per contiguous range and per page before its
+//   copies may start, waits first for its stream's earlier copies where
+//   ordered_call_waits says so, and, for a move to the host under
+//   to_host_sync, for the copies and the CPU's mapping of each page after.
+//   A faulted page stalls the GPU fault_block_ns more than its copy.
 #pragma once
 
 #include <cstdint>

@@ -103,6 +103,36 @@ TEST(PagingPolicies, ZicoRunsASteadyIterationWithoutFaultsAndMovesLessThanUm) {
   }
 }
 
+// Host time per driver call (the calibration's call, range and block costs)
+// delays the moves, which start only once their pager thread has issued
+// them; the fault path's per-block stall slows a faulting policy.
+TEST(PagingPolicies, TheDriversHostTimeDelaysTheMoves) {
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    const AccessStream stream = random_training_stream(seed, 4, uint64_t{2} << 20);
+    const StreamFacts facts = stream_facts(stream);
+    const uint64_t tight = std::max<uint64_t>(facts.peak_live_bytes / 2, uint64_t{facts.max_op_pages} << 21);
+    const auto elapsed = [&](const std::string& policy, uint64_t budget, const TransferModel& model) {
+      PagingOptions options;
+      options.budget_bytes = budget;
+      options.model = model;
+      PagingResult result;
+      std::string error;
+      EXPECT_TRUE(page::run_paging(stream, policy, options, &result, &error)) << error;
+      return result.iterations.back().elapsed_ns();
+    };
+    TransferModel costly;
+    costly.call_ns = 200'000;
+    costly.range_ns = 50'000;
+    costly.block_ns = 20'000;
+    costly.to_host_sync = true;
+    costly.cpu_map_block_ns = 30'000;
+    EXPECT_GT(elapsed("zico", tight, costly), elapsed("zico", tight, TransferModel{})) << seed;
+    TransferModel faults_cost;
+    faults_cost.fault_block_ns = 100'000;
+    EXPECT_GT(elapsed("um", tight, faults_cost), elapsed("um", tight, TransferModel{})) << seed;
+  }
+}
+
 TEST(PagingPolicies, UmWritesDeadDataBackAndTheOthersDoNot) {
   // One page of weights, two pages for activations that die every iteration;
   // a budget of two pages forces evictions.

@@ -45,10 +45,14 @@ class Executor {
   }
   void advance_to(uint64_t time);
   void grant_queued(uint64_t time);
-  void fetch(PageId page, uint64_t at, uint64_t priority);
+  void fetch(PageId page, uint64_t at, uint64_t priority, uint64_t not_before = 0);
   void start_next_fetch(uint64_t at);
   [[nodiscard]] bool kick_fetches();
   void apply(const Decisions& decisions);
+  // The host time of carrying out one event's decisions (transfer_model.h):
+  // each direction's moves are one call on its own pager thread, which pays
+  // per call, per contiguous range and per page before the copies can start.
+  void issue_calls(const Decisions& decisions);
   void prefetch(PageId page, uint64_t priority);
   void evict(PageId page);
   void discard(PageId page);
@@ -73,11 +77,19 @@ class Executor {
   struct QueuedFetch {
     uint64_t priority, seq;
     PageId page;
+    uint64_t not_before;  // its call's host time ends
     bool operator>(const QueuedFetch& o) const { return priority != o.priority ? priority > o.priority : seq > o.seq; }
   };
   std::priority_queue<QueuedFetch, std::vector<QueuedFetch>, std::greater<>> h2d_queue_;
   uint64_t h2d_busy_until_ = 0;
   uint64_t d2h_free_ = 0;
+  // The pager threads' host clocks (one per direction), and when this
+  // event's calls end on each: its copies start no earlier.
+  uint64_t h2d_host_ = 0;
+  uint64_t d2h_host_ = 0;
+  uint64_t h2d_issued_ = 0;
+  uint64_t d2h_issued_ = 0;
+  std::vector<PageId> call_pages_;
   uint64_t seq_ = 0;
   std::priority_queue<Completion, std::vector<Completion>, std::greater<>> completions_;
   struct WaitingPrefetch {
@@ -140,12 +152,12 @@ void Executor::grant_queued(uint64_t time) {
   }
 }
 
-void Executor::fetch(PageId page, uint64_t at, uint64_t priority) {
+void Executor::fetch(PageId page, uint64_t at, uint64_t priority, uint64_t not_before) {
   if (!residency_.has_data(page)) {
-    complete(at, page, true);  // populated on the GPU, nothing to copy
+    complete(std::max(at, not_before), page, true);  // populated on the GPU, nothing to copy
     return;
   }
-  h2d_queue_.push({priority, seq_++, page});
+  h2d_queue_.push({priority, seq_++, page, not_before});
   start_next_fetch(at);
 }
 
@@ -161,6 +173,7 @@ bool Executor::kick_fetches() {
 void Executor::start_next_fetch(uint64_t at) {
   if (h2d_queue_.empty() || h2d_busy_until_ > at) return;  // a completion will call again
   const PageId page = h2d_queue_.top().page;
+  at = std::max(at, h2d_queue_.top().not_before);  // the engine waits for the call that issues it
   h2d_queue_.pop();
   const uint64_t end = at + model_.h2d_ns(stream_.page_bytes, d2h_free_ > at);
   h2d_busy_until_ = end;
@@ -173,7 +186,7 @@ void Executor::prefetch(PageId page, uint64_t priority) {
     case PageState::kAbsent:
       if (residency_.free_pages() > 0) {
         residency_.start_arrival(page);
-        fetch(page, now_, priority);
+        fetch(page, now_, priority, h2d_issued_);
       } else if (residency_.leaving_pages() > residency_.queued_pages()) {
         residency_.queue(page);
         queued_.push_back({page, priority});
@@ -197,7 +210,7 @@ void Executor::evict(PageId page) {
     return;
   }
   residency_.start_leaving(page);
-  const uint64_t start = std::max(now_, d2h_free_);
+  const uint64_t start = std::max({now_, d2h_free_, d2h_issued_});
   const uint64_t end = start + model_.d2h_ns(stream_.page_bytes, h2d_busy_until_ > start);
   d2h_free_ = end;
   note_transfer(start, end, stream_.page_bytes, false);
@@ -215,13 +228,58 @@ void Executor::discard(PageId page) {
   residency_.set_has_data(page, false);
 }
 
+void Executor::issue_calls(const Decisions& decisions) {
+  h2d_issued_ = d2h_issued_ = 0;
+  if (model_.call_ns == 0 && model_.range_ns == 0 && model_.block_ns == 0 && model_.discard_call_ns == 0 &&
+      !model_.ordered_call_waits && !model_.to_host_sync) {
+    return;  // no host time modelled: moves start when decided
+  }
+  // What moves (a decision about a page already where it goes, or not able
+  // to move, calls nothing), in one call a direction: its pages sorted,
+  // adjacent ones one range.
+  const auto moves = [&](const Decision& d) {
+    const PageState state = residency_.state(d.page);
+    if (d.kind == Decision::Kind::kPrefetch) return state == PageState::kAbsent;
+    return state == PageState::kResident && !pinned(d.page) && residency_.has_data(d.page);
+  };
+  const auto call = [&](Decision::Kind kind, uint64_t* host, uint64_t engine_end) -> uint64_t {
+    call_pages_.clear();
+    for (const Decision& d : decisions) {
+      if (d.kind == kind && moves(d)) call_pages_.push_back(d.page);
+    }
+    if (call_pages_.empty()) return 0;
+    std::sort(call_pages_.begin(), call_pages_.end());
+    uint64_t ranges = 0;
+    for (size_t i = 0; i < call_pages_.size(); ++i) ranges += i == 0 || call_pages_[i] != call_pages_[i - 1] + 1;
+    *host = std::max(*host, now_);
+    if (model_.ordered_call_waits) *host = std::max(*host, engine_end);  // the stream's earlier copies
+    *host += model_.call_ns + ranges * model_.range_ns + call_pages_.size() * model_.block_ns;
+    return *host;
+  };
+  h2d_issued_ = call(Decision::Kind::kPrefetch, &h2d_host_, h2d_busy_until_);
+  d2h_issued_ = call(Decision::Kind::kEvict, &d2h_host_, d2h_free_);
+  if (std::any_of(decisions.begin(), decisions.end(), [](const Decision& d) { return d.kind == Decision::Kind::kDiscard; })) {
+    d2h_host_ = std::max(d2h_host_, now_) + model_.discard_call_ns;  // on the same thread as evictions
+  }
+}
+
 void Executor::apply(const Decisions& decisions) {
+  issue_calls(decisions);
+  uint64_t evictions = 0;
   for (const Decision& d : decisions) {
     switch (d.kind) {
       case Decision::Kind::kPrefetch: prefetch(d.page, d.priority); break;
-      case Decision::Kind::kEvict: evict(d.page); break;
+      case Decision::Kind::kEvict:
+        evict(d.page);
+        ++evictions;
+        break;
       case Decision::Kind::kDiscard: discard(d.page); break;
     }
+  }
+  // A move to the host returns once its copies end, then maps the pages for
+  // the CPU: its thread's next call waits for both.
+  if (model_.to_host_sync && evictions != 0) {
+    d2h_host_ = std::max(d2h_host_, d2h_free_) + evictions * model_.cpu_map_block_ns;
   }
 }
 
@@ -278,8 +336,9 @@ bool Executor::fault_in(std::span<const PageId> faulted, uint64_t* ready, std::s
       residency_.start_arrival(page);
       if (residency_.has_data(page)) fetched += stream_.page_bytes;
     }
-    // The UVM driver evicts, then migrates, with the GPU stalled throughout.
-    uint64_t time = *ready + model_.fault_batch_ns;
+    // The UVM driver evicts, then migrates, with the GPU stalled throughout,
+    // and fills each block over several fault-and-replay rounds.
+    uint64_t time = *ready + model_.fault_batch_ns + pages.size() * model_.fault_block_ns;
     if (evicted > 0) {
       const uint64_t start = std::max(time, d2h_free_);
       time = start + model_.fault_evict_ns(evicted);
