@@ -14,9 +14,10 @@ namespace zico {
 
 struct SimDeviceBoard::Table {
   struct Device {
-    std::atomic<uint64_t> held;    // published by the owner
-    std::atomic<uint64_t> unused;  // published by the owner: what may be taken
-    std::atomic<uint64_t> taken;   // added to by takers, cleared by the owner
+    std::atomic<uint64_t> held;     // published by the owner
+    std::atomic<uint64_t> unused;   // published by the owner: taken without a copy
+    std::atomic<uint64_t> taken;    // added to by takers, cleared by the owner
+    std::atomic<uint64_t> managed;  // published by the owner: what may be taken at all
   };
   struct Slot {
     std::atomic<uint64_t> owner;  // pid << 24 | a token of the process; 0: free
@@ -82,6 +83,7 @@ Status SimDeviceBoard::open(const std::string& path, std::unique_ptr<SimDeviceBo
       device.held.store(0);
       device.unused.store(0);
       device.taken.store(0);
+      device.managed.store(0);
     }
     out->reset(new SimDeviceBoard(table, i));
     return Status::ok();
@@ -97,34 +99,22 @@ SimDeviceBoard::~SimDeviceBoard() {
   for (Table::Device& device : slot.devices) {
     device.held.store(0);
     device.unused.store(0);
+    device.managed.store(0);
   }
   slot.owner.store(0);
   ::munmap(table_, sizeof(Table));
 }
 
-void SimDeviceBoard::publish(int device, uint64_t held_bytes, uint64_t unused_bytes) {
+void SimDeviceBoard::publish(int device, uint64_t held_bytes, uint64_t managed_bytes, uint64_t unused_bytes) {
   if (device < 0 || device >= kMaxDevices) return;
   Table::Device& d = table_->slots[slot_].devices[device];
-  d.unused.store(unused_bytes);
-  d.held.store(held_bytes);
+  const uint64_t gross = given_up_[device];
+  d.unused.store(unused_bytes + gross);
+  d.managed.store(managed_bytes + gross);
+  d.held.store(held_bytes + gross);
 }
 
-uint64_t SimDeviceBoard::others_held(int device) const {
-  if (device < 0 || device >= kMaxDevices) return 0;
-  uint64_t sum = 0;
-  for (size_t i = 0; i < kSlots; ++i) {
-    if (i == slot_) continue;
-    const Table::Slot& slot = table_->slots[i];
-    const uint64_t owner = slot.owner.load();
-    if (owner == 0) continue;
-    const Table::Device& d = slot.devices[device];
-    const uint64_t held = sub_floor(d.held.load(), d.taken.load());
-    if (held != 0 && alive(owner)) sum += held;
-  }
-  return sum;
-}
-
-uint64_t SimDeviceBoard::others_unused(int device) const {
+uint64_t SimDeviceBoard::others(int device, Field field) const {
   if (device < 0 || device >= kMaxDevices) return 0;
   uint64_t sum = 0;
   for (size_t i = 0; i < kSlots; ++i) {
@@ -132,13 +122,14 @@ uint64_t SimDeviceBoard::others_unused(int device) const {
     const uint64_t owner = slot.owner.load();
     if (i == slot_ || owner == 0) continue;
     const Table::Device& d = slot.devices[device];
-    const uint64_t unused = sub_floor(d.unused.load(), d.taken.load());
-    if (unused != 0 && alive(owner)) sum += unused;
+    const uint64_t value = field == Field::kHeld ? d.held.load() : field == Field::kUnused ? d.unused.load() : d.managed.load();
+    const uint64_t left = sub_floor(value, d.taken.load());
+    if (left != 0 && alive(owner)) sum += left;
   }
   return sum;
 }
 
-uint64_t SimDeviceBoard::take_unused(int device, uint64_t bytes) {
+uint64_t SimDeviceBoard::take(int device, Field field, uint64_t bytes) {
   if (device < 0 || device >= kMaxDevices) return 0;
   uint64_t left = bytes;
   for (size_t i = 0; i < kSlots && left != 0; ++i) {
@@ -146,7 +137,8 @@ uint64_t SimDeviceBoard::take_unused(int device, uint64_t bytes) {
     const uint64_t owner = slot.owner.load();
     if (i == slot_ || owner == 0) continue;
     Table::Device& d = slot.devices[device];
-    const uint64_t take = std::min(left, sub_floor(d.unused.load(), d.taken.load()));
+    const uint64_t value = field == Field::kHeld ? d.held.load() : field == Field::kUnused ? d.unused.load() : d.managed.load();
+    const uint64_t take = std::min(left, sub_floor(value, d.taken.load()));
     if (take == 0 || !alive(owner)) continue;
     d.taken.fetch_add(take);
     left -= take;
@@ -154,9 +146,18 @@ uint64_t SimDeviceBoard::take_unused(int device, uint64_t bytes) {
   return bytes - left;
 }
 
+uint64_t SimDeviceBoard::others_held(int device) const { return others(device, Field::kHeld); }
+uint64_t SimDeviceBoard::others_unused(int device) const { return others(device, Field::kUnused); }
+uint64_t SimDeviceBoard::others_managed(int device) const { return others(device, Field::kManaged); }
+uint64_t SimDeviceBoard::take_unused(int device, uint64_t bytes) { return take(device, Field::kUnused, bytes); }
+uint64_t SimDeviceBoard::take_managed(int device, uint64_t bytes) { return take(device, Field::kManaged, bytes); }
+
 uint64_t SimDeviceBoard::taken_from_me(int device) {
   if (device < 0 || device >= kMaxDevices) return 0;
-  return table_->slots[slot_].devices[device].taken.exchange(0);
+  const uint64_t taken = table_->slots[slot_].devices[device].taken.load();
+  const uint64_t fresh = taken - given_up_[device];
+  given_up_[device] = taken;
+  return fresh;
 }
 
 }  // namespace zico

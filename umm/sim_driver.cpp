@@ -235,7 +235,7 @@ struct SimDriver::State {
     for (size_t d = 0; d < created_bytes.size(); ++d) {
       const uint64_t managed_bytes = d == 0 ? managed->chunk_bytes() : 0;
       const uint64_t unused = d == 0 ? managed->chunk_bytes() - managed->resident_bytes() : 0;
-      board->publish(static_cast<int>(d), created_bytes[d] + managed_bytes, unused);
+      board->publish(static_cast<int>(d), created_bytes[d] + managed_bytes, managed_bytes, unused);
     }
   }
 
@@ -462,26 +462,34 @@ Status SimDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcep
   size_t& used = state_->created_bytes[static_cast<size_t>(device.value)];
   state_->sync_board();
   const auto d = static_cast<size_t>(device.value);
-  // The device's memory not yet held, by this process or (on a board) others.
-  auto room = [&] {
-    const uint64_t held = used + (d == 0 ? state_->managed->chunk_bytes() : 0) + state_->others_held(d);
-    return options_.capacity > held ? options_.capacity - held : 0;
+  // What the device would hold beyond its capacity with the chunk: by this
+  // process or (on a board) others, whose figures may run ahead of the
+  // capacity for a moment (each publishes after its own call).
+  auto beyond = [&]() -> uint64_t {
+    const uint64_t held = used + (d == 0 ? state_->managed->chunk_bytes() : 0) + state_->others_held(d) + bytes;
+    return held > options_.capacity ? held - options_.capacity : 0;
   };
-  if (d == 0 && bytes > room()) {
-    // The memory managed pages keep unused is taken back first, this
-    // process's and then others', as the UVM driver's eviction hands its
-    // unused root chunks to another allocation. Only when they make room
+  if (d == 0 && beyond() != 0) {
+    // Managed pages' memory is taken, as the UVM driver's eviction hands its
+    // root chunks to another allocation: the unused first (this process's,
+    // then others'), then chunks in use, whose pages are evicted (this
+    // process's now, others' at their next call). Only when that makes room
     // enough: a refused chunk takes nothing.
     SimManagedMemory& managed = *state_->managed;
-    const uint64_t short_by = bytes - room();
-    const uint64_t own = managed.chunk_bytes() - managed.resident_bytes();
-    const uint64_t others = state_->board ? state_->board->others_unused(0) : 0;
-    if (short_by <= own + others) {
-      const uint64_t released = managed.release_unused(std::min(short_by, own));
-      if (released < short_by && state_->board) (void)state_->board->take_unused(0, short_by - released);
+    SimDeviceBoard* board = state_->board.get();
+    const uint64_t short_by = beyond();
+    if (short_by <= managed.chunk_bytes() + (board != nullptr ? board->others_managed(0) : 0)) {
+      uint64_t taken = managed.release_unused(short_by);
+      if (taken < short_by && board != nullptr) taken += board->take_unused(0, short_by - taken);
+      if (taken < short_by) {
+        const uint64_t before = managed.chunk_bytes();
+        managed.give_up(short_by - taken);
+        taken += before - managed.chunk_bytes();
+      }
+      if (taken < short_by && board != nullptr) (void)board->take_managed(0, short_by - taken);
     }
   }
-  if (bytes > room()) return Status(Errc::kOutOfMemory);
+  if (beyond() != 0) return Status(Errc::kOutOfMemory);
   ZICO_RETURN_IF_ERROR(refuse_if_host_runs_low(device, bytes));
   const int fd = memfd_create(chunk_name(device).c_str(), MFD_CLOEXEC);
   if (fd < 0) return errno == EMFILE || errno == ENFILE ? Status(Errc::kOutOfMemory, errno) : os_error();

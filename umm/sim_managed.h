@@ -30,8 +30,9 @@
 //     chunks go back to the device only when something needs memory: a page
 //     without a chunk when the device is full, or a chunk created beside
 //     the managed pages (release_unused), the least recently left first; a
-//     page the driver evicts to make room gives its chunk to the newcomer.
-//     Freeing an allocation returns all of its chunks.
+//     page the driver evicts to make room gives its chunk to the newcomer,
+//     and an allocation that unused chunks cannot satisfy evicts pages in
+//     use (give_up). Freeing an allocation returns all of its chunks.
 //   - Discard drops a page's contents wherever they are, and a page on the
 //     device leaves it without a copy (its chunk kept, unused). As in the UVM driver, a migration the
 //     application asks for (a prefetch either way) revokes the discard: the

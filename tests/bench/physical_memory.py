@@ -19,7 +19,7 @@ job gets its memory (taken from the UM job's kept memory where the device has no
 device never holds more than its capacity.
 
 The board's layout is sim_device_board.cpp's Table: u64 magic, then 256 slots of (u64 owner, then
-64 devices x (held, unused, taken) u64).
+64 devices x (held, unused, taken, managed) u64).
 """
 import argparse
 import json
@@ -32,7 +32,7 @@ import threading
 import time
 
 SLOTS, DEVICES = 256, 64
-SLOT_BYTES = 8 + DEVICES * 24
+SLOT_BYTES = 8 + DEVICES * 32
 MIB = 1 << 20
 
 
@@ -97,9 +97,9 @@ def run_once(build, args, um_budget, um_peak_bytes, beside):
         socket = os.path.join(tmp, "umd.sock")
         env = dict(os.environ, ZICO_BACKEND="sim", ZICO_SIM_DEVICE_BOARD=board,
                    ZICO_SIM_CAPACITY=f"{args.capacity}MiB")
+        daemon_log = open(os.path.join(tmp, "umd.log"), "w+")
         daemon = subprocess.Popen([os.path.join(build, "bin", "zico-umd"), "--socket", socket, "--budget",
-                                   f"{args.budget}MiB"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  text=True)
+                                   f"{args.budget}MiB"], env=env, stdout=subprocess.DEVNULL, stderr=daemon_log)
         sampler = Sampler(board)
         um = hold = None
         try:
@@ -107,7 +107,8 @@ def run_once(build, args, um_budget, um_peak_bytes, beside):
                 if os.path.exists(socket):
                     break
                 if daemon.poll() is not None:
-                    raise SystemExit("physical_memory: zico-umd did not start:\n" + daemon.stderr.read())
+                    daemon_log.seek(0)
+                    raise SystemExit("physical_memory: zico-umd did not start:\n" + daemon_log.read())
                 time.sleep(0.02)
             else:
                 raise SystemExit("physical_memory: zico-umd did not create its socket")
@@ -139,9 +140,17 @@ def run_once(build, args, um_budget, um_peak_bytes, beside):
             if um.returncode != 0:
                 raise SystemExit(f"physical_memory: the UM job failed (exit {um.returncode}):\n{err}")
             fields = result_fields(out)
-            if hold is not None and hold_ok:
-                hold.stdin.close()
-                hold_ok = hold.wait(timeout=30) == 0
+            hold_error = ""
+            if hold is not None:
+                if hold_ok:
+                    hold.stdin.close()
+                    hold_ok = hold.wait(timeout=30) == 0
+                if not hold_ok:
+                    if hold.poll() is None:
+                        hold.kill()
+                    daemon_log.seek(0)
+                    hold_error = (hold.communicate(timeout=30)[1].strip()[-2000:] + "\nzico-umd: " +
+                                  daemon_log.read().strip()[-2000:])
             return {
                 "beside_vmm_job": beside,
                 "um_iter_s": float(fields["mean_iter_s"]),
@@ -151,6 +160,7 @@ def run_once(build, args, um_budget, um_peak_bytes, beside):
                 "node_budget_bytes": args.budget * MIB,
                 "capacity_bytes": args.capacity * MIB,
                 "vmm_job_ok": hold_ok,
+                "vmm_job_error": hold_error,
             }
         finally:
             sampler.stop.set()
@@ -160,6 +170,7 @@ def run_once(build, args, um_budget, um_peak_bytes, beside):
                     process.wait()
             daemon.terminate()
             daemon.wait(timeout=10)
+            daemon_log.close()
 
 
 def main():
@@ -193,7 +204,7 @@ def main():
         failures.append(f"alone, the device's peak use ({runs[0]['device_peak_used_bytes']}) is below the UM job's "
                         f"peak ({runs[0]['um_peak_allocated_bytes']}): evicted pages lost their memory")
     if not runs[1]["vmm_job_ok"]:
-        failures.append("the VMM job did not get the memory the budget leaves it")
+        failures.append("the VMM job did not get the memory the budget leaves it: " + runs[1]["vmm_job_error"])
     for r in runs:
         if r["device_peak_used_bytes"] > r["capacity_bytes"]:
             failures.append(f"the device held {r['device_peak_used_bytes']} bytes, above its capacity {r['capacity_bytes']}")

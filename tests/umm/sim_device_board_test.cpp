@@ -68,17 +68,24 @@ TEST_F(SimDeviceBoardTest, EachDriverSeesWhatTheOthersHold) {
   touch(b, managed, 3);
   EXPECT_EQ(free_of(a), 3 * kPage);
   PhysHandle too_big;
-  EXPECT_EQ(a.create(kDevice, 4 * kPage, &too_big).code(), Errc::kOutOfMemory)
-      << "b's pages are in use: nothing to hand over";
+  EXPECT_EQ(a.create(kDevice, 8 * kPage, &too_big).code(), Errc::kOutOfMemory)
+      << "a's own chunk is no managed memory to take";
+  PhysHandle more;
+  ASSERT_TRUE(a.create(kDevice, 4 * kPage, &more).is_ok()) << "b's pages in use are evicted for it";
+  EXPECT_EQ(free_of(b), 0u);  // b's next call: it gives up a page
+  EXPECT_EQ(b.managed_stats().resident_bytes, 2 * kPage);
+  EXPECT_EQ(b.managed_stats().driver_evictions, 1u);
+  ASSERT_TRUE(a.release(more).is_ok());
   ASSERT_TRUE(a.release(chunk).is_ok());
-  EXPECT_EQ(free_of(b), 5 * kPage);
+  EXPECT_EQ(free_of(b), 6 * kPage);
   ASSERT_TRUE(b.managed_free(managed).is_ok());
 }
 
 // What the H100 showed: the pages a unified-memory job sent to the host keep
 // their device memory, so another process sees it used; an allocation that
 // needs it gets it (the UVM driver hands unused chunks over), and the owner
-// gives it up at its next call, its pages in use untouched.
+// gives it up at its next call, its pages in use untouched while unused
+// memory covers the allocation.
 TEST_F(SimDeviceBoardTest, AnAllocationOnAFullDeviceTakesAnotherProcesssUnusedManagedMemory) {
   SimDriver um(eight_pages());
   SimDriver vmm(eight_pages());
@@ -98,14 +105,20 @@ TEST_F(SimDeviceBoardTest, AnAllocationOnAFullDeviceTakesAnotherProcesssUnusedMa
   EXPECT_EQ(s.chunk_bytes, 4 * kPage) << "gave up four unused chunks";
   EXPECT_EQ(s.resident_bytes, 3 * kPage) << "no page in use left";
   EXPECT_EQ(s.driver_evictions, 0u);
-  PhysHandle more;
-  EXPECT_EQ(vmm.create(kDevice, 2 * kPage, &more).code(), Errc::kOutOfMemory) << "one unused chunk is left, not two";
   // Pages that lost their memory come back with new memory within what the
   // device has left for them (four pages): the owner's remaining unused chunk
   // goes first, then its own pages in use make room.
   touch(um, managed, 3);
   EXPECT_EQ(um.managed_stats().chunk_bytes, 4 * kPage);
   EXPECT_EQ(um.managed_stats().driver_evictions, 2u);
+  // More than the unused memory: pages in use are evicted for it, the owner
+  // copying them out at its next call.
+  PhysHandle more;
+  ASSERT_TRUE(vmm.create(kDevice, 2 * kPage, &more).is_ok());
+  EXPECT_EQ(free_of(um), 0u);
+  EXPECT_EQ(um.managed_stats().chunk_bytes, 2 * kPage);
+  EXPECT_EQ(um.managed_stats().driver_evictions, 4u);
+  ASSERT_TRUE(vmm.release(more).is_ok());
   ASSERT_TRUE(vmm.release(chunk).is_ok());
   ASSERT_TRUE(um.managed_free(managed).is_ok());
   EXPECT_EQ(free_of(vmm), 8 * kPage);

@@ -180,13 +180,16 @@ TEST_F(SimManagedTest, AKernelThatNeedsMoreThanTheDeviceIsOutOfMemory) {
 
 TEST_F(SimManagedTest, ChunksAndManagedPagesShareTheCapacity) {
   ASSERT_TRUE(kernel(0, 6, 0).is_ok());
-  PhysHandle handle;
-  EXPECT_EQ(driver_.create(kDevice, 4 * kPage, &handle).code(), Errc::kOutOfMemory);
-  ASSERT_TRUE(driver_.create(kDevice, 2 * kPage, &handle).is_ok());
+  PhysHandle chunk;
+  ASSERT_TRUE(driver_.create(kDevice, 2 * kPage, &chunk).is_ok());  // the free memory
   // Full now: the next kernel's pages push out older ones, never the chunk.
   ASSERT_TRUE(kernel(6, 2, 0).is_ok());
   EXPECT_EQ(driver_.managed_stats().resident_bytes, 6 * kPage);
-  ASSERT_TRUE(driver_.release(handle).is_ok());
+  PhysHandle too_big;
+  EXPECT_EQ(driver_.create(kDevice, 8 * kPage, &too_big).code(), Errc::kOutOfMemory)
+      << "the chunk already there is not managed memory to take";
+  EXPECT_EQ(driver_.managed_stats().resident_bytes, 6 * kPage) << "a refused chunk takes nothing";
+  ASSERT_TRUE(driver_.release(chunk).is_ok());
 }
 
 // The UVM driver keeps a page's 2 MiB root chunk when the page leaves
@@ -238,23 +241,32 @@ TEST_F(SimManagedTest, UnusedChunksGoToWhatNeedsMemoryBeforeAnyPageIsEvicted) {
 }
 
 // Another allocation (a chunk here; another process's cudaMalloc on a GPU)
-// gets the unused chunks: the UVM driver's eviction callback hands them over
-// before any chunk in use. Freeing the managed allocation returns all of them.
-TEST_F(SimManagedTest, AChunkCreatedOnAFullDeviceTakesUnusedManagedMemory) {
+// gets managed pages' memory, as the UVM driver's eviction hands it over:
+// unused chunks first, without a copy, then chunks in use, whose pages are
+// copied out. Freeing the managed allocation returns all of them.
+TEST_F(SimManagedTest, AChunkCreatedOnAFullDeviceTakesManagedMemoryUnusedFirst) {
   ASSERT_TRUE(kernel(0, 8, 0).is_ok());
   ASSERT_TRUE(prefetch(0, 3, true).is_ok());
   PhysHandle handle;
-  EXPECT_EQ(driver_.create(kDevice, 4 * kPage, &handle).code(), Errc::kOutOfMemory)
-      << "three unused chunks cannot make room for four";
+  SimManagedStats before = driver_.managed_stats();
   ASSERT_TRUE(driver_.create(kDevice, 2 * kPage, &handle).is_ok());
-  const SimManagedStats s = driver_.managed_stats();
+  SimManagedStats s = driver_.managed_stats();
   EXPECT_EQ(s.chunk_bytes, 6 * kPage);
   EXPECT_EQ(s.resident_bytes, 5 * kPage) << "no page in use lost its memory";
   EXPECT_EQ(s.chunks_taken, 2u);
+  EXPECT_EQ(s.d2h_bytes, before.d2h_bytes);
+  PhysHandle more;
+  before = s;
+  ASSERT_TRUE(driver_.create(kDevice, 2 * kPage, &more).is_ok());  // one unused chunk, then a page in use
+  s = driver_.managed_stats();
+  EXPECT_EQ(s.chunk_bytes, 4 * kPage);
+  EXPECT_EQ(s.resident_bytes, 4 * kPage);
+  EXPECT_EQ(s.d2h_bytes - before.d2h_bytes, kPage) << "the page in use was copied out";
+  ASSERT_TRUE(driver_.release(more).is_ok());
   ASSERT_TRUE(driver_.release(handle).is_ok());
   size_t free_bytes = 0, total = 0;
   ASSERT_TRUE(driver_.memory_info(kDevice, &free_bytes, &total).is_ok());
-  EXPECT_EQ(free_bytes, 2 * kPage);
+  EXPECT_EQ(free_bytes, 4 * kPage);
   void* other = nullptr;
   ASSERT_TRUE(driver_.managed_allocate(2 * kPage, &other).is_ok());
   ASSERT_TRUE(driver_.managed_free(base_).is_ok());
