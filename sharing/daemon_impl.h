@@ -253,6 +253,8 @@ struct Daemon::Impl final : GateGuard {
   // The job's gate claim on `gpu`, the peak raised to what it holds now
   // (our books run ahead of what the job counted while grants travel).
   std::pair<uint64_t, uint64_t> gate_claim(const Job& job, uint32_t gpu) const;
+  // The other jobs that opened a GPU this job opened (Proceed.sharers).
+  uint32_t sharers(const Job& job) const;
   std::string on_curve(Job& job, const proto::Curve& message);
   // A UM job can page out at its gate what its link moves in one of its
   // periods (gate_paging_bytes), in whole chunks: its gate is told.

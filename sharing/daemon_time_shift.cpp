@@ -21,9 +21,25 @@ void Daemon::Impl::open_gates() {
     // Its gate open, it is in mid-iteration (the guard says so itself).
     if (guard == nullptr) starting(opened.job);
     auto it = jobs.find(opened.job);
-    if (it != jobs.end() && it->second.fd >= 0) (void)send(it->second.fd, proto::Proceed{opened.sequence});
+    if (it != jobs.end() && it->second.fd >= 0) {
+      (void)send(it->second.fd, proto::Proceed{opened.sequence, sharers(it->second)});
+    }
   }
   arm_timer(gate_timer_fd, gates.next_due_ns());
+}
+
+uint32_t Daemon::Impl::sharers(const Job& job) const {
+  uint32_t count = 0;
+  for (const auto& [id, other] : jobs) {
+    if (id == job.id) continue;
+    for (size_t g = 0; g < job.gpus.size() && g < other.gpus.size(); ++g) {
+      if (job.gpus[g].open && other.gpus[g].open) {
+        ++count;
+        break;
+      }
+    }
+  }
+  return count;
 }
 
 std::pair<uint64_t, uint64_t> Daemon::Impl::gate_claim(const Job& job, uint32_t gpu) const {

@@ -213,6 +213,7 @@ bool NodeClient::Impl::try_reconnect() {
     return false;
   }
   ++generation;
+  alone = false;  // until the new daemon says so
   for (auto& gpu : gpus) {
     if (gpu->chunk_bytes == 0) continue;
     gpu->open_now = true;
@@ -446,12 +447,17 @@ void NodeClient::iteration_gate(bool explicit_mark, const std::function<void()>&
   // The iteration's transient memory is free now: give the idle chunks back
   // so that other jobs' iterations can use them while this one waits or
   // climbs again (Zico's reclaim after the GPU is done with the memory).
+  // Alone on its GPUs at its last gate, it keeps them: each would come back
+  // at its next climb, a round trip and an import per chunk for nothing (a
+  // job that comes meanwhile gets them through a reclaim).
   std::vector<DeviceAllocator*> allocators;
   {
     std::lock_guard lock(impl.mu);
     try {
       for (auto& gpu : impl.gpus) {
-        if (gpu->open_now && gpu->allocator != nullptr && !gpu->pageable) allocators.push_back(gpu->allocator);
+        if (gpu->open_now && gpu->allocator != nullptr && !gpu->pageable && !impl.alone) {
+          allocators.push_back(gpu->allocator);
+        }
         impl.settle_pageable_locked(*gpu);  // a UM job's pages above its live blocks
       }
     } catch (const std::bad_alloc&) {

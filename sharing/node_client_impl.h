@@ -133,6 +133,9 @@ struct NodeClient::Impl {
   // The iteration gate: marks sent and the highest go received.
   uint64_t gate_sequence = 0;
   uint64_t gate_open = 0;
+  // The last Proceed said no other job shares this job's GPUs: its next gate
+  // keeps the idle chunks (giving them back would only bring them back).
+  bool alone = false;
   // Guards the trackers (see Gpu); taken before mu when both are needed.
   std::mutex pattern_mu;
   // The trackers' clock: job time less the time spent waiting at gates, so

@@ -145,6 +145,7 @@ void NodeClient::Impl::handle(const proto::Message& message, std::vector<int>& f
     }
   } else if (const auto* proceed = std::get_if<proto::Proceed>(&message)) {
     gate_open = std::max(gate_open, proceed->sequence);
+    alone = proceed->sharers == 0;
     cv.notify_all();
   } else if (const auto* limits = std::get_if<proto::Limits>(&message)) {
     if (Gpu* gpu = gpu_by_index(limits->gpu)) {

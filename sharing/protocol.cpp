@@ -402,7 +402,8 @@ bool fields(C& c, M& m) {
 
 template <class C, Is<Proceed> M>
 bool fields(C& c, M& m) {
-  return c.u64("Proceed.sequence", m.sequence) && c.nonzero("Proceed.sequence", m.sequence);
+  return c.u64("Proceed.sequence", m.sequence) && c.nonzero("Proceed.sequence", m.sequence) &&
+         c.u32("Proceed.sharers", m.sharers);
 }
 
 template <class C, Is<Welcome> M>

@@ -35,7 +35,7 @@ inline constexpr uint32_t kMagic = 0x4F43495A;  // "ZICO" little-endian
 // 4: claims on IterationMark (the iteration the job would begin).
 // 7: Unified Memory jobs (OpenGpu.pageable, Report.floor_bytes, ResidentGrant,
 //    JobStatus.pageable); GpuStatus.parks, denials and timeouts.
-// 9: GpuStatus.device_total_bytes and device_used_bytes.
+// 9: GpuStatus.device_total_bytes and device_used_bytes; Proceed.sharers.
 inline constexpr uint16_t kVersion = 9;
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxPayload = 60 * 1024;
@@ -279,6 +279,10 @@ struct Resume {};
 // The iteration announced by kIterationMark{sequence} may start now.
 struct Proceed {
   uint64_t sequence = 0;
+  // Other jobs on the GPUs this job opened, when its gate opened: with none,
+  // the job keeps its idle chunks at its next gate (no one to give them to;
+  // a reclaim still reaches them if a job comes).
+  uint32_t sharers = 0;
 };
 
 // --- zico-umctl <-> daemon ---------------------------------------------------

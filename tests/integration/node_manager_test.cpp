@@ -47,6 +47,32 @@ TEST_F(NodeManager, ALoneJobNeverYieldsItsMemory) {
   EXPECT_EQ(status.gpus[0].deadlocks, 0u) << "a lone job yielded its memory to the host";
 }
 
+// A job alone on the GPU keeps its idle chunks at its gates: giving them back
+// would only bring them back at its next climb, an import per chunk. With a
+// second job beside it, the gates give them back again (Zico's reclaim).
+TEST_F(NodeManager, ALoneJobKeepsItsIdleChunksAcrossItsGates) {
+  const uint64_t budget = 96 * kMiB;
+  const uint64_t chunk = 8192;
+  start_daemon(budget, {"--schedule", "zico", "--chunk-size", std::to_string(chunk)},
+               {"ZICO_SIM_GRANULARITY=8192"});
+  if (HasFatalFailure()) return;
+  const uint64_t peak = 24 * kMiB;
+  Child& alone = start_job(1, 12, peak, 4 * kMiB, 5, {"ZICO_SIM_GRANULARITY=8192"});
+  ASSERT_TRUE(alone.succeeded()) << alone.output();
+  zico::proto::StatusReply status;
+  ASSERT_TRUE(query_status(socket_, &status));
+  const uint64_t per_iteration = (peak - 4 * kMiB) / chunk;  // its transient memory, in chunks
+  EXPECT_LT(status.gpus[0].grants, 4 * per_iteration)
+      << "12 iterations alone should import the transient memory about once, not at each gate";
+  const uint64_t before = status.gpus[0].grants;
+  Child& first = start_job(2, 12, peak, 4 * kMiB, 5, {"ZICO_SIM_GRANULARITY=8192"});
+  Child& second = start_job(3, 12, peak, 4 * kMiB, 5, {"ZICO_SIM_GRANULARITY=8192"});
+  ASSERT_TRUE(first.succeeded()) << first.output();
+  ASSERT_TRUE(second.succeeded()) << second.output();
+  ASSERT_TRUE(query_status(socket_, &status));
+  EXPECT_GT(status.gpus[0].grants - before, 6 * per_iteration) << "two jobs side by side give their idle chunks back";
+}
+
 TEST_F(NodeManager, KilledJobsGiveEverythingBackAtOnce) {
   const uint64_t budget = 64 * kMiB;
   start_daemon(budget);
