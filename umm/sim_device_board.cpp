@@ -137,10 +137,19 @@ uint64_t SimDeviceBoard::take(int device, Field field, uint64_t bytes) {
     const uint64_t owner = slot.owner.load();
     if (i == slot_ || owner == 0) continue;
     Table::Device& d = slot.devices[device];
+    if (!alive(owner)) continue;
     const uint64_t value = field == Field::kHeld ? d.held.load() : field == Field::kUnused ? d.unused.load() : d.managed.load();
-    const uint64_t take = std::min(left, sub_floor(value, d.taken.load()));
-    if (take == 0 || !alive(owner)) continue;
-    d.taken.fetch_add(take);
+    uint64_t taken = d.taken.load();
+    uint64_t take = 0;
+    // Another taker may take from the same slot at once: what is left is
+    // judged against `taken` as it is when this one adds to it.
+    do {
+      take = std::min(left, sub_floor(value, taken));
+    } while (take != 0 && !d.taken.compare_exchange_weak(taken, taken + take));
+    if (take == 0) continue;
+    // Counted as this slot's at once (its next publish says what it really
+    // holds): until then the memory is counted twice, never as free.
+    table_->slots[slot_].devices[device].held.fetch_add(take);
     left -= take;
   }
   return bytes - left;
@@ -155,7 +164,9 @@ uint64_t SimDeviceBoard::take_managed(int device, uint64_t bytes) { return take(
 uint64_t SimDeviceBoard::taken_from_me(int device) {
   if (device < 0 || device >= kMaxDevices) return 0;
   const uint64_t taken = table_->slots[slot_].devices[device].taken.load();
-  const uint64_t fresh = taken - given_up_[device];
+  // Below what was given up: the slot was claimed anew (its figures zeroed)
+  // by a process that took this one for dead; start again from there.
+  const uint64_t fresh = taken >= given_up_[device] ? taken - given_up_[device] : 0;
   given_up_[device] = taken;
   return fresh;
 }

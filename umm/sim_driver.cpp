@@ -460,6 +460,7 @@ Status SimDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcep
   std::lock_guard lock(state_->mutex);
   ZICO_RETURN_IF_ERROR(state_->take_fault(SimOp::kCreate));
   size_t& used = state_->created_bytes[static_cast<size_t>(device.value)];
+  ZICO_RETURN_IF_ERROR(refuse_if_host_runs_low(device, bytes));  // before any memory is taken for it
   state_->sync_board();
   const auto d = static_cast<size_t>(device.value);
   // What the device would hold beyond its capacity with the chunk: by this
@@ -489,14 +490,19 @@ Status SimDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcep
       if (taken < short_by && board != nullptr) (void)board->take_managed(0, short_by - taken);
     }
   }
-  if (beyond() != 0) return Status(Errc::kOutOfMemory);
-  ZICO_RETURN_IF_ERROR(refuse_if_host_runs_low(device, bytes));
+  // A refusal after memory was taken for the chunk publishes what this
+  // process holds now, so that what it gave up is free at once.
+  const auto refuse = [&](Status status) {
+    state_->sync_board();
+    return status;
+  };
+  if (beyond() != 0) return refuse(Status(Errc::kOutOfMemory));
   const int fd = memfd_create(chunk_name(device).c_str(), MFD_CLOEXEC);
-  if (fd < 0) return errno == EMFILE || errno == ENFILE ? Status(Errc::kOutOfMemory, errno) : os_error();
+  if (fd < 0) return refuse(errno == EMFILE || errno == ENFILE ? Status(Errc::kOutOfMemory, errno) : os_error());
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const Status status = os_error();
     close(fd);
-    return status;
+    return refuse(status);
   }
   const uint64_t id = state_->next_id++;
   state_->chunks[id] = Chunk{fd, bytes, device, false, 0, inode_of(fd)};
@@ -859,7 +865,6 @@ Status SimDriver::migrate_managed(std::span<const VaRange> ranges, PrefetchTarge
   SimTimeline& timeline = state_->timeline;
   SimManagedMemory& managed = *state_->managed;
   state_->sync_board();
-  const uint64_t limit = state_->managed_limit(options_.capacity);
   timeline.spend(costs.call_ns);
   if (costs.ordered_call_waits) timeline.wait_until(timeline.stream_end(stream.value));
   for (const VaRange& range : ranges) {
@@ -871,7 +876,8 @@ Status SimDriver::migrate_managed(std::span<const VaRange> ranges, PrefetchTarge
     uint64_t done = 0;
     const Status status = target.to_host
                               ? managed.prefetch_to_host(range, timeline.stream_start(stream.value), &done)
-                              : managed.prefetch_to_device(range, limit, timeline.stream_start(stream.value), &done);
+                              : managed.prefetch_to_device(range, state_->managed_limit(options_.capacity),
+                                                           timeline.stream_start(stream.value), &done);
     timeline.extend_stream(stream.value, done);
     const uint64_t moved = (target.to_host ? managed.stats().evicted_pages : managed.stats().prefetched_pages) - moved_before;
     timeline.spend(moved * costs.block_ns);

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "sim_device_board.h"
 #include "sim_driver.h"
@@ -147,6 +149,29 @@ TEST_F(SimDeviceBoardTest, AManagedPageOnAFullDeviceTakesAnotherProcesssUnusedMe
   EXPECT_EQ(first.managed_stats().resident_bytes, 2 * kPage);
   ASSERT_TRUE(first.managed_free(a).is_ok());
   ASSERT_TRUE(second.managed_free(b).is_ok());
+}
+
+// Takers racing for one process's unused memory never take more than it has.
+TEST_F(SimDeviceBoardTest, TakersAtOnceNeverTakeMoreThanThereIs) {
+  std::string why;
+  std::unique_ptr<SimDeviceBoard> owner;
+  ASSERT_TRUE(SimDeviceBoard::open(path_, &owner, &why).is_ok()) << why;
+  constexpr uint64_t kUnused = 4000;
+  owner->publish(0, kUnused, kUnused, kUnused);
+  std::vector<std::unique_ptr<SimDeviceBoard>> takers(4);
+  for (auto& taker : takers) ASSERT_TRUE(SimDeviceBoard::open(path_, &taker, &why).is_ok()) << why;
+  std::vector<uint64_t> took(takers.size(), 0);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < takers.size(); ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 2000; ++i) took[t] += takers[t]->take_unused(0, 1);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  uint64_t total = 0;
+  for (const uint64_t n : took) total += n;
+  EXPECT_EQ(total, kUnused);
+  EXPECT_EQ(owner->taken_from_me(0), kUnused);
 }
 
 TEST_F(SimDeviceBoardTest, ADeadProcesssMemoryIsForgotten) {

@@ -54,7 +54,8 @@ class Executor {
   // per call, per contiguous range and per page before the copies can start.
   void issue_calls(const Decisions& decisions);
   void prefetch(PageId page, uint64_t priority);
-  void evict(PageId page);
+  // True when the page leaves with a copy.
+  bool evict(PageId page);
   void discard(PageId page);
   [[nodiscard]] bool run_op(const prefetch::StreamOp& op, prefetch::PagingPolicy& policy, std::string* error);
   [[nodiscard]] bool wait_for(PageId page, uint64_t* ready);
@@ -95,6 +96,7 @@ class Executor {
   struct WaitingPrefetch {
     PageId page;
     uint64_t priority;
+    uint64_t not_before;  // its call's host time ends
   };
   std::deque<WaitingPrefetch> queued_;  // prefetches waiting for a slot, oldest first
   bool faulting_ = false;      // the fault path takes freed slots before queued prefetches
@@ -144,11 +146,11 @@ void Executor::advance_to(uint64_t time) {
 
 void Executor::grant_queued(uint64_t time) {
   while (!queued_.empty() && residency_.free_pages() > 0) {
-    const auto [page, priority] = queued_.front();
+    const auto [page, priority, not_before] = queued_.front();
     queued_.pop_front();
     if (residency_.state(page) != PageState::kQueued) continue;
     residency_.start_arrival(page);
-    fetch(page, time, priority);
+    fetch(page, time, priority, not_before);
   }
 }
 
@@ -189,7 +191,7 @@ void Executor::prefetch(PageId page, uint64_t priority) {
         fetch(page, now_, priority, h2d_issued_);
       } else if (residency_.leaving_pages() > residency_.queued_pages()) {
         residency_.queue(page);
-        queued_.push_back({page, priority});
+        queued_.push_back({page, priority, h2d_issued_});
       } else {
         ++out_.refused_prefetches;
       }
@@ -199,15 +201,15 @@ void Executor::prefetch(PageId page, uint64_t priority) {
   }
 }
 
-void Executor::evict(PageId page) {
+bool Executor::evict(PageId page) {
   if (residency_.state(page) != PageState::kResident || pinned(page)) {
     ++out_.refused_evictions;
-    return;
+    return false;
   }
   if (!residency_.has_data(page)) {
     residency_.drop(page);
     grant_queued(now_);
-    return;
+    return false;
   }
   residency_.start_leaving(page);
   const uint64_t start = std::max({now_, d2h_free_, d2h_issued_});
@@ -215,6 +217,7 @@ void Executor::evict(PageId page) {
   d2h_free_ = end;
   note_transfer(start, end, stream_.page_bytes, false);
   complete(end, page, false);
+  return true;
 }
 
 void Executor::discard(PageId page) {
@@ -269,10 +272,7 @@ void Executor::apply(const Decisions& decisions) {
   for (const Decision& d : decisions) {
     switch (d.kind) {
       case Decision::Kind::kPrefetch: prefetch(d.page, d.priority); break;
-      case Decision::Kind::kEvict:
-        evict(d.page);
-        ++evictions;
-        break;
+      case Decision::Kind::kEvict: evictions += evict(d.page) ? 1 : 0; break;
       case Decision::Kind::kDiscard: discard(d.page); break;
     }
   }
