@@ -65,8 +65,9 @@ TEST_F(NodeManager, ALoneJobKeepsItsIdleChunksAcrossItsGates) {
   EXPECT_LT(status.gpus[0].grants, 4 * per_iteration)
       << "12 iterations alone should import the transient memory about once, not at each gate";
   const uint64_t before = status.gpus[0].grants;
-  Child& first = start_job(2, 12, peak, 4 * kMiB, 5, {"ZICO_SIM_GRANULARITY=8192"});
-  Child& second = start_job(3, 12, peak, 4 * kMiB, 5, {"ZICO_SIM_GRANULARITY=8192"});
+  // Long enough to overlap for many gates even if one starts late on a loaded machine.
+  Child& first = start_job(2, 60, peak, 4 * kMiB, 5, {"ZICO_SIM_GRANULARITY=8192"});
+  Child& second = start_job(3, 60, peak, 4 * kMiB, 5, {"ZICO_SIM_GRANULARITY=8192"});
   ASSERT_TRUE(first.succeeded()) << first.output();
   ASSERT_TRUE(second.succeeded()) << second.output();
   ASSERT_TRUE(query_status(socket_, &status));
