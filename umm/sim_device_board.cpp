@@ -114,6 +114,16 @@ void SimDeviceBoard::publish(int device, uint64_t held_bytes, uint64_t managed_b
   d.held.store(held_bytes + gross);
 }
 
+uint64_t SimDeviceBoard::published(size_t slot, int device, Field field) const {
+  const Table::Device& d = table_->slots[slot].devices[device];
+  switch (field) {
+    case Field::kHeld: return d.held.load();
+    case Field::kUnused: return d.unused.load();
+    case Field::kManaged: return d.managed.load();
+  }
+  return 0;
+}
+
 uint64_t SimDeviceBoard::others(int device, Field field) const {
   if (device < 0 || device >= kMaxDevices) return 0;
   uint64_t sum = 0;
@@ -121,9 +131,7 @@ uint64_t SimDeviceBoard::others(int device, Field field) const {
     const Table::Slot& slot = table_->slots[i];
     const uint64_t owner = slot.owner.load();
     if (i == slot_ || owner == 0) continue;
-    const Table::Device& d = slot.devices[device];
-    const uint64_t value = field == Field::kHeld ? d.held.load() : field == Field::kUnused ? d.unused.load() : d.managed.load();
-    const uint64_t left = sub_floor(value, d.taken.load());
+    const uint64_t left = sub_floor(published(i, device, field), slot.devices[device].taken.load());
     if (left != 0 && alive(owner)) sum += left;
   }
   return sum;
@@ -137,9 +145,9 @@ uint64_t SimDeviceBoard::take(int device, Field field, uint64_t bytes) {
     const uint64_t owner = slot.owner.load();
     if (i == slot_ || owner == 0) continue;
     Table::Device& d = slot.devices[device];
-    if (!alive(owner)) continue;
-    const uint64_t value = field == Field::kHeld ? d.held.load() : field == Field::kUnused ? d.unused.load() : d.managed.load();
+    const uint64_t value = published(i, device, field);
     uint64_t taken = d.taken.load();
+    if (sub_floor(value, taken) == 0 || !alive(owner)) continue;  // the look at the process only where it counts
     uint64_t take = 0;
     // Another taker may take from the same slot at once: what is left is
     // judged against `taken` as it is when this one adds to it.

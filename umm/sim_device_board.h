@@ -68,6 +68,8 @@ class SimDeviceBoard {
   // Sums, or takes, what `field` says other live slots have, less what was
   // taken from them.
   enum class Field { kHeld, kUnused, kManaged };
+  // What slot `slot` published of `device` for `field` (taken not deducted).
+  [[nodiscard]] uint64_t published(size_t slot, int device, Field field) const;
   [[nodiscard]] uint64_t others(int device, Field field) const;
   uint64_t take(int device, Field field, uint64_t bytes);
   SimDeviceBoard(Table* table, size_t slot) : table_(table), slot_(slot) {}
