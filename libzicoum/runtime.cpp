@@ -247,11 +247,17 @@ Status Runtime::allocator(DeviceId device, DeviceAllocator** out) noexcept {
 Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique_ptr<DeviceAllocator>* allocator,
                           std::string* why) {
   const std::string name = "device " + std::to_string(device.value);
-  if (!caps.managed_memory) {
+  // Swapped pages need virtual memory management; managed ones, managed
+  // memory that faults in on demand.
+  if (config_.um_swap) {
+    if (!caps.virtual_memory || caps.granularity == 0) {
+      *why = name + " has no virtual memory management, which ZICO_UM_MEMORY=swap needs; use ZICO_UM_MEMORY=managed";
+      return Status(Errc::kNotSupported);
+    }
+  } else if (!caps.managed_memory) {
     *why = name + " has no managed (unified) memory, which ZICO_MODE=um needs; use ZICO_MODE=vmm";
     return Status(Errc::kNotSupported);
-  }
-  if (!caps.concurrent_managed_access) {
+  } else if (!caps.concurrent_managed_access) {
     *why = name + " has managed memory but no concurrent managed access (a GPU before Pascal, Windows or WSL, "
                   "some vGPUs): its pages cannot fault in on demand, which ZICO_MODE=um needs; use ZICO_MODE=vmm";
     return Status(Errc::kNotSupported);
@@ -260,6 +266,7 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
   size_t node_chunk = 0;
   uint64_t lent = 0;
   ZICO_RETURN_IF_ERROR(open_pageable(device, &under_node, &node_chunk, &lent, why));
+  if (managed_driver_ == nullptr && config_.um_swap) managed_driver_ = std::make_unique<SwapArenaDriver>(*driver_);
   if (managed_driver_ == nullptr) managed_driver_ = std::make_unique<ManagedArenaDriver>(*driver_);
   AllocatorOptions options;
   // The allocator's budget binds mapped bytes, which here are virtual: the
@@ -297,15 +304,18 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
   }
   pager_options.budget_bytes = under_node ? lent : config_.budget.value_or(caps.total_memory);
   std::unique_ptr<prefetch::UmPager> pager;
-  if (Status status = prefetch::UmPager::create(*driver_, device, (*allocator)->arena(), (*allocator)->chunk_bytes(),
+  // Managed pages move by the driver's own calls; swapped ones by the swap's.
+  Driver& pages_driver = config_.um_swap ? static_cast<Driver&>(*managed_driver_) : *driver_;
+  if (Status status = prefetch::UmPager::create(pages_driver, device, (*allocator)->arena(), (*allocator)->chunk_bytes(),
                                                 pager_options, &pager, why);
       !status.is_ok()) {
     *why = name + ": " + *why;
     allocator->reset();
     return status;
   }
-  ZICO_LOG(kInfo, "device %d: unified memory, arena %s, %s on the GPU at most, paging policy %s, planned on a "
-           "%.1f GB/s host link", device.value, format_size((*allocator)->arena().bytes).c_str(),
+  ZICO_LOG(kInfo, "device %d: %s, arena %s, %s on the GPU at most, paging policy %s, planned on a "
+           "%.1f GB/s host link", device.value, config_.um_swap ? "device memory swapped" : "unified memory",
+           format_size((*allocator)->arena().bytes).c_str(),
            format_size(pager->budget_bytes()).c_str(), config_.paging_policy.c_str(),
            static_cast<double>(pager->link_bytes_per_second()) / 1e9);
   if (under_node) {

@@ -22,6 +22,7 @@
 #include "device_allocator.h"
 #include "driver.h"
 #include "managed_arena_driver.h"
+#include "swap_arena_driver.h"
 #include "um_pager.h"
 
 namespace zico {
@@ -122,7 +123,9 @@ class Runtime {
   std::string init_error_;
   Config config_;
   std::unique_ptr<Driver> driver_;
-  std::unique_ptr<ManagedArenaDriver> managed_driver_;  // UM mode: what the allocators see
+  // UM mode: what the allocators see (and, swapping, the pagers too):
+  // managed memory (ZICO_UM_MEMORY=managed), or device memory swapped (swap).
+  std::unique_ptr<ForwardingDriver> managed_driver_;
   std::unique_ptr<sharing::NodeClient> node_;  // set once, in the constructor or under create_mutex_
   std::atomic<sharing::NodeClient*> node_link_{nullptr};  // node_, for readers that hold no lock
   std::string node_error_;  // why registering failed although a daemon listens; guarded by create_mutex_

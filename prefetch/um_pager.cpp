@@ -46,6 +46,8 @@ Status UmPager::create(Driver& driver, DeviceId device, VaRange arena, uint64_t 
   std::unique_ptr<UmPager> pager(new UmPager(driver, device, arena, page_bytes, options));
   pager->can_discard_ = caps.discard;
   pager->discard_releases_ = caps.discard && caps.discard_releases_device_pages;
+  pager->absent_unmapped_ = caps.absent_pages_unmapped;
+  pager->given_pages_ = pager->residency_.budget_pages();
   for (StreamHandle* stream : {&pager->to_device_, &pager->to_host_}) {
     if (Status status = driver.stream_create(device, stream); !status.is_ok()) {
       *why = "cannot create the pager's streams";
@@ -261,6 +263,12 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   // kernels in between, so that a job which never marks one keeps the budget too.
   if (fault_reports_ && kernel_stamp_ - stamp_at_last_take_ >= kReadReportsEvery) take_fault_reports();
   launch_stream_ = stream;  // after_kernel records there, on this (the launching) thread
+  // The last kernel's pages beyond the budget go (unmapped pages only: the
+  // others never raise it).
+  if (absent_unmapped_ && residency_.budget_pages() > given_pages_) {
+    BatchScope batch(*this);
+    shrink_to(given_pages_);
+  }
   uint64_t block_hash = 0;
   resolve_locked(used, &kernel_blocks_, &kernel_pages_, blocks, &stats_.unknown_pointers,
                  given == GivenId::kKernel ? &block_hash : nullptr);
@@ -289,12 +297,15 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   ++stats_.kernels;
 
   // No plan keeps such a kernel within the budget: the driver pages it on
-  // demand while it runs, slowly but correctly. Said once, with the numbers.
+  // demand while it runs, slowly but correctly (swapped pages cannot fault:
+  // all come in, beyond the budget). Said once, with the numbers.
   const uint64_t budget = uint64_t{residency_.budget_pages()} * page_bytes_;
   if (kernel_pages_.size() * page_bytes_ > budget && stats_.oversized_kernels++ == 0) {
-    ZICO_LOG(kWarn, "paging: a kernel uses %s of pages, more than the budget (%s); the driver pages it "
-             "on demand while it runs (slow); a budget of at least its working set avoids that",
-             format_size(kernel_pages_.size() * page_bytes_).c_str(), format_size(budget).c_str());
+    ZICO_LOG(kWarn, "paging: a kernel uses %s of pages, more than the budget (%s); %s; a budget of at least its "
+             "working set avoids that", format_size(kernel_pages_.size() * page_bytes_).c_str(),
+             format_size(budget).c_str(),
+             absent_unmapped_ ? "they are all brought in, beyond the budget, while it runs"
+                              : "the driver pages it on demand while it runs (slow)");
   }
   const OpView view{exec_id, duration_ns, kernel_pages_, kernel_blocks_};
   decisions_.clear();
@@ -326,7 +337,12 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
       // No room: the kernel alone needs more than the budget, the driver's eviction decides.
       if (!make_room(&stats_.room_evictions)) {
         ++beyond;
-      } else if (fetch) {
+        if (!absent_unmapped_) continue;
+        // Unmapped, it cannot fault in: fetched over the budget.
+        residency_.set_budget_pages(residency_.budget_pages() + 1);
+        prefetch(page);
+        ++stats_.named_fetches;
+      } else if (fetch || absent_unmapped_) {
         prefetch(page);
         ++stats_.named_fetches;
       } else {
@@ -485,14 +501,21 @@ uint64_t UmPager::set_budget(uint64_t bytes) {
   BatchScope batch(*this);  // handed over before this returns: the budget holds at once
   poll_deferred();
   const auto target = static_cast<uint32_t>(std::min<uint64_t>(bytes / page_bytes_, UINT32_MAX));
-  bool moved = false;
-  while (residency_.occupied_pages() > target && evict_oldest_unpinned(&moved)) stats_.budget_evictions += moved;
-  // Nothing stays: the running kernel's pages fault back if it still uses them.
-  while (target == 0 && !residency_.by_migration().empty()) {
+  given_pages_ = target;
+  shrink_to(target);
+  // Nothing stays: the running kernel's pages fault back if it still uses
+  // them (unmapped pages cannot: the running kernel keeps them).
+  while (target == 0 && !absent_unmapped_ && !residency_.by_migration().empty()) {
     stats_.budget_evictions += evict(residency_.by_migration().begin()->second);
   }
   residency_.set_budget_pages(std::max(target, residency_.occupied_pages()));
   return uint64_t{residency_.budget_pages()} * page_bytes_;
+}
+
+void UmPager::shrink_to(uint32_t target) {
+  bool moved = false;
+  while (residency_.occupied_pages() > target && evict_oldest_unpinned(&moved)) stats_.budget_evictions += moved;
+  residency_.set_budget_pages(std::max(target, residency_.occupied_pages()));
 }
 
 bool UmPager::evict(PageId page) {

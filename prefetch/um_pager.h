@@ -338,6 +338,10 @@ class UmPager {
   // Counts an absent page on the GPU without migrating it (the device brings
   // it: a fault), room made first; false when no page can make room.
   bool count_arrival(PageId page);
+  // Evicts the least recently migrated pages no running kernel uses until
+  // `target` pages are occupied or none is left to evict, counting pages
+  // sent in budget_evictions; the budget is then the larger of the two.
+  void shrink_to(uint32_t target);
   [[nodiscard]] bool pinned(PageId page) const { return in_kernel_ && pinned_[page] == kernel_stamp_; }
 
   Driver& driver_;
@@ -351,6 +355,12 @@ class UmPager {
   // pages back without a move (discard_releases_device_pages).
   bool can_discard_ = false;
   bool discard_releases_ = false;
+  // Absent pages are unmapped (Capabilities::absent_pages_unmapped): nothing
+  // faults in, so a kernel's absent pages are all fetched, those beyond the
+  // budget too (it grows for that kernel, and back to `given_pages_`, what
+  // set_budget last asked, at the next kernel).
+  bool absent_unmapped_ = false;
+  uint32_t given_pages_ = 0;
   // Requests not yet handed to the driver, a page each, by kind; per page,
   // the kind it is batched as (kNotBatched: none).
   uint32_t batch_depth_ = 0;

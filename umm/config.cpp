@@ -28,6 +28,10 @@ constexpr OptionInfo kOptions[] = {
     {"ZICO_PAGING_POLICY", "zico", "zico | deepum | autoswap | um",
      "UM mode: how pages move (zico: planned from the learned iteration; deepum: correlation prefetching; "
      "autoswap: swap planning per iteration; um: on demand only)"},
+    {"ZICO_UM_MEMORY", "managed", "managed | swap",
+     "UM mode: managed: unified memory, a page no launch names faults in, but the device keeps the memory of "
+     "pages sent away; swap: device memory swapped to host memory explicitly, given back to the device as pages "
+     "leave (every page a kernel touches must be named by its launch: an unnamed one is an illegal address)"},
     {"ZICO_LOG", "warn", "error | warn | info | debug", "how much the library logs to stderr"},
     {"ZICO_FAULT_REPORTS", "off", "on | off",
      "UM mode: learn what kernels use beyond their parameters from the GPU's fault reports (CUPTI, loaded at run "
@@ -218,6 +222,13 @@ Status load_config(const EnvLookup& lookup, Config* out, std::string* error) {
       return Status(Errc::kConfigError);
     }
     config.sim_capturing_stream = static_cast<uintptr_t>(handle);
+  }
+  if (const char* v = lookup("ZICO_UM_MEMORY")) {
+    if (std::strcmp(v, "managed") != 0 && std::strcmp(v, "swap") != 0) {
+      *error = bad_value("ZICO_UM_MEMORY", v, "managed or swap");
+      return Status(Errc::kConfigError);
+    }
+    config.um_swap = std::strcmp(v, "swap") == 0;
   }
   if (const char* v = lookup("ZICO_FAULT_REPORTS")) {
     if (std::strcmp(v, "on") != 0 && std::strcmp(v, "off") != 0) {

@@ -30,6 +30,9 @@ struct Config {
   Mode mode = Mode::kVmm;
   std::string paging_policy = "zico";  // UM mode: one of prefetch/'s kPolicyNames
   bool fault_reports = false;          // UM mode: the pager learns from the driver's fault reports
+  // UM mode: the arena is device memory swapped explicitly
+  // (swap_arena_driver.h) instead of managed memory.
+  bool um_swap = false;
   std::optional<uint64_t> budget;      // per device; nullopt: the device's memory
   LogLevel log_level = LogLevel::kWarn;
   bool static_runtimes = false;  // libzicoum/dlsym_interpose.cpp reads it itself, before any runtime

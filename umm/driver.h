@@ -46,6 +46,11 @@ struct Capabilities {
   // (the UVM driver reclaims discarded chunks before those in use). False
   // where a discarded page stays counted on the device until it moves.
   bool discard_releases_device_pages = false;
+  // An absent managed page is unmapped: a kernel that touches it fails (an
+  // illegal address) instead of faulting it in, so every page a kernel uses
+  // must be brought in before it runs. True only for memory that looks
+  // managed but is swapped explicitly (swap_arena_driver.h).
+  bool absent_pages_unmapped = false;
   // Chunks are created registrable for GPUDirect RDMA (NICs, GPUDirect
   // Storage): the device supports the flag with virtual memory management.
   bool gpu_direct_rdma = false;

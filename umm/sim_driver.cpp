@@ -252,6 +252,14 @@ struct SimDriver::State {
     return run_managed(std::span<const VaRange>(used.data(), n), 0, managed_limit(capacity), 0, 0);
   }
 
+  // The device whose reservation holds `addr`; -1 where none does.
+  int reserved_on(uintptr_t addr) const {
+    auto it = reservations.upper_bound(addr);
+    if (it == reservations.begin()) return -1;
+    --it;
+    return addr - it->first < it->second.bytes ? it->second.device.value : -1;
+  }
+
   // True when [addr, addr+bytes) is managed memory or fully covered by
   // contiguous, accessible mappings.
   bool device_range_ok(uintptr_t addr, size_t bytes) const {
@@ -762,6 +770,16 @@ Status SimDriver::copy_async(void* dst, const void* src, size_t bytes, CopyKind 
                  },
                  {dst_on_device ? VaRange{d, bytes} : VaRange{}, src_on_device ? VaRange{s, bytes} : VaRange{}}};
     ++state_->counters.copies;
+    // Between the host and mapped chunks of device 0 the copy takes its
+    // direction's copy engine on the modelled clock, in its stream's order
+    // (a managed end is charged as the faults it causes instead).
+    const uintptr_t device_end = kind == CopyKind::kHostToDevice ? d : s;
+    if (kind != CopyKind::kDeviceToDevice && !state_->in_managed(VaRange{device_end, bytes}) &&
+        state_->reserved_on(device_end) == 0) {
+      SimTimeline& timeline = state_->timeline;
+      timeline.extend_stream(stream.value, state_->managed->copy(kind == CopyKind::kHostToDevice, bytes,
+                                                                 timeline.stream_start(stream.value)));
+    }
     if (!state_->enqueue(stream, std::move(op))) return Status::ok();
   }
   // The copy ran on the caller's thread; charge its modelled duration there.

@@ -211,6 +211,16 @@ uint64_t SimManagedMemory::send_out(uintptr_t base, Allocation& allocation, size
   return done;
 }
 
+uint64_t SimManagedMemory::copy(bool to_device, uint64_t bytes, uint64_t start_ns) {
+  uint64_t& engine = to_device ? h2d_free_ns_ : d2h_free_ns_;
+  const uint64_t other = to_device ? d2h_free_ns_ : h2d_free_ns_;
+  const uint64_t start = std::max(engine, start_ns);
+  const double rate = to_device ? costs_.h2d_bytes_per_s : costs_.d2h_bytes_per_s;
+  engine = start + copy_ns(bytes, rate * share_beside(other, start));
+  (to_device ? stats_.h2d_bytes : stats_.d2h_bytes) += bytes;
+  return engine;
+}
+
 Status SimManagedMemory::prefetch_to_device(VaRange range, uint64_t limit, uint64_t start_ns, uint64_t* done_ns) {
   Allocation* allocation = nullptr;
   size_t first = 0, last = 0;

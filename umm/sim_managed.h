@@ -177,6 +177,11 @@ class SimManagedMemory {
   // process's unused chunks, which the UVM driver hands over before evicting
   // a chunk in use), counted above the limit until the operation ends.
   void set_lender(std::function<uint64_t(uint64_t)> lend) { lend_ = std::move(lend); }
+  // An explicit copy of `bytes` between pinned host memory and device memory
+  // (cudaMemcpyAsync; no managed page involved) on the copy engine of its
+  // direction, shared with the migrations, no earlier than `start_ns`;
+  // returns when it ends.
+  [[nodiscard]] uint64_t copy(bool to_device, uint64_t bytes, uint64_t start_ns);
   // Gives up `bytes` of device memory another allocation took: unused chunks
   // first, then pages in use, the least recently migrated first, copied out
   // (the UVM driver evicts chunks in use last).

@@ -1,22 +1,29 @@
 #!/usr/bin/env python3
 """What a UM job under zico-umd holds of the device, beside VMM jobs, live on SimDriver.
 
-    physical_memory.py BUILD_DIR [--trace T] [--capacity MiB] [--budget MiB] [--iterations N] [--json] [--check]
+    physical_memory.py BUILD_DIR [--memory managed|swap] [--trace T] [--capacity MiB] [--budget MiB]
+                       [--iterations N] [--json] [--check]
 
 Every process (zico-umd, the jobs) shares one simulated device through a board file
 (ZICO_SIM_DEVICE_BOARD), which models what a GPU under the UVM driver does with memory: a managed
 page the pager sends to the host keeps its device memory (unused) until an allocation that finds
 the device full takes it (umm/sim_managed.h, umm/sim_device_board.h). A UM job (trace_job --ops
-under zico-run --mode um, capped at half its peak with ZICO_BUDGET) runs under zico-umd holding
---budget of a --capacity device, first alone, then beside a VMM job (hold_memory) that borrows the
-rest of the budget once the device holds the UM job's high-water mark. The device's memory in use is read from
-the board every 5 ms. Printed per run: the UM job's steady iteration time (modelled clock), the
-device's peak use against the node budget and the capacity, and whether the VMM job got its memory.
+under zico-run --mode um, capped at half its peak with ZICO_BUDGET, its arena as --memory says:
+ZICO_UM_MEMORY) runs under zico-umd holding --budget of a --capacity device, first alone, then
+beside a VMM job (hold_memory) that borrows the rest of the budget once the UM job holds what it
+will hold (managed: the high-water mark of its pages; swap: its cap). The device's memory in use
+is read from the board every 5 ms. Printed per run: the UM job's steady iteration time (modelled
+clock), the device's peak use against the node budget and the capacity, and whether the VMM job
+got its memory.
 
---check (the CTest um_kept_memory) exits 1 unless what the model promises holds: alone, the device
-reports at least the UM job's peak in use (its evicted pages keep their memory); beside, the VMM
-job gets its memory (taken from the UM job's kept memory where the device has no more) and the
-device never holds more than its capacity.
+--check exits 1 unless what the model promises holds:
+  managed (the CTest um_kept_memory): alone, the device reports at least the UM job's peak in use
+    (its evicted pages keep their memory); beside, the VMM job gets its memory (taken from the UM
+    job's kept memory where the device has no more) and the device never holds more than its
+    capacity;
+  swap (the CTest physical_budget): the VMM job gets its memory, the device never holds more than
+    the node budget nor its capacity at any sample, alone or beside, and the UM job beside runs
+    within 10 % of its time alone.
 
 The board's layout is sim_device_board.cpp's Table: u64 magic, then 256 slots of (u64 owner, then
 64 devices x (held, unused, taken, managed) u64).
@@ -113,7 +120,8 @@ def run_once(build, args, um_budget, um_peak_bytes, beside):
             else:
                 raise SystemExit("physical_memory: zico-umd did not create its socket")
             sampler.start()
-            job_env = dict(env, ZICO_SOCKET=socket, ZICO_BUDGET=str(um_budget), ZICO_LOG="info")
+            job_env = dict(env, ZICO_SOCKET=socket, ZICO_BUDGET=str(um_budget), ZICO_LOG="info",
+                           ZICO_UM_MEMORY=args.memory)
             um = subprocess.Popen([os.path.join(build, "bin", "zico-run"), "--backend", "sim", "--mode", "um", "--",
                                    os.path.join(build, "bin", "trace_job"), "--ops", "--trace", args.trace,
                                    "--iterations", str(args.iterations), "--memory-scale", args.scale,
@@ -121,13 +129,15 @@ def run_once(build, args, um_budget, um_peak_bytes, beside):
                                   env=job_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             hold_ok = None
             if beside:
-                # Once the UM job holds its high-water mark of the device (the pages it sent to
-                # the host keep their memory), as a UM job in its steady state does.
-                while um.poll() is None and device_used(board) < um_peak_bytes:
+                # Once the UM job holds what it will hold in its steady state: managed, its
+                # high-water mark of the device (the pages it sent to the host keep their memory);
+                # swapped, its cap.
+                holds = um_peak_bytes if args.memory == "managed" else um_budget
+                while um.poll() is None and device_used(board) < holds:
                     time.sleep(0.005)
                 if um.poll() is not None:
-                    raise SystemExit("physical_memory: the UM job ended before it held its high-water mark: "
-                                     "raise --iterations")
+                    raise SystemExit("physical_memory: the UM job ended before it held what it holds in its "
+                                     "steady state: raise --iterations")
                 rest = args.budget * MIB - um_budget
                 hold = subprocess.Popen([os.path.join(build, "bin", "hold_memory"), str(rest)],
                                         env=dict(env, ZICO_SOCKET=socket), stdin=subprocess.PIPE,
@@ -176,6 +186,8 @@ def run_once(build, args, um_budget, um_peak_bytes, beside):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("build")
+    parser.add_argument("--memory", choices=("managed", "swap"), default="managed",
+                        help="the UM job's arena (ZICO_UM_MEMORY; default managed)")
     parser.add_argument("--trace", default=None, help="default: tools/traces/bert_base.ztrace.gz")
     parser.add_argument("--scale", default="1/64", help="the trace's memory scale (default 1/64)")
     parser.add_argument("--capacity", type=int, default=256, help="the simulated device, MiB (default 256)")
@@ -199,15 +211,25 @@ def main():
                          f"{args.budget} MiB for the VMM job: raise --budget or lower --scale")
     runs = [run_once(args.build, args, um_budget, peak, beside) for beside in (False, True)]
     runs[1]["um_slowdown"] = round(runs[1]["um_iter_s"] / runs[0]["um_iter_s"], 3)
+    for r in runs:
+        r["um_memory"] = args.memory
     failures = []
-    if runs[0]["device_peak_used_bytes"] < runs[0]["um_peak_allocated_bytes"]:
+    if args.memory == "managed" and runs[0]["device_peak_used_bytes"] < runs[0]["um_peak_allocated_bytes"]:
         failures.append(f"alone, the device's peak use ({runs[0]['device_peak_used_bytes']}) is below the UM job's "
                         f"peak ({runs[0]['um_peak_allocated_bytes']}): evicted pages lost their memory")
     if not runs[1]["vmm_job_ok"]:
         failures.append("the VMM job did not get the memory the budget leaves it: " + runs[1]["vmm_job_error"])
     for r in runs:
+        where = "beside the VMM job" if r["beside_vmm_job"] else "alone"
         if r["device_peak_used_bytes"] > r["capacity_bytes"]:
-            failures.append(f"the device held {r['device_peak_used_bytes']} bytes, above its capacity {r['capacity_bytes']}")
+            failures.append(f"{where}, the device held {r['device_peak_used_bytes']} bytes, above its capacity "
+                            f"{r['capacity_bytes']}")
+        if args.memory == "swap" and r["device_peak_used_bytes"] > r["node_budget_bytes"]:
+            failures.append(f"{where}, the device held {r['device_peak_used_bytes']} bytes, above the node budget "
+                            f"{r['node_budget_bytes']}")
+    if args.memory == "swap" and not 0.9 <= runs[1]["um_slowdown"] <= 1.1:
+        failures.append(f"the UM job beside the VMM job took {runs[1]['um_slowdown']}x its time alone "
+                        "(accepted: within 10 %)")
     if args.json:
         print(json.dumps(runs))
     else:

@@ -72,7 +72,7 @@ run_step() {
 
 skip_all() {
   local reason=$1
-  for name in build calibration gpu_tests preload_kernels torch_training node_manager suspend_resume um_transfer um_mode um_node um_physical um_gpt2 um_resnet50 um_unseen; do
+  for name in build calibration gpu_tests preload_kernels torch_training node_manager suspend_resume um_transfer um_mode um_node um_physical um_physical_swap um_gpt2 um_resnet50 um_unseen; do
     record "$name" skipped "$reason"
   done
 }
@@ -128,7 +128,7 @@ if run_step build 300 bash -c "cmake -S '$repo' -B '$build' ${generator[*]} -DZI
   record build passed "" "{\"seconds\": $step_seconds}"
 else
   record build failed "the build failed: see build.log (missing libraries? see the header of this script)"
-  for name in calibration gpu_tests preload_kernels torch_training node_manager suspend_resume um_transfer um_mode um_node um_physical um_gpt2 um_resnet50 um_unseen; do
+  for name in calibration gpu_tests preload_kernels torch_training node_manager suspend_resume um_transfer um_mode um_node um_physical um_physical_swap um_gpt2 um_resnet50 um_unseen; do
     record "$name" skipped "the build failed"
   done
   finish "$gpu_name" 1
@@ -333,34 +333,43 @@ fi
 # a process not under zicoum that cudaMallocs the rest of the device once the job is in its steady
 # state; NVML polled all along. It passes when that process saw and got the rest, the job ran at
 # most 1.10x slower beside it, NVML never counted more than the budget and the contexts for the job,
-# and the losses are bitwise equal to native's. Unified memory keeps an evicted block's chunk with
-# its job, so NVML and cudaMemGetInfo still count the native peak: that is what it measures.
-if ! selected um_physical; then
-  record um_physical skipped "not selected: ZICO_GPU_ONLY=$only"
-elif ((torch_ok < 0)); then
-  record um_physical skipped "python3 has no PyTorch"
-else
-  native_log="$out/um_native.log"
+# and the losses are bitwise equal to native's.
+#   um_physical: the job's pages managed (unified memory keeps an evicted block's chunk with its
+#     job, so NVML and cudaMemGetInfo are expected to count the native peak: that is what it measures);
+#   um_physical_swap: swapped (ZICO_UM_MEMORY=swap: a page that leaves gives its device memory back).
+um_physical_step() {
+  local step=$1 memory=$2
+  if ! selected "$step"; then
+    record "$step" skipped "not selected: ZICO_GPU_ONLY=$only"
+    return
+  elif ((torch_ok < 0)); then
+    record "$step" skipped "python3 has no PyTorch"
+    return
+  fi
+  local native_log="$out/um_native.log"
   if [[ -z $peak ]]; then
     native_log="$out/um_physical_native.log"
     run_step um_physical_native 90 "${mlp[@]}"
     peak=$(python3 -c "$peak_of" "$native_log" 2>/dev/null)
   fi
   if [[ -z $peak ]]; then
-    record um_physical failed "the native MLP run failed: see ${native_log##*/}"
-  else
-    run_step um_physical 180 python3 tests/gpu/um_physical_gpu.py "$bin" "$native_log" $(((peak / 2) >> 21 << 21)) "$out"
-    status=$?
-    figures=$(grep '^{' "$out/um_physical.log" | tail -n 1)
-    python3 -c 'import json,sys; json.loads(sys.argv[1])' "$figures" 2>/dev/null || figures='{}'
-    if ((status == 0)); then
-      record um_physical passed "" "$figures"
-    else
-      why=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get("why", ""))' "$figures")
-      record um_physical failed "${why:-um_physical_gpu.py exited $status}: see um_physical.log, umd_physical.log, um_physical_alone.log, um_physical_beside.log, um_physical_other.log" "$figures"
-    fi
+    record "$step" failed "the native MLP run failed: see ${native_log##*/}"
+    return
   fi
-fi
+  ZICO_UM_MEMORY=$memory run_step "$step" 180 python3 tests/gpu/um_physical_gpu.py "$bin" "$native_log" \
+    $(((peak / 2) >> 21 << 21)) "$out"
+  local status=$? figures why
+  figures=$(grep '^{' "$out/$step.log" | tail -n 1)
+  python3 -c 'import json,sys; json.loads(sys.argv[1])' "$figures" 2>/dev/null || figures='{}'
+  if ((status == 0)); then
+    record "$step" passed "" "$figures"
+  else
+    why=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get("why", ""))' "$figures")
+    record "$step" failed "${why:-um_physical_gpu.py exited $status}: see $step.log, umd_${step#um_}.log, ${step}_alone.log, ${step}_beside.log, ${step}_other.log" "$figures"
+  fi
+}
+um_physical_step um_physical managed
+um_physical_step um_physical_swap swap
 
 # --- 8. GPT-2 small and ResNet-50: zico's paging against demand paging and what users reach for ---
 # um_model_step STEP MODEL PREFIX ARENA: one training run (same seed, same 6 iterations) as

@@ -157,8 +157,8 @@ report = json.load(open(sys.argv[1]))
 assert report["gpu"] is None, report
 names = [step["step"] for step in report["steps"]]
 assert names == ["build", "calibration", "gpu_tests", "preload_kernels", "torch_training", "node_manager",
-                 "suspend_resume", "um_transfer", "um_mode", "um_node", "um_physical", "um_gpt2", "um_resnet50",
-                 "um_unseen"], names
+                 "suspend_resume", "um_transfer", "um_mode", "um_node", "um_physical", "um_physical_swap",
+                 "um_gpt2", "um_resnet50", "um_unseen"], names
 for step in report["steps"]:
     assert step["verdict"] == "skipped" and step["reason"], step
 physical = report["steps"][names.index("um_physical")]

@@ -29,6 +29,10 @@ Prints one JSON line: those figures, each run's iteration time and pager counts,
 naming every check that failed. Exit 0 when it passed, 1 when not, 2 for a usage error. Every
 process it starts has a time limit and is ended on every way out. Logs land in OUTDIR
 (umd_physical.log, um_physical_alone.log, um_physical_beside.log, um_physical_other.log).
+
+With ZICO_UM_MEMORY=swap in its environment the job's pages are swapped explicitly (device memory
+given back as pages leave) instead of managed, and every log is named um_physical_swap_* (the
+daemon's umd_physical_swap.log): the GPU suite's um_physical_swap step.
 """
 import json
 import os
@@ -50,6 +54,9 @@ DEADLINE_S = 150         # the whole script, its way out aside: the suite's step
 JOB_LIMIT_S = 75         # one UM run of the MLP takes about 25 s on an H100
 READY_LIMIT_S = 60       # PyTorch's import and a context
 REPLY_LIMIT_S = 30       # one cudaMalloc, which may have to take memory back from unified memory
+# The step's name, and its logs': the job's pages swapped (ZICO_UM_MEMORY=swap, passed on to the
+# jobs with the rest of the environment) or managed.
+STEP = "um_physical_swap" if os.environ.get("ZICO_UM_MEMORY") == "swap" else "um_physical"
 
 
 class Failed(Exception):
@@ -81,7 +88,7 @@ class Plain:
         try:
             self.process.stdin.write(command.encode() + b"\n")
         except OSError as error:
-            raise Failed(f"the plain process took no command ({error}): see um_physical_other.log") from error
+            raise Failed(f"the plain process took no command ({error}): see {STEP}_other.log") from error
 
     def reply(self, seconds):
         """Its next JSON line, or Failed once `seconds` pass or it exits."""
@@ -90,10 +97,10 @@ class Plain:
             left = end - time.monotonic()
             ready = select.select([self.process.stdout], [], [], left)[0] if left > 0 else []
             if not ready:
-                raise Failed(f"the plain process said nothing for {seconds:.0f} s: see um_physical_other.log")
+                raise Failed(f"the plain process said nothing for {seconds:.0f} s: see {STEP}_other.log")
             chunk = os.read(self.process.stdout.fileno(), 4096)
             if not chunk:
-                raise Failed(f"the plain process exited ({self.process.wait()}): see um_physical_other.log")
+                raise Failed(f"the plain process exited ({self.process.wait()}): see {STEP}_other.log")
             self._pending += chunk
         line, self._pending = self._pending.split(b"\n", 1)
         self._log.write(line + b"\n")
@@ -101,7 +108,7 @@ class Plain:
         try:
             return json.loads(line)
         except ValueError as error:
-            raise Failed(f"the plain process printed '{line[:100]!r}': see um_physical_other.log") from error
+            raise Failed(f"the plain process printed '{line[:100]!r}': see {STEP}_other.log") from error
 
     def end(self):
         if self.process.poll() is None:
@@ -114,10 +121,10 @@ class Plain:
 
 
 def run_job(bin_dir, socket, iterations, out, run, clock, on_line=None):
-    """One UM run of the MLP under the daemon, its output in OUTDIR/um_physical_RUN.log:
+    """One UM run of the MLP under the daemon, its output in OUTDIR/STEP_RUN.log:
     (result line, began, ended), or Failed. `on_line` is called with each new line of its output
     while it runs."""
-    name = f"um_physical_{run}.log"
+    name = f"{STEP}_{run}.log"
     log_path = os.path.join(out, name)
     command, env = um_job(bin_dir, socket, iterations, "--announce-iterations")
     job = None
@@ -198,8 +205,8 @@ def measure(bin_dir, native, budget, out, figures, clock, started):
     started.append(poll)
     poll.start()
     figures["nvml_source"] = poll.source
-    socket = os.path.join(out, "umd_physical.sock")
-    daemon, why = start_daemon(bin_dir, socket, budget, os.path.join(out, "umd_physical.log"))
+    socket = os.path.join(out, f"umd_{STEP[3:]}.sock")
+    daemon, why = start_daemon(bin_dir, socket, budget, os.path.join(out, f"umd_{STEP[3:]}.log"))
     started.append(daemon)
     if why is not None:
         raise Failed(why)
@@ -212,7 +219,7 @@ def measure(bin_dir, native, budget, out, figures, clock, started):
     figures["nvml_peak_alone_bytes"] = max(inside) if inside else None
 
     # Beside the plain process.
-    other_log = open(os.path.join(out, "um_physical_other.log"), "wb")
+    other_log = open(os.path.join(out, f"{STEP}_other.log"), "wb")
     started.append(other_log)
     plain = Plain(other_log)
     started.append(plain)
@@ -251,7 +258,7 @@ def measure(bin_dir, native, budget, out, figures, clock, started):
     beside, began, ended = run_job(bin_dir, socket, iterations, out, "beside", clock, on_line)
     pager_figures(figures, "beside", beside, native)
     if not asked:
-        raise Failed(f"the job ended before announcing iteration {STEADY_ITERATION}: see um_physical_beside.log")
+        raise Failed(f"the job ended before announcing iteration {STEADY_ITERATION}: see {STEP}_beside.log")
     reply = asked["reply"]
     for name in ("free_bytes", "alloc_bytes", "alloc_ok", "alloc_ms", "free_after_alloc_bytes", "error"):
         if name in reply:

@@ -46,6 +46,7 @@ TEST(Config, ReadsEveryVariable) {
                     {"ZICO_MODE", "um"},
                     {"ZICO_PAGING_POLICY", "deepum"},
                     {"ZICO_FAULT_REPORTS", "on"},
+                    {"ZICO_UM_MEMORY", "swap"},
                     {"ZICO_HOST_BANDWIDTH", "25GB/s"},
                     {"ZICO_JOB_NAME", "bert fine-tune #3"}},
                    &config, &error)
@@ -62,6 +63,7 @@ TEST(Config, ReadsEveryVariable) {
   EXPECT_EQ(config.mode, Mode::kUm);
   EXPECT_EQ(config.paging_policy, "deepum");
   EXPECT_TRUE(config.fault_reports);
+  EXPECT_TRUE(config.um_swap);
   EXPECT_EQ(config.host_bytes_per_second, 25e9);
   EXPECT_EQ(config.job_name, "bert fine-tune #3");
 }
@@ -80,6 +82,7 @@ TEST(Config, BadValuesNameTheVariableValueAndForm) {
       {"ZICO_PAGING_POLICY", "lru", "zico, deepum, autoswap or um"},
       {"ZICO_JOB_NAME", "", "printable ASCII"},      {"ZICO_JOB_NAME", "a\tb", "printable ASCII"},
       {"ZICO_STATIC_RUNTIMES", "yes", "on or off"},  {"ZICO_FAULT_REPORTS", "cupti", "on or off"},
+      {"ZICO_UM_MEMORY", "vmm", "managed or swap"},
       {"ZICO_HOST_BANDWIDTH", "fast", "e.g. 25GB/s"},  {"ZICO_HOST_BANDWIDTH", "0GB/s", "above 0"},
       {"ZICO_HOST_BANDWIDTH", "/s", "size per second"},
       {"ZICO_GPU_CALIBRATION", "", "calibration file"},

@@ -29,12 +29,18 @@ struct UmReplayResult {
   uint64_t fault_ns = 0;
 };
 
-// False with *error when the pager cannot be made or a kernel cannot run.
+// What the arena is: managed memory (the UVM driver's way), or device
+// memory swapped explicitly (swap_arena_driver.h: ZICO_UM_MEMORY=swap).
+enum class UmArena : uint8_t { kManaged, kSwapped };
+
+// False with *error when the pager cannot be made or a kernel cannot run
+// (a swapped page absent when its kernel runs is an illegal address).
 // `pager_threads`: the pager's moves run on its own threads, as in a job on
 // a GPU (its modelled times then depend on how the OS runs the threads);
-// else inline, deterministically (um_pager.h).
+// else inline, deterministically (um_pager.h). Swapped, the device's counts
+// are the swap's: device memory mapped, calls that moved pages.
 [[nodiscard]] bool run_um_replay(const prefetch::AccessStream& stream, const std::string& policy,
                                  uint64_t budget_bytes, const prefetch::TransferModel& model, UmReplayResult* out,
-                                 std::string* error, bool pager_threads = false);
+                                 std::string* error, bool pager_threads = false, UmArena arena = UmArena::kManaged);
 
 }  // namespace zico::page
