@@ -91,6 +91,7 @@ UmPager::UmPager(Driver& driver, DeviceId device, VaRange arena, uint64_t page_b
       options_(options),
       launch_marks_(kLaunchMarks),
       last_use_(arena.bytes / page_bytes, 0),
+      prior_use_(arena.bytes / page_bytes, 0),
       out_call_of_(arena.bytes / page_bytes, 0),
       in_call_of_(arena.bytes / page_bytes, 0),
       stream_marks_(kStreamMarks),
@@ -291,7 +292,15 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   largest_kernel_pages_ = std::max(largest_kernel_pages_, kernel_pages_.size());
   in_kernel_ = true;
   for (const PageId page : kernel_pages_) pinned_[page] = kernel_stamp_;
-  for (const PageId page : kernel_pages_) last_use_[page] = kernel_stamp_;
+  for (const PageId page : kernel_pages_) {
+    // Unmapped pages also keep the last use on another stream: that kernel
+    // may still run after this one, and the page must not leave under it.
+    const LaunchMark& last = launch_marks_[last_use_[page] % kLaunchMarks];
+    if (absent_unmapped_ && last_use_[page] != 0 && last.stamp == last_use_[page] && last.stream != stream) {
+      prior_use_[page] = last_use_[page];
+    }
+    last_use_[page] = kernel_stamp_;
+  }
   kernel_exec_id_ = exec_id;
   kernel_duration_ns_ = duration_ns;
   ++stats_.kernels;
@@ -729,7 +738,11 @@ UmPager::StreamMark& UmPager::record_on(PagerThread& thread, StreamHandle stream
 }
 
 void UmPager::note_last_use(PageId page) {
-  const uint64_t stamp = last_use_[page];
+  note_use(last_use_[page]);
+  if (absent_unmapped_) note_use(prior_use_[page]);
+}
+
+void UmPager::note_use(uint64_t stamp) {
   if (stamp == 0 || launch_marks_[stamp % kLaunchMarks].stamp != stamp) return;  // no kernel, or one long done
   const StreamHandle stream = launch_marks_[stamp % kLaunchMarks].stream;
   const auto covers = [&](const std::pair<StreamHandle, uint64_t>& wait) {

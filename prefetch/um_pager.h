@@ -305,8 +305,11 @@ class UmPager {
   // the record sets the mark's waiter.
   StreamMark& record_on(PagerThread& thread, StreamHandle stream, uint64_t* ticket) noexcept;
   // Makes the eviction stream wait, before the next evictions, for the
-  // kernel that last used `page`.
+  // kernel that last used `page` (unmapped pages: and for the last one on
+  // another stream before it).
   void note_last_use(PageId page);
+  // The same for the kernel of `stamp` (0: none), where its mark is kept.
+  void note_use(uint64_t stamp);
   // `waiting` (the stream of `waiter`'s calls) waits for what `recorder`
   // has issued on `recorded` so far: `waiter` runs the wait once
   // `recorder` has recorded it (a wait issued before the record would wait
@@ -381,6 +384,7 @@ class UmPager {
   static constexpr size_t kLaunchMarks = 256;
   std::vector<LaunchMark> launch_marks_;
   std::vector<uint64_t> last_use_;  // per page: the stamp of the last kernel announced with it
+  std::vector<uint64_t> prior_use_;  // unmapped pages: the last before it on another stream
   // Launches the eviction stream must wait for before its next call (the
   // latest per launch stream), and those it waits for already.
   std::vector<std::pair<StreamHandle, uint64_t>> out_waits_;

@@ -54,40 +54,10 @@ Status ManagedArenaDriver::unreserve(VaRange range) noexcept {
   return inner_.managed_free(allocation);
 }
 
-Status ManagedArenaDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcept {
-  if (bytes == 0) return Status(Errc::kInvalidArgument);
-  // The arena is as large as the device, and its pages go to the host when
-  // the budget pushes them off: a chunk the host could not hold is refused
-  // here, as an out-of-memory the allocator reports, rather than an OOM kill
-  // once it is written.
-  ZICO_RETURN_IF_ERROR(inner_.host_room(device, bytes));
-  *out = PhysHandle{next_handle_.fetch_add(1)};
-  return Status::ok();
-}
-
-Status ManagedArenaDriver::release(PhysHandle handle) noexcept {
-  return handle.value != 0 ? Status::ok() : Status(Errc::kInvalidArgument);
-}
-
-Status ManagedArenaDriver::map(VaRange range, PhysHandle handle) noexcept {
-  if (handle.value == 0) return Status(Errc::kInvalidArgument);
+bool ManagedArenaDriver::in_arena(VaRange range) const {
   std::lock_guard lock(mutex_);
   auto it = arenas_.upper_bound(range.base);
-  if (it == arenas_.begin() || !VaRange{std::prev(it)->first, std::prev(it)->second.bytes}.contains(range)) {
-    return Status(Errc::kInvalidArgument);
-  }
-  return Status::ok();
-}
-
-Status ManagedArenaDriver::set_access(DeviceId device, VaRange range) noexcept {
-  (void)device;
-  (void)range;
-  return Status::ok();
-}
-
-Status ManagedArenaDriver::unmap(VaRange range) noexcept {
-  (void)range;
-  return Status::ok();
+  return it != arenas_.begin() && VaRange{std::prev(it)->first, std::prev(it)->second.bytes}.contains(range);
 }
 
 }  // namespace zico

@@ -75,34 +75,13 @@ Status SwapArenaDriver::unreserve(VaRange range) noexcept {
   return inner_.unreserve(range);
 }
 
-Status SwapArenaDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcept {
-  if (bytes == 0) return Status(Errc::kInvalidArgument);
-  // Its pages go to the host when the budget pushes them off: a chunk the
-  // host could not hold is refused here, as an out-of-memory the allocator
-  // reports, rather than failing a page's way out later.
-  ZICO_RETURN_IF_ERROR(inner_.host_room(device, bytes));
-  std::lock_guard lock(mutex_);
-  *out = PhysHandle{next_handle_++};
-  return Status::ok();
-}
-
-Status SwapArenaDriver::release(PhysHandle handle) noexcept {
-  return handle.value != 0 ? Status::ok() : Status(Errc::kInvalidArgument);
-}
-
-Status SwapArenaDriver::map(VaRange range, PhysHandle handle) noexcept {
-  if (handle.value == 0) return Status(Errc::kInvalidArgument);
+bool SwapArenaDriver::in_arena(VaRange range) const {
   std::lock_guard lock(mutex_);
   auto it = arenas_.upper_bound(range.base);
-  if (it == arenas_.begin() || !std::prev(it)->second.range.contains(range)) return Status(Errc::kInvalidArgument);
-  return Status::ok();
+  return it != arenas_.begin() && std::prev(it)->second.range.contains(range);
 }
 
-Status SwapArenaDriver::set_access(DeviceId, VaRange) noexcept { return Status::ok(); }
-
-Status SwapArenaDriver::unmap(VaRange) noexcept { return Status::ok(); }
-
-bool SwapArenaDriver::in_an_arena(std::span<const VaRange> ranges) const {
+bool SwapArenaDriver::touches_an_arena(std::span<const VaRange> ranges) const {
   if (ranges.empty()) return false;
   std::lock_guard lock(mutex_);
   auto it = arenas_.upper_bound(ranges.front().base);
@@ -111,7 +90,7 @@ bool SwapArenaDriver::in_an_arena(std::span<const VaRange> ranges) const {
 
 Status SwapArenaDriver::managed_advise(void* ptr, size_t bytes, ManagedAdvice advice, DeviceId device) noexcept {
   const VaRange range{reinterpret_cast<uintptr_t>(ptr), bytes};
-  if (in_an_arena(std::span<const VaRange>(&range, 1))) return Status::ok();
+  if (touches_an_arena(std::span<const VaRange>(&range, 1))) return Status::ok();
   return inner_.managed_advise(ptr, bytes, advice, device);
 }
 
@@ -269,7 +248,7 @@ Status SwapArenaDriver::managed_prefetch(void* ptr, size_t bytes, PrefetchTarget
 
 Status SwapArenaDriver::managed_prefetch_batch(std::span<const VaRange> ranges, PrefetchTarget target,
                                                StreamHandle stream) noexcept {
-  if (!in_an_arena(ranges)) return inner_.managed_prefetch_batch(ranges, target, stream);
+  if (!touches_an_arena(ranges)) return inner_.managed_prefetch_batch(ranges, target, stream);
   try {
     {
       std::lock_guard lock(mutex_);
@@ -287,7 +266,7 @@ Status SwapArenaDriver::managed_discard(void* ptr, size_t bytes, StreamHandle st
 }
 
 Status SwapArenaDriver::managed_discard_batch(std::span<const VaRange> ranges, StreamHandle stream) noexcept {
-  if (!in_an_arena(ranges)) return inner_.managed_discard_batch(ranges, stream);
+  if (!touches_an_arena(ranges)) return inner_.managed_discard_batch(ranges, stream);
   try {
     // What the stream queued before the discard (a copy into these pages)
     // ends before they are unmapped.
@@ -312,7 +291,7 @@ Status SwapArenaDriver::managed_discard_batch(std::span<const VaRange> ranges, S
 
 Status SwapArenaDriver::managed_discard_and_prefetch_batch(std::span<const VaRange> ranges, PrefetchTarget target,
                                                            StreamHandle stream) noexcept {
-  if (!in_an_arena(ranges)) return inner_.managed_discard_and_prefetch_batch(ranges, target, stream);
+  if (!touches_an_arena(ranges)) return inner_.managed_discard_and_prefetch_batch(ranges, target, stream);
   if (target.to_host) {
     // Discarded pages going to the host go nowhere: they hold nothing.
     return managed_discard_batch(ranges, stream);

@@ -25,7 +25,7 @@
 //       unmapped and released without a copy, its host bytes dropped;
 //   managed_discard_and_prefetch_batch    a fresh chunk mapped, nothing copied.
 // The allocator sees what ManagedArenaDriver gives it: chunks that stand for
-// no memory, in an arena that is all there is.
+// no memory, in an arena that is all there is (paged_arena_driver.h).
 //
 // The safety rule: an unmapped page is an illegal address, not a fault. The
 // pager fetches every page a launch names before its kernel runs
@@ -48,7 +48,7 @@
 #include <mutex>
 #include <vector>
 
-#include "forwarding_driver.h"
+#include "paged_arena_driver.h"
 #include "host_store.h"
 
 namespace zico {
@@ -65,10 +65,10 @@ struct SwapArenaStats {
   uint64_t host_bytes = 0;        // host slots holding pages' bytes
 };
 
-class SwapArenaDriver final : public ForwardingDriver {
+class SwapArenaDriver final : public PagedArenaDriver {
  public:
   // `inner` must outlive this and have virtual memory management.
-  explicit SwapArenaDriver(Driver& inner) : ForwardingDriver(inner) {}
+  explicit SwapArenaDriver(Driver& inner) : PagedArenaDriver(inner) {}
   // Unmaps and releases what the arenas still hold.
   ~SwapArenaDriver() override;
 
@@ -80,15 +80,6 @@ class SwapArenaDriver final : public ForwardingDriver {
   // The arena: addresses only, every page empty.
   Status reserve(DeviceId device, size_t bytes, size_t alignment, VaRange* out) noexcept override;
   Status unreserve(VaRange range) noexcept override;
-  // The allocator's chunks: handles that stand for no memory (create asks
-  // the inner driver's host_room first: a page may have to live there).
-  Status create(DeviceId device, size_t bytes, PhysHandle* out) noexcept override;
-  Status release(PhysHandle handle) noexcept override;
-  Status map(VaRange range, PhysHandle handle) noexcept override;
-  Status set_access(DeviceId device, VaRange range) noexcept override;
-  Status unmap(VaRange range) noexcept override;
-  Status export_fd(PhysHandle, int*) noexcept override { return Status(Errc::kNotSupported); }
-  Status import_fd(int, PhysHandle*) noexcept override { return Status(Errc::kNotSupported); }
   // The page moves above, for ranges of whole pages inside an arena; other
   // ranges go to the inner driver. Advice means nothing here.
   Status managed_advise(void* ptr, size_t bytes, ManagedAdvice advice, DeviceId device) noexcept override;
@@ -106,6 +97,8 @@ class SwapArenaDriver final : public ForwardingDriver {
   }
 
  private:
+  bool in_arena(VaRange range) const override;
+
   enum class PageState : uint8_t { kEmpty, kMapped, kLeaving, kOnHost };
   static constexpr uint32_t kNoSlot = UINT32_MAX;
   struct Page {
@@ -132,7 +125,7 @@ class SwapArenaDriver final : public ForwardingDriver {
 
   // Whether the first of `ranges` touches an arena (the batch is the
   // arenas'), else the inner driver's.
-  [[nodiscard]] bool in_an_arena(std::span<const VaRange> ranges) const;
+  [[nodiscard]] bool touches_an_arena(std::span<const VaRange> ranges) const;
   // The pages `ranges` cover, in order, into *out; false when a range is not
   // whole pages of one arena. Holds mutex_.
   bool pages_of(std::span<const VaRange> ranges, std::vector<PageRef>* out);
@@ -154,7 +147,6 @@ class SwapArenaDriver final : public ForwardingDriver {
   std::condition_variable left_;  // a leaving page left
   std::map<uintptr_t, Arena> arenas_;  // by base
   SwapArenaStats stats_;
-  uint64_t next_handle_ = 1;
 };
 
 }  // namespace zico

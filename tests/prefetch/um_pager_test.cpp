@@ -14,6 +14,7 @@
 #include "config.h"
 #include "paging_simulator.h"
 #include "sim_driver.h"
+#include "swap_arena_driver.h"
 #include "paging_streams.h"
 #include "trace_reader.h"
 #include "trace_stream.h"
@@ -710,6 +711,55 @@ TEST(UmPager, RunsItsMovesOnItsOwnThreadsWithinTheBudget) {
   ASSERT_NO_FATAL_FAILURE(committed_trace("bert_base", &stream, &budget));
   SCOPED_TRACE("bert_base at half its peak, zico");
   check(stream, budget, "zico");
+}
+
+// A swapped page leaves only after every kernel that may still use it: the
+// last that named it, and the last on another stream before that one, which
+// may run later. Here a kernel on a busy stream reads page 0 (a queued copy
+// stands for it), then one on the default stream names it too; when page 0
+// goes out for room, its copy out waits for the busy stream's read (else
+// SimDriver refuses to unmap a range queued work touches, and the pager
+// counts a driver error) and the read sees the page's bytes.
+TEST(UmPager, ASwappedPageLeavesAfterTheKernelsOfEveryStreamThatUsedIt) {
+  SimDriver sim;
+  SwapArenaDriver swap(sim);
+  VaRange arena{};
+  ASSERT_TRUE(swap.reserve(DeviceId{0}, 8 * kPage, 0, &arena).is_ok());
+  auto* base = static_cast<std::byte*>(arena.ptr());
+  UmPagerOptions options;
+  options.policy = "um";  // room made least recently migrated first, nothing else moves
+  options.budget_bytes = 4 * kPage;
+  std::unique_ptr<UmPager> pager = pager_over(swap, arena.ptr(), 8, options);
+  ASSERT_NE(pager, nullptr);
+  StreamHandle busy{};
+  ASSERT_TRUE(sim.stream_create(DeviceId{0}, &busy).is_ok());
+  for (size_t page = 0; page < 5; ++page) pager->on_allocate(base + page * kPage, kPage);
+  const auto page_range = [&](size_t page) { return VaRange{reinterpret_cast<uintptr_t>(base + page * kPage), kPage}; };
+  const auto use = [&](size_t page, StreamHandle stream) {
+    const VaRange range = page_range(page);
+    pager->before_kernel(page, std::span<const VaRange>(&range, 1), 1000, nullptr, stream);
+    ASSERT_TRUE(sim.run_kernel(std::span<const VaRange>(&range, 1), 1000, stream).is_ok()) << "page " << page;
+    pager->after_kernel();
+  };
+  use(0, StreamHandle{});
+  std::memset(base, 0x5a, kPage);  // what the kernel wrote
+  sim.hold_stream(busy);
+  std::vector<std::byte> seen(kPage);
+  const VaRange first = page_range(0);
+  pager->before_kernel(0, std::span<const VaRange>(&first, 1), 1000, nullptr, busy);
+  ASSERT_TRUE(sim.copy_async(seen.data(), base, kPage, CopyKind::kDeviceToHost, busy).is_ok());
+  pager->after_kernel();
+  use(0, StreamHandle{});
+  for (size_t page = 1; page < 5; ++page) use(page, StreamHandle{});  // page 4 takes page 0's room
+  EXPECT_EQ(seen[7], std::byte{0x5a}) << "the busy stream's read ran after the page left";
+  const UmPagerStats stats = pager->stats();
+  EXPECT_EQ(stats.driver_errors, 0u) << "the page was unmapped under queued work";
+  EXPECT_EQ(swap.stats().pages_out, 1u);
+  EXPECT_LE(swap.stats().peak_mapped_bytes, 4 * kPage);
+  ASSERT_TRUE(sim.release_stream(busy).is_ok());
+  ASSERT_TRUE(sim.stream_destroy(busy).is_ok());
+  pager.reset();
+  ASSERT_TRUE(swap.unreserve(arena).is_ok());
 }
 
 // Swapped (ZICO_UM_MEMORY=swap), nothing faults: every page a kernel uses
