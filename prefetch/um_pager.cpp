@@ -506,19 +506,30 @@ bool UmPager::evict_oldest_unpinned(bool* moved) {
 }
 
 uint64_t UmPager::set_budget(uint64_t bytes) {
-  std::lock_guard lock(mutex_);
-  BatchScope batch(*this);  // handed over before this returns: the budget holds at once
-  poll_deferred();
-  const auto target = static_cast<uint32_t>(std::min<uint64_t>(bytes / page_bytes_, UINT32_MAX));
-  given_pages_ = target;
-  shrink_to(target);
-  // Nothing stays: the running kernel's pages fault back if it still uses
-  // them (unmapped pages cannot: the running kernel keeps them).
-  while (target == 0 && !absent_unmapped_ && !residency_.by_migration().empty()) {
-    stats_.budget_evictions += evict(residency_.by_migration().begin()->second);
+  uint64_t budget = 0;
+  {
+    std::lock_guard lock(mutex_);
+    BatchScope batch(*this);  // handed over before the lock goes: the budget holds at once
+    poll_deferred();
+    const auto target = static_cast<uint32_t>(std::min<uint64_t>(bytes / page_bytes_, UINT32_MAX));
+    given_pages_ = target;
+    shrink_to(target);
+    // Nothing stays: the running kernel's pages fault back if it still uses
+    // them (unmapped pages cannot: the running kernel keeps them).
+    while (target == 0 && !absent_unmapped_ && !residency_.by_migration().empty()) {
+      stats_.budget_evictions += evict(residency_.by_migration().begin()->second);
+    }
+    residency_.set_budget_pages(std::max(target, residency_.occupied_pages()));
+    budget = uint64_t{residency_.budget_pages()} * page_bytes_;
   }
-  residency_.set_budget_pages(std::max(target, residency_.occupied_pages()));
-  return uint64_t{residency_.budget_pages()} * page_bytes_;
+  // Unmapped pages hold device memory until their moves end: once this
+  // returns, what the budget gave up is free on the device, for whoever the
+  // node manager lends it to next. (Managed pages keep theirs either way.)
+  if (absent_unmapped_) {
+    out_thread_->drain();
+    in_thread_->drain();
+  }
+  return budget;
 }
 
 void UmPager::shrink_to(uint32_t target) {

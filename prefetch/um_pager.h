@@ -216,7 +216,9 @@ class UmPager {
   // Shrinking evicts the least recently migrated pages first, never those of
   // the kernel running now; returns the budget it has after: more than asked
   // only while that kernel's pages hold it up. 0 sends every page to the
-  // host, that kernel's too (a suspension: what it still uses faults back).
+  // host, that kernel's too (a suspension: what it still uses faults back),
+  // unless absent pages are unmapped. Unmapped, it returns once the moves
+  // have ended: the device has the memory back.
   uint64_t set_budget(uint64_t bytes);
   // Runs the moves queued on the pager's threads and ends the threads: from
   // here on the driver calls run on the thread that decides them. For

@@ -762,6 +762,36 @@ TEST(UmPager, ASwappedPageLeavesAfterTheKernelsOfEveryStreamThatUsedIt) {
   ASSERT_TRUE(swap.unreserve(arena).is_ok());
 }
 
+// Under a node manager a smaller budget means memory for another job at
+// once: with its moves on its own threads, the pager returns from
+// set_budget only once the swapped pages it sent out have given their
+// device memory back.
+TEST(UmPager, ASwappedJobsSmallerBudgetIsFreeOnTheDeviceWhenSetBudgetReturns) {
+  SimDriver sim;
+  SwapArenaDriver swap(sim);
+  VaRange arena{};
+  ASSERT_TRUE(swap.reserve(DeviceId{0}, 8 * kPage, 0, &arena).is_ok());
+  UmPagerOptions options;
+  options.budget_bytes = 8 * kPage;
+  std::unique_ptr<UmPager> pager;
+  std::string why;
+  ASSERT_TRUE(UmPager::create(swap, DeviceId{0}, arena, kPage, options, &pager, &why).is_ok()) << why;
+  for (size_t page = 0; page < 8; ++page) {
+    const VaRange range{arena.base + page * kPage, kPage};
+    pager->on_allocate(range.ptr(), kPage);
+    pager->before_kernel(page, std::span<const VaRange>(&range, 1), 1000);
+    ASSERT_TRUE(sim.run_kernel(std::span<const VaRange>(&range, 1), 1000).is_ok()) << "page " << page;
+    pager->after_kernel();
+  }
+  EXPECT_EQ(pager->set_budget(2 * kPage), 2 * kPage);
+  EXPECT_EQ(swap.stats().mapped_bytes, 2 * kPage) << "set_budget returned before the device had the memory back";
+  size_t free_bytes = 0, total = 0;
+  ASSERT_TRUE(sim.memory_info(DeviceId{0}, &free_bytes, &total).is_ok());
+  EXPECT_EQ(total - free_bytes, 2 * kPage);
+  pager.reset();
+  ASSERT_TRUE(swap.unreserve(arena).is_ok());
+}
+
 // Swapped (ZICO_UM_MEMORY=swap), nothing faults: every page a kernel uses
 // is mapped before it runs (else SimDriver refuses it as an illegal address
 // and the replay fails), under every policy, "um" too, on its own threads
