@@ -29,16 +29,24 @@ namespace zico {
 namespace {
 std::atomic<Runtime*> g_created{nullptr};
 
-// A UM job's pager as zico-umd's client sees it: the resident grants are its budget.
+// A UM job's pager as zico-umd's client sees it: the resident grants are its
+// budget (and, its pages swapped, what the swap may hold of the device).
 class PagerShare final : public sharing::ResidentPages {
  public:
-  explicit PagerShare(prefetch::UmPager& pager) : pager_(pager) {}
-  uint64_t limit_to(uint64_t bytes) noexcept override { return pager_.set_budget(bytes); }
+  PagerShare(prefetch::UmPager& pager, SwapArenaDriver* swap, DeviceId device)
+      : pager_(pager), swap_(swap), device_(device) {}
+  uint64_t limit_to(uint64_t bytes) noexcept override {
+    const uint64_t budget = pager_.set_budget(bytes);
+    if (swap_ != nullptr) swap_->set_held_limit(device_, budget);
+    return budget;
+  }
   uint64_t floor_bytes() const noexcept override { return pager_.floor_bytes(); }
   uint64_t link_bytes_per_second() const noexcept override { return pager_.link_bytes_per_second(); }
 
  private:
   prefetch::UmPager& pager_;
+  SwapArenaDriver* const swap_;  // null: managed pages
+  const DeviceId device_;
 };
 }  // namespace
 
@@ -318,9 +326,13 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
            format_size((*allocator)->arena().bytes).c_str(),
            format_size(pager->budget_bytes()).c_str(), config_.paging_policy.c_str(),
            static_cast<double>(pager->link_bytes_per_second()) / 1e9);
+  // Swapped, the chunks of pages that leave are kept for the next ones in,
+  // within the budget.
+  auto* swap = config_.um_swap ? static_cast<SwapArenaDriver*>(managed_driver_.get()) : nullptr;
+  if (swap != nullptr) swap->set_held_limit(device, pager->budget_bytes());
   if (under_node) {
     // The daemon's grants set the pager's budget from now on, up to ZICO_BUDGET if one is set.
-    node_->attach_pages(device, new PagerShare(*pager), config_.budget.value_or(UINT64_MAX));  // forever
+    node_->attach_pages(device, new PagerShare(*pager, swap, device), config_.budget.value_or(UINT64_MAX));  // forever
     node_->attach(device, allocator->get());
   }
   pagers_[static_cast<size_t>(device.value)].store(pager.release(), std::memory_order_release);  // forever

@@ -297,6 +297,11 @@ Status read_model_key(const std::string& key, const JsonValue& value, GpuCalibra
   if (key == "cpu_map_block_ns") return nanoseconds(&out->cpu_map_block_ns);
   if (key == "discard_call_ns") return nanoseconds(&out->discard_call_ns);
   if (key == "launch_ns") return nanoseconds(&out->launch_ns);
+  if (key == "chunk_create_ns") return nanoseconds(&out->chunk_create_ns);
+  if (key == "chunk_map_ns") return nanoseconds(&out->chunk_map_ns);
+  if (key == "chunk_access_ns") return nanoseconds(&out->chunk_access_ns);
+  if (key == "chunk_unmap_ns") return nanoseconds(&out->chunk_unmap_ns);
+  if (key == "chunk_release_ns") return nanoseconds(&out->chunk_release_ns);
   return bad(error, "unknown model key \"" + key + "\"; expected one of " + calibration_keys_text());
 }
 

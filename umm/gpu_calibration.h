@@ -50,6 +50,13 @@ struct GpuCalibration {
   std::optional<uint64_t> cpu_map_block_ns;  // host time per block moved to the host, after its copy
   std::optional<uint64_t> discard_call_ns;   // host time per discard call
   std::optional<uint64_t> launch_ns;         // host time of one kernel launch
+  // Host time of each virtual-memory call on one 2 MiB chunk (a swapped
+  // page's trip in and out, ZICO_UM_MEMORY=swap).
+  std::optional<uint64_t> chunk_create_ns;   // cuMemCreate
+  std::optional<uint64_t> chunk_map_ns;      // cuMemMap
+  std::optional<uint64_t> chunk_access_ns;   // cuMemSetAccess
+  std::optional<uint64_t> chunk_unmap_ns;    // cuMemUnmap
+  std::optional<uint64_t> chunk_release_ns;  // cuMemRelease
 
   // Model key -> how it was measured (one line each).
   std::map<std::string, std::string> sources;
@@ -60,7 +67,8 @@ inline constexpr std::string_view kCalibrationKeys[] = {
     "h2d_bytes_per_s", "d2h_bytes_per_s", "duplex_factor",   "fault_bytes_per_s",
     "fault_block_ns",  "call_ns",         "range_ns",        "block_ns",
     "to_host_sync",    "cpu_map_block_ns", "discard_call_ns", "launch_ns",
-    "ordered_call_waits"};
+    "ordered_call_waits", "chunk_create_ns", "chunk_map_ns", "chunk_access_ns", "chunk_unmap_ns",
+    "chunk_release_ns"};
 
 // Parses the file's text. On failure returns kConfigError and sets *error to
 // one line naming the key or value at fault and the accepted form.
@@ -69,7 +77,8 @@ inline constexpr std::string_view kCalibrationKeys[] = {
 [[nodiscard]] Status read_gpu_calibration_file(const std::string& path, GpuCalibration* out, std::string* error);
 
 // `model` (a TransferModel, a SimManagedCosts: any struct with the model
-// keys as members) with every figure the calibration holds set, the others
+// keys as members; the chunk keys only where it has them: the planners do
+// not charge them) with every figure the calibration holds set, the others
 // left as they were.
 template <typename Model>
 [[nodiscard]] Model with_calibration(Model model, const GpuCalibration& c) {
@@ -86,6 +95,13 @@ template <typename Model>
   if (c.cpu_map_block_ns) model.cpu_map_block_ns = *c.cpu_map_block_ns;
   if (c.discard_call_ns) model.discard_call_ns = *c.discard_call_ns;
   if (c.launch_ns) model.launch_ns = *c.launch_ns;
+  if constexpr (requires { model.chunk_map_ns; }) {
+    if (c.chunk_create_ns) model.chunk_create_ns = *c.chunk_create_ns;
+    if (c.chunk_map_ns) model.chunk_map_ns = *c.chunk_map_ns;
+    if (c.chunk_access_ns) model.chunk_access_ns = *c.chunk_access_ns;
+    if (c.chunk_unmap_ns) model.chunk_unmap_ns = *c.chunk_unmap_ns;
+    if (c.chunk_release_ns) model.chunk_release_ns = *c.chunk_release_ns;
+  }
   return model;
 }
 

@@ -519,6 +519,7 @@ Status SimDriver::create(DeviceId device, size_t bytes, PhysHandle* out) noexcep
   ++state_->counters.live_chunks;
   state_->counters.created_bytes += bytes;
   state_->sync_board();
+  state_->timeline.spend(options_.managed_costs.chunk_create_ns);
   *out = PhysHandle{id};
   return Status::ok();
 }
@@ -545,6 +546,7 @@ Status SimDriver::release(PhysHandle handle) noexcept {
   it->second.fd = -1;
   ++state_->counters.releases;
   state_->free_if_unused(handle.value);
+  state_->timeline.spend(options_.managed_costs.chunk_release_ns);
   return Status::ok();
 }
 
@@ -572,6 +574,7 @@ Status SimDriver::map(VaRange range, PhysHandle handle) noexcept {
   s.mappings[range.base] = Mapping{range.bytes, handle.value, false};
   ++chunk->second.map_count;
   ++s.counters.maps;
+  s.timeline.spend(options_.managed_costs.chunk_map_ns);
   return Status::ok();
 }
 
@@ -586,10 +589,13 @@ Status SimDriver::set_access(DeviceId device, VaRange range) noexcept {
   }
   if (cursor != range.end()) return Status(Errc::kInvalidArgument);
   if (mprotect(range.ptr(), range.bytes, PROT_READ | PROT_WRITE) != 0) return os_error();
+  uint64_t covered = 0;
   for (it = s.mappings.find(range.base); it != s.mappings.end() && it->first < range.end(); ++it) {
     it->second.accessible = true;
+    ++covered;
   }
   ++s.counters.set_accesses;
+  s.timeline.spend(options_.managed_costs.chunk_access_ns * covered);
   return Status::ok();
 }
 
@@ -615,6 +621,7 @@ Status SimDriver::unmap(VaRange range) noexcept {
     ++s.counters.unmaps;
     s.free_if_unused(chunk);
   }
+  s.timeline.spend(options_.managed_costs.chunk_unmap_ns * covered.size());
   return Status::ok();
 }
 

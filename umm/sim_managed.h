@@ -104,6 +104,15 @@ struct SimManagedCosts {
   bool ordered_call_waits = false;
   uint64_t discard_call_ns = 0;  // host time per discard call
   uint64_t launch_ns = 0;        // host time of launching a kernel
+  // Host time of each virtual-memory call on a chunk (create, map, set
+  // access, unmap, release): what a swapped page's trip in and out costs
+  // beyond its copies. Charged per call, set access and unmap per chunk
+  // their range covers.
+  uint64_t chunk_create_ns = 0;
+  uint64_t chunk_map_ns = 0;
+  uint64_t chunk_access_ns = 0;
+  uint64_t chunk_unmap_ns = 0;
+  uint64_t chunk_release_ns = 0;
 };
 
 // What the device's unified memory did so far.

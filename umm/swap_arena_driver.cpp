@@ -9,6 +9,7 @@ namespace zico {
 
 SwapArenaDriver::~SwapArenaDriver() {
   for (auto& [base, arena] : arenas_) {
+    chunks_of(arena.device).limit = 0;
     for (size_t i = 0; i < arena.pages.size(); ++i) {
       if (arena.pages[i].state != PageState::kEmpty && arena.pages[i].state != PageState::kOnHost) {
         (void)let_go(PageRef{&arena, i});
@@ -16,6 +17,30 @@ SwapArenaDriver::~SwapArenaDriver() {
     }
     arena.host.reset();
     (void)inner_.unreserve(arena.range);
+  }
+  for (auto& [device, chunks] : devices_) {
+    for (const PhysHandle chunk : chunks.pool) (void)inner_.release(chunk);
+  }
+}
+
+void SwapArenaDriver::set_held_limit(DeviceId device, uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  DeviceChunks& chunks = chunks_of(device);
+  chunks.limit = bytes;
+  for (const auto& [base, arena] : arenas_) {
+    if (arena.device == device) {
+      trim_pool(device, arena.page_bytes);
+      break;
+    }
+  }
+}
+
+void SwapArenaDriver::trim_pool(DeviceId device, size_t page_bytes) {
+  DeviceChunks& chunks = chunks_of(device);
+  while (!chunks.pool.empty() && chunks.mapped + chunks.pool.size() * page_bytes > chunks.limit) {
+    (void)inner_.release(chunks.pool.back());
+    chunks.pool.pop_back();
+    stats_.pooled_bytes -= page_bytes;
   }
 }
 
@@ -71,7 +96,14 @@ Status SwapArenaDriver::unreserve(VaRange range) noexcept {
     if (ref.page().state == PageState::kMapped) ZICO_RETURN_IF_ERROR(let_go(ref));
     drop_host_copy(ref);
   }
+  const DeviceId device = arena.device;
+  const size_t page_bytes = arena.page_bytes;
   arenas_.erase(it);
+  // The last arena on its device: nothing will take a pooled chunk again.
+  if (std::none_of(arenas_.begin(), arenas_.end(), [device](const auto& a) { return a.second.device == device; })) {
+    chunks_of(device).limit = 0;
+    trim_pool(device, page_bytes);
+  }
   return inner_.unreserve(range);
 }
 
@@ -117,9 +149,9 @@ void SwapArenaDriver::wait_until_left(std::unique_lock<std::mutex>& lock, std::s
   });
 }
 
-void SwapArenaDriver::note_mapped(int64_t pages, const Arena& arena) {
-  stats_.mapped_bytes += static_cast<uint64_t>(pages) * arena.page_bytes;
+void SwapArenaDriver::note_held() {
   stats_.peak_mapped_bytes = std::max(stats_.peak_mapped_bytes, stats_.mapped_bytes);
+  stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, stats_.mapped_bytes + stats_.pooled_bytes);
 }
 
 Status SwapArenaDriver::bring_in(const PageRef& ref, bool copy, StreamHandle stream) {
@@ -127,8 +159,16 @@ Status SwapArenaDriver::bring_in(const PageRef& ref, bool copy, StreamHandle str
   const VaRange range = ref.range();
   if (!copy) drop_host_copy(ref);
   if (page.state == PageState::kMapped) return Status::ok();
+  DeviceChunks& chunks = chunks_of(ref.arena->device);
   PhysHandle chunk{};
-  ZICO_RETURN_IF_ERROR(inner_.create(ref.arena->device, range.bytes, &chunk));
+  if (!chunks.pool.empty()) {
+    chunk = chunks.pool.back();
+    chunks.pool.pop_back();
+    stats_.pooled_bytes -= range.bytes;
+    ++stats_.chunks_reused;
+  } else {
+    ZICO_RETURN_IF_ERROR(inner_.create(ref.arena->device, range.bytes, &chunk));
+  }
   Status status = inner_.map(range, chunk);
   if (status.is_ok()) {
     status = inner_.set_access(ref.arena->device, range);
@@ -152,16 +192,32 @@ Status SwapArenaDriver::bring_in(const PageRef& ref, bool copy, StreamHandle str
   page.state = PageState::kMapped;
   page.chunk = chunk;
   ++stats_.pages_in;
-  note_mapped(1, *ref.arena);
+  chunks.mapped += range.bytes;
+  stats_.mapped_bytes += range.bytes;
+  note_held();
   return Status::ok();
 }
 
 Status SwapArenaDriver::let_go(const PageRef& ref) {
   Page& page = ref.page();
+  const size_t bytes = ref.arena->page_bytes;
   ZICO_RETURN_IF_ERROR(inner_.unmap(ref.range()));
-  (void)inner_.release(page.chunk);
+  DeviceChunks& chunks = chunks_of(ref.arena->device);
+  chunks.mapped -= bytes;
+  stats_.mapped_bytes -= bytes;
+  // Kept for the next page in while the device's chunks stay within the limit.
+  bool kept = false;
+  if (chunks.mapped + (chunks.pool.size() + 1) * bytes <= chunks.limit) {
+    try {
+      chunks.pool.push_back(page.chunk);
+      stats_.pooled_bytes += bytes;
+      kept = true;
+    } catch (const std::bad_alloc&) {
+    }
+  }
+  if (!kept) (void)inner_.release(page.chunk);
   page.chunk = PhysHandle{};
-  note_mapped(-1, *ref.arena);
+  note_held();
   return Status::ok();
 }
 

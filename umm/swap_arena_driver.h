@@ -37,6 +37,13 @@
 // unnamed page faults in. SimDriver refuses a kernel that touches an unmapped
 // page (run_kernel: an illegal address), so a test that breaks the rule fails.
 //
+// Chunks kept for reuse: creating and releasing a chunk costs the driver's
+// host time on every trip (the calibration's P8), so a page that leaves may
+// leave its chunk in a pool for the next page to come in, as long as the
+// chunks mapped and pooled on its device stay within set_held_limit (the
+// job's budget; 0, the default: none is kept). A smaller limit releases
+// pooled chunks at once.
+//
 // Thread-safe: one mutex (the pager's two threads call in at once). A fetch
 // of a page that is leaving waits until it has left.
 #pragma once
@@ -60,8 +67,11 @@ struct SwapArenaStats {
   uint64_t pages_out = 0;         // pages copied to the host, unmapped and released
   uint64_t discarded = 0;         // pages whose bytes were dropped
   uint64_t move_calls = 0;        // prefetch calls (a batch is one; discards are not)
-  uint64_t mapped_bytes = 0;      // device memory the arenas hold now
+  uint64_t mapped_bytes = 0;      // device memory the arenas' pages hold now
   uint64_t peak_mapped_bytes = 0;
+  uint64_t pooled_bytes = 0;      // device memory kept unmapped for the next page in
+  uint64_t peak_held_bytes = 0;   // mapped and pooled together, at most
+  uint64_t chunks_reused = 0;     // pages in that took a pooled chunk instead of a new one
   uint64_t host_bytes = 0;        // host slots holding pages' bytes
 };
 
@@ -73,6 +83,10 @@ class SwapArenaDriver final : public PagedArenaDriver {
   ~SwapArenaDriver() override;
 
   [[nodiscard]] SwapArenaStats stats() const;
+  // The device memory the arenas on `device` may hold, mapped and pooled
+  // together, before a chunk a page lets go is released rather than kept.
+  // Pooled chunks beyond it are released now.
+  void set_held_limit(DeviceId device, uint64_t bytes);
 
   // The inner driver's, as managed memory whose absent pages are unmapped;
   // kNotSupported without virtual memory management.
@@ -141,11 +155,21 @@ class SwapArenaDriver final : public PagedArenaDriver {
   void drop_host_copy(const PageRef& ref);
   Status send_out(std::span<const VaRange> ranges, StreamHandle stream);
   Status fetch(std::span<const VaRange> ranges, bool discard_first, StreamHandle stream);
-  void note_mapped(int64_t pages, const Arena& arena);
+  void note_held();
+  // Per device: what set_held_limit allows, the chunks kept, the bytes mapped.
+  struct DeviceChunks {
+    uint64_t limit = 0;
+    std::vector<PhysHandle> pool;
+    uint64_t mapped = 0;
+  };
+  DeviceChunks& chunks_of(DeviceId device) { return devices_[device.value]; }
+  // Releases pooled chunks of `device` while it holds more than its limit.
+  void trim_pool(DeviceId device, size_t page_bytes);
 
   mutable std::mutex mutex_;
   std::condition_variable left_;  // a leaving page left
   std::map<uintptr_t, Arena> arenas_;  // by base
+  std::map<int, DeviceChunks> devices_;
   SwapArenaStats stats_;
 };
 

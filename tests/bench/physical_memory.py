@@ -2,7 +2,7 @@
 """What a UM job under zico-umd holds of the device, beside VMM jobs, live on SimDriver.
 
     physical_memory.py BUILD_DIR [--memory managed|swap] [--trace T] [--capacity MiB] [--budget MiB]
-                       [--iterations N] [--json] [--check]
+                       [--iterations N] [--vmm-jobs N] [--json] [--check]
 
 Every process (zico-umd, the jobs) shares one simulated device through a board file
 (ZICO_SIM_DEVICE_BOARD), which models what a GPU under the UVM driver does with memory: a managed
@@ -10,7 +10,7 @@ page the pager sends to the host keeps its device memory (unused) until an alloc
 the device full takes it (umm/sim_managed.h, umm/sim_device_board.h). A UM job (trace_job --ops
 under zico-run --mode um, capped at half its peak with ZICO_BUDGET, its arena as --memory says:
 ZICO_UM_MEMORY) runs under zico-umd holding --budget of a --capacity device, first alone, then
-beside a VMM job (hold_memory) that borrows the rest of the budget once the UM job holds what it
+beside --vmm-jobs VMM jobs (hold_memory) that borrow the rest of the budget once the UM job holds what it
 will hold (managed: the high-water mark of its pages; swap: its cap). The device's memory in use
 is read from the board every 5 ms. Printed per run: the UM job's steady iteration time (modelled
 clock), the device's peak use against the node budget and the capacity, and whether the VMM job
@@ -108,7 +108,8 @@ def run_once(build, args, um_budget, um_peak_bytes, beside):
         daemon = subprocess.Popen([os.path.join(build, "bin", "zico-umd"), "--socket", socket, "--budget",
                                    f"{args.budget}MiB"], env=env, stdout=subprocess.DEVNULL, stderr=daemon_log)
         sampler = Sampler(board)
-        um = hold = None
+        um = None
+        holds = []
         try:
             for _ in range(200):
                 if os.path.exists(socket):
@@ -132,35 +133,43 @@ def run_once(build, args, um_budget, um_peak_bytes, beside):
                 # Once the UM job holds what it will hold in its steady state: managed, its
                 # high-water mark of the device (the pages it sent to the host keep their memory);
                 # swapped, its cap.
-                holds = um_peak_bytes if args.memory == "managed" else um_budget
-                while um.poll() is None and device_used(board) < holds:
+                steady = um_peak_bytes if args.memory == "managed" else um_budget
+                while um.poll() is None and device_used(board) < steady:
                     time.sleep(0.005)
                 if um.poll() is not None:
                     raise SystemExit("physical_memory: the UM job ended before it held what it holds in its "
                                      "steady state: raise --iterations")
+                # The rest of the budget, split between the VMM jobs in whole chunks.
                 rest = args.budget * MIB - um_budget
-                hold = subprocess.Popen([os.path.join(build, "bin", "hold_memory"), str(rest)],
-                                        env=dict(env, ZICO_SOCKET=socket), stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                line = hold.stdout.readline()
-                while line and line.strip() != "ready":
+                shares = [rest // args.vmm_jobs // (2 * MIB) * (2 * MIB)] * args.vmm_jobs
+                shares[-1] += rest - sum(shares)
+                holds = [subprocess.Popen([os.path.join(build, "bin", "hold_memory"), str(share)],
+                                          env=dict(env, ZICO_SOCKET=socket), stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         for share in shares]
+                hold_ok = True
+                for hold in holds:
                     line = hold.stdout.readline()
-                hold_ok = line.strip() == "ready"
+                    while line and line.strip() != "ready":
+                        line = hold.stdout.readline()
+                    hold_ok = hold_ok and line.strip() == "ready"
             out, err = um.communicate(timeout=600)
             if um.returncode != 0:
                 raise SystemExit(f"physical_memory: the UM job failed (exit {um.returncode}):\n{err}")
             fields = result_fields(out)
             hold_error = ""
-            if hold is not None:
+            if holds:
                 if hold_ok:
-                    hold.stdin.close()
-                    hold_ok = hold.wait(timeout=30) == 0
+                    for hold in holds:
+                        hold.stdin.close()
+                    hold_ok = all(hold.wait(timeout=30) == 0 for hold in holds)
                 if not hold_ok:
-                    if hold.poll() is None:
-                        hold.kill()
+                    for hold in holds:
+                        if hold.poll() is None:
+                            hold.kill()
                     daemon_log.seek(0)
-                    hold_error = (hold.communicate(timeout=30)[1].strip()[-2000:] + "\nzico-umd: " +
-                                  daemon_log.read().strip()[-2000:])
+                    hold_error = ("\n".join(hold.communicate(timeout=30)[1].strip()[-1000:] for hold in holds) +
+                                  "\nzico-umd: " + daemon_log.read().strip()[-2000:])
             return {
                 "beside_vmm_job": beside,
                 "um_iter_s": float(fields["mean_iter_s"]),
@@ -169,12 +178,13 @@ def run_once(build, args, um_budget, um_peak_bytes, beside):
                 "device_peak_used_bytes": sampler.peak,
                 "node_budget_bytes": args.budget * MIB,
                 "capacity_bytes": args.capacity * MIB,
+                "vmm_jobs": len(holds),
                 "vmm_job_ok": hold_ok,
                 "vmm_job_error": hold_error,
             }
         finally:
             sampler.stop.set()
-            for process in (hold, um):
+            for process in holds + [um]:
                 if process is not None and process.poll() is None:
                     process.kill()
                     process.wait()
@@ -193,15 +203,17 @@ def main():
     parser.add_argument("--capacity", type=int, default=256, help="the simulated device, MiB (default 256)")
     parser.add_argument("--budget", type=int, default=256, help="zico-umd's node budget, MiB (default 256)")
     parser.add_argument("--iterations", type=int, default=200)
+    parser.add_argument("--vmm-jobs", type=int, default=1, help="VMM jobs that share the rest of the budget")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--check", action="store_true", help="exit 1 unless the model's promises hold")
     args = parser.parse_args()
     if args.trace is None:
         args.trace = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "traces",
                                   "bert_base.ztrace.gz")
-    for name in ("capacity", "budget", "iterations"):
+    for name in ("capacity", "budget", "iterations", "vmm_jobs"):
         if getattr(args, name) <= 0:
-            raise SystemExit(f"physical_memory: --{name} {getattr(args, name)}: expected a positive integer")
+            raise SystemExit(f"physical_memory: --{name.replace('_', '-')} {getattr(args, name)}: expected a positive "
+                             "integer")
     if args.budget > args.capacity:
         raise SystemExit(f"physical_memory: --budget {args.budget} is more than --capacity {args.capacity}")
     peak = peak_bytes(args.build, args.trace, args.scale)
@@ -234,13 +246,13 @@ def main():
         print(json.dumps(runs))
     else:
         for r in runs:
-            print(f"{'beside a VMM job' if r['beside_vmm_job'] else 'alone':17s} UM iteration "
+            print(f"{'beside VMM jobs' if r['beside_vmm_job'] else 'alone':15s} UM iteration "
                   f"{r['um_iter_s'] * 1e3:7.1f} ms, device peak {r['device_peak_used_bytes'] / MIB:6.1f} MiB (node budget "
                   f"{args.budget} MiB, capacity {args.capacity} MiB; the UM job's cap {um_budget / MIB:.0f} MiB of its "
                   f"{r['um_peak_allocated_bytes'] / MIB:.0f} MiB peak)"
-                  + (f", VMM job {'got' if r['vmm_job_ok'] else 'did NOT get'} "
+                  + (f", {r['vmm_jobs']} VMM job(s) {'got' if r['vmm_job_ok'] else 'did NOT get'} "
                      f"{(args.budget * MIB - um_budget) / MIB:.0f} MiB" if r["beside_vmm_job"] else ""))
-        print(f"UM job beside the VMM job: {runs[1]['um_slowdown']:.3f}x its time alone")
+        print(f"UM job beside the VMM job(s): {runs[1]['um_slowdown']:.3f}x its time alone")
     for failure in failures:
         print(f"FAIL: {failure}", file=sys.stderr)
     return 1 if args.check and failures else 0

@@ -18,7 +18,8 @@ PROBES = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9")
 # The model keys in the order of the file's format (umm/gpu_calibration.h, kCalibrationKeys).
 MODEL_KEYS = ("h2d_bytes_per_s", "d2h_bytes_per_s", "duplex_factor", "fault_bytes_per_s", "fault_block_ns", "call_ns",
               "range_ns", "block_ns", "to_host_sync", "cpu_map_block_ns", "discard_call_ns", "launch_ns",
-              "ordered_call_waits")
+              "ordered_call_waits", "chunk_create_ns", "chunk_map_ns", "chunk_access_ns", "chunk_unmap_ns",
+              "chunk_release_ns")
 
 
 def command_output(*command):
@@ -176,8 +177,17 @@ def derive(probes):
     p8 = probes.get("P8")
     if p8 and "error" not in p8:
         figures["p8_freed_by_eviction_mib"] = round(p8["freed_by_eviction_bytes"] / 2**20)
-        for key in ("map_us", "set_access_us", "unmap_us"):
-            figures[f"p8_{key}"] = p8[key]
+        for key in ("create_us", "map_us", "set_access_us", "unmap_us", "release_us"):
+            if key in p8:
+                figures[f"p8_{key}"] = p8[key]
+        # A swapped page's trip (ZICO_UM_MEMORY=swap): each VMM call on one 2 MiB chunk.
+        for key, probe, call in (("chunk_create_ns", "create_us", "cuMemCreate"), ("chunk_map_ns", "map_us", "cuMemMap"),
+                                 ("chunk_access_ns", "set_access_us", "cuMemSetAccess"),
+                                 ("chunk_unmap_ns", "unmap_us", "cuMemUnmap"),
+                                 ("chunk_release_ns", "release_us", "cuMemRelease")):
+            if probe in p8:
+                model[key] = p8[probe] * 1e3
+                sources[key] = f"P8: {call} of one 2 MiB chunk, median of 5"
         figures["p8_second_process"] = p8["second_process"]
         second = p8["second_process"] if isinstance(p8["second_process"], dict) else {}
         if "free_after_beyond_bytes" in second and "error" not in second:

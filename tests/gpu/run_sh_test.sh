@@ -26,7 +26,9 @@ assert {k: calibration[k] for k in ("device", "driver", "cuda", "commit", "date"
 # The canned lines were made from these figures (testdata/calibration_probe.log).
 expected = {"h2d_bytes_per_s": 52e9, "d2h_bytes_per_s": 50e9, "duplex_factor": 0.9, "fault_bytes_per_s": 8e9,
             "fault_block_ns": 100000, "call_ns": 30000, "range_ns": 10000, "block_ns": 10000, "to_host_sync": 1,
-            "cpu_map_block_ns": 30000, "discard_call_ns": 15000, "launch_ns": 2500, "ordered_call_waits": 1}
+            "cpu_map_block_ns": 30000, "discard_call_ns": 15000, "launch_ns": 2500, "ordered_call_waits": 1,
+            "chunk_create_ns": 30000, "chunk_map_ns": 20000, "chunk_access_ns": 60000, "chunk_unmap_ns": 45000,
+            "chunk_release_ns": 25000}
 model = calibration["model"]
 assert list(model) == list(expected), list(model)
 for key, value in expected.items():

@@ -25,8 +25,9 @@
 //      pattern today (one stream, evictions after the latest kernel, the
 //      kernel after the stream's tail) against a pager thread with two
 //      streams; and the host time of one launch;
-//   P8 device memory after eviction (cudaMemGetInfo), cuMemMap /
-//      cuMemSetAccess / cuMemUnmap of 2 MiB, a second process's
+//   P8 device memory after eviction (cudaMemGetInfo), cuMemCreate /
+//      cuMemMap / cuMemSetAccess / cuMemUnmap / cuMemRelease of 2 MiB (a
+//      swapped page's trip in and out), a second process's
 //      cudaMalloc once the arena is on the host and its free memory after
 //      freeing an allocation beyond what was free, then this process's free
 //      memory and the time to bring every block back to the GPU;
@@ -698,13 +699,16 @@ void p8(const Arena& a) {
   CUmemAccessDesc access{};
   access.location = prop.location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  CUmemGenericAllocationHandle handle{};
+  // A swapped page's trip in and out (ZICO_UM_MEMORY=swap) is all five, each on a fresh chunk.
   CUdeviceptr va = 0;
-  CHECK_DRIVER(mem_create(&handle, kBlock, &prop, 0));
   CHECK_DRIVER(address_reserve(&va, kBlock, kBlock, 0, 0));
-  std::vector<double> map_us, access_us, unmap_us;
+  std::vector<double> create_us, map_us, access_us, unmap_us, release_us;
   for (int run = 0; run < kRuns; ++run) {
+    CUmemGenericAllocationHandle handle{};
     auto start = Clock::now();
+    CHECK_DRIVER(mem_create(&handle, kBlock, &prop, 0));
+    create_us.push_back(us_since(start));
+    start = Clock::now();
     CHECK_DRIVER(mem_map(va, kBlock, 0, handle, 0));
     map_us.push_back(us_since(start));
     start = Clock::now();
@@ -713,9 +717,11 @@ void p8(const Arena& a) {
     start = Clock::now();
     CHECK_DRIVER(mem_unmap(va, kBlock));
     unmap_us.push_back(us_since(start));
+    start = Clock::now();
+    CHECK_DRIVER(mem_release(handle));
+    release_us.push_back(us_since(start));
   }
   CHECK_DRIVER(address_free(va, kBlock));
-  CHECK_DRIVER(mem_release(handle));
   // (c) a second process's cudaMalloc of the evicted amount, and of more than is free.
   const std::string second = run_second_process(a.blocks * kBlock);
   // (d) what this process sees once the second one is gone, and what bringing every block back
@@ -728,9 +734,11 @@ void p8(const Arena& a) {
       .integer("arena_bytes", static_cast<long long>(a.blocks * kBlock))
       .integer("freed_by_eviction_bytes", static_cast<long long>(evicted) - static_cast<long long>(resident))
       .integer("free_after_eviction_bytes", static_cast<long long>(evicted))
+      .num("create_us", median(create_us))
       .num("map_us", median(map_us))
       .num("set_access_us", median(access_us))
       .num("unmap_us", median(unmap_us))
+      .num("release_us", median(release_us))
       .raw("second_process", second)
       .integer("free_after_second_bytes", static_cast<long long>(after_second))
       .num("back_to_gpu_ms", back_to_gpu_ms)

@@ -21,7 +21,8 @@ constexpr const char* kGoodFile = R"({
     "h2d_bytes_per_s": 5.1e10, "d2h_bytes_per_s": 4.9e10, "duplex_factor": 0.85,
     "fault_bytes_per_s": 7.5e9, "fault_block_ns": 120000, "call_ns": 31000.4, "range_ns": 9000,
     "block_ns": 41000, "to_host_sync": 1, "cpu_map_block_ns": 60000, "discard_call_ns": 25000,
-    "launch_ns": 4000
+    "launch_ns": 4000, "chunk_create_ns": 30000, "chunk_map_ns": 20000,
+    "chunk_access_ns": 60000, "chunk_unmap_ns": 45000, "chunk_release_ns": 25000
   },
   "sources": {"h2d_bytes_per_s": "P2: 256 contiguous blocks, median of 5", "to_host_sync": "P1: \"blocks\"\n"}
 })";
@@ -47,6 +48,11 @@ TEST(GpuCalibration, ReadsEveryKey) {
   EXPECT_EQ(c.cpu_map_block_ns, 60000u);
   EXPECT_EQ(c.discard_call_ns, 25000u);
   EXPECT_EQ(c.launch_ns, 4000u);
+  EXPECT_EQ(c.chunk_create_ns, 30000u);
+  EXPECT_EQ(c.chunk_map_ns, 20000u);
+  EXPECT_EQ(c.chunk_access_ns, 60000u);
+  EXPECT_EQ(c.chunk_unmap_ns, 45000u);
+  EXPECT_EQ(c.chunk_release_ns, 25000u);
   ASSERT_EQ(c.sources.size(), 2u);
   EXPECT_EQ(c.sources.at("h2d_bytes_per_s"), "P2: 256 contiguous blocks, median of 5");
   EXPECT_EQ(c.sources.at("to_host_sync"), "P1: \"blocks\"\n") << "escapes decoded";
@@ -92,6 +98,8 @@ TEST(GpuCalibration, SetsOnlyTheFiguresItHolds) {
   EXPECT_EQ(all.block_ns, 41000u);
   EXPECT_EQ(all.cpu_map_block_ns, 60000u);
   EXPECT_EQ(all.discard_call_ns, 25000u);
+  EXPECT_EQ(all.chunk_create_ns, 30000u);
+  EXPECT_EQ(all.chunk_release_ns, 25000u);
   EXPECT_EQ(all.launch_ns, 4000u);
 }
 

@@ -140,6 +140,60 @@ TEST_F(SwapArena, RefusesRangesThatAreNotWholePagesAndPassesOthersOn) {
   ASSERT_TRUE(sim_.managed_free(managed).is_ok());
 }
 
+// Each virtual-memory call on a chunk costs the calling thread host time on
+// the modelled clock (SimManagedCosts::chunk_*_ns: the calibration's P8), so
+// a kernel launched after four pages came in starts no earlier than their
+// creates, maps and accesses; and a chunk kept in the pool (within the held
+// limit) is neither released nor created again.
+TEST(SwapArenaCosts, EachChunkCallTakesTheCallersHostTimeAndThePoolSavesTwo) {
+  SimOptions o;
+  o.capacity = 16 * kMiB;
+  o.managed_costs.chunk_create_ns = 100'000;
+  o.managed_costs.chunk_map_ns = 200'000;
+  o.managed_costs.chunk_access_ns = 300'000;
+  o.managed_costs.chunk_unmap_ns = 400'000;
+  o.managed_costs.chunk_release_ns = 500'000;
+  o.managed_costs.h2d_bytes_per_s = 0;  // copies take no time: only the calls count
+  o.managed_costs.d2h_bytes_per_s = 0;
+  SimDriver sim(o);
+  SwapArenaDriver swap(sim);
+  VaRange arena{};
+  ASSERT_TRUE(swap.reserve(DeviceId{0}, 8 * kPage, 0, &arena).is_ok());
+  const VaRange four{arena.base, 4 * kPage};
+  const auto kernel_end_after = [&](PrefetchTarget target) {
+    EXPECT_TRUE(swap.managed_prefetch_batch(std::span<const VaRange>(&four, 1), target, StreamHandle{}).is_ok());
+    EXPECT_TRUE(sim.run_kernel(std::span<const VaRange>(&four, target.to_host ? 0 : 1), 1000).is_ok());
+    return sim.managed_stats().now_ns;
+  };
+  EXPECT_EQ(kernel_end_after(kToDevice), 4 * 600'000u + 1000u);
+  // No pool: the copies out start after that kernel; then four unmaps and releases.
+  uint64_t before = sim.managed_stats().now_ns;
+  EXPECT_EQ(kernel_end_after(kToHost), before + 4 * 900'000u + 1000u);
+  // Kept within a limit of four pages: back in without creates, out without releases. (A fetch
+  // starts at the launching thread's clock, the last kernel's launch: 1000 ns before its end.)
+  swap.set_held_limit(DeviceId{0}, 4 * kPage);
+  before = sim.managed_stats().now_ns;
+  EXPECT_EQ(kernel_end_after(kToDevice), before + 4 * 600'000u) << "the pool was empty: four creates";
+  before = sim.managed_stats().now_ns;
+  EXPECT_EQ(kernel_end_after(kToHost), before + 4 * 400'000u + 1000u) << "kept: unmapped, not released";
+  EXPECT_EQ(swap.stats().pooled_bytes, 4 * kPage);
+  before = sim.managed_stats().now_ns;
+  EXPECT_EQ(kernel_end_after(kToDevice), before + 4 * 500'000u) << "reused: mapped, not created";
+  EXPECT_EQ(swap.stats().chunks_reused, 4u);
+  // A smaller limit releases what the pool holds beyond it.
+  (void)kernel_end_after(kToHost);
+  size_t free_bytes = 0, total = 0;
+  ASSERT_TRUE(sim.memory_info(DeviceId{0}, &free_bytes, &total).is_ok());
+  EXPECT_EQ(total - free_bytes, 4 * kPage) << "the pool's chunks are device memory";
+  swap.set_held_limit(DeviceId{0}, kPage);
+  ASSERT_TRUE(sim.memory_info(DeviceId{0}, &free_bytes, &total).is_ok());
+  EXPECT_EQ(total - free_bytes, kPage);
+  EXPECT_EQ(swap.stats().peak_held_bytes, 4 * kPage);
+  ASSERT_TRUE(swap.unreserve(arena).is_ok());
+  ASSERT_TRUE(sim.memory_info(DeviceId{0}, &free_bytes, &total).is_ok());
+  EXPECT_EQ(total - free_bytes, 0u) << "the last arena gone, the pool went with it";
+}
+
 // The allocator on a swapped arena holds more than the device: its chunks
 // are bookkeeping, the pages are the pager's (here moved by hand).
 TEST(SwapArenaAllocator, HoldsMoreThanTheDevice) {

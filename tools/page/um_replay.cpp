@@ -57,6 +57,7 @@ bool run_um_replay(const prefetch::AccessStream& stream, const std::string& poli
     release_arena();
     return false;
   }
+  if (swapped) swap.set_held_limit(DeviceId{0}, pager->budget_bytes());
   const auto block_ptr = [&](uint32_t block) { return reinterpret_cast<void*>(base + stream.blocks[block].offset); };
   // Swapped pages keep their bytes: each op finds at both ends of each block
   // it uses the stamp the block's last op left there, then leaves its own
@@ -121,7 +122,7 @@ bool run_um_replay(const prefetch::AccessStream& stream, const std::string& poli
   out->iteration_ns.push_back(device.now_ns - iteration_start);
   out->pager = pager->stats();
   const SwapArenaStats swapping = swap.stats();
-  out->device_peak_resident_bytes = swapped ? swapping.peak_mapped_bytes : device.peak_resident_bytes;
+  out->device_peak_resident_bytes = swapped ? swapping.peak_held_bytes : device.peak_resident_bytes;
   out->device_faulted_pages = device.faulted_pages;
   out->device_driver_evictions = device.driver_evictions;
   out->device_prefetch_calls = swapped ? swapping.move_calls : driver.counters().prefetch_calls;
