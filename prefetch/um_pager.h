@@ -146,6 +146,9 @@ struct UmPagerStats {
   // Kernels in the last iteration the policy found in the launches, where
   // the job marks none (PagingPolicy::found_iteration_ops).
   uint64_t found_iteration_kernels = 0;
+  // Unmapped pages named by kernels captured into CUDA graphs, kept on the
+  // GPU for good (their replays are not announced).
+  uint64_t graph_pages = 0;
 };
 
 class UmPager {
@@ -347,7 +350,12 @@ class UmPager {
   // `target` pages are occupied or none is left to evict, counting pages
   // sent in budget_evictions; the budget is then the larger of the two.
   void shrink_to(uint32_t target);
-  [[nodiscard]] bool pinned(PageId page) const { return in_kernel_ && pinned_[page] == kernel_stamp_; }
+  // Unmapped pages a kernel captured into a CUDA graph names stay on the
+  // GPU for good (pinned): the graph's replays are not announced.
+  void keep_for_graph(std::span<const PageId> pages);
+  [[nodiscard]] bool pinned(PageId page) const {
+    return (in_kernel_ && pinned_[page] == kernel_stamp_) || (!graph_pages_.empty() && graph_pages_[page] != 0);
+  }
 
   Driver& driver_;
   const DeviceId device_;
@@ -366,6 +374,8 @@ class UmPager {
   // set_budget last asked, at the next kernel).
   bool absent_unmapped_ = false;
   uint32_t given_pages_ = 0;
+  std::vector<uint8_t> graph_pages_;  // per page, once a captured kernel named one (keep_for_graph)
+  bool graph_said_ = false;
   // Requests not yet handed to the driver, a page each, by kind; per page,
   // the kind it is batched as (kNotBatched: none).
   uint32_t batch_depth_ = 0;
