@@ -47,6 +47,7 @@ Status UmPager::create(Driver& driver, DeviceId device, VaRange arena, uint64_t 
   pager->can_discard_ = caps.discard;
   pager->discard_releases_ = caps.discard && caps.discard_releases_device_pages;
   pager->absent_unmapped_ = caps.absent_pages_unmapped;
+  if (pager->absent_unmapped_) pager->other_uses_.resize(pager->last_use_.size());
   pager->given_pages_ = pager->residency_.budget_pages();
   for (StreamHandle* stream : {&pager->to_device_, &pager->to_host_}) {
     if (Status status = driver.stream_create(device, stream); !status.is_ok()) {
@@ -91,7 +92,6 @@ UmPager::UmPager(Driver& driver, DeviceId device, VaRange arena, uint64_t page_b
       options_(options),
       launch_marks_(kLaunchMarks),
       last_use_(arena.bytes / page_bytes, 0),
-      prior_use_(arena.bytes / page_bytes, 0),
       out_call_of_(arena.bytes / page_bytes, 0),
       in_call_of_(arena.bytes / page_bytes, 0),
       stream_marks_(kStreamMarks),
@@ -301,9 +301,13 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   for (const PageId page : kernel_pages_) {
     // Unmapped pages also keep the last use on another stream: that kernel
     // may still run after this one, and the page must not leave under it.
-    const LaunchMark& last = launch_marks_[last_use_[page] % kLaunchMarks];
-    if (absent_unmapped_ && last_use_[page] != 0 && last.stamp == last_use_[page] && last.stream != stream) {
-      prior_use_[page] = last_use_[page];
+    if (absent_unmapped_) {
+      OtherUse& other = other_uses_[page];
+      if (last_use_[page] != 0 && other.last_stream != stream) {
+        other.prior = last_use_[page];
+        other.prior_stream = other.last_stream;
+      }
+      other.last_stream = stream;
     }
     last_use_[page] = kernel_stamp_;
   }
@@ -772,13 +776,33 @@ UmPager::StreamMark& UmPager::record_on(PagerThread& thread, StreamHandle stream
 }
 
 void UmPager::note_last_use(PageId page) {
-  note_use(last_use_[page]);
-  if (absent_unmapped_) note_use(prior_use_[page]);
+  if (!absent_unmapped_) {
+    note_use(last_use_[page], StreamHandle{});
+    return;
+  }
+  note_use(last_use_[page], other_uses_[page].last_stream);
+  note_use(other_uses_[page].prior, other_uses_[page].prior_stream);
 }
 
-void UmPager::note_use(uint64_t stamp) {
-  if (stamp == 0 || launch_marks_[stamp % kLaunchMarks].stamp != stamp) return;  // no kernel, or one long done
-  const StreamHandle stream = launch_marks_[stamp % kLaunchMarks].stream;
+uint64_t UmPager::oldest_mark_after(uint64_t stamp, StreamHandle stream) const {
+  uint64_t oldest = 0;
+  for (const LaunchMark& mark : launch_marks_) {
+    if (mark.stamp > stamp && mark.stream == stream && (oldest == 0 || mark.stamp < oldest)) oldest = mark.stamp;
+  }
+  return oldest;
+}
+
+void UmPager::note_use(uint64_t stamp, StreamHandle stream) {
+  if (stamp == 0) return;  // no kernel
+  if (launch_marks_[stamp % kLaunchMarks].stamp != stamp) {
+    if (!absent_unmapped_) return;  // long done, or the page faults back
+    stamp = oldest_mark_after(stamp, stream);
+    if (stamp == 0) {
+      drain_before_evictions_ = true;
+      return;
+    }
+  }
+  stream = launch_marks_[stamp % kLaunchMarks].stream;
   const auto covers = [&](const std::pair<StreamHandle, uint64_t>& wait) {
     return wait.first == stream && wait.second >= stamp;
   };
@@ -805,6 +829,11 @@ void UmPager::stream_waits_for(PagerThread& waiter, StreamHandle waiting, PagerT
 }
 
 void UmPager::wait_before_evictions() noexcept {
+  if (drain_before_evictions_) {
+    out_thread_->post_or_run([this] { (void)driver_.device_synchronize(device_); });
+    ++stats_.fences;
+    drain_before_evictions_ = false;
+  }
   if (outs_wait_for_ins_) {
     stream_waits_for(*out_thread_, to_host_, *in_thread_, to_device_);
     ++stats_.fences;

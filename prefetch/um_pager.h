@@ -313,8 +313,14 @@ class UmPager {
   // kernel that last used `page` (unmapped pages: and for the last one on
   // another stream before it).
   void note_last_use(PageId page);
-  // The same for the kernel of `stamp` (0: none), where its mark is kept.
-  void note_use(uint64_t stamp);
+  // The same for the kernel of `stamp` (0: none) on `stream`. Where its
+  // mark is gone (kLaunchMarks launches since): managed pages take it to be
+  // done (at worst the page faults back); unmapped ones wait for the oldest
+  // later launch on its stream still marked, which ends after it, or, with
+  // none, for the device to drain.
+  void note_use(uint64_t stamp, StreamHandle stream);
+  // The stamp of the oldest marked launch on `stream` later than `stamp`; 0 if none.
+  [[nodiscard]] uint64_t oldest_mark_after(uint64_t stamp, StreamHandle stream) const;
   // `waiting` (the stream of `waiter`'s calls) waits for what `recorder`
   // has issued on `recorded` so far: `waiter` runs the wait once
   // `recorder` has recorded it (a wait issued before the record would wait
@@ -396,7 +402,16 @@ class UmPager {
   static constexpr size_t kLaunchMarks = 256;
   std::vector<LaunchMark> launch_marks_;
   std::vector<uint64_t> last_use_;  // per page: the stamp of the last kernel announced with it
-  std::vector<uint64_t> prior_use_;  // unmapped pages: the last before it on another stream
+  // Unmapped pages, per page: the stream of that last use, and the last use
+  // before it on another stream (which may still run after it).
+  struct OtherUse {
+    StreamHandle last_stream{};
+    uint64_t prior = 0;
+    StreamHandle prior_stream{};
+  };
+  std::vector<OtherUse> other_uses_;
+  // An eviction waits for a launch whose mark is gone: the device drains first.
+  bool drain_before_evictions_ = false;
   // Launches the eviction stream must wait for before its next call (the
   // latest per launch stream), and those it waits for already.
   std::vector<std::pair<StreamHandle, uint64_t>> out_waits_;

@@ -763,6 +763,53 @@ TEST(UmPager, ASwappedPageLeavesAfterTheKernelsOfEveryStreamThatUsedIt) {
   ASSERT_TRUE(swap.unreserve(arena).is_ok());
 }
 
+// A kernel's launch mark is kept for the last 256 launches; a swapped page
+// last used by one launched earlier may still be in use when the GPU lags
+// behind the launching thread. Here page 0 is read on a busy stream, then
+// 300 kernels on another stream use other pages, then page 0 goes out for
+// room: with no later launch on the busy stream to wait for, the device
+// drains first, and the read sees the page's bytes.
+TEST(UmPager, ASwappedPageWhoseLastKernelsMarkIsGoneLeavesAfterTheDeviceDrains) {
+  SimDriver sim;
+  SwapArenaDriver swap(sim);
+  VaRange arena{};
+  ASSERT_TRUE(swap.reserve(DeviceId{0}, 8 * kPage, 0, &arena).is_ok());
+  auto* base = static_cast<std::byte*>(arena.ptr());
+  UmPagerOptions options;
+  options.policy = "um";
+  options.budget_bytes = 4 * kPage;
+  std::unique_ptr<UmPager> pager = pager_over(swap, arena.ptr(), 8, options);
+  ASSERT_NE(pager, nullptr);
+  StreamHandle busy{};
+  ASSERT_TRUE(sim.stream_create(DeviceId{0}, &busy).is_ok());
+  const StreamHandle other{0x6000};
+  for (size_t page = 0; page < 5; ++page) pager->on_allocate(base + page * kPage, kPage);
+  const auto page_range = [&](size_t page) { return VaRange{reinterpret_cast<uintptr_t>(base + page * kPage), kPage}; };
+  const auto use = [&](size_t page, StreamHandle stream) {
+    const VaRange range = page_range(page);
+    pager->before_kernel(page, std::span<const VaRange>(&range, 1), 1000, nullptr, stream);
+    ASSERT_TRUE(sim.run_kernel(std::span<const VaRange>(&range, 1), 1000, stream).is_ok()) << "page " << page;
+    pager->after_kernel();
+  };
+  use(0, other);
+  std::memset(base, 0x5a, kPage);
+  sim.hold_stream(busy);
+  std::vector<std::byte> seen(kPage);
+  const VaRange first = page_range(0);
+  pager->before_kernel(0, std::span<const VaRange>(&first, 1), 1000, nullptr, busy);
+  ASSERT_TRUE(sim.copy_async(seen.data(), base, kPage, CopyKind::kDeviceToHost, busy).is_ok());
+  pager->after_kernel();
+  for (size_t launch = 0; launch < 300; ++launch) use(1 + launch % 3, other);
+  use(4, other);  // room: page 0, the least recently migrated
+  EXPECT_EQ(seen[7], std::byte{0x5a}) << "the busy stream's read ran after the page left";
+  EXPECT_EQ(pager->stats().driver_errors, 0u) << "the page was unmapped under queued work";
+  EXPECT_EQ(swap.stats().pages_out, 1u);
+  ASSERT_TRUE(sim.release_stream(busy).is_ok());
+  ASSERT_TRUE(sim.stream_destroy(busy).is_ok());
+  pager.reset();
+  ASSERT_TRUE(swap.unreserve(arena).is_ok());
+}
+
 // A graph's replays are not announced: swapped pages a captured kernel
 // names stay on the GPU from then on, so a replay (a kernel nobody
 // announces) finds them mapped however many other pages came and went.

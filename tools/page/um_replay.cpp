@@ -1,5 +1,6 @@
 #include "um_replay.h"
 
+#include <cstring>
 #include <memory>
 #include <unordered_map>
 
@@ -67,15 +68,23 @@ bool run_um_replay(const prefetch::AccessStream& stream, const std::string& poli
   const auto carry_stamps = [&stamps](std::span<const VaRange> blocks, uint64_t op, std::string* why) {
     for (const VaRange& block : blocks) {
       if (block.bytes < 2 * sizeof(uint64_t)) continue;
-      auto* head = reinterpret_cast<uint64_t*>(block.base);
-      auto* tail = reinterpret_cast<uint64_t*>(block.end() - sizeof(uint64_t));
+      // A block's end need not be aligned: the stamps are copied, not stored.
+      void* head = block.ptr();
+      void* tail = reinterpret_cast<void*>(block.end() - sizeof(uint64_t));
       const auto it = stamps.find(block.base);
-      if (it != stamps.end() && (*head != it->second || *tail != it->second)) {
-        *why = "op " + std::to_string(op) + " found a block's bytes changed since its last op";
-        return false;
+      if (it != stamps.end()) {
+        uint64_t at_head = 0, at_tail = 0;
+        std::memcpy(&at_head, head, sizeof at_head);
+        std::memcpy(&at_tail, tail, sizeof at_tail);
+        if (at_head != it->second || at_tail != it->second) {
+          *why = "op " + std::to_string(op) + " found a block's bytes changed since its last op";
+          return false;
+        }
       }
-      *head = *tail = op + 1;
-      stamps[block.base] = op + 1;
+      const uint64_t stamp = op + 1;
+      std::memcpy(head, &stamp, sizeof stamp);
+      std::memcpy(tail, &stamp, sizeof stamp);
+      stamps[block.base] = stamp;
     }
     return true;
   };
