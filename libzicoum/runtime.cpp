@@ -72,6 +72,10 @@ Runtime::Runtime() noexcept {
     if (const std::string unknown = unknown_variables(environ); !unknown.empty()) {
       ZICO_LOG(kWarn, "ignoring unknown variable(s) %s; `zico-run --list-env` lists the known ones", unknown.c_str());
     }
+    if (config_.mode != Mode::kUm && (config_.um_swap || config_.fault_reports)) {
+      ZICO_LOG(kWarn, "%s applies to ZICO_MODE=um only: ignored under ZICO_MODE=vmm",
+               config_.um_swap ? "ZICO_UM_MEMORY=swap" : "ZICO_FAULT_REPORTS=on");
+    }
     init_status_ = open_driver(config_, &driver_, &init_error_);
     if (!init_status_.is_ok()) {
       ZICO_LOG(kError, "%s", init_error_.c_str());

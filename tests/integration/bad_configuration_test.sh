@@ -53,6 +53,15 @@ if [[ $out != "cudaMalloc=0 cudaMemGetInfo=0 total=67108864 "* || -n $err ]]; th
   failures=$((failures + 1))
 fi
 
+# UM mode's settings under VMM mode: one warning that they are ignored; the calls still work.
+out=$(env -u ZICO_MODE ZICO_BACKEND=sim ZICO_BUDGET=64MiB ZICO_UM_MEMORY=swap "$probe" 2>/tmp/zico_um_in_vmm.$$)
+err=$(cat /tmp/zico_um_in_vmm.$$)
+rm -f /tmp/zico_um_in_vmm.$$
+if [[ $out != "cudaMalloc=0 "* || $err != *"ZICO_UM_MEMORY=swap applies to ZICO_MODE=um only"* ]]; then
+  echo "FAIL ZICO_UM_MEMORY under vmm: stdout=[$out] stderr=[$err]"
+  failures=$((failures + 1))
+fi
+
 # A budget above the device: one warning with both sizes, and cudaMemGetInfo
 # reports the device's 80 GiB, what can really be had, not the budget.
 out=$(env -u ZICO_CHUNK_SIZE ZICO_BACKEND=sim ZICO_BUDGET=100GiB "$probe" 2>/tmp/zico_big_budget.$$)
@@ -63,5 +72,5 @@ if [[ $out != "cudaMalloc=0 cudaMemGetInfo=0 total=85899345920 "* || $err != *"1
   failures=$((failures + 1))
 fi
 
-echo "$((6 + 2 + 1 + 1 - failures)) passed, $failures failed"
+echo "$((6 + 2 + 1 + 1 + 1 - failures)) passed, $failures failed"
 exit $((failures > 0))
