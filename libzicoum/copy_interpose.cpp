@@ -20,6 +20,9 @@ const void* device_pointer(CUdeviceptr ptr) { return reinterpret_cast<const void
 
 CUstream driver_stream(cudaStream_t stream) { return reinterpret_cast<CUstream>(stream); }
 
+// A runtime copy's kind for its observer: from the host where the call says so.
+CopyOp copy_op(cudaMemcpyKind kind) { return kind == cudaMemcpyHostToDevice ? CopyOp::kFromHost : CopyOp::kCopy; }
+
 // Observes the copy (dst, src, bytes) on `stream`, then makes it with the
 // real function, given `args`; `unavailable` when there is no real one.
 template <typename Fn, typename Result, typename... Args>
@@ -60,19 +63,19 @@ using zico::RealFunction;
 
 cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   static RealFunction<decltype(&cudaMemcpy)> real("cudaMemcpy");
-  return zico::runtime_copy(real, CopyOp::kCopy, dst, src, count, nullptr, false, dst, src, count, kind);
+  return zico::runtime_copy(real, zico::copy_op(kind), dst, src, count, nullptr, false, dst, src, count, kind);
 }
 
 cudaError_t CUDARTAPI cudaMemcpy_ptds(void* dst, const void* src, size_t count, cudaMemcpyKind kind);
 cudaError_t CUDARTAPI cudaMemcpy_ptds(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   static RealFunction<decltype(&cudaMemcpy)> real("cudaMemcpy_ptds");
-  return zico::runtime_copy(real, CopyOp::kCopy, dst, src, count, nullptr, true, dst, src, count, kind);
+  return zico::runtime_copy(real, zico::copy_op(kind), dst, src, count, nullptr, true, dst, src, count, kind);
 }
 
 cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                                       cudaStream_t stream) {
   static RealFunction<decltype(&cudaMemcpyAsync)> real("cudaMemcpyAsync");
-  return zico::runtime_copy(real, CopyOp::kCopy, dst, src, count, stream, false, dst, src, count, kind, stream);
+  return zico::runtime_copy(real, zico::copy_op(kind), dst, src, count, stream, false, dst, src, count, kind, stream);
 }
 
 cudaError_t CUDARTAPI cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
@@ -80,7 +83,7 @@ cudaError_t CUDARTAPI cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t co
 cudaError_t CUDARTAPI cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                                            cudaStream_t stream) {
   static RealFunction<decltype(&cudaMemcpyAsync)> real("cudaMemcpyAsync_ptsz");
-  return zico::runtime_copy(real, CopyOp::kCopy, dst, src, count, stream, true, dst, src, count, kind, stream);
+  return zico::runtime_copy(real, zico::copy_op(kind), dst, src, count, stream, true, dst, src, count, kind, stream);
 }
 
 cudaError_t CUDARTAPI cudaMemset(void* dst, int value, size_t count) {
@@ -122,12 +125,12 @@ CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, C
 // managed memory of zicoum's (UM mode's blocks are host-accessible).
 CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t bytes) {
   static RealFunction<decltype(&cuMemcpyHtoD_v2)> real("cuMemcpyHtoD_v2");
-  return zico::driver_copy(real, CopyOp::kCopy, dst, src, bytes, nullptr, dst, src, bytes);
+  return zico::driver_copy(real, CopyOp::kFromHost, dst, src, bytes, nullptr, dst, src, bytes);
 }
 
 CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream) {
   static RealFunction<decltype(&cuMemcpyHtoDAsync_v2)> real("cuMemcpyHtoDAsync_v2");
-  return zico::driver_copy(real, CopyOp::kCopy, dst, src, bytes, stream, dst, src, bytes, stream);
+  return zico::driver_copy(real, CopyOp::kFromHost, dst, src, bytes, stream, dst, src, bytes, stream);
 }
 
 CUresult CUDAAPI cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {

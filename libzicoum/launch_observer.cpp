@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <cstring>
+#include <sys/uio.h>
+#include <unistd.h>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -12,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include "api_calls.h"
+#include "pointer_table.h"
 #include "config.h"
 #include "log.h"
 #include "real_function.h"
@@ -239,6 +242,30 @@ ObservedLaunch::~ObservedLaunch() {
   if (begun_) (void)api_op_end();
 }
 
+namespace {
+
+// Reads a copy from the host into zicoum memory for the addresses a pointer
+// table holds, and tells the pager what the destination's block reaches (or
+// that it reaches nothing now).
+void note_pointer_table(const Runtime& runtime, const void* dst, const void* src, size_t bytes) {
+  if (bytes > prefetch::kTableBytesRead) return;  // data, not a table
+  DeviceAllocator* allocator = runtime.owner_of(dst);
+  prefetch::UmPager* pager = allocator != nullptr ? runtime.pager(allocator->device()) : nullptr;
+  if (pager == nullptr) return;
+  thread_local std::vector<std::byte> host;
+  thread_local std::vector<uintptr_t> targets;
+  host.resize(bytes);
+  // The call says the source is host memory; if it is not (device memory has
+  // no CPU mapping), the read fails here instead of faulting.
+  const iovec local{host.data(), bytes};
+  const iovec remote{const_cast<void*>(src), bytes};
+  if (process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(bytes)) return;
+  prefetch::arena_addresses(host, reinterpret_cast<uintptr_t>(dst), allocator->arena(), &targets);
+  pager->on_pointer_table(dst, targets);
+}
+
+}  // namespace
+
 ObservedCopy::ObservedCopy(CopyOp kind, const void* dst, const void* src, size_t bytes, CUstream stream) noexcept {
   try {
     if (bytes == 0) return;  // touches nothing
@@ -253,6 +280,8 @@ ObservedCopy::ObservedCopy(CopyOp kind, const void* dst, const void* src, size_t
     if (count == 0 || capturing(stream)) return;
     g_copies.fetch_add(1, std::memory_order_relaxed);
     begun_ = begin_op(copy_id(kind, dst_is_zicoum, src_is_zicoum, bytes), used, count, stream);
+    // After the copy's own op: it writes the table, it does not read through it.
+    if (kind == CopyOp::kFromHost && dst_is_zicoum && !src_is_zicoum) note_pointer_table(*runtime, dst, src, bytes);
   } catch (...) {
     // As for a launch: the copy goes unannounced, and the driver brings its pages in.
   }

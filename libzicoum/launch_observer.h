@@ -79,14 +79,21 @@ class ObservedLaunch {
 // What a copy does to its destination, for its execution ID (not umm/driver.h's
 // CopyKind, which is a direction).
 enum class CopyOp : uint8_t {
-  kCopy,  // from `src` (cudaMemcpy*, cuMemcpy*)
-  kSet,   // to a value (cudaMemset*, cuMemsetD*); no source
+  kCopy,      // from `src` (cudaMemcpy*, cuMemcpy*)
+  kSet,       // to a value (cudaMemset*, cuMemsetD*); no source
+  kFromHost,  // from `src`, host memory by the call's word (cudaMemcpyHostToDevice, cuMemcpyHtoD*)
 };
 
 // Announces a copy or memset to the pager for the lifetime of the object, as
 // ObservedLaunch does a launch: its zicoum blocks (the destination's and the
 // source's) come to the GPU first. `src` is null for a memset; either pointer
 // may be host memory or another allocator's (then it is not a zicoum block).
+// A copy from the host into a zicoum block, of up to
+// prefetch::kTableBytesRead, is also read for addresses in the arena: a
+// pointer table, whose blocks the pager then names for every kernel that
+// names the table's (prefetch/pointer_table.h). The host bytes are read
+// with process_vm_readv, so a source that is not host memory after all
+// fails the read, not the process.
 class ObservedCopy {
  public:
   ObservedCopy(CopyOp kind, const void* dst, const void* src, size_t bytes, CUstream stream) noexcept;

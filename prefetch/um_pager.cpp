@@ -155,6 +155,7 @@ void UmPager::on_free(const void* ptr, std::optional<StreamHandle> work_on,
   if (it == blocks_.end()) return;
   const Block block = it->second;
   blocks_.erase(it);
+  tables_.erase(block.id);
   const BlockExtent extent{addr - arena_.base, block.bytes};
   std::vector<PageId> dead;
   for (PageId page = first_page(extent, page_bytes_); page <= last_page(extent, page_bytes_); ++page) {
@@ -274,6 +275,7 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   resolve_locked(used, &kernel_blocks_, &kernel_pages_, blocks, &stats_.unknown_pointers,
                  given == GivenId::kKernel ? &block_hash : nullptr);
   if (given == GivenId::kKernel) exec_id = exec_id_at(exec_id, block_hash);
+  name_reached_blocks(blocks);
   ++kernel_stamp_;
   if (fault_reports_) {
     // What this op used last time beyond what it names: used again (unless
@@ -540,6 +542,46 @@ uint64_t UmPager::set_budget(uint64_t bytes) {
     in_thread_->drain();
   }
   return budget;
+}
+
+void UmPager::on_pointer_table(const void* table, std::span<const uintptr_t> targets) {
+  std::lock_guard lock(mutex_);
+  auto it = blocks_.upper_bound(reinterpret_cast<uintptr_t>(table));
+  if (it == blocks_.begin() || reinterpret_cast<uintptr_t>(table) >= std::prev(it)->first + std::prev(it)->second.bytes) {
+    return;
+  }
+  const uint32_t id = std::prev(it)->second.id;
+  if (targets.empty()) {
+    tables_.erase(id);
+    return;
+  }
+  tables_[id].assign(targets.begin(), targets.end());  // may throw: the caller catches
+}
+
+void UmPager::name_reached_blocks(std::vector<VaRange>* blocks) {
+  if (tables_.empty()) return;
+  const size_t named = kernel_blocks_.size();
+  const size_t pages_before = kernel_pages_.size();
+  for (size_t i = 0; i < named; ++i) {
+    const auto table = tables_.find(kernel_blocks_[i]);
+    if (table == tables_.end()) continue;
+    for (const uintptr_t target : table->second) {
+      auto it = blocks_.upper_bound(target);
+      if (it == blocks_.begin() || target >= std::prev(it)->first + std::prev(it)->second.bytes) continue;
+      --it;
+      if (std::find(kernel_blocks_.begin(), kernel_blocks_.end(), it->second.id) != kernel_blocks_.end()) continue;
+      kernel_blocks_.push_back(it->second.id);
+      if (blocks != nullptr) blocks->push_back(VaRange{it->first, it->second.bytes});
+      const BlockExtent extent{it->first - arena_.base, it->second.bytes};
+      for (PageId page = first_page(extent, page_bytes_); page <= last_page(extent, page_bytes_); ++page) {
+        kernel_pages_.push_back(page);
+      }
+      ++stats_.table_named_blocks;
+    }
+  }
+  if (kernel_pages_.size() == pages_before) return;
+  std::sort(kernel_pages_.begin(), kernel_pages_.end());
+  kernel_pages_.erase(std::unique(kernel_pages_.begin(), kernel_pages_.end()), kernel_pages_.end());
 }
 
 void UmPager::keep_for_graph(std::span<const PageId> pages) {

@@ -77,6 +77,7 @@
 #include <deque>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "driver.h"
@@ -149,6 +150,9 @@ struct UmPagerStats {
   // Unmapped pages named by kernels captured into CUDA graphs, kept on the
   // GPU for good (their replays are not announced).
   uint64_t graph_pages = 0;
+  // Blocks named for kernels through the pointer tables of the blocks they
+  // name (on_pointer_table), over every kernel.
+  uint64_t table_named_blocks = 0;
 };
 
 class UmPager {
@@ -202,6 +206,13 @@ class UmPager {
                          GivenId given = GivenId::kOp);
   // The kernel of the last before_kernel() was launched.
   void after_kernel();
+  // The block at `table` (any address inside it) holds the addresses
+  // `targets` (a copy from the host wrote them: pointer_table.h): from now
+  // on every kernel that names the block names the blocks those addresses
+  // fall in too (those live when it runs), until a later call for the
+  // block replaces them or the block is freed. An address outside the
+  // arena, or a table outside every live block, is ignored.
+  void on_pointer_table(const void* table, std::span<const uintptr_t> targets);
   // What before_kernel(…, used, …) would find the kernel uses of the arena,
   // in whole pages, before what it learnt from faults: what must be on the
   // GPU at once for it to run without the driver paging inside it.
@@ -356,6 +367,9 @@ class UmPager {
   // `target` pages are occupied or none is left to evict, counting pages
   // sent in budget_evictions; the budget is then the larger of the two.
   void shrink_to(uint32_t target);
+  // Adds to the announced kernel's blocks and pages those its named blocks'
+  // pointer tables reach (on_pointer_table); *blocks, if given, too.
+  void name_reached_blocks(std::vector<VaRange>* blocks);
   // Unmapped pages a kernel captured into a CUDA graph names stay on the
   // GPU for good (pinned): the graph's replays are not announced.
   void keep_for_graph(std::span<const PageId> pages);
@@ -460,6 +474,8 @@ class UmPager {
   Residency residency_;
   std::unique_ptr<PagingPolicy> policy_;
   std::map<uintptr_t, Block> blocks_;  // live blocks by address
+  // Per block id: the addresses its pointer table holds (on_pointer_table).
+  std::unordered_map<uint32_t, std::vector<uintptr_t>> tables_;
   uint32_t next_block_ = 0;
   uint32_t iteration_ = 0;
   uint64_t clock_ = 0;  // counts migrations: the residency's "migrated at" order

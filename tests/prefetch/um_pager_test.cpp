@@ -810,6 +810,50 @@ TEST(UmPager, ASwappedPageWhoseLastKernelsMarkIsGoneLeavesAfterTheDeviceDrains) 
   ASSERT_TRUE(swap.unreserve(arena).is_ok());
 }
 
+// A kernel that reads blocks through a pointer table in device memory
+// names only the table; once the pager knows what the table holds (a copy
+// from the host wrote it: on_pointer_table), it names those blocks too, so
+// a swapped one is mapped when the kernel reaches it. A table written anew
+// without addresses names nothing more, and a freed target is not named.
+TEST(UmPager, BlocksAPointerTableReachesAreNamedForTheKernelsThatNameTheTable) {
+  SimDriver sim;
+  SwapArenaDriver swap(sim);
+  VaRange arena{};
+  ASSERT_TRUE(swap.reserve(DeviceId{0}, 8 * kPage, 0, &arena).is_ok());
+  UmPagerOptions options;
+  options.budget_bytes = 8 * kPage;
+  std::unique_ptr<UmPager> pager = pager_over(swap, arena.ptr(), 8, options);
+  ASSERT_NE(pager, nullptr);
+  const VaRange table{arena.base, kPage};
+  const VaRange target{arena.base + 2 * kPage, 2 * kPage};
+  pager->on_allocate(table.ptr(), table.bytes);
+  pager->on_allocate(target.ptr(), target.bytes);
+  const std::array<VaRange, 2> reached{table, target};  // what the kernel touches
+  const auto kernel = [&] {
+    std::vector<VaRange> blocks;
+    pager->before_kernel(1, std::span<const VaRange>(&table, 1), 1000, &blocks);
+    const Status ran = sim.run_kernel(reached, 1000);
+    pager->after_kernel();
+    return std::make_pair(ran, blocks.size());
+  };
+  EXPECT_EQ(kernel().first.code(), Errc::kInvalidArgument) << "the table's target was mapped before the pager knew";
+  const std::array<uintptr_t, 2> addresses{target.base + 64, target.base + kPage + 8};
+  pager->on_pointer_table(reinterpret_cast<void*>(table.base + 16), addresses);
+  const auto [ran, blocks] = kernel();
+  EXPECT_TRUE(ran.is_ok()) << "a block the table reaches was not there";
+  EXPECT_EQ(blocks, 2u) << "the op's blocks include what the table reaches, once";
+  EXPECT_EQ(pager->stats().table_named_blocks, 1u);
+  pager->on_pointer_table(table.ptr(), {});  // written again with data
+  pager->set_budget(0);                      // everything off the GPU
+  pager->set_budget(8 * kPage);
+  EXPECT_EQ(kernel().second, 1u) << "a table written anew still named its old target";
+  pager->on_pointer_table(table.ptr(), addresses);
+  pager->on_free(target.ptr(), std::nullopt);
+  EXPECT_EQ(kernel().second, 1u) << "a freed target was named";
+  pager.reset();
+  ASSERT_TRUE(swap.unreserve(arena).is_ok());
+}
+
 // A graph's replays are not announced: swapped pages a captured kernel
 // names stay on the GPU from then on, so a replay (a kernel nobody
 // announces) finds them mapped however many other pages came and went.

@@ -1,7 +1,9 @@
 /* Copies and memsets seen by zicoum in UM mode: the zicoum blocks a copy
  * reads or writes come to the GPU before it (cudaMemcpyAsync device to
  * device: both; cudaMemsetAsync; cudaMemcpy host to device: the destination;
- * cuMemcpyDtoH: the source; cuMemsetD32Async found through cuGetProcAddress),
+ * cuMemcpyDtoH: the source; cuMemsetD32Async found through cuGetProcAddress;
+ * a pointer table copied from the host: the blocks it points to, for an op
+ * that names the table),
  * a copy between host buffers or of no bytes is not announced, and every copy reaches the
  * driver with its bytes intact. In VMM mode nothing is paged. With
  * ZICO_SIM_CAPTURING_STREAM set (UM mode): a copy on that stream, or on the
@@ -116,6 +118,22 @@ int main(void) {
     CHECK(word == 0x01020304u && blocks[5][4096] == 6, "the driver's memset's bytes");
   }
   CHECK(fake_copies == 7, "not every copy reached the driver");
+
+  /* A pointer table written from the host: an op that names the table brings
+   * the block it points to as well (UM mode reads such copies for addresses);
+   * the copy that writes the table does not. */
+  if (um) {
+    unsigned char* target = NULL;
+    CHECK(zico_malloc((void**)&target, 8 * MiB, 0, NULL) == ZICO_OK, "zico_malloc of the table's target");
+    const void* table[4] = {target, target + MiB, target + 2 * MiB, target + 3 * MiB};
+    const uint64_t before_copy = stats().prefetched_pages;
+    CHECK(cudaMemcpy(blocks[0], table, sizeof table, cudaMemcpyHostToDevice) == cudaSuccess, "the table's copy");
+    CHECK(stats().prefetched_pages == before_copy, "the copy that writes the table brought what it points to");
+    const void* named[1] = {blocks[0]};
+    CHECK(zico_op_begin(77, named, 1, 0) == ZICO_OK && zico_op_end() == ZICO_OK, "an op naming the table");
+    CHECK(stats().prefetched_pages >= before_copy + 4, "the block the table points to did not come with it");
+    CHECK(zico_free(target, NULL) == ZICO_OK, "zico_free of the table's target");
+  }
   CHECK(blocks[2][0] == 0x5a && blocks[2][4 * MiB] == 3, "the memset's bytes");
   CHECK(blocks[3][MiB] == 0x77 && blocks[3][0] == 4 && blocks[3][2 * MiB] == 4, "the host-to-device copy's bytes");
   free(host);
