@@ -714,100 +714,89 @@ TEST(UmPager, RunsItsMovesOnItsOwnThreadsWithinTheBudget) {
   check(stream, budget, "zico");
 }
 
+// The "um" pager (room made least recently migrated first, nothing else
+// moves) over 8 swapped pages with a budget of 4, five one-page blocks, and
+// a busy stream where a kernel's read of page 0 stays queued (a copy stands
+// for it) while other kernels run.
+class SwappedPageUnderQueuedWork : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(swap_.reserve(DeviceId{0}, 8 * kPage, 0, &arena_).is_ok());
+    base_ = static_cast<std::byte*>(arena_.ptr());
+    UmPagerOptions options;
+    options.policy = "um";
+    options.budget_bytes = 4 * kPage;
+    pager_ = pager_over(swap_, arena_.ptr(), 8, options);
+    ASSERT_NE(pager_, nullptr);
+    ASSERT_TRUE(sim_.stream_create(DeviceId{0}, &busy_).is_ok());
+    for (size_t page = 0; page < 5; ++page) pager_->on_allocate(base_ + page * kPage, kPage);
+  }
+  void TearDown() override {
+    ASSERT_TRUE(sim_.release_stream(busy_).is_ok());
+    ASSERT_TRUE(sim_.stream_destroy(busy_).is_ok());
+    pager_.reset();
+    ASSERT_TRUE(swap_.unreserve(arena_).is_ok());
+  }
+  VaRange page_range(size_t page) const { return VaRange{reinterpret_cast<uintptr_t>(base_ + page * kPage), kPage}; }
+  void use(size_t page, StreamHandle stream) {
+    const VaRange range = page_range(page);
+    pager_->before_kernel(page, std::span<const VaRange>(&range, 1), 1000, nullptr, stream);
+    ASSERT_TRUE(sim_.run_kernel(std::span<const VaRange>(&range, 1), 1000, stream).is_ok()) << "page " << page;
+    pager_->after_kernel();
+  }
+  // Page 0 written with 0x5a, then read by a kernel queued on the busy stream (into seen_).
+  void queue_a_read_of_page_0() {
+    std::memset(base_, 0x5a, kPage);
+    sim_.hold_stream(busy_);
+    const VaRange first = page_range(0);
+    pager_->before_kernel(0, std::span<const VaRange>(&first, 1), 1000, nullptr, busy_);
+    ASSERT_TRUE(sim_.copy_async(seen_.data(), base_, kPage, CopyKind::kDeviceToHost, busy_).is_ok());
+    pager_->after_kernel();
+  }
+  // Page 0 left once, after the busy stream's read, with no unmap refused.
+  void expect_page_0_left_after_the_read() {
+    EXPECT_EQ(seen_[7], std::byte{0x5a}) << "the busy stream's read ran after the page left";
+    EXPECT_EQ(pager_->stats().driver_errors, 0u) << "the page was unmapped under queued work";
+    EXPECT_EQ(swap_.stats().pages_out, 1u);
+    EXPECT_LE(swap_.stats().peak_mapped_bytes, 4 * kPage);
+  }
+
+  SimDriver sim_;
+  SwapArenaDriver swap_{sim_};
+  VaRange arena_{};
+  std::byte* base_ = nullptr;
+  std::unique_ptr<UmPager> pager_;
+  StreamHandle busy_{};
+  std::vector<std::byte> seen_ = std::vector<std::byte>(kPage);
+};
+
 // A swapped page leaves only after every kernel that may still use it: the
 // last that named it, and the last on another stream before that one, which
-// may run later. Here a kernel on a busy stream reads page 0 (a queued copy
-// stands for it), then one on the default stream names it too; when page 0
-// goes out for room, its copy out waits for the busy stream's read (else
-// SimDriver refuses to unmap a range queued work touches, and the pager
-// counts a driver error) and the read sees the page's bytes.
-TEST(UmPager, ASwappedPageLeavesAfterTheKernelsOfEveryStreamThatUsedIt) {
-  SimDriver sim;
-  SwapArenaDriver swap(sim);
-  VaRange arena{};
-  ASSERT_TRUE(swap.reserve(DeviceId{0}, 8 * kPage, 0, &arena).is_ok());
-  auto* base = static_cast<std::byte*>(arena.ptr());
-  UmPagerOptions options;
-  options.policy = "um";  // room made least recently migrated first, nothing else moves
-  options.budget_bytes = 4 * kPage;
-  std::unique_ptr<UmPager> pager = pager_over(swap, arena.ptr(), 8, options);
-  ASSERT_NE(pager, nullptr);
-  StreamHandle busy{};
-  ASSERT_TRUE(sim.stream_create(DeviceId{0}, &busy).is_ok());
-  for (size_t page = 0; page < 5; ++page) pager->on_allocate(base + page * kPage, kPage);
-  const auto page_range = [&](size_t page) { return VaRange{reinterpret_cast<uintptr_t>(base + page * kPage), kPage}; };
-  const auto use = [&](size_t page, StreamHandle stream) {
-    const VaRange range = page_range(page);
-    pager->before_kernel(page, std::span<const VaRange>(&range, 1), 1000, nullptr, stream);
-    ASSERT_TRUE(sim.run_kernel(std::span<const VaRange>(&range, 1), 1000, stream).is_ok()) << "page " << page;
-    pager->after_kernel();
-  };
+// may run later. Here, after the busy stream's read, a kernel on the default
+// stream names page 0 too; when page 0 goes out for room, its copy out waits
+// for the busy stream's read (else SimDriver refuses to unmap a range queued
+// work touches, and the pager counts a driver error).
+TEST_F(SwappedPageUnderQueuedWork, LeavesAfterTheKernelsOfEveryStreamThatUsedIt) {
   use(0, StreamHandle{});
-  std::memset(base, 0x5a, kPage);  // what the kernel wrote
-  sim.hold_stream(busy);
-  std::vector<std::byte> seen(kPage);
-  const VaRange first = page_range(0);
-  pager->before_kernel(0, std::span<const VaRange>(&first, 1), 1000, nullptr, busy);
-  ASSERT_TRUE(sim.copy_async(seen.data(), base, kPage, CopyKind::kDeviceToHost, busy).is_ok());
-  pager->after_kernel();
+  queue_a_read_of_page_0();
   use(0, StreamHandle{});
   for (size_t page = 1; page < 5; ++page) use(page, StreamHandle{});  // page 4 takes page 0's room
-  EXPECT_EQ(seen[7], std::byte{0x5a}) << "the busy stream's read ran after the page left";
-  const UmPagerStats stats = pager->stats();
-  EXPECT_EQ(stats.driver_errors, 0u) << "the page was unmapped under queued work";
-  EXPECT_EQ(swap.stats().pages_out, 1u);
-  EXPECT_LE(swap.stats().peak_mapped_bytes, 4 * kPage);
-  ASSERT_TRUE(sim.release_stream(busy).is_ok());
-  ASSERT_TRUE(sim.stream_destroy(busy).is_ok());
-  pager.reset();
-  ASSERT_TRUE(swap.unreserve(arena).is_ok());
+  expect_page_0_left_after_the_read();
 }
 
 // A kernel's launch mark is kept for the last 256 launches; a swapped page
 // last used by one launched earlier may still be in use when the GPU lags
-// behind the launching thread. Here page 0 is read on a busy stream, then
-// 300 kernels on another stream use other pages, then page 0 goes out for
-// room: with no later launch on the busy stream to wait for, the device
-// drains first, and the read sees the page's bytes.
-TEST(UmPager, ASwappedPageWhoseLastKernelsMarkIsGoneLeavesAfterTheDeviceDrains) {
-  SimDriver sim;
-  SwapArenaDriver swap(sim);
-  VaRange arena{};
-  ASSERT_TRUE(swap.reserve(DeviceId{0}, 8 * kPage, 0, &arena).is_ok());
-  auto* base = static_cast<std::byte*>(arena.ptr());
-  UmPagerOptions options;
-  options.policy = "um";
-  options.budget_bytes = 4 * kPage;
-  std::unique_ptr<UmPager> pager = pager_over(swap, arena.ptr(), 8, options);
-  ASSERT_NE(pager, nullptr);
-  StreamHandle busy{};
-  ASSERT_TRUE(sim.stream_create(DeviceId{0}, &busy).is_ok());
+// behind the launching thread. Here, after the busy stream's read, 300
+// kernels on another stream use other pages, then page 0 goes out for room:
+// with no later launch on the busy stream to wait for, the device drains
+// first.
+TEST_F(SwappedPageUnderQueuedWork, WhoseLastKernelsMarkIsGoneLeavesAfterTheDeviceDrains) {
   const StreamHandle other{0x6000};
-  for (size_t page = 0; page < 5; ++page) pager->on_allocate(base + page * kPage, kPage);
-  const auto page_range = [&](size_t page) { return VaRange{reinterpret_cast<uintptr_t>(base + page * kPage), kPage}; };
-  const auto use = [&](size_t page, StreamHandle stream) {
-    const VaRange range = page_range(page);
-    pager->before_kernel(page, std::span<const VaRange>(&range, 1), 1000, nullptr, stream);
-    ASSERT_TRUE(sim.run_kernel(std::span<const VaRange>(&range, 1), 1000, stream).is_ok()) << "page " << page;
-    pager->after_kernel();
-  };
   use(0, other);
-  std::memset(base, 0x5a, kPage);
-  sim.hold_stream(busy);
-  std::vector<std::byte> seen(kPage);
-  const VaRange first = page_range(0);
-  pager->before_kernel(0, std::span<const VaRange>(&first, 1), 1000, nullptr, busy);
-  ASSERT_TRUE(sim.copy_async(seen.data(), base, kPage, CopyKind::kDeviceToHost, busy).is_ok());
-  pager->after_kernel();
+  queue_a_read_of_page_0();
   for (size_t launch = 0; launch < 300; ++launch) use(1 + launch % 3, other);
   use(4, other);  // room: page 0, the least recently migrated
-  EXPECT_EQ(seen[7], std::byte{0x5a}) << "the busy stream's read ran after the page left";
-  EXPECT_EQ(pager->stats().driver_errors, 0u) << "the page was unmapped under queued work";
-  EXPECT_EQ(swap.stats().pages_out, 1u);
-  ASSERT_TRUE(sim.release_stream(busy).is_ok());
-  ASSERT_TRUE(sim.stream_destroy(busy).is_ok());
-  pager.reset();
-  ASSERT_TRUE(swap.unreserve(arena).is_ok());
+  expect_page_0_left_after_the_read();
 }
 
 // A kernel that reads blocks through a pointer table in device memory
