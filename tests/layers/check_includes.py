@@ -23,7 +23,7 @@ import tempfile
 LAYER_FILES = [
     ("base", ["umm/status.*", "umm/sizes.*", "umm/log.*", "umm/types.h"]),
     ("umm", ["umm/*"]),
-    ("pager", ["prefetch/um_pager.*", "prefetch/pager_thread.*"]),
+    ("pager", ["prefetch/um_pager.*", "prefetch/pager_thread.*", "prefetch/pointer_table.*"]),
     ("prefetch", ["prefetch/*"]),
     ("demand", ["sharing/demand_curve.*", "sharing/paging_cost.*", "sharing/usage_tracker.*"]),
     ("scheduling", ["sharing/ledger.*", "sharing/ledger_*", "sharing/time_shift_scheduler.*", "sharing/iteration_gates.*",
