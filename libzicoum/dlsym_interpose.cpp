@@ -62,13 +62,21 @@ ZICO_UNINSTRUMENTED Dlsym find_real_dlsym() {
 // Until then nothing is swapped.
 bool g_swap_static_runtimes = false;
 void* g_libzicoum_base = nullptr;
+// Unset, it is on where UM mode swaps its pages (ZICO_MODE=um,
+// ZICO_UM_MEMORY=swap): a kernel there that zicoum does not see touches
+// unmapped pages.
 __attribute__((constructor)) void read_static_runtimes_setting() {
   const char* value = std::getenv("ZICO_STATIC_RUNTIMES");
+  const char* mode = std::getenv("ZICO_MODE");
+  const char* memory = std::getenv("ZICO_UM_MEMORY");
+  const bool swapping = mode != nullptr && std::strcmp(mode, "um") == 0 && memory != nullptr &&
+                        std::strcmp(memory, "swap") == 0;
   Dl_info self{};
   if (dladdr(reinterpret_cast<const void*>(&read_static_runtimes_setting), &self) != 0) {
     __atomic_store_n(&g_libzicoum_base, self.dli_fbase, __ATOMIC_RELEASE);
   }
-  __atomic_store_n(&g_swap_static_runtimes, value != nullptr && std::strcmp(value, "on") == 0, __ATOMIC_RELEASE);
+  const bool on = value != nullptr ? std::strcmp(value, "on") == 0 : swapping;
+  __atomic_store_n(&g_swap_static_runtimes, on, __ATOMIC_RELEASE);
 }
 
 ZICO_UNINSTRUMENTED bool swap_static_runtimes() { return __atomic_load_n(&g_swap_static_runtimes, __ATOMIC_ACQUIRE); }

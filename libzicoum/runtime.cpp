@@ -72,6 +72,13 @@ Runtime::Runtime() noexcept {
     if (const std::string unknown = unknown_variables(environ); !unknown.empty()) {
       ZICO_LOG(kWarn, "ignoring unknown variable(s) %s; `zico-run --list-env` lists the known ones", unknown.c_str());
     }
+    if (config_.mode == Mode::kUm && config_.um_swap && config_.backend == Backend::kCuda &&
+        std::getenv("ZICO_STATIC_RUNTIMES") != nullptr && !config_.static_runtimes) {
+      ZICO_LOG(kWarn, "ZICO_UM_MEMORY=swap with ZICO_STATIC_RUNTIMES=off: kernels that libraries carrying the CUDA "
+                      "runtime (cuBLAS, cuDNN) launch go unseen, and a page they touch that is not on the GPU is an "
+                      "illegal address; leave ZICO_STATIC_RUNTIMES unset (on under swap) or use "
+                      "ZICO_UM_MEMORY=managed");
+    }
     if (config_.mode != Mode::kUm && (config_.um_swap || config_.fault_reports)) {
       ZICO_LOG(kWarn, "%s applies to ZICO_MODE=um only: ignored under ZICO_MODE=vmm",
                config_.um_swap ? "ZICO_UM_MEMORY=swap" : "ZICO_FAULT_REPORTS=on");

@@ -36,7 +36,7 @@ constexpr OptionInfo kOptions[] = {
     {"ZICO_FAULT_REPORTS", "off", "on | off",
      "UM mode: learn what kernels use beyond their parameters from the GPU's fault reports (CUPTI, loaded at run "
      "time; on an H100 it cost a PyTorch MLP 4% of its time, hence off)"},
-    {"ZICO_STATIC_RUNTIMES", "off", "on | off",
+    {"ZICO_STATIC_RUNTIMES", "off (on under ZICO_UM_MEMORY=swap)", "on | off",
      "on: libraries with the CUDA runtime inside them (cuBLAS, cuDNN) allocate and launch through zicoum too "
      "(their dlsym of the driver's cuGetProcAddress gets zicoum's; x86-64; one GPU run so far)"},
     {"ZICO_CHUNK_SIZE", "driver granularity", "power-of-two size, a multiple of the granularity",

@@ -1,8 +1,8 @@
 /* A library that carries its own CUDA runtime (cuBLAS, cuDNN) opens the
  * driver itself and takes its lookup with dlsym on that handle. With
  * ZICO_STATIC_RUNTIMES=on it gets zicoum's lookup, so the cuMemAlloc it finds
- * allocates within the budget; off (the default), the driver's own, as
- * without zicoum. Either way dlsym still answers RTLD_NEXT and RTLD_DEFAULT
+ * allocates within the budget; off (the default but under UM mode's swapped
+ * pages), the driver's own, as without zicoum. Either way dlsym still answers RTLD_NEXT and RTLD_DEFAULT
  * for its caller, not for libzicoum. Linked ahead of fake_driver.c's library,
  * on the simulated backend. Prints OK. */
 #define _GNU_SOURCE  /* dladdr, RTLD_NEXT, RTLD_DEFAULT */
@@ -20,8 +20,12 @@ extern int fake_driver_allocations;
 CUresult fake_other_function(void);
 
 int main(void) {
+  /* Unset, it is on where UM mode swaps its pages (ZICO_MODE=um, ZICO_UM_MEMORY=swap). */
   const char* setting = getenv("ZICO_STATIC_RUNTIMES");
-  const int swapped = setting != NULL && strcmp(setting, "on") == 0;
+  const char* mode = getenv("ZICO_MODE");
+  const char* memory = getenv("ZICO_UM_MEMORY");
+  const int um_swap = mode != NULL && strcmp(mode, "um") == 0 && memory != NULL && strcmp(memory, "swap") == 0;
+  const int swapped = setting != NULL ? strcmp(setting, "on") == 0 : um_swap;
 
   /* Relative to this program: libzicoum's definition is the next one, the
    * stand-in driver's comes after it. */
