@@ -45,7 +45,9 @@
 // pooled chunks at once.
 //
 // Thread-safe: one mutex (the pager's two threads call in at once). A fetch
-// of a page that is leaving waits until it has left.
+// of a page that is leaving waits until it has left. The GPU order of a
+// page's copies on different streams is the caller's, as for managed
+// memory: the pager makes an eviction wait for the page's queued fetch.
 #pragma once
 
 #include <condition_variable>
