@@ -2,8 +2,6 @@
 
 #include <atomic>
 #include <cstring>
-#include <sys/uio.h>
-#include <unistd.h>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -12,11 +10,13 @@
 #include <vector>
 
 #include <cuda_runtime_api.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "api_calls.h"
-#include "pointer_table.h"
 #include "config.h"
 #include "log.h"
+#include "pointer_table.h"
 #include "real_function.h"
 #include "runtime.h"
 
