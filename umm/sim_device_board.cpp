@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace zico {
@@ -34,9 +35,29 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "the board's words are
 
 std::atomic<uint64_t> g_next_token{1};
 
+// Whether /proc says `pid` has exited and awaits its parent (a zombie): its
+// memory is gone, though kill(pid, 0) still finds it. False where /proc
+// cannot tell.
+bool exited(pid_t pid) {
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char text[256];
+  const ssize_t n = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  text[n] = '\0';
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold any byte).
+  const char* paren = std::strrchr(text, ')');
+  return paren != nullptr && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
 bool alive(uint64_t owner) {
   const auto pid = static_cast<pid_t>(owner >> 24);
-  return pid > 0 && (::kill(pid, 0) == 0 || errno != ESRCH);
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0) return errno != ESRCH;
+  return !exited(pid);
 }
 
 uint64_t sub_floor(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }

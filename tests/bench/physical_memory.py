@@ -43,6 +43,16 @@ SLOT_BYTES = 8 + DEVICES * 32
 MIB = 1 << 20
 
 
+def exited(pid):
+    """Whether `pid` has exited and awaits its parent (a zombie): its memory is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rpartition(")")[2].split()
+    except OSError:
+        return False
+    return bool(state) and state[0] in ("Z", "X")
+
+
 def device_used(board_path):
     """Device 0's memory held by every live slot, as a driver on the board would count it."""
     try:
@@ -65,6 +75,8 @@ def device_used(board_path):
             continue
         except PermissionError:
             pass
+        if exited(pid):
+            continue
         used += max(held - taken, 0)
     return used
 

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -192,6 +193,39 @@ TEST_F(SimDeviceBoardTest, ADeadProcesssMemoryIsForgotten) {
   SimDriver next(eight_pages());
   share(next);  // takes a slot, maybe the dead one's
   EXPECT_EQ(free_of(next), 8 * kPage);
+}
+
+// A process that has exited but is not yet reaped (a zombie) still answers
+// kill(pid, 0), yet its memory is gone: it is forgotten as soon as it exits.
+TEST_F(SimDeviceBoardTest, AnExitedProcessNotYetReapedIsForgotten) {
+  SimDriver alive(eight_pages());
+  share(alive);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    SimDriver dying(eight_pages());
+    std::string why;
+    PhysHandle chunk;
+    const bool ok = dying.share_devices(path_, &why).is_ok() && dying.create(kDevice, 6 * kPage, &chunk).is_ok();
+    const char byte = ok ? 1 : 0;
+    (void)::write(ready[1], &byte, 1);
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ::close(ready[0]);
+  ASSERT_EQ(byte, 1) << "the child could not take its memory";
+  // Until it has exited its memory counts; then, unreaped, it no longer does.
+  bool forgotten = false;
+  for (int tries = 0; tries < 500 && !forgotten; ++tries) {
+    forgotten = free_of(alive) == 8 * kPage;
+    if (!forgotten) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_TRUE(forgotten) << "an exited process's memory still counted";
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
 }
 
 TEST_F(SimDeviceBoardTest, AFileThatIsNoBoardIsRefusedByName) {
