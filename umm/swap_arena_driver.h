@@ -5,7 +5,7 @@
 // A managed arena keeps the device memory of a page that left: the UVM driver
 // gives a block's chunks back to the GPU only when its range is destroyed, so
 // the device reports the job's high-water mark in use whatever its budget
-// (docs/architecture.md, "Unified memory"). Here the arena is a reservation of
+// (docs/architecture.md, "UM mode"). Here the arena is a reservation of
 // addresses instead, and each of its pages (the device's granularity) is at
 // any time one of:
 //   mapped   a chunk of device memory of its own, mapped and accessible;
@@ -14,13 +14,15 @@
 //   empty    unmapped, holding nothing (never written, or discarded).
 // The pager moves pages with the managed-memory calls, as it moves the UVM
 // driver's (um_pager.h); here they mean:
-//   managed_prefetch_batch to the device  a chunk created and mapped for each
-//       page not mapped, its host bytes copied in on the stream (the copy
-//       engine's rate; no fault path, no CPU page tables);
+//   managed_prefetch_batch to the device  a chunk (kept from a page that left,
+//       or created) mapped for each page not mapped, its host bytes copied in
+//       on the stream (the copy engine's rate; no fault path, no CPU page
+//       tables);
 //   managed_prefetch_batch to the host    each mapped page copied to its host
 //       slot on the stream (the pager queued it behind the last kernel that
 //       named the page), the copies waited for, then the page unmapped and
-//       its chunk released: the device has the memory back at once;
+//       its chunk released (or kept, within the job's budget: below): the
+//       device has the memory back at once;
 //   managed_discard_batch                 after the stream's queued work,
 //       unmapped and released without a copy, its host bytes dropped;
 //   managed_discard_and_prefetch_batch    a fresh chunk mapped, nothing copied.
@@ -29,10 +31,12 @@
 //
 // The safety rule: an unmapped page is an illegal address, not a fault. The
 // pager fetches every page a launch names before its kernel runs
-// (Capabilities::absent_pages_unmapped), beyond the budget if it must, and
-// unmaps a page only once the copy out queued behind the last kernel that
-// named it has ended. So memory a kernel reaches without its launch naming it
-// (pointer tables in device memory, library workspaces, CUDA graphs replayed)
+// (Capabilities::absent_pages_unmapped), beyond the budget if it must, keeps
+// the pages a kernel captured into a CUDA graph names, and unmaps a page only
+// once the copy out queued behind the kernels that may still use it has
+// ended (um_pager.h). So memory a kernel reaches without its launch naming
+// it (pointer tables written on the device, library workspaces a library
+// keeps to itself; tables copied from the host are read: pointer_table.h)
 // must not live here: such a job keeps ZICO_UM_MEMORY=managed, where an
 // unnamed page faults in. SimDriver refuses a kernel that touches an unmapped
 // page (run_kernel: an illegal address), so a test that breaks the rule fails.
@@ -57,8 +61,8 @@
 #include <mutex>
 #include <vector>
 
-#include "paged_arena_driver.h"
 #include "host_store.h"
+#include "paged_arena_driver.h"
 
 namespace zico {
 
@@ -66,7 +70,7 @@ namespace zico {
 struct SwapArenaStats {
   uint64_t pages_in = 0;          // pages mapped for a fetch
   uint64_t copies_in = 0;         // of those, the ones whose host bytes were copied in
-  uint64_t pages_out = 0;         // pages copied to the host, unmapped and released
+  uint64_t pages_out = 0;         // pages copied to the host and unmapped
   uint64_t discarded = 0;         // pages whose bytes were dropped
   uint64_t move_calls = 0;        // prefetch calls (a batch is one; discards are not)
   uint64_t mapped_bytes = 0;      // device memory the arenas' pages hold now
