@@ -12,7 +12,12 @@
 // device has room. Those pages are then fetched before the kernel runs
 // where the policy says it fetches what ops name (zico, in its unplanned
 // iterations too), or left to the kernel's faults (the others; "um" is plain
-// demand paging). Only what no launch names is left to faults then.
+// demand paging). Only what no launch names is left to faults then. Where
+// absent pages are unmapped (swapped memory, swap_arena_driver.h) nothing
+// faults: every page a kernel names is fetched, beyond the budget if it must
+// be, and an eviction also waits for the last kernel on another stream that
+// named the page and, past the ring of launch marks, for a later launch on
+// its stream or the device to drain.
 //
 // Requests are batched: those of one event (a kernel announced, a block
 // freed, a mark, a budget change) are handed to the driver together, in one
