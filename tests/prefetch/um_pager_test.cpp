@@ -653,6 +653,14 @@ TEST(UmPager, RunsTheCommittedTracesAsFastAsThePagingSimulatorSays) {
   }
 }
 
+// Two replays' last iterations within 25 % of each other.
+void expect_last_iterations_near(const page::UmReplayResult& a, const char* a_name, const page::UmReplayResult& b,
+                                 const char* b_name) {
+  const double ratio = static_cast<double>(a.iteration_ns.back()) / static_cast<double>(b.iteration_ns.back());
+  EXPECT_NEAR(ratio, 1.0, 0.25) << a_name << " " << a.iteration_ns.back() << " ns, " << b_name << " "
+                                << b.iteration_ns.back() << " ns";
+}
+
 // Each call into the UVM driver costs the launching thread a round trip, so
 // a policy's moves for one event go in one call per direction, adjacent
 // pages as one range, not one call a page (bert_base at half its peak:
@@ -694,10 +702,7 @@ TEST(UmPager, RunsItsMovesOnItsOwnThreadsWithinTheBudget) {
     EXPECT_EQ(threaded.pager.driver_errors, 0u);
     EXPECT_EQ(threaded.device_prefetch_calls, threaded.pager.migration_calls) << "a move was lost on the way";
     EXPECT_EQ(threaded.pager.migration_calls, inline_run.pager.migration_calls) << "the same decisions, moved";
-    const double ratio =
-        static_cast<double>(threaded.iteration_ns.back()) / static_cast<double>(inline_run.iteration_ns.back());
-    EXPECT_NEAR(ratio, 1.0, 0.25) << "threaded " << threaded.iteration_ns.back() << " ns, inline "
-                                  << inline_run.iteration_ns.back() << " ns";
+    expect_last_iterations_near(threaded, "threaded", inline_run, "inline");
   };
   for (uint32_t seed = 1; seed <= 8; ++seed) {
     const AccessStream stream = random_training_stream(seed, 4, kPage);
@@ -714,6 +719,18 @@ TEST(UmPager, RunsItsMovesOnItsOwnThreadsWithinTheBudget) {
   check(stream, budget, "zico");
 }
 
+// SimDriver's device with a swapped arena of `pages` pages on it, given
+// back when it goes (a pager over it must go first: declare it after).
+struct SwappedArena {
+  explicit SwappedArena(size_t pages, const SimOptions& options = {}) : sim(options), swap(sim) {
+    EXPECT_TRUE(swap.reserve(DeviceId{0}, pages * kPage, 0, &arena).is_ok());
+  }
+  ~SwappedArena() { EXPECT_TRUE(swap.unreserve(arena).is_ok()); }
+  SimDriver sim;
+  SwapArenaDriver swap;
+  VaRange arena{};
+};
+
 // The "um" pager (room made least recently migrated first, nothing else
 // moves) over 8 swapped pages with a budget of 4, five one-page blocks, and
 // a busy stream where a kernel's read of page 0 stays queued (a copy stands
@@ -721,7 +738,6 @@ TEST(UmPager, RunsItsMovesOnItsOwnThreadsWithinTheBudget) {
 class SwappedPageUnderQueuedWork : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(swap_.reserve(DeviceId{0}, 8 * kPage, 0, &arena_).is_ok());
     base_ = static_cast<std::byte*>(arena_.ptr());
     UmPagerOptions options;
     options.policy = "um";
@@ -734,8 +750,6 @@ class SwappedPageUnderQueuedWork : public ::testing::Test {
   void TearDown() override {
     ASSERT_TRUE(sim_.release_stream(busy_).is_ok());
     ASSERT_TRUE(sim_.stream_destroy(busy_).is_ok());
-    pager_.reset();
-    ASSERT_TRUE(swap_.unreserve(arena_).is_ok());
   }
   VaRange page_range(size_t page) const { return VaRange{reinterpret_cast<uintptr_t>(base_ + page * kPage), kPage}; }
   void use(size_t page, StreamHandle stream) {
@@ -761,9 +775,10 @@ class SwappedPageUnderQueuedWork : public ::testing::Test {
     EXPECT_LE(swap_.stats().peak_mapped_bytes, 4 * kPage);
   }
 
-  SimDriver sim_;
-  SwapArenaDriver swap_{sim_};
-  VaRange arena_{};
+  SwappedArena device_{8};
+  SimDriver& sim_ = device_.sim;
+  SwapArenaDriver& swap_ = device_.swap;
+  const VaRange& arena_ = device_.arena;
   std::byte* base_ = nullptr;
   std::unique_ptr<UmPager> pager_;
   StreamHandle busy_{};
@@ -805,13 +820,12 @@ TEST_F(SwappedPageUnderQueuedWork, WhoseLastKernelsMarkIsGoneLeavesAfterTheDevic
 // a swapped one is mapped when the kernel reaches it. A table written anew
 // without addresses names nothing more, and a freed target is not named.
 TEST(UmPager, BlocksAPointerTableReachesAreNamedForTheKernelsThatNameTheTable) {
-  SimDriver sim;
-  SwapArenaDriver swap(sim);
-  VaRange arena{};
-  ASSERT_TRUE(swap.reserve(DeviceId{0}, 8 * kPage, 0, &arena).is_ok());
+  SwappedArena device(8);
+  SimDriver& sim = device.sim;
+  const VaRange arena = device.arena;
   UmPagerOptions options;
   options.budget_bytes = 8 * kPage;
-  std::unique_ptr<UmPager> pager = pager_over(swap, arena.ptr(), 8, options);
+  std::unique_ptr<UmPager> pager = pager_over(device.swap, arena.ptr(), 8, options);
   ASSERT_NE(pager, nullptr);
   const VaRange table{arena.base, kPage};
   const VaRange target{arena.base + 2 * kPage, 2 * kPage};
@@ -839,8 +853,6 @@ TEST(UmPager, BlocksAPointerTableReachesAreNamedForTheKernelsThatNameTheTable) {
   pager->on_pointer_table(table.ptr(), addresses);
   pager->on_free(target.ptr(), std::nullopt);
   EXPECT_EQ(kernel().second, 1u) << "a freed target was named";
-  pager.reset();
-  ASSERT_TRUE(swap.unreserve(arena).is_ok());
 }
 
 // A graph's replays are not announced: swapped pages a captured kernel
@@ -849,14 +861,13 @@ TEST(UmPager, BlocksAPointerTableReachesAreNamedForTheKernelsThatNameTheTable) {
 TEST(UmPager, SwappedPagesACapturedKernelNamesStayForTheGraphsReplays) {
   SimOptions options;
   options.capturing_stream = 0x5000;
-  SimDriver sim(options);
-  SwapArenaDriver swap(sim);
-  VaRange arena{};
-  ASSERT_TRUE(swap.reserve(DeviceId{0}, 8 * kPage, 0, &arena).is_ok());
+  SwappedArena device(8, options);
+  SimDriver& sim = device.sim;
+  const VaRange arena = device.arena;
   UmPagerOptions pager_options;
   pager_options.policy = "um";
   pager_options.budget_bytes = 2 * kPage;
-  std::unique_ptr<UmPager> pager = pager_over(swap, arena.ptr(), 8, pager_options);
+  std::unique_ptr<UmPager> pager = pager_over(device.swap, arena.ptr(), 8, pager_options);
   ASSERT_NE(pager, nullptr);
   const auto page_range = [&](size_t page, size_t count = 1) {
     return VaRange{arena.base + page * kPage, count * kPage};
@@ -877,8 +888,6 @@ TEST(UmPager, SwappedPagesACapturedKernelNamesStayForTheGraphsReplays) {
   }
   EXPECT_EQ(pager->stats().graph_pages, 2u);
   EXPECT_EQ(pager->stats().driver_errors, 0u);
-  pager.reset();
-  ASSERT_TRUE(swap.unreserve(arena).is_ok());
 }
 
 // Under a node manager a smaller budget means memory for another job at
@@ -886,10 +895,10 @@ TEST(UmPager, SwappedPagesACapturedKernelNamesStayForTheGraphsReplays) {
 // set_budget only once the swapped pages it sent out have given their
 // device memory back.
 TEST(UmPager, ASwappedJobsSmallerBudgetIsFreeOnTheDeviceWhenSetBudgetReturns) {
-  SimDriver sim;
-  SwapArenaDriver swap(sim);
-  VaRange arena{};
-  ASSERT_TRUE(swap.reserve(DeviceId{0}, 8 * kPage, 0, &arena).is_ok());
+  SwappedArena device(8);
+  SimDriver& sim = device.sim;
+  SwapArenaDriver& swap = device.swap;
+  const VaRange arena = device.arena;
   UmPagerOptions options;
   options.budget_bytes = 8 * kPage;
   std::unique_ptr<UmPager> pager;
@@ -907,8 +916,6 @@ TEST(UmPager, ASwappedJobsSmallerBudgetIsFreeOnTheDeviceWhenSetBudgetReturns) {
   size_t free_bytes = 0, total = 0;
   ASSERT_TRUE(sim.memory_info(DeviceId{0}, &free_bytes, &total).is_ok());
   EXPECT_EQ(total - free_bytes, 2 * kPage);
-  pager.reset();
-  ASSERT_TRUE(swap.unreserve(arena).is_ok());
 }
 
 // Swapped (ZICO_UM_MEMORY=swap), nothing faults: every page a kernel uses
@@ -933,12 +940,7 @@ TEST(UmPager, SwappedPagesAreAllThereBeforeTheirKernelAndTheDeviceHoldsTheBudget
     const uint64_t largest = uint64_t{stream_facts(stream).max_op_pages} * kPage;
     EXPECT_LE(swapped.device_peak_resident_bytes, std::max(budget, largest)) << "the device held more than the budget";
     EXPECT_EQ(swapped.device_prefetch_calls, swapped.pager.migration_calls) << "a move was lost on the way";
-    if (!threads && policy == "zico") {
-      const double ratio =
-          static_cast<double>(swapped.iteration_ns.back()) / static_cast<double>(managed.iteration_ns.back());
-      EXPECT_NEAR(ratio, 1.0, 0.25) << "swapped " << swapped.iteration_ns.back() << " ns, managed "
-                                    << managed.iteration_ns.back() << " ns";
-    }
+    if (!threads && policy == "zico") expect_last_iterations_near(swapped, "swapped", managed, "managed");
   };
   // Each swapped page is a memfd mapped and copied for real: a few streams.
   for (uint32_t seed = 1; seed <= 3; ++seed) {

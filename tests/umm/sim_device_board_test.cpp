@@ -51,6 +51,15 @@ class SimDeviceBoardTest : public ::testing::Test {
     const VaRange range{reinterpret_cast<uintptr_t>(base), pages * kPage};
     ASSERT_TRUE(driver.run_kernel(std::span<const VaRange>(&range, 1), 0).is_ok());
   }
+  // In a forked child: a driver of its own on the board takes 6 pages;
+  // whether it could. It is never destroyed (the child _exits), so its slot
+  // stays behind, as after a crash.
+  bool child_takes_six_pages() const {
+    auto* dying = new SimDriver(eight_pages());
+    std::string why;
+    PhysHandle chunk;
+    return dying->share_devices(path_, &why).is_ok() && dying->create(kDevice, 6 * kPage, &chunk).is_ok();
+  }
   static void to_host(SimDriver& driver, void* base, size_t pages) {
     ASSERT_TRUE(driver.managed_prefetch(base, pages * kPage, PrefetchTarget{true, kDevice}, StreamHandle{}).is_ok());
   }
@@ -179,13 +188,7 @@ TEST_F(SimDeviceBoardTest, ADeadProcesssMemoryIsForgotten) {
   SimDriver alive(eight_pages());
   share(alive);
   const pid_t child = ::fork();
-  if (child == 0) {
-    SimDriver dying(eight_pages());
-    std::string why;
-    PhysHandle chunk;
-    const bool ok = dying.share_devices(path_, &why).is_ok() && dying.create(kDevice, 6 * kPage, &chunk).is_ok();
-    ::_exit(ok ? 0 : 1);  // no destructor: its slot stays behind, as after a crash
-  }
+  if (child == 0) ::_exit(child_takes_six_pages() ? 0 : 1);
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -204,11 +207,7 @@ TEST_F(SimDeviceBoardTest, AnExitedProcessNotYetReapedIsForgotten) {
   ASSERT_EQ(::pipe(ready), 0);
   const pid_t child = ::fork();
   if (child == 0) {
-    SimDriver dying(eight_pages());
-    std::string why;
-    PhysHandle chunk;
-    const bool ok = dying.share_devices(path_, &why).is_ok() && dying.create(kDevice, 6 * kPage, &chunk).is_ok();
-    const char byte = ok ? 1 : 0;
+    const char byte = child_takes_six_pages() ? 1 : 0;
     (void)::write(ready[1], &byte, 1);
     ::_exit(0);
   }
