@@ -169,6 +169,18 @@ bool capturing(CUstream stream) {
   return api_capture_state(StreamHandle{reinterpret_cast<uintptr_t>(stream)}) != CaptureState::kNone;
 }
 
+// Work captured into a CUDA graph is not announced, and neither are the
+// graph's replays: under swapped pages (ZICO_UM_MEMORY=swap) a replay may
+// touch a page that is not mapped. Said once, when the first capture is seen.
+void warn_if_swapped_capture(const Runtime& runtime) {
+  static std::atomic<bool> said{false};
+  if (runtime.config().um_swap && !said.exchange(true, std::memory_order_relaxed)) {
+    ZICO_LOG(kWarn, "a CUDA graph is being captured under ZICO_UM_MEMORY=swap: its replays are not announced, "
+                    "so a page they touch may not be on the GPU (an illegal address); use ZICO_UM_MEMORY=managed "
+                    "for jobs that replay graphs");
+  }
+}
+
 // Whether an op using `used` began (and so must be ended). `kernel` names
 // the kernel only: the pager adds the blocks it uses (exec_id.h), found as
 // it resolves `used` anyway, so that launching costs no lookup more.
@@ -213,7 +225,11 @@ ObservedLaunch::ObservedLaunch(const void* key, Callee callee, const LaunchShape
                                CUstream stream) noexcept {
   try {
     const Runtime* runtime = announcing_runtime();
-    if (runtime == nullptr || capturing(stream)) return;
+    if (runtime == nullptr) return;
+    if (capturing(stream)) {
+      warn_if_swapped_capture(*runtime);
+      return;
+    }
     thread_local std::vector<const void*> used;
     used.clear();
     const std::shared_ptr<const ParamLayout> layout = Layouts::instance().get(key, callee);
@@ -277,7 +293,11 @@ ObservedCopy::ObservedCopy(CopyOp kind, const void* dst, const void* src, size_t
     size_t count = 0;
     if (dst_is_zicoum) used[count++] = dst;
     if (src_is_zicoum) used[count++] = src;
-    if (count == 0 || capturing(stream)) return;
+    if (count == 0) return;
+    if (capturing(stream)) {
+      warn_if_swapped_capture(*runtime);
+      return;
+    }
     g_copies.fetch_add(1, std::memory_order_relaxed);
     begun_ = begin_op(copy_id(kind, dst_is_zicoum, src_is_zicoum, bytes), used, count, stream);
     // After the copy's own op: it writes the table, it does not read through it.

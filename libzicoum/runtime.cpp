@@ -389,11 +389,10 @@ void Runtime::end_paging() noexcept {
     if (config_.um_swap) {
       const SwapArenaStats w = static_cast<SwapArenaDriver*>(managed_driver_.get())->stats();
       ZICO_LOG(kInfo, "device %d, swapped pages: %llu in (%llu copied), %llu out; device memory held at most %s, %s of "
-               "it kept unmapped now for pages to come; %llu chunks reused; %llu pages kept on the GPU for CUDA graphs",
+               "it kept unmapped now for pages to come; %llu chunks reused",
                device, static_cast<unsigned long long>(w.pages_in), static_cast<unsigned long long>(w.copies_in),
                static_cast<unsigned long long>(w.pages_out), format_size(w.peak_held_bytes).c_str(),
-               format_size(w.pooled_bytes).c_str(), static_cast<unsigned long long>(w.chunks_reused),
-               static_cast<unsigned long long>(s.graph_pages));
+               format_size(w.pooled_bytes).c_str(), static_cast<unsigned long long>(w.chunks_reused));
     }
     // The simulated device's own count of what crossed the link (a GPU's is nsys's to tell).
     if (auto* sim = dynamic_cast<SimDriver*>(driver_.get())) {

@@ -292,12 +292,6 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
     }
   }
   largest_kernel_pages_ = std::max(largest_kernel_pages_, kernel_pages_.size());
-  if (absent_unmapped_) {
-    CaptureState state = CaptureState::kNone;
-    if (driver_.stream_capture_state(stream, &state).is_ok() && state == CaptureState::kCapturing) {
-      keep_for_graph(kernel_pages_);
-    }
-  }
   in_kernel_ = true;
   for (const PageId page : kernel_pages_) pinned_[page] = kernel_stamp_;
   for (const PageId page : kernel_pages_) {
@@ -582,23 +576,6 @@ void UmPager::name_reached_blocks(std::vector<VaRange>* blocks) {
   if (kernel_pages_.size() == pages_before) return;
   std::sort(kernel_pages_.begin(), kernel_pages_.end());
   kernel_pages_.erase(std::unique(kernel_pages_.begin(), kernel_pages_.end()), kernel_pages_.end());
-}
-
-void UmPager::keep_for_graph(std::span<const PageId> pages) {
-  if (graph_pages_.empty()) graph_pages_.assign(residency_.page_count(), 0);  // may throw: the caller catches
-  uint64_t added = 0;
-  for (const PageId page : pages) {
-    added += graph_pages_[page] == 0 ? 1 : 0;
-    graph_pages_[page] = 1;
-  }
-  stats_.graph_pages += added;
-  if (added != 0 && !graph_said_) {
-    graph_said_ = true;
-    ZICO_LOG(kWarn, "paging: a kernel captured into a CUDA graph uses swapped pages (ZICO_UM_MEMORY=swap); the "
-             "graph's replays are not announced, so its pages stay on the GPU from now on, beyond the budget if "
-             "need be, and a replay must not start before they have arrived; ZICO_UM_MEMORY=managed has no such "
-             "limit");
-  }
 }
 
 void UmPager::shrink_to(uint32_t target) {

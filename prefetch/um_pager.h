@@ -152,9 +152,6 @@ struct UmPagerStats {
   // Kernels in the last iteration the policy found in the launches, where
   // the job marks none (PagingPolicy::found_iteration_ops).
   uint64_t found_iteration_kernels = 0;
-  // Unmapped pages named by kernels captured into CUDA graphs, kept on the
-  // GPU for good (their replays are not announced).
-  uint64_t graph_pages = 0;
   // Blocks named for kernels through the pointer tables of the blocks they
   // name (on_pointer_table), over every kernel.
   uint64_t table_named_blocks = 0;
@@ -375,12 +372,7 @@ class UmPager {
   // Adds to the announced kernel's blocks and pages those its named blocks'
   // pointer tables reach (on_pointer_table); *blocks, if given, too.
   void name_reached_blocks(std::vector<VaRange>* blocks);
-  // Unmapped pages a kernel captured into a CUDA graph names stay on the
-  // GPU for good (pinned): the graph's replays are not announced.
-  void keep_for_graph(std::span<const PageId> pages);
-  [[nodiscard]] bool pinned(PageId page) const {
-    return (in_kernel_ && pinned_[page] == kernel_stamp_) || (!graph_pages_.empty() && graph_pages_[page] != 0);
-  }
+  [[nodiscard]] bool pinned(PageId page) const { return in_kernel_ && pinned_[page] == kernel_stamp_; }
 
   Driver& driver_;
   const DeviceId device_;
@@ -399,8 +391,6 @@ class UmPager {
   // set_budget last asked, at the next kernel).
   bool absent_unmapped_ = false;
   uint32_t given_pages_ = 0;
-  std::vector<uint8_t> graph_pages_;  // per page, once a captured kernel named one (keep_for_graph)
-  bool graph_said_ = false;
   // Requests not yet handed to the driver, a page each, by kind; per page,
   // the kind it is batched as (kNotBatched: none).
   uint32_t batch_depth_ = 0;

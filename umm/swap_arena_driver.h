@@ -31,14 +31,13 @@
 //
 // The safety rule: an unmapped page is an illegal address, not a fault. The
 // pager fetches every page a launch names before its kernel runs
-// (Capabilities::absent_pages_unmapped), beyond the budget if it must, keeps
-// the pages a kernel captured into a CUDA graph names, and unmaps a page only
-// once the copy out queued behind the kernels that may still use it has
-// ended (um_pager.h). So memory a kernel reaches without its launch naming
-// it (pointer tables written on the device, library workspaces a library
-// keeps to itself; tables copied from the host are read: pointer_table.h)
-// must not live here: such a job keeps ZICO_UM_MEMORY=managed, where an
-// unnamed page faults in. SimDriver refuses a kernel that touches an unmapped
+// (Capabilities::absent_pages_unmapped), beyond the budget if it must, and
+// unmaps a page only once the copy out queued behind the kernels that may
+// still use it has ended (um_pager.h). So memory a kernel reaches without
+// its launch naming it (pointer tables written on the device, library
+// workspaces a library keeps to itself, CUDA graphs; tables copied from the
+// host are read: pointer_table.h) must not live here: such a job keeps
+// ZICO_UM_MEMORY=managed, where an unnamed page faults in. SimDriver refuses a kernel that touches an unmapped
 // page (run_kernel: an illegal address), so a test that breaks the rule fails.
 //
 // Chunks kept for reuse: creating and releasing a chunk costs the driver's

@@ -855,41 +855,6 @@ TEST(UmPager, BlocksAPointerTableReachesAreNamedForTheKernelsThatNameTheTable) {
   EXPECT_EQ(kernel().second, 1u) << "a freed target was named";
 }
 
-// A graph's replays are not announced: swapped pages a captured kernel
-// names stay on the GPU from then on, so a replay (a kernel nobody
-// announces) finds them mapped however many other pages came and went.
-TEST(UmPager, SwappedPagesACapturedKernelNamesStayForTheGraphsReplays) {
-  SimOptions options;
-  options.capturing_stream = 0x5000;
-  SwappedArena device(8, options);
-  SimDriver& sim = device.sim;
-  const VaRange arena = device.arena;
-  UmPagerOptions pager_options;
-  pager_options.policy = "um";
-  pager_options.budget_bytes = 2 * kPage;
-  std::unique_ptr<UmPager> pager = pager_over(device.swap, arena.ptr(), 8, pager_options);
-  ASSERT_NE(pager, nullptr);
-  const auto page_range = [&](size_t page, size_t count = 1) {
-    return VaRange{arena.base + page * kPage, count * kPage};
-  };
-  for (size_t page = 0; page < 6; ++page) pager->on_allocate(page_range(page).ptr(), kPage);
-  const VaRange captured = page_range(0, 2);
-  const std::array<VaRange, 2> named{page_range(0), page_range(1)};
-  pager->before_kernel(1, named, 1000, nullptr, StreamHandle{0x5000});
-  pager->after_kernel();  // captured, not run
-  for (size_t page = 2; page < 6; ++page) {
-    const VaRange range = page_range(page);
-    const StreamHandle stream{0x6000};  // not the legacy stream, which the capture blocks
-    pager->before_kernel(page, std::span<const VaRange>(&range, 1), 1000, nullptr, stream);
-    ASSERT_TRUE(sim.run_kernel(std::span<const VaRange>(&range, 1), 1000, stream).is_ok()) << "page " << page;
-    pager->after_kernel();
-    EXPECT_TRUE(sim.run_kernel(std::span<const VaRange>(&captured, 1), 1000, stream).is_ok())
-        << "a replay after page " << page << " found a captured page unmapped";
-  }
-  EXPECT_EQ(pager->stats().graph_pages, 2u);
-  EXPECT_EQ(pager->stats().driver_errors, 0u);
-}
-
 // Under a node manager a smaller budget means memory for another job at
 // once: with its moves on its own threads, the pager returns from
 // set_budget only once the swapped pages it sent out have given their
