@@ -47,7 +47,7 @@ Status UmPager::create(Driver& driver, DeviceId device, VaRange arena, uint64_t 
   pager->can_discard_ = caps.discard;
   pager->discard_releases_ = caps.discard && caps.discard_releases_device_pages;
   pager->absent_unmapped_ = caps.absent_pages_unmapped;
-  if (pager->absent_unmapped_) pager->other_uses_.resize(pager->last_use_.size());
+  if (pager->absent_unmapped_) pager->stream_uses_.resize(pager->last_use_.size());
   pager->given_pages_ = pager->residency_.budget_pages();
   for (StreamHandle* stream : {&pager->to_device_, &pager->to_host_}) {
     if (Status status = driver.stream_create(device, stream); !status.is_ok()) {
@@ -295,16 +295,9 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   in_kernel_ = true;
   for (const PageId page : kernel_pages_) pinned_[page] = kernel_stamp_;
   for (const PageId page : kernel_pages_) {
-    // Unmapped pages also keep the last use on another stream: that kernel
-    // may still run after this one, and the page must not leave under it.
-    if (absent_unmapped_) {
-      OtherUse& other = other_uses_[page];
-      if (last_use_[page] != 0 && other.last_stream != stream) {
-        other.prior = last_use_[page];
-        other.prior_stream = other.last_stream;
-      }
-      other.last_stream = stream;
-    }
+    // Unmapped pages also keep the last use on other streams: those kernels
+    // may still run after this one, and the page must not leave under them.
+    if (absent_unmapped_) note_stream_use(page, stream, kernel_stamp_);
     last_use_[page] = kernel_stamp_;
   }
   kernel_exec_id_ = exec_id;
@@ -676,6 +669,9 @@ void UmPager::queue(PageId page, uint8_t kind) {
     flush_batch();  // no memory to batch: what is queued goes, then this one alone
     if (kind == kToHost) {
       out_call_of_[page] = out_calls_ + 1;
+      // Its last kernel's wait may not have been noted: an unmapped page
+      // leaves after the device drains instead.
+      drain_before_evictions_ = drain_before_evictions_ || absent_unmapped_;
     } else {
       in_call_of_[page] = in_calls_ + 1;
     }
@@ -794,13 +790,30 @@ UmPager::StreamMark& UmPager::record_on(PagerThread& thread, StreamHandle stream
   return mark;
 }
 
+void UmPager::note_stream_use(PageId page, StreamHandle stream, uint64_t stamp) {
+  StreamUses& uses = stream_uses_[page];
+  auto* slot = &uses.last[0];
+  for (auto& use : uses.last) {
+    if (use.second != 0 && use.first == stream) {  // this stream's: newer now
+      use.second = stamp;
+      return;
+    }
+    if (use.second < slot->second) slot = &use;  // an empty one, else the oldest
+  }
+  if (slot->second != 0) uses.forgotten = true;  // a stream's use pushed out
+  *slot = {stream, stamp};
+}
+
 void UmPager::note_last_use(PageId page) {
   if (!absent_unmapped_) {
     note_use(last_use_[page], StreamHandle{});
     return;
   }
-  note_use(last_use_[page], other_uses_[page].last_stream);
-  note_use(other_uses_[page].prior, other_uses_[page].prior_stream);
+  // Waited for from here on: the page's uses start anew when it comes back.
+  StreamUses& uses = stream_uses_[page];
+  for (const auto& [stream, stamp] : uses.last) note_use(stamp, stream);
+  if (uses.forgotten) drain_before_evictions_ = true;
+  uses = StreamUses{};
 }
 
 uint64_t UmPager::oldest_mark_after(uint64_t stamp, StreamHandle stream) const {

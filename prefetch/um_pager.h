@@ -73,6 +73,7 @@
 // Thread-safe: one mutex (a job may launch from several threads).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -323,9 +324,12 @@ class UmPager {
   // the record sets the mark's waiter.
   StreamMark& record_on(PagerThread& thread, StreamHandle stream, uint64_t* ticket) noexcept;
   // Makes the eviction stream wait, before the next evictions, for the
-  // kernel that last used `page` (unmapped pages: and for the last one on
-  // another stream before it).
+  // kernel that last used `page` (unmapped pages: for the last one on each
+  // stream that used it since it last left, or for the device to drain if
+  // one was forgotten).
   void note_last_use(PageId page);
+  // An unmapped page's use by the kernel of `stamp` on `stream`.
+  void note_stream_use(PageId page, StreamHandle stream, uint64_t stamp);
   // The same for the kernel of `stamp` (0: none) on `stream`. Where its
   // mark is gone (kLaunchMarks launches since): managed pages take it to be
   // done (at worst the page faults back); unmapped ones wait for the oldest
@@ -411,14 +415,15 @@ class UmPager {
   static constexpr size_t kLaunchMarks = 256;
   std::vector<LaunchMark> launch_marks_;
   std::vector<uint64_t> last_use_;  // per page: the stamp of the last kernel announced with it
-  // Unmapped pages, per page: the stream of that last use, and the last use
-  // before it on another stream (which may still run after it).
-  struct OtherUse {
-    StreamHandle last_stream{};
-    uint64_t prior = 0;
-    StreamHandle prior_stream{};
+  // Unmapped pages, per page: the last use on each of the last few streams
+  // that used it since it last left (a kernel on one stream may still run
+  // after a later one on another), and whether a stream's was pushed out.
+  static constexpr size_t kUseStreams = 4;
+  struct StreamUses {
+    std::array<std::pair<StreamHandle, uint64_t>, kUseStreams> last{};  // (stream, stamp); stamp 0: empty
+    bool forgotten = false;
   };
-  std::vector<OtherUse> other_uses_;
+  std::vector<StreamUses> stream_uses_;
   // An eviction waits for a launch whose mark is gone: the device drains first.
   bool drain_before_evictions_ = false;
   // Launches the eviction stream must wait for before its next call (the

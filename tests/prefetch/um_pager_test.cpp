@@ -799,6 +799,17 @@ TEST_F(SwappedPageUnderQueuedWork, LeavesAfterTheKernelsOfEveryStreamThatUsedIt)
   expect_page_0_left_after_the_read();
 }
 
+// The same with two other streams naming page 0 after the busy one: every
+// stream's last use is waited for, not only the last two.
+TEST_F(SwappedPageUnderQueuedWork, LeavesAfterTheKernelsOfThreeStreamsThatUsedIt) {
+  use(0, StreamHandle{});
+  queue_a_read_of_page_0();
+  use(0, StreamHandle{0x6000});
+  use(0, StreamHandle{0x7000});
+  for (size_t page = 1; page < 5; ++page) use(page, StreamHandle{0x7000});  // page 4 takes page 0's room
+  expect_page_0_left_after_the_read();
+}
+
 // A kernel's launch mark is kept for the last 256 launches; a swapped page
 // last used by one launched earlier may still be in use when the GPU lags
 // behind the launching thread. Here, after the busy stream's read, 300
