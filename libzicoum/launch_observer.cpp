@@ -277,7 +277,7 @@ void note_pointer_table(const Runtime& runtime, const void* dst, const void* src
   const iovec remote{const_cast<void*>(src), bytes};
   if (process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(bytes)) return;
   prefetch::arena_addresses(host, reinterpret_cast<uintptr_t>(dst), allocator->arena(), &targets);
-  pager->on_pointer_table(dst, targets);
+  pager->on_pointer_table(VaRange{reinterpret_cast<uintptr_t>(dst), bytes}, targets);
 }
 
 }  // namespace

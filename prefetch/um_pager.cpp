@@ -531,39 +531,45 @@ uint64_t UmPager::set_budget(uint64_t bytes) {
   return budget;
 }
 
-void UmPager::on_pointer_table(const void* table, std::span<const uintptr_t> targets) {
+void UmPager::on_pointer_table(VaRange written, std::span<const uintptr_t> targets) {
   std::lock_guard lock(mutex_);
-  auto it = blocks_.upper_bound(reinterpret_cast<uintptr_t>(table));
-  if (it == blocks_.begin() || reinterpret_cast<uintptr_t>(table) >= std::prev(it)->first + std::prev(it)->second.bytes) {
-    return;
-  }
+  auto it = blocks_.upper_bound(written.base);
+  if (it == blocks_.begin() || written.base >= std::prev(it)->first + std::prev(it)->second.bytes) return;
   const uint32_t id = std::prev(it)->second.id;
-  if (targets.empty()) {
-    tables_.erase(id);
-    return;
+  auto found = tables_.find(id);
+  if (found != tables_.end()) {
+    std::erase_if(found->second, [written](const PointerTable& table) { return table.written.overlaps(written); });
   }
-  tables_[id].assign(targets.begin(), targets.end());  // may throw: the caller catches
+  if (!targets.empty()) {
+    // May throw: the caller catches (the block keeps what it had, less what this copy overwrote).
+    tables_[id].push_back(PointerTable{written, std::vector<uintptr_t>(targets.begin(), targets.end())});
+  } else if (found != tables_.end() && found->second.empty()) {
+    tables_.erase(found);
+  }
 }
 
 void UmPager::name_reached_blocks(std::vector<VaRange>* blocks) {
   if (tables_.empty()) return;
   const size_t named = kernel_blocks_.size();
   const size_t pages_before = kernel_pages_.size();
+  const auto name_block_at = [&](uintptr_t target) {
+    auto it = blocks_.upper_bound(target);
+    if (it == blocks_.begin() || target >= std::prev(it)->first + std::prev(it)->second.bytes) return;
+    --it;
+    if (std::find(kernel_blocks_.begin(), kernel_blocks_.end(), it->second.id) != kernel_blocks_.end()) return;
+    kernel_blocks_.push_back(it->second.id);
+    if (blocks != nullptr) blocks->push_back(VaRange{it->first, it->second.bytes});
+    const BlockExtent extent{it->first - arena_.base, it->second.bytes};
+    for (PageId page = first_page(extent, page_bytes_); page <= last_page(extent, page_bytes_); ++page) {
+      kernel_pages_.push_back(page);
+    }
+    ++stats_.table_named_blocks;
+  };
   for (size_t i = 0; i < named; ++i) {
-    const auto table = tables_.find(kernel_blocks_[i]);
-    if (table == tables_.end()) continue;
-    for (const uintptr_t target : table->second) {
-      auto it = blocks_.upper_bound(target);
-      if (it == blocks_.begin() || target >= std::prev(it)->first + std::prev(it)->second.bytes) continue;
-      --it;
-      if (std::find(kernel_blocks_.begin(), kernel_blocks_.end(), it->second.id) != kernel_blocks_.end()) continue;
-      kernel_blocks_.push_back(it->second.id);
-      if (blocks != nullptr) blocks->push_back(VaRange{it->first, it->second.bytes});
-      const BlockExtent extent{it->first - arena_.base, it->second.bytes};
-      for (PageId page = first_page(extent, page_bytes_); page <= last_page(extent, page_bytes_); ++page) {
-        kernel_pages_.push_back(page);
-      }
-      ++stats_.table_named_blocks;
+    const auto tables = tables_.find(kernel_blocks_[i]);
+    if (tables == tables_.end()) continue;
+    for (const PointerTable& table : tables->second) {
+      for (const uintptr_t target : table.targets) name_block_at(target);
     }
   }
   if (kernel_pages_.size() == pages_before) return;

@@ -209,13 +209,14 @@ class UmPager {
                          GivenId given = GivenId::kOp);
   // The kernel of the last before_kernel() was launched.
   void after_kernel();
-  // The block at `table` (any address inside it) holds the addresses
-  // `targets` (a copy from the host wrote them: pointer_table.h): from now
-  // on every kernel that names the block names the blocks those addresses
-  // fall in too (those live when it runs), until a later call for the
-  // block replaces them or the block is freed. An address outside the
-  // arena, or a table outside every live block, is ignored.
-  void on_pointer_table(const void* table, std::span<const uintptr_t> targets);
+  // A copy from the host wrote `written` (inside one block), which now holds
+  // the addresses `targets` (pointer_table.h; none: it holds no table): from
+  // now on every kernel that names the block names the blocks those
+  // addresses fall in too (those live when it runs). What earlier copies
+  // wrote there is replaced; the block's other tables stay; its free
+  // forgets them all. An address outside the arena, or a range outside
+  // every live block, is ignored.
+  void on_pointer_table(VaRange written, std::span<const uintptr_t> targets);
   // What before_kernel(…, used, …) would find the kernel uses of the arena,
   // in whole pages, before what it learnt from faults: what must be on the
   // GPU at once for it to run without the driver paging inside it.
@@ -474,8 +475,13 @@ class UmPager {
   Residency residency_;
   std::unique_ptr<PagingPolicy> policy_;
   std::map<uintptr_t, Block> blocks_;  // live blocks by address
-  // Per block id: the addresses its pointer table holds (on_pointer_table).
-  std::unordered_map<uint32_t, std::vector<uintptr_t>> tables_;
+  // Per block id: its pointer tables, each where a copy wrote it and the
+  // addresses it holds (on_pointer_table).
+  struct PointerTable {
+    VaRange written{};
+    std::vector<uintptr_t> targets;
+  };
+  std::unordered_map<uint32_t, std::vector<PointerTable>> tables_;
   uint32_t next_block_ = 0;
   uint32_t iteration_ = 0;
   uint64_t clock_ = 0;  // counts migrations: the residency's "migrated at" order

@@ -828,8 +828,9 @@ TEST_F(SwappedPageUnderQueuedWork, WhoseLastKernelsMarkIsGoneLeavesAfterTheDevic
 // A kernel that reads blocks through a pointer table in device memory
 // names only the table; once the pager knows what the table holds (a copy
 // from the host wrote it: on_pointer_table), it names those blocks too, so
-// a swapped one is mapped when the kernel reaches it. A table written anew
-// without addresses names nothing more, and a freed target is not named.
+// a swapped one is mapped when the kernel reaches it. Data written beside
+// the table leaves it, data written over it ends it, and a freed target is
+// not named.
 TEST(UmPager, BlocksAPointerTableReachesAreNamedForTheKernelsThatNameTheTable) {
   SwappedArena device(8);
   SimDriver& sim = device.sim;
@@ -852,16 +853,23 @@ TEST(UmPager, BlocksAPointerTableReachesAreNamedForTheKernelsThatNameTheTable) {
   };
   EXPECT_EQ(kernel().first.code(), Errc::kInvalidArgument) << "the table's target was mapped before the pager knew";
   const std::array<uintptr_t, 2> addresses{target.base + 64, target.base + kPage + 8};
-  pager->on_pointer_table(reinterpret_cast<void*>(table.base + 16), addresses);
+  const VaRange written{table.base + 16, 16};
+  pager->on_pointer_table(written, addresses);
   const auto [ran, blocks] = kernel();
   EXPECT_TRUE(ran.is_ok()) << "a block the table reaches was not there";
   EXPECT_EQ(blocks, 2u) << "the op's blocks include what the table reaches, once";
   EXPECT_EQ(pager->stats().table_named_blocks, 1u);
-  pager->on_pointer_table(table.ptr(), {});  // written again with data
-  pager->set_budget(0);                      // everything off the GPU
+  // Data written beside the table (a caching allocator's small tensors share
+  // a block) leaves it; data written over it ends it.
+  pager->on_pointer_table(VaRange{table.base + 4096, 8}, {});
+  pager->set_budget(0);  // everything off the GPU
   pager->set_budget(8 * kPage);
-  EXPECT_EQ(kernel().second, 1u) << "a table written anew still named its old target";
-  pager->on_pointer_table(table.ptr(), addresses);
+  EXPECT_TRUE(kernel().first.is_ok()) << "data written beside the table ended it";
+  pager->on_pointer_table(VaRange{table.base, 64}, {});
+  pager->set_budget(0);
+  pager->set_budget(8 * kPage);
+  EXPECT_EQ(kernel().second, 1u) << "a table written over with data still named its old target";
+  pager->on_pointer_table(written, addresses);
   pager->on_free(target.ptr(), std::nullopt);
   EXPECT_EQ(kernel().second, 1u) << "a freed target was named";
 }
