@@ -322,6 +322,23 @@ Status Runtime::create_um(DeviceId device, const Capabilities& caps, std::unique
     pager_options.model = on_host_link(pager_options.model, *config_.host_bytes_per_second);
   }
   pager_options.budget_bytes = under_node ? lent : config_.budget.value_or(caps.total_memory);
+  if (config_.um_swap && !under_node) {
+    // A swapped page needs a chunk the device has free when it comes in (a
+    // fault cannot make room for it): without a budget, what is free now,
+    // less a sixteenth for what others (contexts, libraries) take later.
+    size_t free_now = 0;
+    size_t total = 0;
+    if (driver_->memory_info(device, &free_now, &total).is_ok()) {
+      const uint64_t usable = free_now - free_now / 16;
+      if (!config_.budget) {
+        pager_options.budget_bytes = usable;
+      } else if (*config_.budget > usable) {
+        ZICO_LOG(kWarn, "device %d: ZICO_BUDGET %s is more than the %s the device has free for swapped pages; a "
+                 "page that finds no memory when it comes in is an illegal address for its kernel",
+                 device.value, format_size(*config_.budget).c_str(), format_size(usable).c_str());
+      }
+    }
+  }
   std::unique_ptr<prefetch::UmPager> pager;
   // Managed pages move by the driver's own calls; swapped ones by the swap's.
   Driver& pages_driver = config_.um_swap ? static_cast<Driver&>(*managed_driver_) : *driver_;
