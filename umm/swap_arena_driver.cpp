@@ -27,26 +27,24 @@ void SwapArenaDriver::set_held_limit(DeviceId device, uint64_t bytes) {
   std::lock_guard lock(mutex_);
   DeviceChunks& chunks = chunks_of(device);
   chunks.limit = bytes;
-  for (const auto& [base, arena] : arenas_) {
-    if (arena.device == device) {
-      trim_pool(device, arena.page_bytes);
-      break;
-    }
-  }
+  trim_pool(chunks);
 }
 
-void SwapArenaDriver::trim_pool(DeviceId device, size_t page_bytes) {
-  DeviceChunks& chunks = chunks_of(device);
-  while (!chunks.pool.empty() && chunks.mapped + chunks.pool.size() * page_bytes > chunks.limit) {
+void SwapArenaDriver::trim_pool(DeviceChunks& chunks) {
+  while (!chunks.pool.empty() && chunks.held() > chunks.limit) {
     (void)inner_.release(chunks.pool.back());
     chunks.pool.pop_back();
-    stats_.pooled_bytes -= page_bytes;
   }
 }
 
 SwapArenaStats SwapArenaDriver::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  SwapArenaStats stats = stats_;
+  for (const auto& [device, chunks] : devices_) {
+    stats.mapped_bytes += chunks.mapped;
+    stats.pooled_bytes += chunks.pool.size() * chunks.page_bytes;
+  }
+  return stats;
 }
 
 Status SwapArenaDriver::capabilities(DeviceId device, Capabilities* caps) noexcept {
@@ -76,6 +74,7 @@ Status SwapArenaDriver::reserve(DeviceId device, size_t bytes, size_t alignment,
     arena.device = device;
     arena.page_bytes = caps.granularity;
     arena.pages.resize(bytes / caps.granularity);
+    chunks_of(device).page_bytes = caps.granularity;
   } catch (const std::bad_alloc&) {
     arenas_.erase(range.base);
     (void)inner_.unreserve(range);
@@ -97,27 +96,32 @@ Status SwapArenaDriver::unreserve(VaRange range) noexcept {
     drop_host_copy(ref);
   }
   const DeviceId device = arena.device;
-  const size_t page_bytes = arena.page_bytes;
   arenas_.erase(it);
   // The last arena on its device: nothing will take a pooled chunk again.
   if (std::none_of(arenas_.begin(), arenas_.end(), [device](const auto& a) { return a.second.device == device; })) {
-    chunks_of(device).limit = 0;
-    trim_pool(device, page_bytes);
+    DeviceChunks& chunks = chunks_of(device);
+    chunks.limit = 0;
+    trim_pool(chunks);
   }
   return inner_.unreserve(range);
 }
 
+const SwapArenaDriver::Arena* SwapArenaDriver::arena_at(uintptr_t address) const {
+  auto it = arenas_.upper_bound(address);
+  if (it == arenas_.begin() || !std::prev(it)->second.range.contains(address)) return nullptr;
+  return &std::prev(it)->second;
+}
+
 bool SwapArenaDriver::in_arena(VaRange range) const {
   std::lock_guard lock(mutex_);
-  auto it = arenas_.upper_bound(range.base);
-  return it != arenas_.begin() && std::prev(it)->second.range.contains(range);
+  const Arena* arena = arena_at(range.base);
+  return arena != nullptr && arena->range.contains(range);
 }
 
 bool SwapArenaDriver::touches_an_arena(std::span<const VaRange> ranges) const {
   if (ranges.empty()) return false;
   std::lock_guard lock(mutex_);
-  auto it = arenas_.upper_bound(ranges.front().base);
-  return it != arenas_.begin() && std::prev(it)->second.range.overlaps(ranges.front());
+  return arena_at(ranges.front().base) != nullptr;
 }
 
 Status SwapArenaDriver::managed_advise(void* ptr, size_t bytes, ManagedAdvice advice, DeviceId device) noexcept {
@@ -129,9 +133,9 @@ Status SwapArenaDriver::managed_advise(void* ptr, size_t bytes, ManagedAdvice ad
 bool SwapArenaDriver::pages_of(std::span<const VaRange> ranges, std::vector<PageRef>* out) {
   out->clear();
   for (const VaRange& range : ranges) {
-    auto it = arenas_.upper_bound(range.base);
-    if (it == arenas_.begin()) return false;
-    Arena& arena = std::prev(it)->second;
+    Arena* found = arena_at(range.base);
+    if (found == nullptr) return false;
+    Arena& arena = *found;
     if (range.bytes == 0 || !arena.range.contains(range) || (range.base - arena.range.base) % arena.page_bytes != 0 ||
         range.bytes % arena.page_bytes != 0) {
       return false;
@@ -150,8 +154,13 @@ void SwapArenaDriver::wait_until_left(std::unique_lock<std::mutex>& lock, std::s
 }
 
 void SwapArenaDriver::note_held() {
-  stats_.peak_mapped_bytes = std::max(stats_.peak_mapped_bytes, stats_.mapped_bytes);
-  stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, stats_.mapped_bytes + stats_.pooled_bytes);
+  uint64_t mapped = 0, held = 0;
+  for (const auto& [device, chunks] : devices_) {
+    mapped += chunks.mapped;
+    held += chunks.held();
+  }
+  stats_.peak_mapped_bytes = std::max(stats_.peak_mapped_bytes, mapped);
+  stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, held);
 }
 
 Status SwapArenaDriver::bring_in(const PageRef& ref, bool copy, StreamHandle stream) {
@@ -164,7 +173,6 @@ Status SwapArenaDriver::bring_in(const PageRef& ref, bool copy, StreamHandle str
   if (!chunks.pool.empty()) {
     chunk = chunks.pool.back();
     chunks.pool.pop_back();
-    stats_.pooled_bytes -= range.bytes;
     ++stats_.chunks_reused;
   } else {
     ZICO_RETURN_IF_ERROR(inner_.create(ref.arena->device, range.bytes, &chunk));
@@ -193,7 +201,6 @@ Status SwapArenaDriver::bring_in(const PageRef& ref, bool copy, StreamHandle str
   page.chunk = chunk;
   ++stats_.pages_in;
   chunks.mapped += range.bytes;
-  stats_.mapped_bytes += range.bytes;
   note_held();
   return Status::ok();
 }
@@ -204,13 +211,11 @@ Status SwapArenaDriver::let_go(const PageRef& ref) {
   ZICO_RETURN_IF_ERROR(inner_.unmap(ref.range()));
   DeviceChunks& chunks = chunks_of(ref.arena->device);
   chunks.mapped -= bytes;
-  stats_.mapped_bytes -= bytes;
   // Kept for the next page in while the device's chunks stay within the limit.
   bool kept = false;
-  if (chunks.mapped + (chunks.pool.size() + 1) * bytes <= chunks.limit) {
+  if (chunks.held() + bytes <= chunks.limit) {
     try {
       chunks.pool.push_back(page.chunk);
-      stats_.pooled_bytes += bytes;
       kept = true;
     } catch (const std::bad_alloc&) {
     }

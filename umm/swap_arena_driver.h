@@ -74,7 +74,7 @@ struct SwapArenaStats {
   uint64_t move_calls = 0;        // prefetch calls (a batch is one; discards are not)
   uint64_t mapped_bytes = 0;      // device memory the arenas' pages hold now
   uint64_t peak_mapped_bytes = 0;
-  uint64_t pooled_bytes = 0;      // device memory kept unmapped for the next page in
+  uint64_t pooled_bytes = 0;      // device memory kept unmapped for the next page in, now
   uint64_t peak_held_bytes = 0;   // mapped and pooled together, at most
   uint64_t chunks_reused = 0;     // pages in that took a pooled chunk instead of a new one
   uint64_t host_bytes = 0;        // host slots holding pages' bytes
@@ -161,15 +161,23 @@ class SwapArenaDriver final : public PagedArenaDriver {
   Status send_out(std::span<const VaRange> ranges, StreamHandle stream);
   Status fetch(std::span<const VaRange> ranges, bool discard_first, StreamHandle stream);
   void note_held();
-  // Per device: what set_held_limit allows, the chunks kept, the bytes mapped.
+  // Per device: what set_held_limit allows, the chunks kept, the bytes
+  // mapped, a chunk's size (the device's granularity).
   struct DeviceChunks {
     uint64_t limit = 0;
     std::vector<PhysHandle> pool;
     uint64_t mapped = 0;
+    size_t page_bytes = 0;
+    [[nodiscard]] uint64_t held() const { return mapped + pool.size() * page_bytes; }
   };
   DeviceChunks& chunks_of(DeviceId device) { return devices_[device.value]; }
-  // Releases pooled chunks of `device` while it holds more than its limit.
-  void trim_pool(DeviceId device, size_t page_bytes);
+  // Releases pooled chunks while the device holds more than its limit.
+  void trim_pool(DeviceChunks& chunks);
+  // The arena whose addresses hold `address`; null if none. Holds mutex_.
+  [[nodiscard]] const Arena* arena_at(uintptr_t address) const;
+  [[nodiscard]] Arena* arena_at(uintptr_t address) {
+    return const_cast<Arena*>(static_cast<const SwapArenaDriver*>(this)->arena_at(address));
+  }
 
   mutable std::mutex mutex_;
   std::condition_variable left_;  // a leaving page left
