@@ -38,6 +38,8 @@ import tempfile
 import threading
 import time
 
+from trace_job_result import result_fields
+
 SLOTS, DEVICES = 256, 64
 SLOT_BYTES = 8 + DEVICES * 32
 MIB = 1 << 20
@@ -92,13 +94,6 @@ class Sampler(threading.Thread):
             time.sleep(0.005)
 
 
-def result_fields(out):
-    for line in out.splitlines():
-        if line.startswith("result "):
-            return dict(item.split("=", 1) for item in line.split()[1:])
-    raise SystemExit("physical_memory: the UM job printed no result line:\n" + out)
-
-
 def peak_bytes(build, trace, scale):
     """The trace's peak of allocated bytes at `scale`, from a run with no budget and no daemon."""
     env = dict(os.environ, ZICO_BACKEND="sim", ZICO_SOCKET="off")
@@ -107,7 +102,7 @@ def peak_bytes(build, trace, scale):
                           "--memory-scale", scale], env=env, capture_output=True, text=True, timeout=300)
     if run.returncode != 0:
         raise SystemExit(f"physical_memory: the sizing run failed (exit {run.returncode}):\n{run.stderr}")
-    return int(result_fields(run.stdout)["peak_allocated_bytes"])
+    return int(result_fields(run.stdout, "physical_memory")["peak_allocated_bytes"])
 
 
 def run_once(build, args, um_budget, um_peak_bytes, beside):
@@ -168,7 +163,7 @@ def run_once(build, args, um_budget, um_peak_bytes, beside):
             out, err = um.communicate(timeout=600)
             if um.returncode != 0:
                 raise SystemExit(f"physical_memory: the UM job failed (exit {um.returncode}):\n{err}")
-            fields = result_fields(out)
+            fields = result_fields(out, "physical_memory: the UM job")
             hold_error = ""
             if holds:
                 if hold_ok:

@@ -18,12 +18,7 @@ import sys
 import tempfile
 import time
 
-
-def result(out):
-    for line in out.splitlines():
-        if line.startswith("result "):
-            return dict(item.split("=", 1) for item in line.split()[1:])
-    raise SystemExit("no result line in:\n" + out)
+from trace_job_result import result_fields
 
 
 def job(bin_dir, trace, iterations, env, budget=None):
@@ -38,7 +33,7 @@ def finish(process):
     out, err = process.communicate()
     if process.returncode != 0:
         raise SystemExit(f"a job failed (exit {process.returncode}):\n{err}")
-    return result(out)
+    return result_fields(out, "um_node_bench")
 
 
 def main():

@@ -20,6 +20,8 @@ import os
 import subprocess
 import sys
 
+from trace_job_result import result_fields
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRACES = os.path.join(HERE, "..", "..", "tools", "traces")
 PAGE = 2 << 20
@@ -34,10 +36,7 @@ def result(build, trace, scale, iterations, env, budget=None):
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     if run.returncode != 0:
         raise SystemExit(f"um_swap_speed: {' '.join(command)} failed (exit {run.returncode}):\n{run.stderr}")
-    for line in run.stdout.splitlines():
-        if line.startswith("result "):
-            return dict(item.split("=", 1) for item in line.split()[1:])
-    raise SystemExit(f"um_swap_speed: no result line from {' '.join(command)}:\n{run.stdout}")
+    return result_fields(run.stdout, f"um_swap_speed: {' '.join(command)}")
 
 
 def main():
