@@ -260,13 +260,13 @@ ObservedLaunch::~ObservedLaunch() {
 
 namespace {
 
-// Reads a copy from the host into zicoum memory for the addresses a pointer
-// table holds, and tells the pager what the destination's block reaches (or
-// that it reaches nothing now).
-void note_pointer_table(const Runtime& runtime, const void* dst, const void* src, size_t bytes) {
+// Reads a copy from the host into zicoum memory (of `allocator`) for the
+// addresses a pointer table holds, and tells the pager what the destination's
+// block reaches (or that it reaches nothing now).
+void note_pointer_table(const Runtime& runtime, const DeviceAllocator& allocator, const void* dst, const void* src,
+                        size_t bytes) {
   if (bytes > prefetch::kTableBytesRead) return;  // data, not a table
-  DeviceAllocator* allocator = runtime.owner_of(dst);
-  prefetch::UmPager* pager = allocator != nullptr ? runtime.pager(allocator->device()) : nullptr;
+  prefetch::UmPager* pager = runtime.pager(allocator.device());
   if (pager == nullptr) return;
   thread_local std::vector<std::byte> host;
   thread_local std::vector<uintptr_t> targets;
@@ -276,7 +276,7 @@ void note_pointer_table(const Runtime& runtime, const void* dst, const void* src
   const iovec local{host.data(), bytes};
   const iovec remote{const_cast<void*>(src), bytes};
   if (process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(bytes)) return;
-  prefetch::arena_addresses(host, reinterpret_cast<uintptr_t>(dst), allocator->arena(), &targets);
+  prefetch::arena_addresses(host, reinterpret_cast<uintptr_t>(dst), allocator.arena(), &targets);
   pager->on_pointer_table(VaRange{reinterpret_cast<uintptr_t>(dst), bytes}, targets);
 }
 
@@ -287,7 +287,8 @@ ObservedCopy::ObservedCopy(CopyOp kind, const void* dst, const void* src, size_t
     if (bytes == 0) return;  // touches nothing
     const Runtime* runtime = announcing_runtime();
     if (runtime == nullptr) return;
-    const bool dst_is_zicoum = runtime->owner_of(dst) != nullptr;
+    const DeviceAllocator* dst_owner = runtime->owner_of(dst);
+    const bool dst_is_zicoum = dst_owner != nullptr;
     const bool src_is_zicoum = src != nullptr && runtime->owner_of(src) != nullptr;
     const void* used[2];
     size_t count = 0;
@@ -301,7 +302,9 @@ ObservedCopy::ObservedCopy(CopyOp kind, const void* dst, const void* src, size_t
     g_copies.fetch_add(1, std::memory_order_relaxed);
     begun_ = begin_op(copy_id(kind, dst_is_zicoum, src_is_zicoum, bytes), used, count, stream);
     // After the copy's own op: it writes the table, it does not read through it.
-    if (kind == CopyOp::kFromHost && dst_is_zicoum && !src_is_zicoum) note_pointer_table(*runtime, dst, src, bytes);
+    if (kind == CopyOp::kFromHost && dst_is_zicoum && !src_is_zicoum) {
+      note_pointer_table(*runtime, *dst_owner, dst, src, bytes);
+    }
   } catch (...) {
     // As for a launch: the copy goes unannounced, and the driver brings its pages in.
   }

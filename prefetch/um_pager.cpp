@@ -295,10 +295,13 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   in_kernel_ = true;
   for (const PageId page : kernel_pages_) pinned_[page] = kernel_stamp_;
   for (const PageId page : kernel_pages_) {
-    // Unmapped pages also keep the last use on other streams: those kernels
+    // Unmapped pages keep the last use on each stream instead: those kernels
     // may still run after this one, and the page must not leave under them.
-    if (absent_unmapped_) note_stream_use(page, stream, kernel_stamp_);
-    last_use_[page] = kernel_stamp_;
+    if (absent_unmapped_) {
+      note_stream_use(page, stream, kernel_stamp_);
+    } else {
+      last_use_[page] = kernel_stamp_;
+    }
   }
   kernel_exec_id_ = exec_id;
   kernel_duration_ns_ = duration_ns;
@@ -339,24 +342,23 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   {
     BatchScope batch(*this);
     apply(decisions_);
-    const bool fetch = policy_->fetches_named_pages();
+    // Unmapped pages cannot fault in: they are always fetched.
+    const bool fetch = policy_->fetches_named_pages() || absent_unmapped_;
     for (const PageId page : kernel_pages_) {
       if (residency_.state(page) != PageState::kAbsent) continue;
-      // No room: the kernel alone needs more than the budget, the driver's eviction decides.
+      // No room: the kernel alone needs more than the budget, the driver's
+      // eviction decides; an unmapped page is fetched over the budget.
       if (!make_room(&stats_.room_evictions)) {
         ++beyond;
         if (!absent_unmapped_) continue;
-        // Unmapped, it cannot fault in: fetched over the budget.
         residency_.set_budget_pages(residency_.budget_pages() + 1);
-        prefetch(page);
-        ++stats_.named_fetches;
-      } else if (fetch || absent_unmapped_) {
-        prefetch(page);
-        ++stats_.named_fetches;
-      } else {
+      } else if (!fetch) {
         count_arrival(page);
         faulted_.push_back(page);
+        continue;
       }
+      prefetch(page);
+      ++stats_.named_fetches;
     }
   }
   stats_.faulted_pages += faulted_.size();
@@ -552,11 +554,14 @@ void UmPager::name_reached_blocks(std::vector<VaRange>* blocks) {
   if (tables_.empty()) return;
   const size_t named = kernel_blocks_.size();
   const size_t pages_before = kernel_pages_.size();
-  const auto name_block_at = [&](uintptr_t target) {
+  // Names the block holding `target`; returns where that block ends
+  // (target + 1 when no block holds it).
+  const auto name_block_at = [&](uintptr_t target) -> uintptr_t {
     auto it = blocks_.upper_bound(target);
-    if (it == blocks_.begin() || target >= std::prev(it)->first + std::prev(it)->second.bytes) return;
+    if (it == blocks_.begin() || target >= std::prev(it)->first + std::prev(it)->second.bytes) return target + 1;
     --it;
-    if (std::find(kernel_blocks_.begin(), kernel_blocks_.end(), it->second.id) != kernel_blocks_.end()) return;
+    const uintptr_t end = it->first + it->second.bytes;
+    if (std::find(kernel_blocks_.begin(), kernel_blocks_.end(), it->second.id) != kernel_blocks_.end()) return end;
     kernel_blocks_.push_back(it->second.id);
     if (blocks != nullptr) blocks->push_back(VaRange{it->first, it->second.bytes});
     const BlockExtent extent{it->first - arena_.base, it->second.bytes};
@@ -564,12 +569,17 @@ void UmPager::name_reached_blocks(std::vector<VaRange>* blocks) {
       kernel_pages_.push_back(page);
     }
     ++stats_.table_named_blocks;
+    return end;
   };
   for (size_t i = 0; i < named; ++i) {
     const auto tables = tables_.find(kernel_blocks_[i]);
     if (tables == tables_.end()) continue;
     for (const PointerTable& table : tables->second) {
-      for (const uintptr_t target : table.targets) name_block_at(target);
+      // Targets are sorted: those in a block already named are skipped
+      // (a batched GEMM's table points into a few blocks, thousands of times).
+      for (auto target = table.targets.begin(); target != table.targets.end();) {
+        target = std::lower_bound(target, table.targets.end(), name_block_at(*target));
+      }
     }
   }
   if (kernel_pages_.size() == pages_before) return;

@@ -210,7 +210,8 @@ class UmPager {
   // The kernel of the last before_kernel() was launched.
   void after_kernel();
   // A copy from the host wrote `written` (inside one block), which now holds
-  // the addresses `targets` (pointer_table.h; none: it holds no table): from
+  // the addresses `targets` (sorted, as arena_addresses() gives them, in
+  // pointer_table.h; none: it holds no table): from
   // now on every kernel that names the block names the blocks those
   // addresses fall in too (those live when it runs). What earlier copies
   // wrote there is replaced; the block's other tables stay; its free
@@ -415,7 +416,9 @@ class UmPager {
   };
   static constexpr size_t kLaunchMarks = 256;
   std::vector<LaunchMark> launch_marks_;
-  std::vector<uint64_t> last_use_;  // per page: the stamp of the last kernel announced with it
+  // Per page: the stamp of the last kernel announced with it (managed pages;
+  // unmapped ones keep stream_uses_ instead).
+  std::vector<uint64_t> last_use_;
   // Unmapped pages, per page: the last use on each of the last few streams
   // that used it since it last left (a kernel on one stream may still run
   // after a later one on another), and whether a stream's was pushed out.
@@ -479,7 +482,7 @@ class UmPager {
   // addresses it holds (on_pointer_table).
   struct PointerTable {
     VaRange written{};
-    std::vector<uintptr_t> targets;
+    std::vector<uintptr_t> targets;  // sorted
   };
   std::unordered_map<uint32_t, std::vector<PointerTable>> tables_;
   uint32_t next_block_ = 0;

@@ -237,6 +237,7 @@ void SwapArenaDriver::drop_host_copy(const PageRef& ref) {
 
 Status SwapArenaDriver::fetch(std::span<const VaRange> ranges, bool discard_first, StreamHandle stream) {
   std::unique_lock lock(mutex_);
+  ++stats_.move_calls;
   std::vector<PageRef> pages;
   if (!pages_of(ranges, &pages)) return Status(Errc::kInvalidArgument);
   wait_until_left(lock, pages);
@@ -252,6 +253,7 @@ Status SwapArenaDriver::send_out(std::span<const VaRange> ranges, StreamHandle s
   Status status = Status::ok();
   {
     std::unique_lock lock(mutex_);
+    ++stats_.move_calls;
     std::vector<PageRef> pages;
     if (!pages_of(ranges, &pages)) return Status(Errc::kInvalidArgument);
     wait_until_left(lock, pages);  // the other pager thread never sends pages out; a caller might
@@ -311,10 +313,6 @@ Status SwapArenaDriver::managed_prefetch_batch(std::span<const VaRange> ranges, 
                                                StreamHandle stream) noexcept {
   if (!touches_an_arena(ranges)) return inner_.managed_prefetch_batch(ranges, target, stream);
   try {
-    {
-      std::lock_guard lock(mutex_);
-      ++stats_.move_calls;
-    }
     return target.to_host ? send_out(ranges, stream) : fetch(ranges, false, stream);
   } catch (const std::bad_alloc&) {
     return Status(Errc::kOutOfMemory);
@@ -358,10 +356,6 @@ Status SwapArenaDriver::managed_discard_and_prefetch_batch(std::span<const VaRan
     return managed_discard_batch(ranges, stream);
   }
   try {
-    {
-      std::lock_guard lock(mutex_);
-      ++stats_.move_calls;
-    }
     return fetch(ranges, true, stream);
   } catch (const std::bad_alloc&) {
     return Status(Errc::kOutOfMemory);

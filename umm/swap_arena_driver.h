@@ -158,6 +158,8 @@ class SwapArenaDriver final : public PagedArenaDriver {
   Status let_go(const PageRef& ref);
   // Drops the page's host bytes, if it has any. Holds mutex_.
   void drop_host_copy(const PageRef& ref);
+  // One prefetch call's moves (each counts one move call), to the host and
+  // to the device. Take mutex_.
   Status send_out(std::span<const VaRange> ranges, StreamHandle stream);
   Status fetch(std::span<const VaRange> ranges, bool discard_first, StreamHandle stream);
   void note_held();
