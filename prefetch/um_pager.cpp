@@ -224,24 +224,44 @@ void UmPager::poll_deferred() {
 
 void UmPager::resolve_locked(std::span<const VaRange> used, std::vector<uint32_t>* block_ids,
                              std::vector<PageId>* pages, std::vector<VaRange>* blocks, uint64_t* unknown,
-                             uint64_t* block_hash) const {
+                             uint64_t* block_hash, uint64_t* reached) const {
   block_ids->clear();
   pages->clear();
   if (blocks != nullptr) blocks->clear();
-  for (const VaRange& range : used) {
-    auto it = blocks_.upper_bound(range.base);
-    if (it == blocks_.begin() || range.base >= std::prev(it)->first + std::prev(it)->second.bytes) {
-      ++*unknown;
-      continue;
-    }
+  // Names the live block holding `addr`, once; returns where that block
+  // ends (0: no block holds it). Its offset goes into *block_hash if `hash`.
+  const auto name_block_at = [&](uintptr_t addr, bool hash) -> uintptr_t {
+    auto it = blocks_.upper_bound(addr);
+    if (it == blocks_.begin() || addr >= std::prev(it)->first + std::prev(it)->second.bytes) return 0;
     --it;
-    if (std::find(block_ids->begin(), block_ids->end(), it->second.id) != block_ids->end()) continue;
+    const uintptr_t end = it->first + it->second.bytes;
+    if (std::find(block_ids->begin(), block_ids->end(), it->second.id) != block_ids->end()) return end;
     block_ids->push_back(it->second.id);
     if (blocks != nullptr) blocks->push_back(VaRange{it->first, it->second.bytes});
     const BlockExtent extent{it->first - arena_.base, it->second.bytes};
-    if (block_hash != nullptr) *block_hash = add_block(*block_hash, extent.offset);
+    if (hash && block_hash != nullptr) *block_hash = add_block(*block_hash, extent.offset);
     for (PageId page = first_page(extent, page_bytes_); page <= last_page(extent, page_bytes_); ++page) {
       pages->push_back(page);
+    }
+    if (!hash && reached != nullptr) ++*reached;
+    return end;
+  };
+  for (const VaRange& range : used) {
+    if (name_block_at(range.base, true) == 0) ++*unknown;
+  }
+  // The blocks the named blocks' pointer tables reach (on_pointer_table):
+  // named too, but not part of the launch's identity. Targets are sorted:
+  // those in a block already named are skipped (a batched GEMM's table
+  // points into a few blocks, thousands of times).
+  const size_t named = block_ids->size();
+  for (size_t i = 0; i < named && !tables_.empty(); ++i) {
+    const auto tables = tables_.find((*block_ids)[i]);
+    if (tables == tables_.end()) continue;
+    for (const PointerTable& table : tables->second) {
+      for (auto target = table.targets.begin(); target != table.targets.end();) {
+        const uintptr_t end = name_block_at(*target, false);
+        target = std::lower_bound(target, table.targets.end(), end != 0 ? end : *target + 1);
+      }
     }
   }
   std::sort(pages->begin(), pages->end());
@@ -273,9 +293,8 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   }
   uint64_t block_hash = 0;
   resolve_locked(used, &kernel_blocks_, &kernel_pages_, blocks, &stats_.unknown_pointers,
-                 given == GivenId::kKernel ? &block_hash : nullptr);
+                 given == GivenId::kKernel ? &block_hash : nullptr, &stats_.table_named_blocks);
   if (given == GivenId::kKernel) exec_id = exec_id_at(exec_id, block_hash);
-  name_reached_blocks(blocks);
   ++kernel_stamp_;
   if (fault_reports_) {
     // What this op used last time beyond what it names: used again (unless
@@ -548,43 +567,6 @@ void UmPager::on_pointer_table(VaRange written, std::span<const uintptr_t> targe
   } else if (found != tables_.end() && found->second.empty()) {
     tables_.erase(found);
   }
-}
-
-void UmPager::name_reached_blocks(std::vector<VaRange>* blocks) {
-  if (tables_.empty()) return;
-  const size_t named = kernel_blocks_.size();
-  const size_t pages_before = kernel_pages_.size();
-  // Names the block holding `target`; returns where that block ends
-  // (target + 1 when no block holds it).
-  const auto name_block_at = [&](uintptr_t target) -> uintptr_t {
-    auto it = blocks_.upper_bound(target);
-    if (it == blocks_.begin() || target >= std::prev(it)->first + std::prev(it)->second.bytes) return target + 1;
-    --it;
-    const uintptr_t end = it->first + it->second.bytes;
-    if (std::find(kernel_blocks_.begin(), kernel_blocks_.end(), it->second.id) != kernel_blocks_.end()) return end;
-    kernel_blocks_.push_back(it->second.id);
-    if (blocks != nullptr) blocks->push_back(VaRange{it->first, it->second.bytes});
-    const BlockExtent extent{it->first - arena_.base, it->second.bytes};
-    for (PageId page = first_page(extent, page_bytes_); page <= last_page(extent, page_bytes_); ++page) {
-      kernel_pages_.push_back(page);
-    }
-    ++stats_.table_named_blocks;
-    return end;
-  };
-  for (size_t i = 0; i < named; ++i) {
-    const auto tables = tables_.find(kernel_blocks_[i]);
-    if (tables == tables_.end()) continue;
-    for (const PointerTable& table : tables->second) {
-      // Targets are sorted: those in a block already named are skipped
-      // (a batched GEMM's table points into a few blocks, thousands of times).
-      for (auto target = table.targets.begin(); target != table.targets.end();) {
-        target = std::lower_bound(target, table.targets.end(), name_block_at(*target));
-      }
-    }
-  }
-  if (kernel_pages_.size() == pages_before) return;
-  std::sort(kernel_pages_.begin(), kernel_pages_.end());
-  kernel_pages_.erase(std::unique(kernel_pages_.begin(), kernel_pages_.end()), kernel_pages_.end());
 }
 
 void UmPager::shrink_to(uint32_t target) {

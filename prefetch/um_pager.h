@@ -276,10 +276,13 @@ class UmPager {
 
   [[nodiscard]] VaRange page_range(PageId page) const;
   // The blocks `used` points into, each once (unknown pointers counted in
-  // *unknown), and their pages, sorted, each once; *block_hash, if given,
-  // their start offsets folded in that order (exec_id.h). Holds mutex_.
+  // *unknown), then those their pointer tables reach (counted in *reached,
+  // if given), and all their pages, sorted, each once; *block_hash, if
+  // given, the start offsets of the blocks `used` names, folded in that
+  // order (exec_id.h). Holds mutex_.
   void resolve_locked(std::span<const VaRange> used, std::vector<uint32_t>* block_ids, std::vector<PageId>* pages,
-                      std::vector<VaRange>* blocks, uint64_t* unknown, uint64_t* block_hash = nullptr) const;
+                      std::vector<VaRange>* blocks, uint64_t* unknown, uint64_t* block_hash = nullptr,
+                      uint64_t* reached = nullptr) const;
   void apply(const Decisions& decisions);
   void prefetch(PageId page);
   // Takes a resident page off the GPU: sent to the host (a copy only when it
@@ -375,9 +378,6 @@ class UmPager {
   // `target` pages are occupied or none is left to evict, counting pages
   // sent in budget_evictions; the budget is then the larger of the two.
   void shrink_to(uint32_t target);
-  // Adds to the announced kernel's blocks and pages those its named blocks'
-  // pointer tables reach (on_pointer_table); *blocks, if given, too.
-  void name_reached_blocks(std::vector<VaRange>* blocks);
   [[nodiscard]] bool pinned(PageId page) const { return in_kernel_ && pinned_[page] == kernel_stamp_; }
 
   Driver& driver_;

@@ -830,7 +830,7 @@ TEST_F(SwappedPageUnderQueuedWork, WhoseLastKernelsMarkIsGoneLeavesAfterTheDevic
 // from the host wrote it: on_pointer_table), it names those blocks too, so
 // a swapped one is mapped when the kernel reaches it. Data written beside
 // the table leaves it, data written over it ends it, and a freed target is
-// not named.
+// not named. The room a kernel asks for (working_set_bytes) counts them.
 TEST(UmPager, BlocksAPointerTableReachesAreNamedForTheKernelsThatNameTheTable) {
   SwappedArena device(8);
   SimDriver& sim = device.sim;
@@ -854,7 +854,10 @@ TEST(UmPager, BlocksAPointerTableReachesAreNamedForTheKernelsThatNameTheTable) {
   EXPECT_EQ(kernel().first.code(), Errc::kInvalidArgument) << "the table's target was mapped before the pager knew";
   const std::array<uintptr_t, 2> addresses{target.base + 64, target.base + kPage + 8};
   const VaRange written{table.base + 16, 16};
+  EXPECT_EQ(pager->working_set_bytes(std::span<const VaRange>(&table, 1)), kPage);
   pager->on_pointer_table(written, addresses);
+  EXPECT_EQ(pager->working_set_bytes(std::span<const VaRange>(&table, 1)), 3 * kPage)
+      << "the room a kernel asks for leaves out what its table reaches";
   const auto [ran, blocks] = kernel();
   EXPECT_TRUE(ran.is_ok()) << "a block the table reaches was not there";
   EXPECT_EQ(blocks, 2u) << "the op's blocks include what the table reaches, once";
