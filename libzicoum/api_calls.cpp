@@ -113,6 +113,7 @@ Status api_free(void* ptr, StreamHandle stream) noexcept {
   }
   const Status status = allocator->deallocate(ptr, stream);
   if (!status.is_ok()) describe_free_failure(ptr, status);
+  if (sharing::NodeClient* node = runtime.node()) node->after_free(allocator->device());
   return status;
 }
 
@@ -160,6 +161,7 @@ Status api_free_synchronous(void* ptr) noexcept {
   }
   const Status status = allocator->deallocate(ptr, idle ? kNoPendingWork : StreamHandle{});
   if (!status.is_ok()) describe_free_failure(ptr, status);
+  if (sharing::NodeClient* node = runtime.node()) node->after_free(allocator->device());
   return status;
 }
 

@@ -109,6 +109,8 @@ struct Daemon::Impl final : GateGuard {
     // (peak 0: unknown).
     uint64_t gate_peak = 0;
     uint64_t gate_settle = 0;
+    // Told MemoryWanted since its last IterationMark (once per iteration).
+    bool told_wanted = false;
     // A UM job's GPU (OpenGpu.pageable): its chunks are resident grants,
     // counted in `unowned`; no pool chunk is lent to it.
     bool pageable = false;
@@ -268,6 +270,10 @@ struct Daemon::Impl final : GateGuard {
 
   // --- lending ----------------------------------------------------------------
   void pump();
+  // After serving: where a request still waits, the GPU's other jobs are
+  // told (MemoryWanted), each once per iteration, so that they give back
+  // what their iterations free instead of keeping it to their gates.
+  void tell_memory_wanted();
   // False if the chunks could not be made (the job is refused instead).
   bool grant(const LedgerAction& action);
   Status take_chunks(Gpu& gpu, uint32_t uid, uint64_t count, std::vector<uint32_t>* ids, std::string* why);

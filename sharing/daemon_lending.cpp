@@ -167,7 +167,7 @@ void Daemon::Impl::pump() {
   // connection), so ask again until nothing is left to do.
   for (int round = 0; round < 16; ++round) {
     const std::vector<LedgerAction> actions = ledger.pump(now_ns());
-    if (actions.empty()) return;
+    if (actions.empty()) break;
     for (const LedgerAction& action : actions) {
       auto it = jobs.find(action.job);
       if (it == jobs.end()) continue;
@@ -230,6 +230,21 @@ void Daemon::Impl::pump() {
           if (fd >= 0 && !send(fd, proto::Resume{})) close_connection(fd, "cannot send a resumption", true);
           break;
       }
+    }
+  }
+  tell_memory_wanted();
+}
+
+void Daemon::Impl::tell_memory_wanted() {
+  for (uint32_t g = 0; g < gpus.size(); ++g) {
+    if (ledger.gpu(g).waiting == 0) continue;
+    for (auto& [id, job] : jobs) {
+      if (g >= job.gpus.size() || job.fd < 0) continue;
+      JobGpu& use = job.gpus[g];
+      if (!use.open || use.pageable || use.told_wanted) continue;
+      // The waiter too: what it frees later in this iteration may be
+      // what the next request waits for.
+      if (send(job.fd, proto::MemoryWanted{g})) use.told_wanted = true;
     }
   }
 }

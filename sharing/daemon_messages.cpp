@@ -254,6 +254,7 @@ std::string Daemon::Impl::on_job_message(Job& job, const proto::Message& message
       (void)ledger.set_between_iterations(job.id, static_cast<uint32_t>(g));
       job.gpus[g].gate_peak = 0;
       job.gpus[g].gate_settle = 0;
+      job.gpus[g].told_wanted = false;
     }
     for (const proto::GateClaim& claim : mark->claims) {
       job.gpus[claim.gpu].gate_peak = claim.peak_chunks;

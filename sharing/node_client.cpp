@@ -442,6 +442,46 @@ void NodeClient::on_freed(DeviceId device, const void* ptr) noexcept {
   }
 }
 
+void NodeClient::after_free(DeviceId device) noexcept {
+  Impl& impl = *impl_;
+  DeviceAllocator* allocator = nullptr;
+  uint64_t keep_idle = 0;
+  {
+    std::lock_guard patterns(impl.pattern_mu);  // the list of GPUs, as on_freed reads it
+    std::unique_lock lock(impl.mu, std::defer_lock);
+    for (auto& gpu : impl.gpus) {
+      if (gpu->device != device) continue;
+      if (!gpu->memory_wanted.load(std::memory_order_relaxed)) return;
+      lock.lock();
+      // Unknown (0): the job's tracker is still learning, and nothing but
+      // its gate says what it will not use again.
+      const uint64_t rest = gpu->outlook_peak_bytes.load(std::memory_order_relaxed);
+      if (!gpu->memory_wanted || !gpu->open_now || gpu->pageable || gpu->allocator == nullptr || rest == 0) return;
+      // At most one try per step down of what the rest of the iteration
+      // needs, a sixteenth of what is held (at least four chunks): a try
+      // fences the allocator's caches and waits for them, and one that
+      // finds only partly used chunks would find them again at the next
+      // free.
+      const uint64_t step = std::max<uint64_t>(4, gpu->held / 16) * gpu->chunk_bytes;
+      if (rest >= gpu->trimmed_at_rest_bytes) {  // climbing, or a new iteration
+        gpu->trimmed_at_rest_bytes = rest;
+        return;
+      }
+      if (gpu->trimmed_at_rest_bytes - rest < step) return;
+      gpu->trimmed_at_rest_bytes = rest;
+      // Idle chunks stay for what is still to be allocated above the live
+      // blocks, and a step more.
+      const uint64_t live = gpu->outlook_live_bytes.load(std::memory_order_relaxed);
+      keep_idle = (rest > live ? rest - live : 0) + step;
+      allocator = gpu->allocator;
+      break;
+    }
+  }
+  if (allocator == nullptr) return;
+  size_t freed = 0;
+  (void)allocator->try_trim(SIZE_MAX, &freed, static_cast<size_t>(std::min<uint64_t>(keep_idle, SIZE_MAX)));
+}
+
 void NodeClient::iteration_gate(bool explicit_mark, const std::function<void()>& pause) noexcept {
   Impl& impl = *impl_;
   // The iteration's transient memory is free now: give the idle chunks back
@@ -455,6 +495,7 @@ void NodeClient::iteration_gate(bool explicit_mark, const std::function<void()>&
     std::lock_guard lock(impl.mu);
     try {
       for (auto& gpu : impl.gpus) {
+        gpu->memory_wanted = false;  // until the daemon says so again in the next iteration
         if (gpu->open_now && gpu->allocator != nullptr && !gpu->pageable && !impl.alone) {
           allocators.push_back(gpu->allocator);
         }

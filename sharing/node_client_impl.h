@@ -90,6 +90,12 @@ struct NodeClient::Impl {
     std::atomic<uint64_t> outlook_live_bytes{0};
     std::atomic<uint64_t> outlook_end_bytes{0};   // curve().end_bytes
     std::atomic<uint64_t> outlook_next_peak_bytes{0};  // next_iteration_peak_bytes(): 0 unknown
+    // Giving back in mid-iteration (after_free): the daemon said a request
+    // waits (MemoryWanted) since the last gate, written under mu and read
+    // first under pattern_mu alone (every free looks); and what the rest of
+    // the iteration needed at the last try, guarded by mu.
+    std::atomic<bool> memory_wanted{false};
+    uint64_t trimmed_at_rest_bytes = 0;
   };
 
   struct Pending {

@@ -76,6 +76,11 @@ void NodeClient::Impl::handle(const proto::Message& message, std::vector<int>& f
     on_grant(*grant, fds);
     return;
   }
+  if (const auto* wanted = std::get_if<proto::MemoryWanted>(&message)) {
+    std::lock_guard lock(mu);
+    if (Gpu* gpu = gpu_by_index(wanted->gpu)) gpu->memory_wanted = true;
+    return;
+  }
   if (const auto* reclaim = std::get_if<proto::Reclaim>(&message)) {
     on_reclaim(*reclaim);
     return;

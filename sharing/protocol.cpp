@@ -57,6 +57,7 @@ ZICO_PROTO_TRAITS(IterationMark, kIterationMark, "IterationMark");
 ZICO_PROTO_TRAITS(Curve, kCurve, "Curve");
 ZICO_PROTO_TRAITS(Proceed, kProceed, "Proceed");
 ZICO_PROTO_TRAITS(ResidentGrant, kResidentGrant, "ResidentGrant");
+ZICO_PROTO_TRAITS(MemoryWanted, kMemoryWanted, "MemoryWanted");
 #undef ZICO_PROTO_TRAITS
 
 // Type of each variant alternative, by index: type_of() is one lookup, and a
@@ -442,6 +443,11 @@ bool fields(C& c, M& m) {
   return c.u32("Reclaim.gpu", m.gpu) && c.u64("Reclaim.chunks", m.chunks);
 }
 
+template <class C, Is<MemoryWanted> M>
+bool fields(C& c, M& m) {
+  return c.u32("MemoryWanted.gpu", m.gpu);
+}
+
 template <class C, Is<Yield> M>
 bool fields(C& c, M& m) {
   return c.u64("Yield.request_id", m.request_id) && c.nonzero("Yield.request_id", m.request_id) &&
@@ -605,6 +611,7 @@ const char* to_string(Type type) {
     case Type::kCurve: return "Curve";
     case Type::kProceed: return "Proceed";
     case Type::kResidentGrant: return "ResidentGrant";
+    case Type::kMemoryWanted: return "MemoryWanted";
   }
   return "unknown";
 }

@@ -36,7 +36,8 @@ inline constexpr uint32_t kMagic = 0x4F43495A;  // "ZICO" little-endian
 // 7: Unified Memory jobs (OpenGpu.pageable, Report.floor_bytes, ResidentGrant,
 //    JobStatus.pageable); GpuStatus.parks, denials and timeouts.
 // 9: GpuStatus.device_total_bytes and device_used_bytes; Proceed.sharers.
-inline constexpr uint16_t kVersion = 9;
+// 10: MemoryWanted.
+inline constexpr uint16_t kVersion = 10;
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxPayload = 60 * 1024;
 inline constexpr size_t kMaxString = 255;
@@ -73,6 +74,7 @@ enum class Type : uint16_t {
   kResume = 40,
   kProceed = 41,
   kResidentGrant = 42,
+  kMemoryWanted = 43,
   // zico-umctl <-> daemon
   kStatusQuery = 64,
   kStatus = 65,
@@ -249,6 +251,14 @@ struct Reclaim {
   uint64_t chunks = 0;
 };
 
+// Another job's request waits for memory on the GPU: until its next
+// IterationMark the job gives back, as its iteration frees them, the idle
+// chunks the rest of that iteration will not use (instead of keeping them
+// to its gate). Sent at most once per iteration of the job.
+struct MemoryWanted {
+  uint32_t gpu = 0;
+};
+
 // Deadlock: the waiting request is withdrawn; the job must evict and return
 // every chunk it holds on the GPU, then ask again for all it needs.
 struct Yield {
@@ -371,7 +381,7 @@ struct Goodbye {
 using Message = std::variant<Hello, OpenGpu, Request, Cancel, Return, Report, Welcome, GpuOpened, Grant,
                              Deny, Reclaim, Yield, Limits, StatusQuery, StatusReply, SetBudget, Result,
                              Goodbye, JobState, Suspend, Resume, JobControl, IterationMark, Curve, Proceed,
-                             ResidentGrant>;
+                             ResidentGrant, MemoryWanted>;
 
 [[nodiscard]] Type type_of(const Message& message);
 [[nodiscard]] const char* to_string(Type type);

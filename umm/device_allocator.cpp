@@ -740,14 +740,16 @@ AllocatorStats DeviceAllocator::stats_locked() const {
   return s;
 }
 
-Status DeviceAllocator::try_trim(size_t want, size_t* freed) noexcept {
+Status DeviceAllocator::try_trim(size_t want, size_t* freed, size_t keep_idle) noexcept {
   *freed = 0;
   std::unique_lock lock(mutex_, std::try_to_lock);
   if (!lock.owns_lock() || suspended_to_ != nullptr) return Status::ok();
   try {
     const size_t before = chunks_.mapped_bytes();
-    if (chunks_.idle_bytes() < want) reclaim();  // empty pages and fenced blocks become idle chunks
-    const Status status = unmap_idle(want, VaRange{});
+    // Empty pages and fenced blocks become idle chunks.
+    if (chunks_.idle_bytes() < want || chunks_.idle_bytes() - want < keep_idle) reclaim();
+    if (chunks_.idle_bytes() <= keep_idle) return Status::ok();
+    const Status status = unmap_idle(std::min(want, chunks_.idle_bytes() - keep_idle), VaRange{});
     *freed = before - chunks_.mapped_bytes();
     return status;
   } catch (const std::bad_alloc&) {

@@ -138,10 +138,11 @@ class DeviceAllocator {
 
   // Waits for all fences and returns every idle chunk to the driver.
   [[nodiscard]] Status trim() noexcept;
-  // Returns idle chunks until `want` bytes are freed, unless another thread
-  // holds the allocator (then *freed = 0 at once: a reclaim must never wait
-  // on an allocation that is itself waiting for memory).
-  [[nodiscard]] Status try_trim(size_t want, size_t* freed) noexcept;
+  // Returns idle chunks until `want` bytes are freed, keeping `keep_idle`
+  // bytes of them (what the caller expects to allocate again soon), unless
+  // another thread holds the allocator (then *freed = 0 at once: a reclaim
+  // must never wait on an allocation that is itself waiting for memory).
+  [[nodiscard]] Status try_trim(size_t want, size_t* freed, size_t keep_idle = 0) noexcept;
   // stats() unless another thread holds the allocator; false then.
   [[nodiscard]] bool try_stats(AllocatorStats* out) const noexcept;
   // Future maps obey the new budget; shrinking also trims idle memory.

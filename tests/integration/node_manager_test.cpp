@@ -292,6 +292,30 @@ TEST_F(NodeManager, ClaimsHoldBackAnUnsafeGrantUntilTheOtherJobIsAtItsGate) {
   EXPECT_EQ(status.gpus[0].deadlocks, 0u);
 }
 
+// A request that waits tells the GPU's jobs that memory is wanted, each once
+// per iteration of its own (until its next IterationMark): a job keeps what
+// its iteration frees until its gate otherwise, and another job's iteration
+// could not climb into what this one's backward pass lets go of.
+TEST_F(NodeManager, AWaitingRequestTellsTheJobsMemoryIsWantedOncePerIteration) {
+  start_daemon(64 * kMiB);
+  RawJob a(socket_);
+  RawJob b(socket_);
+  ASSERT_EQ(a.open(sim_gpu_uuid(), "wanted-a"), 2 * kMiB);
+  ASSERT_EQ(b.open(sim_gpu_uuid(), "wanted-b"), 2 * kMiB);  // 32 chunks in all
+  ASSERT_TRUE(a.send(zico::proto::Request{1, 0, 30}));
+  ASSERT_TRUE(a.await<zico::proto::Grant>(2000ms).has_value());
+  EXPECT_FALSE(a.await<zico::proto::MemoryWanted>(200ms).has_value()) << "told while no request waited";
+  ASSERT_TRUE(b.send(zico::proto::Request{1, 0, 10}));
+  const auto told = a.await<zico::proto::MemoryWanted>(2000ms);
+  ASSERT_TRUE(told.has_value()) << "a request waits and the job holding the memory was not told";
+  EXPECT_EQ(told->gpu, 0u);
+  ASSERT_TRUE(b.send(zico::proto::Request{2, 0, 1}));
+  EXPECT_FALSE(a.await<zico::proto::MemoryWanted>(300ms).has_value()) << "told twice in one iteration";
+  ASSERT_TRUE(a.send(zico::proto::IterationMark{1}));
+  EXPECT_TRUE(a.await<zico::proto::MemoryWanted>(2000ms).has_value())
+      << "not told again in its next iteration although the requests still wait";
+}
+
 // A UM job's reports carry its pager's link: at its gate the daemon asks it
 // to page out as soon as a job in mid-iteration claims its memory, before
 // that job has to wait for it. Budget 64 MiB: 32 chunks of 2 MiB.

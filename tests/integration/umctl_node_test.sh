@@ -303,10 +303,14 @@ run status --socket "$tmp/stale.sock"
 
 # A daemon that says Goodbye to every request, as one that does not know it,
 # and one that never answers.
+# The protocol version the tools speak (sharing/protocol.h), for the fake's Goodbye.
+protocol_version=$(sed -n 's/^inline constexpr uint16_t kVersion = \([0-9]*\);.*/\1/p' \
+  "$(dirname "$0")/../../sharing/protocol.h")
+[[ -n $protocol_version ]] || fail "no kVersion in sharing/protocol.h"
 fake_daemon() {
   python3 -c '
 import socket, struct, sys
-path, mode = sys.argv[1], sys.argv[2]
+path, mode, version = sys.argv[1], sys.argv[2], int(sys.argv[3])
 server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 server.bind(path)
 server.listen(8)
@@ -317,12 +321,11 @@ while True:
     if mode == "goodbye":
         reason = b"JobControl is not a zico-umctl request"
         payload = struct.pack("<H", len(reason)) + reason
-        # version 9: sharing/protocol.h kVersion
-        connection.send(struct.pack("<IHHII", 0x4F43495A, 9, 96, len(payload), 0) + payload)
+        connection.send(struct.pack("<IHHII", 0x4F43495A, version, 96, len(payload), 0) + payload)
         connection.close()
     else:
         kept.append(connection)
-' "$1" "$2" 3>&- &  # not holding the job's input open
+' "$1" "$2" "$protocol_version" 3>&- &  # not holding the job's input open
   fake_pids+=($!)
   wait_for test -S "$1" || fail "fake daemon $2 did not start"
 }

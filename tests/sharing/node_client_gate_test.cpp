@@ -1,7 +1,8 @@
 // NodeClient's iteration gate, against a scripted daemon: what the job tells
 // zico-umd at an iteration mark, and in what order. The daemon plans the gate
 // with the curve it has when the mark arrives and weighs the claim the mark
-// carries, so both must come from the iteration that just ended.
+// carries, so both must come from the iteration that just ended. And what
+// the job gives back before its gate when the daemon says memory is wanted.
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 
 #include <gtest/gtest.h>
 
+#include "device_allocator.h"
 #include "node_client.h"
 #include "protocol.h"
 #include "sim_driver.h"
@@ -57,6 +59,8 @@ class ScriptedDaemon {
     std::lock_guard lock(mu_);
     return received_;
   }
+  // The job's next request is answered with MemoryWanted before its grant.
+  void tell_memory_wanted() { wanted_ = true; }
 
  private:
   // Waits up to 50 ms for `fd` to be readable (false: not yet, or stopping).
@@ -88,6 +92,11 @@ class ScriptedDaemon {
         const auto* state = std::get_if<proto::JobState>(&message);
         const bool suspended = state != nullptr && state->state == proto::JobRunState::kSuspended;
         const bool running = state != nullptr && state->state == proto::JobRunState::kRunning;
+        if (const auto* request = std::get_if<proto::Request>(&message)) {
+          // Before the grant: the job knows once its allocation returns.
+          if (wanted_.exchange(false)) sent = wire::send_message(job, proto::MemoryWanted{0}, {}, &why);
+          sent = sent && grant(job, *request);
+        }
         {
           // Kept before the gate opens: the job reads them once it has.
           std::lock_guard lock(mu_);
@@ -99,13 +108,40 @@ class ScriptedDaemon {
         }
         if (suspended) sent = wire::send_message(job, proto::Resume{}, {}, &why);
         if (running) sequence = suspend_at_;
-        if (sequence != 0) sent = wire::send_message(job, proto::Proceed{sequence}, {}, &why);
+        // Another job shares the GPU: the job gives its idle chunks back at its gates.
+        if (sequence != 0) sent = wire::send_message(job, proto::Proceed{sequence, 1}, {}, &why);
       }
       EXPECT_TRUE(sent) << why;
     }
     if (job >= 0) ::close(job);
   }
 
+  // Every request is granted at once, with chunks of the daemon's own
+  // SimDriver, one descriptor each, as zico-umd lends them.
+  bool grant(int job, const proto::Request& request) {
+    EXPECT_LE(request.chunks, proto::kMaxChunksPerMessage) << "one grant per request here";
+    std::vector<uint32_t> ids;
+    std::vector<int> fds;
+    bool made = true;
+    for (uint32_t i = 0; i < request.chunks && made; ++i) {
+      PhysHandle handle;
+      int fd = -1;
+      made = chunks_.create(DeviceId{0}, kChunk, &handle).is_ok() && chunks_.export_fd(handle, &fd).is_ok();
+      if (handle.valid()) (void)chunks_.release(handle);  // the descriptor keeps the memory
+      if (!made) break;
+      ids.push_back(++next_id_);
+      fds.push_back(fd);
+    }
+    std::string why;
+    const bool sent = made && wire::send_message(job, proto::Grant{request.request_id, request.gpu, true, ids}, fds, &why);
+    for (int fd : fds) ::close(fd);
+    EXPECT_TRUE(sent) << "granting " << request.chunks << " chunks: " << why;
+    return sent;
+  }
+
+  SimDriver chunks_;
+  uint32_t next_id_ = 0;
+  std::atomic<bool> wanted_{false};
   int listener_ = -1;
   uint64_t suspend_at_ = 0;
   std::atomic<bool> stop_{false};
@@ -127,8 +163,7 @@ class NodeClientGateTest : public ::testing::Test {
     std::string why;
     ASSERT_TRUE(NodeClient::connect(driver_, options, &client_, &why).is_ok()) << why;
     size_t chunk = 0;
-    ChunkSource* source = nullptr;
-    ASSERT_TRUE(client_->open_gpu(kDevice, &chunk, &source, &why).is_ok()) << why;
+    ASSERT_TRUE(client_->open_gpu(kDevice, &chunk, &source_, &why).is_ok()) << why;
     ASSERT_EQ(chunk, kChunk);
   }
   virtual uint64_t suspend_at() const { return 0; }
@@ -154,6 +189,7 @@ class NodeClientGateTest : public ::testing::Test {
   SimDriver driver_;
   std::unique_ptr<ScriptedDaemon> daemon_;
   std::unique_ptr<NodeClient> client_;
+  ChunkSource* source_ = nullptr;
   uintptr_t next_block_ = 1;
 };
 
@@ -189,6 +225,68 @@ TEST_F(NodeClientGateTest, TheMarkCarriesTheIterationJustEndedAndItsCurveComesFi
   EXPECT_EQ(third->claims[0].gpu, 0u);
   EXPECT_EQ(third->claims[0].peak_chunks, 10u);   // 20 MiB
   EXPECT_EQ(third->claims[0].settle_chunks, 1u);  // the 2 MiB of weights
+}
+
+// The job allocates through an allocator that borrows from the daemon, and
+// tells its client of each allocation and free as libzicoum does
+// (api_calls.cpp): on_allocated after the allocation; on_freed, the free,
+// then after_free.
+class NodeClientGiveBackTest : public NodeClientGateTest {
+ protected:
+  void SetUp() override {
+    NodeClientGateTest::SetUp();
+    if (HasFatalFailure()) return;
+    AllocatorOptions options;
+    options.source = source_;
+    options.chunk_bytes = kChunk;
+    options.arena_bytes = 256 * kMiB;
+    std::string why;
+    ASSERT_TRUE(DeviceAllocator::create(driver_, kDevice, options, &allocator_, &why).is_ok()) << why;
+    client_->attach(kDevice, allocator_.get());
+  }
+  void TearDown() override {
+    allocator_.reset();  // gives its chunks back through the client
+    NodeClientGateTest::TearDown();
+  }
+
+  void* allocate(uint64_t bytes) {
+    void* block = nullptr;
+    EXPECT_TRUE(allocator_->allocate(bytes, StreamHandle{}, &block).is_ok());
+    (void)client_->on_allocated(kDevice, block, bytes);
+    return block;
+  }
+  void free(void* block) {
+    client_->on_freed(kDevice, block);
+    EXPECT_TRUE(allocator_->deallocate(block, kNoPendingWork).is_ok());
+    client_->after_free(kDevice);
+  }
+  // One iteration from its gate: climbs through 4, 6, 8 and 10 MiB blocks and
+  // frees them in reverse. What the allocator maps then, before the next gate.
+  uint64_t iteration() {
+    client_->iteration_gate(true);
+    std::vector<void*> blocks;
+    for (const uint64_t mib : {4, 6, 8, 10}) blocks.push_back(allocate(mib * kMiB));
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) free(*it);
+    return allocator_->stats().mapped_bytes;
+  }
+
+  std::unique_ptr<DeviceAllocator> allocator_;
+};
+
+TEST_F(NodeClientGiveBackTest, ToldMemoryIsWantedTheIterationGivesBackWhatItFreesBeforeItsGate) {
+  void* weights = allocate(2 * kMiB);
+  // Until the job's tracker trusts its outlook (the third iteration), it
+  // cannot tell what the rest of an iteration will use again.
+  for (int i = 0; i < 4; ++i) (void)iteration();
+  const uint64_t kept = iteration();
+  EXPECT_GE(kept, 30 * kMiB) << "nobody asked: the iteration keeps its chunks to its gate";
+  daemon_->tell_memory_wanted();  // answers the next iteration's first request
+  const uint64_t given_back = iteration();
+  EXPECT_LE(given_back, kept / 2) << "told that memory is wanted, the backward pass still kept what it freed";
+  EXPECT_GE(given_back, 2 * kMiB) << "the weights stay";
+  const uint64_t next = iteration();
+  EXPECT_GE(next, 30 * kMiB) << "told once, for one iteration: the next keeps its chunks again";
+  free(weights);
 }
 
 // The daemon suspends the job at its second gate (another job's turn).

@@ -88,11 +88,13 @@ TEST(ProtocolTest, TypeNames) {
   EXPECT_STREQ(to_string(Type::kCurve), "Curve");
   EXPECT_STREQ(to_string(Type::kProceed), "Proceed");
   EXPECT_STREQ(to_string(Type::kResidentGrant), "ResidentGrant");
+  EXPECT_STREQ(to_string(Type::kMemoryWanted), "MemoryWanted");
   EXPECT_STREQ(to_string(static_cast<Type>(10)), "unknown");
   EXPECT_EQ(static_cast<int>(type_of(Message{IterationMark{}})), 8);
   EXPECT_EQ(static_cast<int>(type_of(Message{Curve{}})), 9);
   EXPECT_EQ(static_cast<int>(type_of(Message{Proceed{}})), 41);
   EXPECT_EQ(static_cast<int>(type_of(Message{ResidentGrant{}})), 42);
+  EXPECT_EQ(static_cast<int>(type_of(Message{MemoryWanted{}})), 43);
   EXPECT_EQ(type_of(Message{SetBudget{}}), Type::kSetBudget);
   EXPECT_EQ(type_of(Message{JobState{}}), Type::kJobState);
   EXPECT_EQ(static_cast<int>(type_of(Message{JobState{}})), 7);
@@ -119,11 +121,11 @@ TEST(ProtocolRejectTest, WrongMagic) {
 TEST(ProtocolRejectTest, WrongVersionNamesBoth) {
   std::vector<uint8_t> bytes = encoded(Welcome{1});
   bytes[4] = 5;
-  EXPECT_EQ(rejection(bytes), "protocol version 5 (this side speaks version 9)");
+  EXPECT_EQ(rejection(bytes), "protocol version 5 (this side speaks version 10)");
   bytes[4] = 3;
-  EXPECT_EQ(rejection(bytes), "protocol version 3 (this side speaks version 9)");
+  EXPECT_EQ(rejection(bytes), "protocol version 3 (this side speaks version 10)");
   bytes[4] = 1;
-  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 9)");
+  EXPECT_EQ(rejection(bytes), "protocol version 1 (this side speaks version 10)");
 }
 
 TEST(ProtocolRejectTest, UnknownType) {

@@ -32,6 +32,7 @@ inline auto tie(const GpuOpened& m) { return std::tie(m.gpu, m.chunk_bytes, m.mi
 inline auto tie(const Grant& m) { return std::tie(m.request_id, m.gpu, m.last, m.ids); }
 inline auto tie(const Deny& m) { return std::tie(m.request_id, m.errc, m.reason); }
 inline auto tie(const Reclaim& m) { return std::tie(m.gpu, m.chunks); }
+inline auto tie(const MemoryWanted& m) { return std::tie(m.gpu); }
 inline auto tie(const Yield& m) { return std::tie(m.request_id, m.gpu); }
 inline auto tie(const Limits& m) { return std::tie(m.gpu, m.min_bytes, m.max_bytes); }
 inline auto tie(const Suspend& m) { return std::tie(m.to); }
@@ -75,6 +76,7 @@ ZICO_TEST_EQUALITY(GpuOpened)
 ZICO_TEST_EQUALITY(Grant)
 ZICO_TEST_EQUALITY(Deny)
 ZICO_TEST_EQUALITY(Reclaim)
+ZICO_TEST_EQUALITY(MemoryWanted)
 ZICO_TEST_EQUALITY(Yield)
 ZICO_TEST_EQUALITY(Limits)
 ZICO_TEST_EQUALITY(Suspend)
@@ -132,6 +134,7 @@ inline std::vector<Message> samples() {
       Grant{77, 6, false, {10, 11, 12}},
       Deny{78, 1, "request beyond every limit: 5000 chunks > 4096"},
       Reclaim{2, 64},
+      MemoryWanted{3},
       Yield{79, 3},
       Limits{5, 4ull << 30, 32ull << 30},
       Suspend{StoreKind::kNvme},

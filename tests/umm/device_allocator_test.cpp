@@ -363,6 +363,28 @@ TEST_F(DeviceAllocatorTest, TrimUnmapsIdleChunksWithoutFenceViolations) {
   EXPECT_EQ(driver_->counters().live_chunks, 0u);
 }
 
+// A trim in mid-iteration keeps idle chunks for what is still to come, and
+// gives back the rest, waiting for the stream's work first.
+TEST_F(DeviceAllocatorTest, TrimKeepsTheIdleChunksAskedFor) {
+  make(64 * kMiB);
+  const StreamHandle s = new_stream();
+  void* live = alloc(4 * kMiB, s);
+  void* freed = alloc(24 * kMiB, s);
+  driver_->hold_stream(s);
+  ZICO_ASSERT_OK(driver_->memset_async(freed, 1, 64, s));
+  ZICO_ASSERT_OK(allocator_->deallocate(freed, s));
+  const size_t mapped = allocator_->stats().mapped_bytes;
+  size_t given = 0;
+  ZICO_ASSERT_OK(allocator_->try_trim(SIZE_MAX, &given, 10 * kMiB));
+  EXPECT_EQ(given, 24 * kMiB - 10 * kMiB) << "all the idle chunks but the 10 MiB kept";
+  EXPECT_EQ(allocator_->stats().mapped_bytes, mapped - given);
+  ZICO_ASSERT_OK(allocator_->try_trim(SIZE_MAX, &given, 10 * kMiB));
+  EXPECT_EQ(given, 0u) << "nothing idle beyond what is kept";
+  ZICO_ASSERT_OK(allocator_->try_trim(2 * kMiB, &given, 4 * kMiB));
+  EXPECT_EQ(given, 2 * kMiB) << "at most what is wanted";
+  ZICO_ASSERT_OK(allocator_->deallocate(live, s));
+}
+
 TEST_F(DeviceAllocatorTest, RejectsDoubleFreeInteriorAndForeignPointers) {
   make(64 * kMiB);
   auto* small = static_cast<uint8_t*>(alloc(1000));
