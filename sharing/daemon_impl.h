@@ -270,9 +270,9 @@ struct Daemon::Impl final : GateGuard {
 
   // --- lending ----------------------------------------------------------------
   void pump();
-  // After serving: where a request still waits, the GPU's other jobs are
-  // told (MemoryWanted), each once per iteration, so that they give back
-  // what their iterations free instead of keeping it to their gates.
+  // After serving: where a request still waits, the GPU's jobs are told
+  // (MemoryWanted), each once per iteration, so that they give back what
+  // their iterations free instead of keeping it to their gates.
   void tell_memory_wanted();
   // False if the chunks could not be made (the job is refused instead).
   bool grant(const LedgerAction& action);

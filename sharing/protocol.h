@@ -251,10 +251,10 @@ struct Reclaim {
   uint64_t chunks = 0;
 };
 
-// Another job's request waits for memory on the GPU: until its next
-// IterationMark the job gives back, as its iteration frees them, the idle
-// chunks the rest of that iteration will not use (instead of keeping them
-// to its gate). Sent at most once per iteration of the job.
+// A request waits for memory on the GPU (another job's, or this one's):
+// until its next IterationMark the job gives back, as its iteration frees
+// them, the idle chunks the rest of that iteration will not use (instead of
+// keeping them to its gate). Sent at most once per iteration of the job.
 struct MemoryWanted {
   uint32_t gpu = 0;
 };
