@@ -9,6 +9,7 @@
 
 #include "belady_bound.h"
 #include "peak_bound.h"
+#include "segment_bound.h"
 #include "paging_simulator.h"
 #include "paging_streams.h"
 
@@ -63,6 +64,7 @@ TEST(PagingPolicies, KeepTheBudgetAndTheRunningOpsPagesOnRandomStreams) {
       const uint64_t budget = uint64_t{slots} * page;
       const auto bound = belady_fetch_bytes(stream, slots);
       const PeakBound peak = peak_bound(stream, budget, TransferModel{});
+      const SegmentBound segments = segment_bound(stream, budget, TransferModel{});
       const uint64_t least = std::accumulate(bound.begin(), bound.end(), uint64_t{0});
       for (const std::string_view policy : kPolicyNames) {
         SCOPED_TRACE("seed " + std::to_string(seed) + ", " + std::to_string(slots) + " slots, " + std::string(policy));
@@ -70,6 +72,7 @@ TEST(PagingPolicies, KeepTheBudgetAndTheRunningOpsPagesOnRandomStreams) {
         EXPECT_GE(total_h2d(r), least);  // nobody moves less than Belady
         for (const auto& it : r.iterations) EXPECT_GE(it.elapsed_ns(), it.compute_ns);
         EXPECT_GE(r.iterations.back().elapsed_ns(), peak.iteration_ns());  // nobody beats the peak bound
+        EXPECT_GE(r.iterations.back().elapsed_ns(), segments.iteration_ns);  // nor the segment bound
       }
     }
   }

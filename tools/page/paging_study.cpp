@@ -5,6 +5,7 @@
 
 #include "belady_bound.h"
 #include "peak_bound.h"
+#include "segment_bound.h"
 
 namespace zico::page {
 
@@ -37,7 +38,9 @@ bool study_paging(const prefetch::AccessStream& stream, uint64_t budget_bytes, c
   const auto transfer_ns =
       static_cast<uint64_t>(std::ceil(static_cast<double>(fetched.back()) / model.h2d_bytes_per_s * 1e9));
   out->peak = prefetch::peak_bound(stream, budget_bytes, model);
-  out->lower_bound_iteration_ns = std::max({facts.steady_compute_ns, transfer_ns, out->peak.iteration_ns()});
+  out->segments = prefetch::segment_bound(stream, budget_bytes, model);
+  out->lower_bound_iteration_ns =
+      std::max({facts.steady_compute_ns, transfer_ns, out->peak.iteration_ns(), out->segments.iteration_ns});
 
   for (const std::string& policy : policies) {
     PagingOptions options;

@@ -1,8 +1,9 @@
 // A paging study: one access stream under one budget, run under several
 // policies, each summarised by its steady iteration against the two
 // references measured in the same run: the in-memory time (every page
-// resident, no budget) and the lower bound (the larger of
-// prefetch/belady_bound.h's and prefetch/peak_bound.h's).
+// resident, no budget) and the lower bound (the largest of
+// prefetch/belady_bound.h's, prefetch/peak_bound.h's and
+// prefetch/segment_bound.h's).
 //
 // The steady iteration is the stream's last: by then every policy that
 // learns has seen at least one whole iteration (streams need two or more).
@@ -15,6 +16,7 @@
 #include "access_stream.h"
 #include "paging_simulator.h"
 #include "peak_bound.h"
+#include "segment_bound.h"
 
 namespace zico::page {
 
@@ -41,11 +43,13 @@ struct PagingStudy {
   uint64_t largest_op_bytes = 0;
   double host_bytes_per_s = 0;  // the transfer model's host to device rate
   uint64_t in_memory_iteration_ns = 0;
-  // The larger of compute, Belady's bytes over the H2D bandwidth, and the
-  // peak bound (prefetch/peak_bound.h).
+  // The largest of compute, Belady's bytes over the H2D bandwidth, the peak
+  // bound (prefetch/peak_bound.h) and the segment bound
+  // (prefetch/segment_bound.h).
   uint64_t lower_bound_iteration_ns = 0;
   uint64_t lower_bound_fetch_bytes = 0;  // Belady's, in the steady iteration
   prefetch::PeakBound peak;
+  prefetch::SegmentBound segments;
   std::vector<PolicySummary> policies;
 };
 

@@ -66,7 +66,9 @@ constexpr const char* kUsage =
     "Per policy, of the steady (last) iteration: its time, that time / the in-memory time\n"
     "(no budget) and / the lower bound (the largest of: compute; the bytes Belady's optimal\n"
     "replacement must fetch / H2D bandwidth; the bytes that must leave before the peak of\n"
-    "live memory / D2H bandwidth plus those that must come back after it / H2D bandwidth),\n"
+    "live memory / D2H bandwidth plus those that must come back after it / H2D bandwidth;\n"
+    "the iteration cut at op starts into segments, each at least its compute and the bytes\n"
+    "that must cross the link inside it, summed over the cuts that give the most),\n"
     "bytes moved each way, faults, time stalled, and the most bytes resident over the run\n"
     "(never above the budget).\n"
     "\n"
@@ -235,10 +237,12 @@ void print_text(const page::PagingStudy& s) {
               over(s.peak_live_bytes), over(s.peak_live_page_bytes), over(s.range_bytes),
               format_size(s.largest_op_bytes).c_str());
   std::printf("  steady iteration in memory %s; lower bound %s (Belady fetches %s; around the peak %s must\n"
-              "  leave before it and %s come back after it)\n",
+              "  leave before it and %s come back after it; phase by phase, %u segments take %s, copying %s in\n"
+              "  and %s out)\n",
               seconds_text(s.in_memory_iteration_ns).c_str(), seconds_text(s.lower_bound_iteration_ns).c_str(),
               format_size(s.lower_bound_fetch_bytes).c_str(), format_size(s.peak.out_bytes).c_str(),
-              format_size(s.peak.in_bytes).c_str());
+              format_size(s.peak.in_bytes).c_str(), s.segments.segments, seconds_text(s.segments.iteration_ns).c_str(),
+              format_size(s.segments.in_bytes).c_str(), format_size(s.segments.out_bytes).c_str());
   using Align = TextTable::Align;
   TextTable table({{"POLICY", Align::kLeft},
                    {"ITERATION", Align::kRight},
@@ -269,6 +273,7 @@ void print_json(const page::PagingStudy& s) {
     w.field("in_memory_iteration_s", static_cast<double>(s.in_memory_iteration_ns) / 1e9);
     w.field("lower_bound_iteration_s", static_cast<double>(s.lower_bound_iteration_ns) / 1e9);
     w.field("belady_fetch_bytes", s.lower_bound_fetch_bytes);
+    w.field("segment_bound_iteration_s", static_cast<double>(s.segments.iteration_ns) / 1e9);
     w.field("budget_bytes", s.budget_bytes);
     w.field("host_bytes_per_s", s.host_bytes_per_s);
     w.field("peak_live_bytes", s.peak_live_bytes);
