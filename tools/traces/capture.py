@@ -31,14 +31,15 @@ scaled_dot_product_attention is the memory-efficient kernel (what PyTorch picks 
 an attention mask included, which is converted, padded and expanded as CUDA does: T5 passes its
 position bias as one; --attention math keeps the math path instead, which materialises the S x S
 attention scores). Grouped-query attention (enable_gqa) keeps PyTorch's own path. Adam/AdamW run with
-foreach=True, PyTorch's default on CUDA. All floating tensors are float32.
+foreach=True, PyTorch's default on CUDA (--optimizer sgd-momentum: SGD with momentum 0.9, foreach too).
+All floating tensors are float32.
 
 Your own model: --model MODULE:CALLABLE imports MODULE (the current directory first on sys.path) and
 calls CALLABLE with those of the keyword options batch, seq_len, image_size (None unless given) and
 device (the torch.device captured on) that its signature names, inside `with torch.device(device)`. It
 returns (model, batch) or (model, batch, loss_fn): an nn.Module, a dict or tuple of tensors, and
 loss_fn(model, batch) -> scalar loss. Each iteration trains on a fresh copy of the batch (made
-unrecorded, category `input`) with AdamW(foreach=True); the loss is loss_fn(model, batch), or without
+unrecorded, category `input`) with AdamW(foreach=True) unless --optimizer says otherwise; the loss is loss_fn(model, batch), or without
 one model(**batch).loss for a dict batch and cross_entropy(model(*inputs), target) for a tuple
 (inputs..., target). Anything unusable is a usage error naming the value (exit 2). See load_user_model
 and tools/traces/README.md (tools/traces/example_model.py has examples).
@@ -100,13 +101,17 @@ MIN_KERNEL_NS = 4_000
 # A block freed within this many ops of the op that allocated it is `temp`, otherwise `act`.
 TEMP_MAX_OPS = 4
 
-TIMING_META = (
-    f"roofline estimate per op, ops serialised on one stream: matmul-class ops (mm, addmm, bmm, "
-    f"baddbmm, convolution and its backward, efficient attention and its backward; FLOPs from "
-    f"torch.utils.flop_counter) at max({MATMUL_FLOPS_PER_S / 1e12:g} TFLOP/s, memory time); other ops "
-    f"at (bytes read + written) / ({HBM_BYTES_PER_S / 1e12:g} TB/s = 3.35 TB/s x 0.8); "
-    f"at least {MIN_KERNEL_NS} ns per kernel; allocation-only ops (empty*) 0 ns; CPU overhead ignored"
-)
+
+
+def timing_meta() -> str:
+    return (
+        f"roofline estimate per op, ops serialised on one stream: matmul-class ops (mm, addmm, bmm, "
+        f"baddbmm, convolution and its backward, efficient attention and its backward; FLOPs from "
+        f"torch.utils.flop_counter) at max({MATMUL_FLOPS_PER_S / 1e12:g} TFLOP/s, memory time); other ops "
+        f"at (bytes read + written) / ({HBM_BYTES_PER_S / 1e12:g} TB/s = 3.35 TB/s x 0.8); "
+        f"at least {MIN_KERNEL_NS} ns per kernel; allocation-only ops (empty*) 0 ns; CPU overhead ignored"
+    )
+
 
 TIMING_CUDA_META = (
     "CUDA events per op: a torch.cuda.Event pair (enable_timing) recorded on the current stream "
@@ -916,6 +921,7 @@ def build_user_model(spec: ModelSpec, args, device):
 # --- The training loop -----------------------------------------------------------------------------
 
 def parse_args(argv):
+    global MATMUL_FLOPS_PER_S  # --matmul-tflops sets the rate the roofline uses
     parser = argparse.ArgumentParser(
         description="Capture a zicoum memory trace of a model's training loop (docs/trace-format.md): "
                     "on the meta device with roofline-estimated H100 times, or on a CUDA GPU with "
@@ -939,6 +945,14 @@ def parse_args(argv):
                         help="meta (the default): no GPU, estimated times; cuda: the current CUDA "
                              "device, random weights, measured times, refused unless the GPU has the "
                              f"memory free (exit {EXIT_NO_GPU})")
+    parser.add_argument("--optimizer", choices=("adam", "sgd-momentum"), default="adam",
+                        help="adam (the default): Adam, AdamW for transformers and your own models; "
+                             "sgd-momentum: SGD with momentum 0.9, one state buffer per parameter "
+                             "instead of two (both foreach)")
+    parser.add_argument("--matmul-tflops", type=float, default=MATMUL_FLOPS_PER_S / 1e12,
+                        help="meta device: the rate matmul-class ops are estimated at, in TFLOP/s "
+                             f"(default {MATMUL_FLOPS_PER_S / 1e12:g}: TF32 on an H100; about 58 for "
+                             "plain fp32, PyTorch's default for matmuls)")
     parser.add_argument("--out", help="output file, NAME.ztrace.gz")
     args = parser.parse_args(argv)
     if args.list:
@@ -956,6 +970,10 @@ def parse_args(argv):
     if args.attention is not None and not spec.transformer and spec.kind != "user":
         parser.error(f"--attention does not apply to {args.model}, which has no attention")
     args.attention = args.attention or "efficient"
+    if not (0 < args.matmul_tflops < 1e6):  # also refuses nan and inf
+        parser.error(f"--matmul-tflops {args.matmul_tflops:g} is not a rate; expected TFLOP/s above 0, "
+                     f"e.g. 400 (TF32) or 58 (fp32)")
+    MATMUL_FLOPS_PER_S = args.matmul_tflops * 1e12
     if spec.kind == "user":
         # Passed through to the callable; it may ignore them.
         if args.seq_len is not None and args.seq_len < 1:
@@ -1103,8 +1121,12 @@ def build_training(args) -> Training:
     model.train()
     vocab_size = getattr(getattr(model, "config", None), "vocab_size", 0)
     params = list(model.parameters())
-    opt_cls = torch.optim.AdamW if spec.transformer or spec.kind == "user" else torch.optim.Adam
-    return Training(spec, device, model, params, opt_cls(params, lr=1e-4, foreach=True), vocab_size)
+    if args.optimizer == "sgd-momentum":
+        optimizer = torch.optim.SGD(params, lr=0.01, momentum=0.9, foreach=True)
+    else:
+        opt_cls = torch.optim.AdamW if spec.transformer or spec.kind == "user" else torch.optim.Adam
+        optimizer = opt_cls(params, lr=1e-4, foreach=True)
+    return Training(spec, device, model, params, optimizer, vocab_size)
 
 
 def record_training(training: Training, args, recorder: Recorder, kernel_context=None) -> None:
@@ -1191,7 +1213,7 @@ def capture(args) -> None:
         "source": "cuda" if cuda else "meta",
         "batch": str(args.batch),
         "iterations": str(args.iterations),
-        "timing": TIMING_CUDA_META if cuda else TIMING_META,
+        "timing": TIMING_CUDA_META if cuda else timing_meta(),
     }
     if spec.kind == "user":
         for key in ("image_size", "seq_len"):  # those given, which the callable may have used
@@ -1205,7 +1227,9 @@ def capture(args) -> None:
         "architecture": spec.source,
         "dtype": "float32 (all floating tensors; labels and token ids int64, dropout masks bool)",
         "device": "one GPU; sizes are storage nbytes before the caching allocator's rounding",
-        "optimizer": f"{type(optimizer).__name__}(foreach=True); zero_grad(set_to_none=True) at the start "
+        "optimizer": f"{type(optimizer).__name__}("
+                     f"{'momentum=0.9, ' if isinstance(optimizer, torch.optim.SGD) else ''}foreach=True); "
+                     f"zero_grad(set_to_none=True) at the start "
                      f"of each iteration",
         "kernels": "dropout = native_dropout; scaled_dot_product_attention = " + (
             "memory-efficient kernel (CUDA's fp32 choice)" if args.attention == "efficient"

@@ -226,6 +226,47 @@ class UserModelTest(unittest.TestCase):
         self.assertIn("torch.nn.modules.container.Sequential", meta["architecture"])
         self.assertEqual(inputs, 2 * 2)
 
+    def test_optimizer_choice_sets_the_state_it_keeps(self):
+        """SGD with momentum keeps one buffer per parameter, AdamW two: the trace's `optim` blocks
+        count them."""
+        states = {}
+        for optimizer in ("adam", "sgd-momentum"):
+            done, out = self.capture("example_model:build_regression", "--batch", "8", "--iterations", "2",
+                                     "--optimizer", optimizer)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            check_trace.check(out)
+            meta = meta_lines(out)
+            with gzip.open(out, "rt") as f:
+                states[optimizer] = sum(1 for line in f if line.startswith("a ") and line.split()[4] == "optim")
+            self.assertIn("SGD(momentum=0.9" if optimizer == "sgd-momentum" else "AdamW(", meta["optimizer"])
+        self.assertGreater(states["sgd-momentum"], 0)
+        self.assertGreaterEqual(states["adam"], 2 * states["sgd-momentum"])
+        done, _ = self.capture("example_model:build_regression", "--batch", "8", "--optimizer", "rmsprop")
+        self.assertEqual(done.returncode, 2)
+        self.assertIn("rmsprop", done.stderr)
+
+    def test_matmul_rate_sets_the_matmul_times_only(self):
+        """--matmul-tflops moves the estimated time of matmul-class ops, not of the others, and names
+        the rate in the trace; a rate that is not above 0 is a usage error."""
+        times = {}
+        for rate in ("400", "0.001"):
+            done, out = self.capture("example_model:build_regression", "--batch", "8", "--iterations", "1",
+                                     "--matmul-tflops", rate)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertIn(f"at max({rate} TFLOP/s", meta_lines(out)["timing"])
+            with gzip.open(out, "rt") as f:
+                ops = [line.split() for line in f if line.startswith("o ")]
+            matmul = [int(op[3]) for op in ops if op[4] in ("addmm", "mm")]
+            times[rate] = (sum(matmul), sum(int(op[3]) for op in ops) - sum(matmul))
+        self.assertGreater(times["0.001"][0], times["400"][0])  # matmuls slower
+        self.assertEqual(times["0.001"][1], times["400"][1])  # the rest unchanged
+        os.remove(out)
+        for bad in ("0", "-1", "nan", "inf"):
+            done, out = self.capture("example_model:build_regression", "--batch", "8", "--matmul-tflops", bad)
+            self.assertEqual(done.returncode, 2, done.stderr)
+            self.assertIn(f"--matmul-tflops {bad}", done.stderr)
+            self.assertFalse(os.path.exists(out), "a refused capture wrote a trace")
+
     def test_options_reach_the_callable(self):
         done, out = self.capture("bad_models:options", "--batch", "3", "--seq-len", "7",
                                  "--iterations", "1", env={"OPTIONS_BATCH": "3", "OPTIONS_SEQ_LEN": "7"})
