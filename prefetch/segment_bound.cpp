@@ -22,8 +22,8 @@ SegmentBound segment_bound(const AccessStream& stream, uint64_t budget_bytes, co
   const size_t mark = stream_facts(stream).steady_first_event;
   const size_t blocks = stream.blocks.size();
 
-  // Each block's first use and free (event indices, over the whole stream).
-  std::vector<size_t> first_use(blocks, kNever), freed_at(blocks, kNever);
+  // Each block's first use (an event index, over the whole stream).
+  std::vector<size_t> first_use(blocks, kNever);
   // The last iteration's ops; positions: 0 the mark, k the start of op k - 1,
   // n + 1 the iteration's end. frees_after[p]: the blocks freed after
   // position p and before the next one.
@@ -31,10 +31,7 @@ SegmentBound segment_bound(const AccessStream& stream, uint64_t budget_bytes, co
   std::vector<std::vector<uint32_t>> frees_after(1);
   for (size_t i = 0; i < stream.events.size(); ++i) {
     const StreamEvent& e = stream.events[i];
-    if (e.kind == StreamEvent::Kind::kFree) {
-      freed_at[e.index] = i;
-      if (i > mark) frees_after.back().push_back(e.index);
-    }
+    if (e.kind == StreamEvent::Kind::kFree && i > mark) frees_after.back().push_back(e.index);
     if (e.kind != StreamEvent::Kind::kOp) continue;
     for (const uint32_t b : stream.op_blocks(stream.ops[e.index])) first_use[b] = std::min(first_use[b], i);
     if (i > mark) {

@@ -8,15 +8,19 @@
 // slot too. So, between the starts of consecutive pivots a and b:
 // - in: every page a later op up to and including b uses, not one of a's,
 //   that held data before a started, is either in the room at a or copied
-//   in after a started and before b starts;
+//   in after a started and before the first op that uses it starts (the
+//   room keeps those needed first);
 // - out: every page an op from a up to b (excluded) used that still holds
-//   a live block's data from that use at b's start, not one of b's, is
-//   either in the room at b or was copied out after that use.
-// The segment takes at least the larger of its compute, its in-bytes over
-// the host-to-device bandwidth and its out-bytes over the other way; the
-// segments tile the iteration (its mark and its end act as pivots using no
-// pages), so the iteration takes at least their sum, whichever pivots are
-// chosen. The bound picks them by dynamic programming over the ops.
+//   a live block's data at b's start, not one of b's, is either in the room
+//   at b or was copied out after its last use there ended (the room keeps
+//   those used last).
+// So the segment takes at least its compute, and for each op k in it, the
+// copies in that k and the ops before it need, then the compute from k on;
+// and the compute up to k, then the copies out of the pages used at k or
+// later. The segments tile the iteration (its mark and its end act as
+// pivots using no pages), so the iteration takes at least their sum,
+// whichever pivots are chosen. The bound picks them by dynamic programming
+// over the ops. Both directions are counted at their full rates, each alone.
 //
 // The peak bound (peak_bound.h) is one pivot with slack carried from the
 // previous iteration; this one chains many, each without slack. Neither

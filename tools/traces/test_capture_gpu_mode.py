@@ -186,7 +186,7 @@ class MeasuredModeOnCpuTest(unittest.TestCase):
 
     def test_cpu_trace_matches_meta_and_times_add_up(self):
         args = argparse.Namespace(model="resnet110", batch=2, iterations=3, image_size=32,
-                                  seq_len=None, attention="efficient", device="cpu")
+                                  seq_len=None, attention="efficient", device="cpu", optimizer="adam")
         training = capture.build_training(args)
         fake = FakeCuda()
         timer = capture.CudaOpTimer(argparse.Namespace(cuda=fake), training.device)
