@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "last_error.h"
@@ -204,7 +205,9 @@ Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint6
     }
     return Status(Errc::kInvalidArgument);
   }
-  t_op.pager = nullptr;
+  // An op this thread began and did not end ends here, unrun: it holds its
+  // pager's announcement, which this one may need (um_pager.h).
+  if (prefetch::UmPager* pending = std::exchange(t_op.pager, nullptr)) pending->after_kernel();
   Runtime* runtime = Runtime::if_created();
   if (runtime == nullptr || count == 0) return Status::ok();
   DeviceAllocator* allocator = nullptr;

@@ -279,6 +279,9 @@ uint64_t UmPager::working_set_bytes(std::span<const VaRange> used) const {
 
 uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used, uint64_t duration_ns,
                                std::vector<VaRange>* blocks, StreamHandle stream, GivenId given) {
+  // One kernel at a time from announcement to launch: held until
+  // after_kernel, released here if this throws.
+  std::unique_lock announcing(announcing_);
   std::lock_guard lock(mutex_);
   poll_deferred();
   // The reports are read at each iteration mark, and every kReadReportsEvery
@@ -393,10 +396,12 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
     driver_.tag_work(kernel_stamp_);
     tagged_ = true;
   }
+  announcing.release();
   return faulted_.size();
 }
 
 void UmPager::after_kernel() {
+  std::unique_lock announcing(announcing_, std::adopt_lock);  // before_kernel's, released on return
   std::lock_guard lock(mutex_);
   if (tagged_) {
     driver_.untag_work();

@@ -204,10 +204,19 @@ class UmPager {
   // Work on other streams, and on an
   // earlier kernel's stream once a kernel on another is queued, is not waited
   // for: a page it uses may be evicted under it and fault back.
+  //
+  // One kernel is announced at a time: before_kernel() returns holding the
+  // pager's announcement, and the same thread's after_kernel() gives it
+  // back; another thread's before_kernel() waits in between. So the
+  // kernel's pages stay pinned and its stream is the one recorded until it
+  // is launched, whichever threads launch (a kernel announced by one thread
+  // while another's was in flight could otherwise have its pages evicted
+  // before it ran: under swapped pages, an illegal address).
   uint64_t before_kernel(uint64_t exec_id, std::span<const VaRange> used, uint64_t duration_ns,
                          std::vector<VaRange>* blocks = nullptr, StreamHandle stream = StreamHandle{},
                          GivenId given = GivenId::kOp);
-  // The kernel of the last before_kernel() was launched.
+  // The kernel of this thread's last before_kernel() was launched (or will
+  // not be); required after every before_kernel() that returned.
   void after_kernel();
   // A copy from the host wrote `written` (inside one block), which now holds
   // the addresses `targets` (sorted, as arena_addresses() gives them, in
@@ -474,6 +483,8 @@ class UmPager {
   std::atomic<uint64_t> driver_errors_{0};
   // Stream order (before_kernel): the announced kernel's stream.
   StreamHandle launch_stream_{};
+  // Held from before_kernel() to after_kernel() (taken before mutex_).
+  std::mutex announcing_;
   mutable std::mutex mutex_;
   Residency residency_;
   std::unique_ptr<PagingPolicy> policy_;

@@ -1,10 +1,12 @@
 /* zico_op_begin / zico_op_end through the C API: a bad argument is refused
  * with a reason; in VMM mode they do nothing; in UM mode (ZICO_MODE=um in the
- * environment) the op's blocks come to the GPU, within the budget. */
+ * environment) the op's blocks come to the GPU, within the budget, and an op
+ * begun and never ended does not keep the thread's next op waiting. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <zicoum/zicoum.h>
 
@@ -19,6 +21,7 @@
   } while (0)
 
 int main(void) {
+  alarm(60); /* a hang fails the test instead of stalling the run */
   const char* mode = getenv("ZICO_MODE");
   const int um = mode != NULL && strcmp(mode, "um") == 0;
   void* blocks[3] = {NULL, NULL, NULL};
@@ -31,6 +34,9 @@ int main(void) {
   CHECK(zico_op_begin(7, used, 2, 1000) == ZICO_OK, "zico_op_begin: %s", zico_last_error());
   CHECK(zico_op_end() == ZICO_OK, "zico_op_end: %s", zico_last_error());
   CHECK(zico_op_end() == ZICO_OK, "a second zico_op_end is a no-op");
+  CHECK(zico_op_begin(8, used, 1, 1000) == ZICO_OK, "zico_op_begin: %s", zico_last_error());
+  CHECK(zico_op_begin(9, used + 1, 1, 1000) == ZICO_OK, "a second zico_op_begin: %s", zico_last_error());
+  CHECK(zico_op_end() == ZICO_OK, "zico_op_end after two begins: %s", zico_last_error());
   zico_stats_t stats;
   memset(&stats, 0, sizeof stats);
   stats.struct_size = sizeof stats;

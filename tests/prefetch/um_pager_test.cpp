@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <initializer_list>
 #include <random>
 #include <vector>
 #include <string>
+#include <thread>
 
 #include "config.h"
 #include "paging_simulator.h"
@@ -127,6 +130,37 @@ class PagerDiscards : public ::testing::Test {
   std::unique_ptr<UmPager> pager_;
   StreamHandle busy_;
 };
+
+TEST_F(PagerDiscards, AKernelAnnouncedWhileAnotherIsInFlightWaitsForItsLaunch) {
+  // This thread announces pages 0-3, the whole budget, and launches a little
+  // later; another announces pages 4-7 meanwhile. Had its announcement gone
+  // ahead, its room would have been this kernel's pages, evicted before it
+  // ran (faulted back here; under swapped pages, an illegal address).
+  pager_->on_allocate(base_, 4 * kPage);
+  pager_->on_allocate(base_ + 4 * kPage, 4 * kPage);
+  std::memset(base_, 0x5a, 8 * kPage);  // data on the host: each page must be fetched
+  const VaRange mine{reinterpret_cast<uintptr_t>(base_), 4 * kPage};
+  const VaRange theirs{reinterpret_cast<uintptr_t>(base_ + 4 * kPage), 4 * kPage};
+  std::atomic<bool> announced{false}, theirs_announced{false};
+  std::thread other([&] {
+    while (!announced.load()) std::this_thread::yield();
+    pager_->before_kernel(2, std::span<const VaRange>(&theirs, 1), 1000);
+    theirs_announced = true;
+    EXPECT_TRUE(driver_.run_kernel(std::span<const VaRange>(&theirs, 1), 1000).is_ok());
+    pager_->after_kernel();
+  });
+  pager_->before_kernel(1, std::span<const VaRange>(&mine, 1), 1000);
+  announced = true;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(theirs_announced.load()) << "another kernel was announced before this one was launched";
+  const uint64_t faulted = driver_.managed_stats().faulted_pages;
+  ASSERT_TRUE(driver_.run_kernel(std::span<const VaRange>(&mine, 1), 1000).is_ok());
+  EXPECT_EQ(driver_.managed_stats().faulted_pages, faulted) << "this kernel's pages left before it ran";
+  pager_->after_kernel();
+  other.join();
+  EXPECT_TRUE(theirs_announced.load());
+  EXPECT_LE(pager_->resident_bytes(), 4 * kPage);
+}
 
 // A block freed while a stream's queued kernels may still read it: the pages
 // it leaves dead are discarded only after that work, and not at all if they

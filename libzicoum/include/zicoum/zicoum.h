@@ -153,7 +153,11 @@ ZICO_API zico_status_t zico_mark_iteration(void);
 ZICO_API zico_status_t zico_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint64_t expected_ns);
 
 /* The op of the last zico_op_begin() on this thread was launched (on the
- * simulated backend: it runs now, on the modelled clock). */
+ * simulated backend: it runs now, on the modelled clock). Ops are announced
+ * one at a time per device: between a thread's zico_op_begin() and its
+ * zico_op_end(), another thread's op (or UM-mode kernel launch) on that
+ * device waits, so end every op you begin. A second zico_op_begin() on the
+ * same thread ends the first without running it. */
 ZICO_API zico_status_t zico_op_end(void);
 
 /* Returns cached, unused physical memory on `device` to the driver. */
