@@ -188,6 +188,7 @@ namespace {
 // The op between zico_op_begin and zico_op_end on this thread.
 struct PendingOp {
   prefetch::UmPager* pager = nullptr;
+  bool refused = false;  // the last op begun here may not run: its pages are not on the GPU
   std::vector<VaRange> blocks;
   uint64_t expected_ns = 0;
   StreamHandle stream{};
@@ -208,6 +209,7 @@ Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint6
   // An op this thread began and did not end ends here, unrun: it holds its
   // pager's announcement, which this one may need (um_pager.h).
   if (prefetch::UmPager* pending = std::exchange(t_op.pager, nullptr)) pending->after_kernel();
+  t_op.refused = false;
   Runtime* runtime = Runtime::if_created();
   if (runtime == nullptr || count == 0) return Status::ok();
   DeviceAllocator* allocator = nullptr;
@@ -227,6 +229,16 @@ Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint6
   } catch (const std::bad_alloc&) {
     return Status(Errc::kOutOfMemory);
   }
+  if (pager->kernel_refused()) {
+    pager->after_kernel();  // the announcement goes back; the op does not run
+    t_op.refused = true;
+    try {
+      set_last_error("zico_op_begin: a swapped page the op uses could not be brought back to the GPU (no device "
+                     "memory to map it); the op must not run");
+    } catch (...) {
+    }
+    return Status(Errc::kOutOfMemory);
+  }
   t_op.pager = pager;
   t_op.expected_ns = expected_ns;
   t_op.stream = stream;
@@ -234,6 +246,8 @@ Status api_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint6
 }
 
 bool api_op_pending() noexcept { return t_op.pager != nullptr; }
+
+bool api_op_refused() noexcept { return t_op.refused; }
 
 Status api_op_end() noexcept {
   prefetch::UmPager* pager = t_op.pager;

@@ -39,6 +39,10 @@ void api_stream_destroyed(StreamHandle stream) noexcept;
 [[nodiscard]] Status api_op_end() noexcept;
 // Whether this thread is between an api_op_begin that reached a pager and its api_op_end.
 [[nodiscard]] bool api_op_pending() noexcept;
+// Whether this thread's last api_op_begin refused its op (kOutOfMemory):
+// a swapped page it uses could not be mapped, so its work must not be
+// launched (it would read unmapped memory).
+[[nodiscard]] bool api_op_refused() noexcept;
 // Whether work on `stream` now would be captured into a CUDA graph, or break
 // another stream's capture. zicoum has no private pool for graph memory: a
 // block it handed out or cached during a capture could reach eager tensors

@@ -24,13 +24,15 @@ CUstream driver_stream(cudaStream_t stream) { return reinterpret_cast<CUstream>(
 CopyOp copy_op(cudaMemcpyKind kind) { return kind == cudaMemcpyHostToDevice ? CopyOp::kFromHost : CopyOp::kCopy; }
 
 // Observes the copy (dst, src, bytes) on `stream`, then makes it with the
-// real function, given `args`; `unavailable` when there is no real one.
+// real function, given `args`; `unavailable` when there is no real one,
+// `out_of_memory` when its swapped pages could not be mapped (not made).
 template <typename Fn, typename Result, typename... Args>
-Result observed_copy(RealFunction<Fn>& real, Result unavailable, CopyOp kind, const void* dst, const void* src,
-                     size_t bytes, CUstream stream, Args... args) {
+Result observed_copy(RealFunction<Fn>& real, Result unavailable, Result out_of_memory, CopyOp kind, const void* dst,
+                     const void* src, size_t bytes, CUstream stream, Args... args) {
   const auto copy = real.get();
   if (copy == nullptr) return unavailable;
   ObservedCopy observed(kind, dst, src, bytes, stream);
+  if (observed.refused()) return out_of_memory;
   return copy(args...);
 }
 
@@ -41,13 +43,15 @@ cudaError_t runtime_copy(RealFunction<Fn>& real, CopyOp kind, const void* dst, c
                          cudaStream_t stream, bool per_thread, Args... args) {
   CUstream observed = driver_stream(stream);
   if (per_thread && observed == nullptr) observed = CU_STREAM_PER_THREAD;
-  return observed_copy(real, cudaErrorInitializationError, kind, dst, src, bytes, observed, args...);
+  return observed_copy(real, cudaErrorInitializationError, cudaErrorMemoryAllocation, kind, dst, src, bytes, observed,
+                       args...);
 }
 
 template <typename Fn, typename... Args>
 CUresult driver_copy(RealFunction<Fn>& real, CopyOp kind, CUdeviceptr dst, const void* src, size_t bytes,
                      CUstream stream, Args... args) {
-  return observed_copy(real, CUDA_ERROR_NOT_INITIALIZED, kind, device_pointer(dst), src, bytes, stream, args...);
+  return observed_copy(real, CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OUT_OF_MEMORY, kind, device_pointer(dst), src, bytes,
+                       stream, args...);
 }
 
 }  // namespace
@@ -135,14 +139,14 @@ CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t b
 
 CUresult CUDAAPI cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {
   static RealFunction<decltype(&cuMemcpyDtoH_v2)> real("cuMemcpyDtoH_v2");
-  return zico::observed_copy(real, CUDA_ERROR_NOT_INITIALIZED, CopyOp::kCopy, dst, zico::device_pointer(src),
-                             bytes, nullptr, dst, src, bytes);
+  return zico::observed_copy(real, CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OUT_OF_MEMORY, CopyOp::kCopy, dst,
+                             zico::device_pointer(src), bytes, nullptr, dst, src, bytes);
 }
 
 CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes, CUstream stream) {
   static RealFunction<decltype(&cuMemcpyDtoHAsync_v2)> real("cuMemcpyDtoHAsync_v2");
-  return zico::observed_copy(real, CUDA_ERROR_NOT_INITIALIZED, CopyOp::kCopy, dst, zico::device_pointer(src),
-                             bytes, stream, dst, src, bytes, stream);
+  return zico::observed_copy(real, CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OUT_OF_MEMORY, CopyOp::kCopy, dst,
+                             zico::device_pointer(src), bytes, stream, dst, src, bytes, stream);
 }
 
 CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {

@@ -37,6 +37,7 @@ cudaError_t runtime_launch(RealFunction<RuntimeLaunch>& real, const void* func, 
   if (launch == nullptr) return cudaErrorInvalidDeviceFunction;
   ObservedLaunch observed(func, Callee::kRuntimeStub, shape_of(grid, block), args, nullptr,
                           observed_stream(stream, per_thread));
+  if (observed.refused()) return cudaErrorMemoryAllocation;
   return launch(func, grid, block, args, shared_bytes, stream);
 }
 
@@ -48,6 +49,7 @@ cudaError_t kernel_launch(RealFunction<KernelLaunch>& real, cudaKernel_t kernel,
   if (launch == nullptr) return cudaErrorInvalidDeviceFunction;
   ObservedLaunch observed(kernel, Callee::kLibraryKernel, shape_of(grid, block), args, nullptr,
                           observed_stream(stream, per_thread));
+  if (observed.refused()) return cudaErrorMemoryAllocation;
   return launch(kernel, grid, block, args, shared_bytes, stream);
 }
 
@@ -58,6 +60,7 @@ cudaError_t runtime_launch_ex(RealFunction<RuntimeLaunchEx>& real, const cudaLau
   if (config == nullptr) return launch(config, func, args);  // the runtime's error to give
   ObservedLaunch observed(func, Callee::kRuntimeStub, shape_of(config->gridDim, config->blockDim), args, nullptr,
                           observed_stream(config->stream, per_thread));
+  if (observed.refused()) return cudaErrorMemoryAllocation;
   return launch(config, func, args);
 }
 
@@ -66,6 +69,7 @@ CUresult driver_launch(RealFunction<DriverLaunch>& real, CUfunction f, const Lau
   const auto launch = real.get();
   if (launch == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   ObservedLaunch observed(f, Callee::kFunction, shape, params, extra, observed_stream(stream, per_thread));
+  if (observed.refused()) return CUDA_ERROR_OUT_OF_MEMORY;
   return launch(f, shape.grid[0], shape.grid[1], shape.grid[2], shape.block[0], shape.block[1], shape.block[2],
                 shared_bytes, stream, params, extra);
 }
@@ -78,6 +82,7 @@ CUresult driver_launch_ex(RealFunction<DriverLaunchEx>& real, const CUlaunchConf
   const LaunchShape shape{{config->gridDimX, config->gridDimY, config->gridDimZ},
                           {config->blockDimX, config->blockDimY, config->blockDimZ}};
   ObservedLaunch observed(f, Callee::kFunction, shape, params, extra, observed_stream(config->hStream, per_thread));
+  if (observed.refused()) return CUDA_ERROR_OUT_OF_MEMORY;
   return launch(config, f, params, extra);
 }
 

@@ -181,14 +181,17 @@ void warn_if_swapped_capture(const Runtime& runtime) {
   }
 }
 
-// Whether an op using `used` began (and so must be ended). `kernel` names
-// the kernel only: the pager adds the blocks it uses (exec_id.h), found as
-// it resolves `used` anyway, so that launching costs no lookup more.
-bool begin_op(uint64_t kernel, const void* const* used, size_t count, CUstream stream) {
-  return api_op_begin(kernel, used, count, 0, StreamHandle{reinterpret_cast<uintptr_t>(stream)},
-                      prefetch::GivenId::kKernel)
-             .is_ok() &&
-         api_op_pending();
+// Whether an op using `used` began (and so must be ended); *refused: it
+// must not be launched (api_op_refused). `kernel` names the kernel only: the
+// pager adds the blocks it uses (exec_id.h), found as it resolves `used`
+// anyway, so that launching costs no lookup more.
+bool begin_op(uint64_t kernel, const void* const* used, size_t count, CUstream stream, bool* refused) {
+  const bool begun = api_op_begin(kernel, used, count, 0, StreamHandle{reinterpret_cast<uintptr_t>(stream)},
+                                  prefetch::GivenId::kKernel)
+                         .is_ok() &&
+                     api_op_pending();
+  *refused = !begun && api_op_refused();
+  return begun;
 }
 
 }  // namespace
@@ -247,7 +250,7 @@ ObservedLaunch::ObservedLaunch(const void* key, Callee callee, const LaunchShape
       g_launches_without_blocks.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    begun_ = begin_op(launch_id(key, shape), used.data(), used.size(), stream);
+    begun_ = begin_op(launch_id(key, shape), used.data(), used.size(), stream, &refused_);
   } catch (...) {
     // Host memory for bookkeeping ran out (or a lock failed): the launch goes
     // unannounced, and its pages fault in.
@@ -300,7 +303,7 @@ ObservedCopy::ObservedCopy(CopyOp kind, const void* dst, const void* src, size_t
       return;
     }
     g_copies.fetch_add(1, std::memory_order_relaxed);
-    begun_ = begin_op(copy_id(kind, dst_is_zicoum, src_is_zicoum, bytes), used, count, stream);
+    begun_ = begin_op(copy_id(kind, dst_is_zicoum, src_is_zicoum, bytes), used, count, stream, &refused_);
     // After the copy's own op: it writes the table, it does not read through it.
     if (kind == CopyOp::kFromHost && dst_is_zicoum && !src_is_zicoum) {
       note_pointer_table(*runtime, *dst_owner, dst, src, bytes);

@@ -71,9 +71,13 @@ class ObservedLaunch {
   ~ObservedLaunch();
   ObservedLaunch(const ObservedLaunch&) = delete;
   ObservedLaunch& operator=(const ObservedLaunch&) = delete;
+  // Swapped pages (ZICO_UM_MEMORY=swap): the pager could not map a page the
+  // kernel uses; the caller returns out-of-memory instead of launching.
+  [[nodiscard]] bool refused() const { return refused_; }
 
  private:
   bool begun_ = false;
+  bool refused_ = false;
 };
 
 // What a copy does to its destination, for its execution ID (not umm/driver.h's
@@ -100,9 +104,12 @@ class ObservedCopy {
   ~ObservedCopy();
   ObservedCopy(const ObservedCopy&) = delete;
   ObservedCopy& operator=(const ObservedCopy&) = delete;
+  // As ObservedLaunch::refused(): the copy must not be made.
+  [[nodiscard]] bool refused() const { return refused_; }
 
  private:
   bool begun_ = false;
+  bool refused_ = false;
 };
 
 // Launches observed in UM mode so far, in the whole process (not in a graph

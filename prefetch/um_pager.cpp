@@ -47,7 +47,10 @@ Status UmPager::create(Driver& driver, DeviceId device, VaRange arena, uint64_t 
   pager->can_discard_ = caps.discard;
   pager->discard_releases_ = caps.discard && caps.discard_releases_device_pages;
   pager->absent_unmapped_ = caps.absent_pages_unmapped;
-  if (pager->absent_unmapped_) pager->stream_uses_.resize(pager->last_use_.size());
+  if (pager->absent_unmapped_) {
+    pager->stream_uses_.resize(pager->last_use_.size());
+    pager->refused_.resize(pager->last_use_.size(), 0);
+  }
   pager->given_pages_ = pager->residency_.budget_pages();
   for (StreamHandle* stream : {&pager->to_device_, &pager->to_host_}) {
     if (Status status = driver.stream_create(device, stream); !status.is_ok()) {
@@ -388,6 +391,8 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   note_peak();
   stats_.peak_over_budget_bytes = std::max(stats_.peak_over_budget_bytes, beyond * page_bytes_);
   fence_kernel();
+  kernel_refused_ = false;
+  if (refused_count_.load(std::memory_order_acquire) != 0) refetch_refused();
   apply(ahead_);
   // The faults the kernel causes are reported under its stamp (a kernel
   // announced before the last one ended untags first).
@@ -768,13 +773,17 @@ void UmPager::call_driver(uint8_t kind, std::span<const VaRange> ranges) noexcep
       note_migration(driver_.managed_prefetch_batch(ranges, PrefetchTarget{true, device_}, to_host_), true,
                      ranges.size());
       return;
-    case kToDevice:
-      note_migration(driver_.managed_prefetch_batch(ranges, to_device, to_device_), false, ranges.size());
+    case kToDevice: {
+      const Status status = driver_.managed_prefetch_batch(ranges, to_device, to_device_);
+      if (!status.is_ok()) mark_refused(ranges);
+      note_migration(status, false, ranges.size());
       return;
+    }
     case kDiscardAndFetch: {
       Status status = driver_.managed_discard_and_prefetch_batch(ranges, to_device, to_device_);
       // Refused as a whole (no discard here after all): moved as they are.
       if (status.code() == Errc::kNotSupported) status = driver_.managed_prefetch_batch(ranges, to_device, to_device_);
+      if (!status.is_ok()) mark_refused(ranges);
       note_migration(status, false, ranges.size());
       return;
     }
@@ -955,12 +964,76 @@ void UmPager::fence_kernel() {
   }
 }
 
+void UmPager::mark_refused(std::span<const VaRange> ranges) noexcept {
+  // Managed pages a refused fetch left behind fault in when used.
+  if (!absent_unmapped_) return;
+  std::lock_guard lock(refused_mu_);
+  for (const VaRange& range : ranges) {
+    const auto first = static_cast<PageId>((range.base - arena_.base) / page_bytes_);
+    const auto last = static_cast<PageId>((range.end() - 1 - arena_.base) / page_bytes_);
+    for (PageId page = first; page <= last && page < refused_.size(); ++page) {
+      if (refused_[page] == 0) refused_count_.fetch_add(1, std::memory_order_release);
+      refused_[page] = 1;
+    }
+  }
+}
+
+void UmPager::refetch_refused() {
+  // The kernel's fetches have run (fence_kernel waited for them, or an
+  // earlier kernel's fence did): its pages marked now were not mapped.
+  std::vector<VaRange> again;
+  {
+    std::lock_guard lock(refused_mu_);
+    for (const PageId page : kernel_pages_) {
+      if (refused_[page] == 0) continue;
+      refused_[page] = 0;
+      refused_count_.fetch_sub(1, std::memory_order_release);
+      again.push_back(VaRange{arena_.base + uintptr_t{page} * page_bytes_, page_bytes_});
+    }
+  }
+  if (again.empty()) return;
+  // A call per page, in this rare path: a refusal marks just the pages that
+  // failed (a batch's marks all its pages, some of which may have been
+  // mapped). Each counted as flush_batch counts a fetch: the call a later
+  // kernel of the page waits for.
+  for (const VaRange& range : again) {
+    in_call_of_[(range.base - arena_.base) / page_bytes_] = in_calls_ + 1;
+    hand_over(kToDevice, std::span<const VaRange>(&range, 1));
+    ++stats_.refetched_pages;
+  }
+  uint64_t ticket = 0;
+  const EventHandle event = record_on(*in_thread_, to_device_, &ticket).event;
+  in_thread_->wait_for(ticket);
+  {
+    std::lock_guard lock(refused_mu_);
+    kernel_refused_ = std::any_of(kernel_pages_.begin(), kernel_pages_.end(),
+                                  [this](PageId page) { return refused_[page] != 0; });
+  }
+  if (kernel_refused_) {
+    if (stats_.refused_kernels++ == 0) {
+      ZICO_LOG(kError, "paging: the GPU would not take back a swapped page a kernel uses (no device memory to map "
+                       "it?); the kernel is refused instead of reading unmapped memory, and its pages are asked for "
+                       "again before the next kernel that uses them");
+    }
+    return;
+  }
+  if (outside_graphs(launch_stream_) && driver_.stream_wait_event(launch_stream_, event).is_ok()) ++stats_.fences;
+}
+
+bool UmPager::kernel_refused() const {
+  std::lock_guard lock(mutex_);
+  return kernel_refused_;
+}
+
 void UmPager::note_migration(const Status& status, bool to_host, size_t ranges) noexcept {
   ++migration_calls_;
   migration_ranges_ += ranges;
   if (!status.is_ok() && driver_errors_++ == 0) {
-    ZICO_LOG(kError, "paging: a migration %s was refused by the driver (%s); the driver pages on its own",
-             to_host ? "to the host" : "to the GPU", to_string(status.code()));
+    ZICO_LOG(kError, "paging: a migration %s was refused by the driver (%s); %s", to_host ? "to the host" : "to the GPU",
+             to_string(status.code()),
+             !absent_unmapped_ ? "the driver pages on its own"
+             : to_host         ? "the pages stay on the GPU"
+                               : "the pages are asked for again before a kernel that uses them");
   }
 }
 

@@ -131,6 +131,10 @@ struct UmPagerStats {
   uint64_t live_discards = 0;        // refused: the page still holds live bytes
   uint64_t unknown_pointers = 0;     // ranges a kernel used that no live block holds
   uint64_t driver_errors = 0;        // migrations the driver refused (logged once)
+  // Swapped pages: pages fetched again before their kernel because a fetch
+  // of theirs was refused, and kernels refused because that failed too.
+  uint64_t refetched_pages = 0;
+  uint64_t refused_kernels = 0;
   uint64_t oversized_kernels = 0;    // used more pages than the budget holds (logged once): the driver paged them
   uint64_t budget_evictions = 0;     // pages sent to the host because the budget shrank
   uint64_t migration_calls = 0;      // calls into the driver that moved pages (a batch of them is one)
@@ -218,6 +222,13 @@ class UmPager {
   // The kernel of this thread's last before_kernel() was launched (or will
   // not be); required after every before_kernel() that returned.
   void after_kernel();
+  // Swapped pages only (Capabilities::absent_pages_unmapped): after
+  // before_kernel() on the announcing thread, whether a page the kernel uses
+  // is not mapped on the GPU: the driver refused to bring it (no device
+  // memory to map, say: another process took it), before and when asked
+  // again. The kernel must not run then (an illegal address); the page is
+  // asked for again before the next kernel that uses it.
+  [[nodiscard]] bool kernel_refused() const;
   // A copy from the host wrote `written` (inside one block), which now holds
   // the addresses `targets` (sorted, as arena_addresses() gives them, in
   // pointer_table.h; none: it holds no table): from
@@ -365,6 +376,11 @@ class UmPager {
   void wait_before_prefetches() noexcept;
   // Makes the announced kernel's stream wait for the moves it needs.
   void fence_kernel();
+  // Swapped pages: a fetch the driver refused marks its pages (on the pager
+  // thread); before a kernel, its marked pages are fetched again and its
+  // stream waits for that, or, refused again, the kernel is refused.
+  void mark_refused(std::span<const VaRange> ranges) noexcept;
+  void refetch_refused();
   // Counts a call into the driver that moved pages; logs its first refusal.
   void note_migration(const Status& status, bool to_host, size_t ranges) noexcept;
   // Whether `stream` is capturing no CUDA graph (a fence there would join it).
@@ -406,6 +422,13 @@ class UmPager {
   // set_budget last asked, at the next kernel).
   bool absent_unmapped_ = false;
   uint32_t given_pages_ = 0;
+  // Swapped pages a fetch of was refused (set on the pager threads, under
+  // refused_mu_): the pager counts them on the GPU, the driver did not map
+  // them. Each is fetched again before its next kernel (refetch_refused).
+  std::mutex refused_mu_;
+  std::vector<uint8_t> refused_;
+  std::atomic<uint64_t> refused_count_{0};
+  bool kernel_refused_ = false;  // the announced kernel's, under mutex_
   // Requests not yet handed to the driver, a page each, by kind; per page,
   // the kind it is batched as (kNotBatched: none).
   uint32_t batch_depth_ = 0;

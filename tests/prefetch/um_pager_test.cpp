@@ -14,6 +14,7 @@
 #include <vector>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "config.h"
 #include "paging_simulator.h"
@@ -946,6 +947,49 @@ TEST(UmPager, ASwappedJobsSmallerBudgetIsFreeOnTheDeviceWhenSetBudgetReturns) {
 // once the budget covers the largest kernel, and a kernel larger than the
 // budget still runs. Swapped pages move by copies on the copy engines, so
 // an iteration takes about what the managed one takes.
+// Swapped pages on a device another process has filled: a fetch the driver
+// refuses leaves pages unmapped that the pager counts as there. The kernel
+// that uses them must not run on them (an illegal address): they are asked
+// for again first and, refused again, the kernel is refused; once the
+// memory is back, the next kernel that uses them gets them.
+TEST(UmPager, ASwappedPageTheDeviceWillNotTakeBackRefusesItsKernelUntilItComesBack) {
+  SimOptions options;
+  options.capacity = 4 * kPage;
+  options.granularity = kPage;
+  SimDriver driver(options);
+  SwapArenaDriver swap(driver);
+  VaRange arena{};
+  ASSERT_TRUE(swap.reserve(DeviceId{0}, 8 * kPage, 0, &arena).is_ok());
+  UmPagerOptions pager_options;
+  pager_options.policy = "zico";
+  pager_options.budget_bytes = 4 * kPage;
+  std::unique_ptr<UmPager> pager;
+  std::string why;
+  ASSERT_TRUE(UmPager::create(swap, DeviceId{0}, arena, kPage, pager_options, &pager, &why).is_ok()) << why;
+  for (size_t block = 0; block < 4; ++block) {
+    pager->on_allocate(static_cast<std::byte*>(arena.ptr()) + block * 2 * kPage, 2 * kPage);
+  }
+  const VaRange first{arena.base, 2 * kPage};
+  const VaRange second{arena.base + 2 * kPage, 2 * kPage};
+  const auto kernel = [&](uint64_t id, const VaRange& pages) {
+    pager->before_kernel(id, std::span<const VaRange>(&pages, 1), 1000);
+    const bool refused = pager->kernel_refused();
+    const bool ran = driver.run_kernel(std::span<const VaRange>(&pages, 1), 1000).is_ok();
+    pager->after_kernel();
+    return std::pair(refused, ran);
+  };
+  EXPECT_EQ(kernel(1, first), std::pair(false, true));
+  PhysHandle taken{};  // another process's: the device's last two pages
+  ASSERT_TRUE(driver.create(DeviceId{0}, 2 * kPage, &taken).is_ok());
+  EXPECT_EQ(kernel(2, second), std::pair(true, false)) << "(refused, ran): a kernel was let run on unmapped pages";
+  EXPECT_EQ(pager->stats().refused_kernels, 1u);
+  ASSERT_TRUE(driver.release(taken).is_ok());
+  EXPECT_EQ(kernel(3, second), std::pair(false, true)) << "(refused, ran): the pages did not come back";
+  EXPECT_GE(pager->stats().refetched_pages, 4u);  // twice each
+  pager.reset();
+  ASSERT_TRUE(swap.unreserve(arena).is_ok());
+}
+
 TEST(UmPager, SwappedPagesAreAllThereBeforeTheirKernelAndTheDeviceHoldsTheBudget) {
   const auto check = [](const AccessStream& stream, uint64_t budget, std::string_view policy, bool threads) {
     page::UmReplayResult managed, swapped;

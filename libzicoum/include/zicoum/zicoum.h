@@ -149,7 +149,10 @@ ZICO_API zico_status_t zico_mark_iteration(void);
  * this returns; `op_id` identifies the op across iterations (e.g. a hash of
  * its name and arguments), `expected_ns` is how long it computes if known (0:
  * unknown; the simulated backend runs it for that long). Pointers zicoum did
- * not allocate are ignored. In VMM mode: ZICO_OK, nothing done. */
+ * not allocate are ignored. In VMM mode: ZICO_OK, nothing done.
+ * ZICO_ERROR_OUT_OF_MEMORY with ZICO_UM_MEMORY=swap: a page the op uses could
+ * not be mapped on the GPU (another process holds its memory); do not launch
+ * the op (it would read unmapped memory), and there is nothing to end. */
 ZICO_API zico_status_t zico_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint64_t expected_ns);
 
 /* The op of the last zico_op_begin() on this thread was launched (on the
