@@ -192,6 +192,12 @@ struct PendingOp {
   std::vector<VaRange> blocks;
   uint64_t expected_ns = 0;
   StreamHandle stream{};
+  // A thread that ends inside an op gives its pager's announcement back,
+  // which the other threads' ops wait for (before any static is destroyed,
+  // the pagers included).
+  ~PendingOp() {
+    if (pager != nullptr) pager->after_kernel();
+  }
 };
 thread_local PendingOp t_op;
 

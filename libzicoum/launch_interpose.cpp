@@ -37,7 +37,6 @@ cudaError_t runtime_launch(RealFunction<RuntimeLaunch>& real, const void* func, 
   if (launch == nullptr) return cudaErrorInvalidDeviceFunction;
   ObservedLaunch observed(func, Callee::kRuntimeStub, shape_of(grid, block), args, nullptr,
                           observed_stream(stream, per_thread));
-  if (observed.refused()) return cudaErrorMemoryAllocation;
   return launch(func, grid, block, args, shared_bytes, stream);
 }
 
@@ -49,7 +48,6 @@ cudaError_t kernel_launch(RealFunction<KernelLaunch>& real, cudaKernel_t kernel,
   if (launch == nullptr) return cudaErrorInvalidDeviceFunction;
   ObservedLaunch observed(kernel, Callee::kLibraryKernel, shape_of(grid, block), args, nullptr,
                           observed_stream(stream, per_thread));
-  if (observed.refused()) return cudaErrorMemoryAllocation;
   return launch(kernel, grid, block, args, shared_bytes, stream);
 }
 
@@ -60,7 +58,6 @@ cudaError_t runtime_launch_ex(RealFunction<RuntimeLaunchEx>& real, const cudaLau
   if (config == nullptr) return launch(config, func, args);  // the runtime's error to give
   ObservedLaunch observed(func, Callee::kRuntimeStub, shape_of(config->gridDim, config->blockDim), args, nullptr,
                           observed_stream(config->stream, per_thread));
-  if (observed.refused()) return cudaErrorMemoryAllocation;
   return launch(config, func, args);
 }
 

@@ -251,6 +251,11 @@ ObservedLaunch::ObservedLaunch(const void* key, Callee callee, const LaunchShape
       return;
     }
     begun_ = begin_op(launch_id(key, shape), used.data(), used.size(), stream, &refused_);
+    if (refused_ && callee != Callee::kFunction) {
+      ZICO_LOG(kError, "UM mode: a kernel launched through %s uses a swapped page the GPU would not take back; the "
+                       "runtime API cannot be told, so it is launched (an illegal address follows)",
+               route_name(callee));
+    }
   } catch (...) {
     // Host memory for bookkeeping ran out (or a lock failed): the launch goes
     // unannounced, and its pages fault in.
@@ -304,8 +309,9 @@ ObservedCopy::ObservedCopy(CopyOp kind, const void* dst, const void* src, size_t
     }
     g_copies.fetch_add(1, std::memory_order_relaxed);
     begun_ = begin_op(copy_id(kind, dst_is_zicoum, src_is_zicoum, bytes), used, count, stream, &refused_);
-    // After the copy's own op: it writes the table, it does not read through it.
-    if (kind == CopyOp::kFromHost && dst_is_zicoum && !src_is_zicoum) {
+    // After the copy's own op: it writes the table, it does not read through
+    // it. A refused copy writes nothing.
+    if (kind == CopyOp::kFromHost && dst_is_zicoum && !src_is_zicoum && !refused_) {
       note_pointer_table(*runtime, *dst_owner, dst, src, bytes);
     }
   } catch (...) {

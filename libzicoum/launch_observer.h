@@ -72,7 +72,11 @@ class ObservedLaunch {
   ObservedLaunch(const ObservedLaunch&) = delete;
   ObservedLaunch& operator=(const ObservedLaunch&) = delete;
   // Swapped pages (ZICO_UM_MEMORY=swap): the pager could not map a page the
-  // kernel uses; the caller returns out-of-memory instead of launching.
+  // kernel uses. A driver-API launch returns out-of-memory instead of
+  // launching. A runtime-API launch goes ahead (an illegal address, said
+  // in the log first): `<<<...>>>` drops its launch's result and the caller
+  // reads the error back from cudaGetLastError, which only the runtime's
+  // own failures set, so a refusal there would vanish without a trace.
   [[nodiscard]] bool refused() const { return refused_; }
 
  private:

@@ -392,10 +392,19 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
   stats_.peak_over_budget_bytes = std::max(stats_.peak_over_budget_bytes, beyond * page_bytes_);
   fence_kernel();
   kernel_refused_ = false;
-  if (refused_count_.load(std::memory_order_acquire) != 0) refetch_refused();
+  if (absent_unmapped_) {
+    // Whether the kernel's pages were mapped is known once their fetches
+    // have run: fence_kernel waited for them, unless it put no wait on the
+    // stream (a graph capture beside it).
+    if (std::any_of(kernel_pages_.begin(), kernel_pages_.end(),
+                    [this](PageId page) { return in_call_of_[page] > in_calls_waited_; })) {
+      in_thread_->drain();
+      in_calls_waited_ = in_calls_;
+    }
+    if (refused_count_.load(std::memory_order_acquire) != 0) refetch_refused();
+  }
   apply(ahead_);
-  // The faults the kernel causes are reported under its stamp (a kernel
-  // announced before the last one ended untags first).
+  // The faults the kernel causes are reported under its stamp.
   if (fault_reports_) {
     if (tagged_) driver_.untag_work();
     driver_.tag_work(kernel_stamp_);
@@ -946,6 +955,7 @@ void UmPager::fence_kernel() {
   if (awaits_ins && after(*in_thread_, to_device_)) {
     ++stats_.fences;
     now.ins = in_calls_;
+    in_calls_waited_ = in_calls_;
   }
   if (awaits_room && after(*out_thread_, to_host_)) {
     ++stats_.fences;
@@ -982,6 +992,7 @@ void UmPager::refetch_refused() {
   // The kernel's fetches have run (fence_kernel waited for them, or an
   // earlier kernel's fence did): its pages marked now were not mapped.
   std::vector<VaRange> again;
+  again.reserve(kernel_pages_.size());  // before any mark is cleared: a bad_alloc loses none
   {
     std::lock_guard lock(refused_mu_);
     for (const PageId page : kernel_pages_) {
@@ -1004,6 +1015,7 @@ void UmPager::refetch_refused() {
   uint64_t ticket = 0;
   const EventHandle event = record_on(*in_thread_, to_device_, &ticket).event;
   in_thread_->wait_for(ticket);
+  in_calls_waited_ = in_calls_;
   {
     std::lock_guard lock(refused_mu_);
     kernel_refused_ = std::any_of(kernel_pages_.begin(), kernel_pages_.end(),

@@ -422,8 +422,8 @@ class UmPager {
   // set_budget last asked, at the next kernel).
   bool absent_unmapped_ = false;
   uint32_t given_pages_ = 0;
-  // Swapped pages a fetch of was refused (set on the pager threads, under
-  // refused_mu_): the pager counts them on the GPU, the driver did not map
+  // Swapped pages a fetch of was refused (set where the fetch ran: a pager
+  // thread, or the calling thread inline; under refused_mu_): the pager counts them on the GPU, the driver did not map
   // them. Each is fetched again before its next kernel (refetch_refused).
   std::mutex refused_mu_;
   std::vector<uint8_t> refused_;
@@ -473,6 +473,7 @@ class UmPager {
   // for already.
   uint64_t out_calls_ = 0;
   uint64_t in_calls_ = 0;
+  uint64_t in_calls_waited_ = 0;  // of those, the ones the launching thread saw run (swapped pages)
   std::vector<uint64_t> out_call_of_;
   std::vector<uint64_t> in_call_of_;
   uint64_t outs_before_ins_ = 0;

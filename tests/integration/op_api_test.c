@@ -1,7 +1,9 @@
 /* zico_op_begin / zico_op_end through the C API: a bad argument is refused
  * with a reason; in VMM mode they do nothing; in UM mode (ZICO_MODE=um in the
  * environment) the op's blocks come to the GPU, within the budget, and an op
- * begun and never ended does not keep the thread's next op waiting. */
+ * begun and never ended (by this thread, or by a thread that ended) does not
+ * keep the next op waiting. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,12 @@
     }                                                 \
   } while (0)
 
+/* Begins an op on `arg`'s block and ends the thread without ending the op. */
+static void* begin_and_leave(void* arg) {
+  const void* used[1] = {arg};
+  return (void*)(intptr_t)(zico_op_begin(10, used, 1, 1000) == ZICO_OK);
+}
+
 int main(void) {
   alarm(60); /* a hang fails the test instead of stalling the run */
   const char* mode = getenv("ZICO_MODE");
@@ -37,6 +45,13 @@ int main(void) {
   CHECK(zico_op_begin(8, used, 1, 1000) == ZICO_OK, "zico_op_begin: %s", zico_last_error());
   CHECK(zico_op_begin(9, used + 1, 1, 1000) == ZICO_OK, "a second zico_op_begin: %s", zico_last_error());
   CHECK(zico_op_end() == ZICO_OK, "zico_op_end after two begins: %s", zico_last_error());
+  pthread_t thread;
+  void* begun = NULL;
+  CHECK(pthread_create(&thread, NULL, begin_and_leave, blocks[1]) == 0, "pthread_create");
+  CHECK(pthread_join(thread, &begun) == 0 && begun != NULL, "the other thread's zico_op_begin failed");
+  CHECK(zico_op_begin(11, used, 1, 1000) == ZICO_OK, "zico_op_begin after a thread left its op: %s",
+        zico_last_error());
+  CHECK(zico_op_end() == ZICO_OK, "zico_op_end: %s", zico_last_error());
   zico_stats_t stats;
   memset(&stats, 0, sizeof stats);
   stats.struct_size = sizeof stats;

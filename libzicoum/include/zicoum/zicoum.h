@@ -150,17 +150,19 @@ ZICO_API zico_status_t zico_mark_iteration(void);
  * its name and arguments), `expected_ns` is how long it computes if known (0:
  * unknown; the simulated backend runs it for that long). Pointers zicoum did
  * not allocate are ignored. In VMM mode: ZICO_OK, nothing done.
- * ZICO_ERROR_OUT_OF_MEMORY with ZICO_UM_MEMORY=swap: a page the op uses could
- * not be mapped on the GPU (another process holds its memory); do not launch
- * the op (it would read unmapped memory), and there is nothing to end. */
+ * ZICO_ERROR_OUT_OF_MEMORY: nothing to end; with ZICO_UM_MEMORY=swap and
+ * zico_last_error() saying so, a page the op uses could not be mapped on the
+ * GPU (another process holds its memory): do not launch the op (it would
+ * read unmapped memory). */
 ZICO_API zico_status_t zico_op_begin(uint64_t op_id, const void* const* ptrs, size_t count, uint64_t expected_ns);
 
 /* The op of the last zico_op_begin() on this thread was launched (on the
  * simulated backend: it runs now, on the modelled clock). Ops are announced
  * one at a time per device: between a thread's zico_op_begin() and its
- * zico_op_end(), another thread's op (or UM-mode kernel launch) on that
- * device waits, so end every op you begin. A second zico_op_begin() on the
- * same thread ends the first without running it. */
+ * zico_op_end(), another thread's op (or UM-mode kernel launch, copy or
+ * memset) on that device waits, so end every op you begin. A second
+ * zico_op_begin() on the same thread, or the thread's end, ends the first
+ * without running it. */
 ZICO_API zico_status_t zico_op_end(void);
 
 /* Returns cached, unused physical memory on `device` to the driver. */
