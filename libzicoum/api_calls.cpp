@@ -180,6 +180,7 @@ void api_stream_destroyed(StreamHandle stream) noexcept {
   if (runtime == nullptr) return;  // nothing of ours can be on it
   for (int device = 0; device < Runtime::kMaxDevices; ++device) {
     if (DeviceAllocator* allocator = runtime->existing_allocator(DeviceId{device})) allocator->fence_stream(stream);
+    if (prefetch::UmPager* pager = runtime->pager(DeviceId{device})) pager->forget_stream(stream);
   }
 }
 

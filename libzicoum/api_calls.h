@@ -25,7 +25,8 @@ namespace zico {
 // live block's start, or cudaStreamPerThread (a different stream in every
 // thread: pass the stream's own handle).
 [[nodiscard]] Status api_record_stream(void* ptr, StreamHandle stream) noexcept;
-// The application is destroying `stream`: fence its cached blocks.
+// The application is destroying `stream`: fence its cached blocks; the
+// pagers forget what it waited for (its handle may come back as a new stream's).
 void api_stream_destroyed(StreamHandle stream) noexcept;
 // UM mode: an op that uses the blocks `ptrs` point into is about to be
 // launched / was launched (zico_op_begin, zico_op_end). No-ops otherwise.

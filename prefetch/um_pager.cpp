@@ -927,6 +927,11 @@ void UmPager::wait_before_prefetches() noexcept {
   ins_wait_for_outs_ = false;
 }
 
+void UmPager::forget_stream(StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  std::erase_if(kernel_waits_, [&](const KernelWaits& waits) { return waits.stream == stream; });
+}
+
 void UmPager::fence_kernel() {
   auto fenced = std::find_if(kernel_waits_.begin(), kernel_waits_.end(),
                              [this](const KernelWaits& waits) { return waits.stream == launch_stream_; });

@@ -248,6 +248,10 @@ class UmPager {
   // arrived unasked is counted on the GPU (late by up to a read; room is
   // made for it at once).
   void on_iteration();
+  // The application destroyed `stream`: what it waited for is forgotten, so
+  // that a stream created later with the same handle waits for its own
+  // kernels' moves (its kernels do not follow the old stream's).
+  void forget_stream(StreamHandle stream);
   // Whether the driver's fault reports reach the pager.
   [[nodiscard]] bool learns_from_faults() const { return fault_reports_; }
 

@@ -132,6 +132,25 @@ class PagerDiscards : public ::testing::Test {
   StreamHandle busy_;
 };
 
+TEST_F(PagerDiscards, AStreamCreatedWithADestroyedOnesHandleWaitsForItsOwnKernelsPages) {
+  // A stream that waited for a page's fetch is not made to wait again; a
+  // new stream that happens to get its handle after it is destroyed has not
+  // waited for anything, so its kernel waits for the page's fetch.
+  pager_->on_allocate(base_, kPage);
+  std::memset(base_, 0x21, kPage);
+  const VaRange page{reinterpret_cast<uintptr_t>(base_), kPage};
+  const auto kernel = [&] {
+    pager_->before_kernel(1, std::span<const VaRange>(&page, 1), 1000, nullptr, busy_);
+    pager_->after_kernel();
+    return pager_->stats().kernel_waits;
+  };
+  const uint64_t first = kernel();
+  EXPECT_GE(first, 1u) << "the first kernel did not wait for its page's fetch";
+  EXPECT_EQ(kernel(), first) << "a stream waited twice for one fetch";
+  pager_->forget_stream(busy_);
+  EXPECT_EQ(kernel(), first + 1) << "a new stream with a destroyed one's handle did not wait for the fetch";
+}
+
 TEST_F(PagerDiscards, AKernelAnnouncedWhileAnotherIsInFlightWaitsForItsLaunch) {
   // This thread announces pages 0-3, the whole budget, and launches a little
   // later; another announces pages 4-7 meanwhile. Had its announcement gone
