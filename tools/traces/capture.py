@@ -39,8 +39,9 @@ calls CALLABLE with those of the keyword options batch, seq_len, image_size (Non
 device (the torch.device captured on) that its signature names, inside `with torch.device(device)`. It
 returns (model, batch) or (model, batch, loss_fn): an nn.Module, a dict or tuple of tensors, and
 loss_fn(model, batch) -> scalar loss. Each iteration trains on a fresh copy of the batch (made
-unrecorded, category `input`) with AdamW(foreach=True) unless --optimizer says otherwise; the loss is loss_fn(model, batch), or without
-one model(**batch).loss for a dict batch and cross_entropy(model(*inputs), target) for a tuple
+unrecorded, category `input`) with AdamW(foreach=True) unless --optimizer says otherwise; the loss is
+loss_fn(model, batch), or without one model(**batch).loss for a dict batch and
+cross_entropy(model(*inputs), target) for a tuple
 (inputs..., target). Anything unusable is a usage error naming the value (exit 2). See load_user_model
 and tools/traces/README.md (tools/traces/example_model.py has examples).
 
@@ -100,7 +101,6 @@ HBM_BYTES_PER_S = 3.35e12 * 0.8
 MIN_KERNEL_NS = 4_000
 # A block freed within this many ops of the op that allocated it is `temp`, otherwise `act`.
 TEMP_MAX_OPS = 4
-
 
 
 def timing_meta() -> str:
@@ -1307,7 +1307,8 @@ def estimate_peak_bytes(args) -> int:
         out = os.path.join(tmp, "estimate.ztrace.gz")
         command = [sys.executable, os.path.abspath(__file__), "--device", "meta",
                    "--model", args.model, "--batch", str(args.batch),
-                   "--iterations", str(min(args.iterations, 2)), "--out", out]
+                   "--iterations", str(min(args.iterations, 2)), "--out", out,
+                   "--optimizer", getattr(args, "optimizer", "adam")]
         if spec.kind == "user":
             for option, value in (("--image-size", args.image_size), ("--seq-len", args.seq_len)):
                 if value is not None:
