@@ -50,6 +50,7 @@ Status UmPager::create(Driver& driver, DeviceId device, VaRange arena, uint64_t 
   if (pager->absent_unmapped_) {
     pager->stream_uses_.resize(pager->last_use_.size());
     pager->refused_.resize(pager->last_use_.size(), 0);
+    pager->stayed_.resize(pager->last_use_.size(), 0);
   }
   pager->given_pages_ = pager->residency_.budget_pages();
   for (StreamHandle* stream : {&pager->to_device_, &pager->to_host_}) {
@@ -402,6 +403,7 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
       in_calls_waited_ = in_calls_;
     }
     if (refused_count_.load(std::memory_order_acquire) != 0) refetch_refused();
+    if (stayed_count_.load(std::memory_order_acquire) != 0) settle_stayed();
   }
   apply(ahead_);
   // The faults the kernel causes are reported under its stamp.
@@ -778,10 +780,12 @@ void UmPager::call_driver(uint8_t kind, std::span<const VaRange> ranges) noexcep
       }
       return;
     }
-    case kToHost:
-      note_migration(driver_.managed_prefetch_batch(ranges, PrefetchTarget{true, device_}, to_host_), true,
-                     ranges.size());
+    case kToHost: {
+      const Status status = driver_.managed_prefetch_batch(ranges, PrefetchTarget{true, device_}, to_host_);
+      if (!status.is_ok()) mark_stayed(ranges);
+      note_migration(status, true, ranges.size());
       return;
+    }
     case kToDevice: {
       const Status status = driver_.managed_prefetch_batch(ranges, to_device, to_device_);
       if (!status.is_ok()) mark_refused(ranges);
@@ -1035,6 +1039,63 @@ void UmPager::refetch_refused() {
     return;
   }
   if (outside_graphs(launch_stream_) && driver_.stream_wait_event(launch_stream_, event).is_ok()) ++stats_.fences;
+}
+
+void UmPager::mark_stayed(std::span<const VaRange> ranges) noexcept {
+  // Managed pages a refused eviction left behind are the driver's to evict.
+  if (!absent_unmapped_) return;
+  std::lock_guard lock(refused_mu_);
+  for (const VaRange& range : ranges) {
+    const auto first = static_cast<PageId>((range.base - arena_.base) / page_bytes_);
+    const auto last = static_cast<PageId>((range.end() - 1 - arena_.base) / page_bytes_);
+    for (PageId page = first; page <= last && page < stayed_.size(); ++page) {
+      if (stayed_[page] == 0) stayed_count_.fetch_add(1, std::memory_order_release);
+      stayed_[page] = 1;
+    }
+  }
+}
+
+void UmPager::settle_stayed() {
+  // A refused batch marks all its pages, some of which may have left: each
+  // the pager still counts absent is sent out again on its own (a page
+  // already on the host is no move), and one that still cannot leave is
+  // counted on the GPU, room made for it, so that the budget holds on the
+  // device. One fetched back since is where the pager counts it.
+  std::vector<PageId> pages;
+  pages.reserve(stayed_count_.load(std::memory_order_acquire));  // before any mark is cleared
+  {
+    std::lock_guard lock(refused_mu_);
+    for (PageId page = 0; page < stayed_.size() && pages.size() < pages.capacity(); ++page) {
+      if (stayed_[page] == 0) continue;
+      stayed_[page] = 0;
+      stayed_count_.fetch_sub(1, std::memory_order_release);
+      if (residency_.state(page) == PageState::kAbsent) pages.push_back(page);
+    }
+  }
+  if (pages.empty()) return;
+  for (const PageId page : pages) {
+    const VaRange range{arena_.base + uintptr_t{page} * page_bytes_, page_bytes_};
+    out_call_of_[page] = out_calls_ + 1;
+    hand_over(kToHost, std::span<const VaRange>(&range, 1));
+    ++stats_.resent_pages;
+  }
+  out_thread_->drain();
+  std::vector<PageId> still;
+  {
+    std::lock_guard lock(refused_mu_);
+    for (const PageId page : pages) {
+      if (stayed_[page] == 0) continue;
+      stayed_[page] = 0;
+      stayed_count_.fetch_sub(1, std::memory_order_release);
+      still.push_back(page);
+    }
+  }
+  BatchScope batch(*this);  // the room made for them leaves in one call
+  for (const PageId page : still) {
+    if (residency_.state(page) != PageState::kAbsent || !count_arrival(page)) continue;
+    residency_.set_has_data(page, true);
+    ++stats_.stayed_pages;
+  }
 }
 
 bool UmPager::kernel_refused() const {

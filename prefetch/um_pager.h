@@ -135,6 +135,10 @@ struct UmPagerStats {
   // of theirs was refused, and kernels refused because that failed too.
   uint64_t refetched_pages = 0;
   uint64_t refused_kernels = 0;
+  // Swapped pages an eviction of was refused: sent out again, and of those
+  // the ones still on the GPU after that, counted there again.
+  uint64_t resent_pages = 0;
+  uint64_t stayed_pages = 0;
   uint64_t oversized_kernels = 0;    // used more pages than the budget holds (logged once): the driver paged them
   uint64_t budget_evictions = 0;     // pages sent to the host because the budget shrank
   uint64_t migration_calls = 0;      // calls into the driver that moved pages (a batch of them is one)
@@ -385,6 +389,8 @@ class UmPager {
   // stream waits for that, or, refused again, the kernel is refused.
   void mark_refused(std::span<const VaRange> ranges) noexcept;
   void refetch_refused();
+  void mark_stayed(std::span<const VaRange> ranges) noexcept;
+  void settle_stayed();
   // Counts a call into the driver that moved pages; logs its first refusal.
   void note_migration(const Status& status, bool to_host, size_t ranges) noexcept;
   // Whether `stream` is capturing no CUDA graph (a fence there would join it).
@@ -432,6 +438,12 @@ class UmPager {
   std::mutex refused_mu_;
   std::vector<uint8_t> refused_;
   std::atomic<uint64_t> refused_count_{0};
+  // Likewise, swapped pages an eviction of was refused (a copy to the host
+  // that failed): still mapped, counted absent. Sent out again one by one
+  // before the next kernel, and counted on the GPU where that fails too
+  // (settle_stayed), so the pager's count stays what the device holds.
+  std::vector<uint8_t> stayed_;
+  std::atomic<uint64_t> stayed_count_{0};
   bool kernel_refused_ = false;  // the announced kernel's, under mutex_
   // Requests not yet handed to the driver, a page each, by kind; per page,
   // the kind it is batched as (kNotBatched: none).

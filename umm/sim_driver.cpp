@@ -767,6 +767,7 @@ Status SimDriver::copy_async(void* dst, const void* src, size_t bytes, CopyKind 
         (src_on_device && !state_->device_range_ok(s, bytes))) {
       return Status(Errc::kInvalidArgument);
     }
+    ZICO_RETURN_IF_ERROR(state_->take_fault(SimOp::kCopy));
     State* state = state_.get();
     const size_t capacity = options_.capacity;
     const std::array<VaRange, 2> device_ranges{dst_on_device ? VaRange{d, bytes} : VaRange{},

@@ -77,7 +77,7 @@ struct SimOptions {
 };
 
 // Operations whose Nth call can be made to fail.
-enum class SimOp : uint8_t { kCreate, kMap, kImport, kReserve, kCount };
+enum class SimOp : uint8_t { kCreate, kMap, kImport, kReserve, kCopy, kCount };
 
 // What the driver has done so far; tests assert on these.
 struct SimCounters {

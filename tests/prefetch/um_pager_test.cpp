@@ -1009,6 +1009,44 @@ TEST(UmPager, ASwappedPageTheDeviceWillNotTakeBackRefusesItsKernelUntilItComesBa
   ASSERT_TRUE(swap.unreserve(arena).is_ok());
 }
 
+// Swapped pages whose copy to the host fails stay on the GPU while the pager
+// counts them gone: before the kernel runs they are sent out again, so that
+// the device holds the budget (left alone, it would hold three pages).
+TEST(UmPager, ASwappedPageThatFailedToLeaveIsSentOutAgainBeforeTheNextKernel) {
+  SimOptions options;
+  options.granularity = kPage;
+  SimDriver driver(options);
+  SwapArenaDriver swap(driver);
+  VaRange arena{};
+  ASSERT_TRUE(swap.reserve(DeviceId{0}, 8 * kPage, 0, &arena).is_ok());
+  UmPagerOptions pager_options;
+  pager_options.policy = "zico";
+  pager_options.budget_bytes = 2 * kPage;
+  std::unique_ptr<UmPager> pager;
+  std::string why;
+  ASSERT_TRUE(UmPager::create(swap, DeviceId{0}, arena, kPage, pager_options, &pager, &why).is_ok()) << why;
+  for (size_t page = 0; page < 4; ++page) pager->on_allocate(static_cast<std::byte*>(arena.ptr()) + page * kPage, kPage);
+  const auto kernel = [&](size_t page) {
+    const VaRange range{arena.base + page * kPage, kPage};
+    pager->before_kernel(page, std::span<const VaRange>(&range, 1), 1000);
+    EXPECT_TRUE(driver.run_kernel(std::span<const VaRange>(&range, 1), 1000).is_ok()) << "page " << page;
+    pager->after_kernel();
+  };
+  kernel(0);
+  kernel(1);
+  driver.inject_failure(SimOp::kCopy, 1);  // the next copy: page 0 or 1 leaving for page 2's room
+  kernel(2);
+  EXPECT_EQ(pager->stats().driver_errors, 1u) << "no eviction failed";
+  EXPECT_EQ(pager->stats().resent_pages, 1u);
+  EXPECT_EQ(pager->stats().stayed_pages, 0u);
+  EXPECT_LE(swap.stats().mapped_bytes, 2 * kPage) << "the page that failed to leave is still on the GPU";
+  EXPECT_EQ(pager->resident_bytes(), 2 * kPage);
+  kernel(3);
+  EXPECT_LE(swap.stats().mapped_bytes, 2 * kPage);
+  pager.reset();
+  ASSERT_TRUE(swap.unreserve(arena).is_ok());
+}
+
 TEST(UmPager, SwappedPagesAreAllThereBeforeTheirKernelAndTheDeviceHoldsTheBudget) {
   const auto check = [](const AccessStream& stream, uint64_t budget, std::string_view policy, bool threads) {
     page::UmReplayResult managed, swapped;
