@@ -386,7 +386,9 @@ class UmPager {
   void fence_kernel();
   // Swapped pages: a fetch the driver refused marks its pages (on the pager
   // thread); before a kernel, its marked pages are fetched again and its
-  // stream waits for that, or, refused again, the kernel is refused.
+  // stream waits for that, or, refused again, the kernel is refused. An
+  // eviction refused marks its pages too; before the kernel they are sent
+  // out again, or counted on the GPU again.
   void mark_refused(std::span<const VaRange> ranges) noexcept;
   void refetch_refused();
   void mark_stayed(std::span<const VaRange> ranges) noexcept;
@@ -433,8 +435,9 @@ class UmPager {
   bool absent_unmapped_ = false;
   uint32_t given_pages_ = 0;
   // Swapped pages a fetch of was refused (set where the fetch ran: a pager
-  // thread, or the calling thread inline; under refused_mu_): the pager counts them on the GPU, the driver did not map
-  // them. Each is fetched again before its next kernel (refetch_refused).
+  // thread, or the calling thread inline; under refused_mu_): the pager
+  // counts them on the GPU, the driver did not map them. Each is fetched
+  // again before its next kernel (refetch_refused).
   std::mutex refused_mu_;
   std::vector<uint8_t> refused_;
   std::atomic<uint64_t> refused_count_{0};
