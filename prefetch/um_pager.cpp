@@ -49,8 +49,8 @@ Status UmPager::create(Driver& driver, DeviceId device, VaRange arena, uint64_t 
   pager->absent_unmapped_ = caps.absent_pages_unmapped;
   if (pager->absent_unmapped_) {
     pager->stream_uses_.resize(pager->last_use_.size());
-    pager->refused_.resize(pager->last_use_.size(), 0);
-    pager->stayed_.resize(pager->last_use_.size(), 0);
+    pager->refused_fetches_.marked.resize(pager->last_use_.size(), 0);
+    pager->refused_evictions_.marked.resize(pager->last_use_.size(), 0);
   }
   pager->given_pages_ = pager->residency_.budget_pages();
   for (StreamHandle* stream : {&pager->to_device_, &pager->to_host_}) {
@@ -402,8 +402,8 @@ uint64_t UmPager::before_kernel(uint64_t exec_id, std::span<const VaRange> used,
       in_thread_->drain();
       in_calls_waited_ = in_calls_;
     }
-    if (refused_count_.load(std::memory_order_acquire) != 0) refetch_refused();
-    if (stayed_count_.load(std::memory_order_acquire) != 0) settle_stayed();
+    if (refused_fetches_.count.load(std::memory_order_acquire) != 0) refetch_refused();
+    if (refused_evictions_.count.load(std::memory_order_acquire) != 0) settle_stayed();
   }
   apply(ahead_);
   // The faults the kernel causes are reported under its stamp.
@@ -782,13 +782,13 @@ void UmPager::call_driver(uint8_t kind, std::span<const VaRange> ranges) noexcep
     }
     case kToHost: {
       const Status status = driver_.managed_prefetch_batch(ranges, PrefetchTarget{true, device_}, to_host_);
-      if (!status.is_ok()) mark_stayed(ranges);
+      if (!status.is_ok()) mark_refused(refused_evictions_, ranges);
       note_migration(status, true, ranges.size());
       return;
     }
     case kToDevice: {
       const Status status = driver_.managed_prefetch_batch(ranges, to_device, to_device_);
-      if (!status.is_ok()) mark_refused(ranges);
+      if (!status.is_ok()) mark_refused(refused_fetches_, ranges);
       note_migration(status, false, ranges.size());
       return;
     }
@@ -796,7 +796,7 @@ void UmPager::call_driver(uint8_t kind, std::span<const VaRange> ranges) noexcep
       Status status = driver_.managed_discard_and_prefetch_batch(ranges, to_device, to_device_);
       // Refused as a whole (no discard here after all): moved as they are.
       if (status.code() == Errc::kNotSupported) status = driver_.managed_prefetch_batch(ranges, to_device, to_device_);
-      if (!status.is_ok()) mark_refused(ranges);
+      if (!status.is_ok()) mark_refused(refused_fetches_, ranges);
       note_migration(status, false, ranges.size());
       return;
     }
@@ -983,17 +983,15 @@ void UmPager::fence_kernel() {
   }
 }
 
-void UmPager::mark_refused(std::span<const VaRange> ranges) noexcept {
-  // Managed pages a refused fetch left behind fault in when used.
+void UmPager::mark_refused(RefusedMoves& moves, std::span<const VaRange> ranges) noexcept {
+  // Managed pages a refused move left behind are the driver's: they fault
+  // in when used, and it evicts them when it needs the room.
   if (!absent_unmapped_) return;
   std::lock_guard lock(refused_mu_);
   for (const VaRange& range : ranges) {
     const auto first = static_cast<PageId>((range.base - arena_.base) / page_bytes_);
     const auto last = static_cast<PageId>((range.end() - 1 - arena_.base) / page_bytes_);
-    for (PageId page = first; page <= last && page < refused_.size(); ++page) {
-      if (refused_[page] == 0) refused_count_.fetch_add(1, std::memory_order_release);
-      refused_[page] = 1;
-    }
+    for (PageId page = first; page <= last && page < moves.marked.size(); ++page) moves.mark(page);
   }
 }
 
@@ -1005,9 +1003,7 @@ void UmPager::refetch_refused() {
   {
     std::lock_guard lock(refused_mu_);
     for (const PageId page : kernel_pages_) {
-      if (refused_[page] == 0) continue;
-      refused_[page] = 0;
-      refused_count_.fetch_sub(1, std::memory_order_release);
+      if (!refused_fetches_.take(page)) continue;
       again.push_back(VaRange{arena_.base + uintptr_t{page} * page_bytes_, page_bytes_});
     }
   }
@@ -1028,7 +1024,7 @@ void UmPager::refetch_refused() {
   {
     std::lock_guard lock(refused_mu_);
     kernel_refused_ = std::any_of(kernel_pages_.begin(), kernel_pages_.end(),
-                                  [this](PageId page) { return refused_[page] != 0; });
+                                  [this](PageId page) { return refused_fetches_.marked[page] != 0; });
   }
   if (kernel_refused_) {
     if (stats_.refused_kernels++ == 0) {
@@ -1041,20 +1037,6 @@ void UmPager::refetch_refused() {
   if (outside_graphs(launch_stream_) && driver_.stream_wait_event(launch_stream_, event).is_ok()) ++stats_.fences;
 }
 
-void UmPager::mark_stayed(std::span<const VaRange> ranges) noexcept {
-  // Managed pages a refused eviction left behind are the driver's to evict.
-  if (!absent_unmapped_) return;
-  std::lock_guard lock(refused_mu_);
-  for (const VaRange& range : ranges) {
-    const auto first = static_cast<PageId>((range.base - arena_.base) / page_bytes_);
-    const auto last = static_cast<PageId>((range.end() - 1 - arena_.base) / page_bytes_);
-    for (PageId page = first; page <= last && page < stayed_.size(); ++page) {
-      if (stayed_[page] == 0) stayed_count_.fetch_add(1, std::memory_order_release);
-      stayed_[page] = 1;
-    }
-  }
-}
-
 void UmPager::settle_stayed() {
   // A refused batch marks all its pages, some of which may have left: each
   // the pager still counts absent is sent out again on its own (a page
@@ -1062,14 +1044,11 @@ void UmPager::settle_stayed() {
   // counted on the GPU, room made for it, so that the budget holds on the
   // device. One fetched back since is where the pager counts it.
   std::vector<PageId> pages;
-  pages.reserve(stayed_count_.load(std::memory_order_acquire));  // before any mark is cleared
+  pages.reserve(refused_evictions_.count.load(std::memory_order_acquire));  // before any mark is cleared
   {
     std::lock_guard lock(refused_mu_);
-    for (PageId page = 0; page < stayed_.size() && pages.size() < pages.capacity(); ++page) {
-      if (stayed_[page] == 0) continue;
-      stayed_[page] = 0;
-      stayed_count_.fetch_sub(1, std::memory_order_release);
-      if (residency_.state(page) == PageState::kAbsent) pages.push_back(page);
+    for (PageId page = 0; page < refused_evictions_.marked.size() && pages.size() < pages.capacity(); ++page) {
+      if (refused_evictions_.take(page) && residency_.state(page) == PageState::kAbsent) pages.push_back(page);
     }
   }
   if (pages.empty()) return;
@@ -1081,13 +1060,11 @@ void UmPager::settle_stayed() {
   }
   out_thread_->drain();
   std::vector<PageId> still;
+  still.reserve(pages.size());  // before any mark is cleared
   {
     std::lock_guard lock(refused_mu_);
     for (const PageId page : pages) {
-      if (stayed_[page] == 0) continue;
-      stayed_[page] = 0;
-      stayed_count_.fetch_sub(1, std::memory_order_release);
-      still.push_back(page);
+      if (refused_evictions_.take(page)) still.push_back(page);
     }
   }
   BatchScope batch(*this);  // the room made for them leaves in one call

@@ -384,14 +384,35 @@ class UmPager {
   void wait_before_prefetches() noexcept;
   // Makes the announced kernel's stream wait for the moves it needs.
   void fence_kernel();
-  // Swapped pages: a fetch the driver refused marks its pages (on the pager
-  // thread); before a kernel, its marked pages are fetched again and its
-  // stream waits for that, or, refused again, the kernel is refused. An
-  // eviction refused marks its pages too; before the kernel they are sent
-  // out again, or counted on the GPU again.
-  void mark_refused(std::span<const VaRange> ranges) noexcept;
+  // Swapped pages a move of was refused, where the pager does not count
+  // them (marked where the move ran: a pager thread, or the calling thread
+  // inline; under refused_mu_, the count readable without it). A refused
+  // fetch: counted on the GPU, not mapped; fetched again before its next
+  // kernel (refetch_refused). A refused eviction: counted gone, still
+  // mapped; sent out again before the next kernel, or counted on the GPU
+  // again where that fails too (settle_stayed), so that the pager's count
+  // stays what the device holds.
+  struct RefusedMoves {
+    std::vector<uint8_t> marked;
+    std::atomic<uint64_t> count{0};
+    void mark(PageId page) {
+      if (marked[page] == 0) count.fetch_add(1, std::memory_order_release);
+      marked[page] = 1;
+    }
+    // Whether the page was marked; unmarks it.
+    bool take(PageId page) {
+      if (marked[page] == 0) return false;
+      marked[page] = 0;
+      count.fetch_sub(1, std::memory_order_release);
+      return true;
+    }
+  };
+  // Marks the pages of `ranges` in `moves` (refused_fetches_ or
+  // refused_evictions_); before a kernel, refetch_refused fetches its marked
+  // pages again and its stream waits for that, or, refused again, refuses
+  // the kernel; settle_stayed sends the others out again.
+  void mark_refused(RefusedMoves& moves, std::span<const VaRange> ranges) noexcept;
   void refetch_refused();
-  void mark_stayed(std::span<const VaRange> ranges) noexcept;
   void settle_stayed();
   // Counts a call into the driver that moved pages; logs its first refusal.
   void note_migration(const Status& status, bool to_host, size_t ranges) noexcept;
@@ -434,19 +455,9 @@ class UmPager {
   // set_budget last asked, at the next kernel).
   bool absent_unmapped_ = false;
   uint32_t given_pages_ = 0;
-  // Swapped pages a fetch of was refused (set where the fetch ran: a pager
-  // thread, or the calling thread inline; under refused_mu_): the pager
-  // counts them on the GPU, the driver did not map them. Each is fetched
-  // again before its next kernel (refetch_refused).
-  std::mutex refused_mu_;
-  std::vector<uint8_t> refused_;
-  std::atomic<uint64_t> refused_count_{0};
-  // Likewise, swapped pages an eviction of was refused (a copy to the host
-  // that failed): still mapped, counted absent. Sent out again one by one
-  // before the next kernel, and counted on the GPU where that fails too
-  // (settle_stayed), so the pager's count stays what the device holds.
-  std::vector<uint8_t> stayed_;
-  std::atomic<uint64_t> stayed_count_{0};
+  std::mutex refused_mu_;  // guards the two below (RefusedMoves)
+  RefusedMoves refused_fetches_;
+  RefusedMoves refused_evictions_;
   bool kernel_refused_ = false;  // the announced kernel's, under mutex_
   // Requests not yet handed to the driver, a page each, by kind; per page,
   // the kind it is batched as (kNotBatched: none).

@@ -17,6 +17,22 @@ uint64_t copy_ns(uint64_t bytes, double per_s) {
   return static_cast<uint64_t>(std::floor(static_cast<double>(bytes) / per_s * 1e9));
 }
 
+// A 2 MiB weight and two 2 MiB moments (1 MiB pages); each iteration `lead_ns`
+// of compute that uses nothing (none if 0), then `steps` 1 us ops on the
+// weight and the moments in turn.
+AccessStream alternating_moments(int iterations, uint64_t lead_ns, int steps) {
+  testing::StreamBuilder b(kMiB);
+  const uint32_t w = b.allocate(2 * kMiB);
+  const uint32_t m1 = b.allocate(2 * kMiB);
+  const uint32_t m2 = b.allocate(2 * kMiB);
+  for (int it = 0; it < iterations; ++it) {
+    b.mark();
+    if (lead_ns != 0) b.op({}, lead_ns, 1);
+    for (int k = 0; k < steps; ++k) b.op({w, k % 2 == 0 ? m1 : m2}, 1000, 2 + static_cast<uint64_t>(k));
+  }
+  return b.finish();
+}
+
 TEST(SegmentBound, IsTheComputeWhenEverythingFits) {
   testing::StreamBuilder b(kMiB);
   const uint32_t w = b.allocate(2 * kMiB);
@@ -39,19 +55,7 @@ TEST(SegmentBound, ChargesEachSwitchOfAShortPhaseThatTheOtherBoundsSpreadOverThe
   // moments beside a 2 MiB weight, with 4 MiB of budget, after 100 us of
   // compute that uses nothing. Each switch must bring 2 MiB in (and take
   // 2 MiB out) within one 1 us op; the copies cannot hide in the 100 us.
-  testing::StreamBuilder b(kMiB);
-  const uint32_t w = b.allocate(2 * kMiB);
-  const uint32_t m1 = b.allocate(2 * kMiB);
-  const uint32_t m2 = b.allocate(2 * kMiB);
-  for (int it = 0; it < 3; ++it) {
-    b.mark();
-    b.op({}, 100000, 1);
-    b.op({w, m1}, 1000, 2);
-    b.op({w, m2}, 1000, 3);
-    b.op({w, m1}, 1000, 4);
-    b.op({w, m2}, 1000, 5);
-  }
-  const AccessStream s = b.finish();
+  const AccessStream s = alternating_moments(3, 100000, 4);
   const TransferModel model;
   const SegmentBound bound = segment_bound(s, 4 * kMiB, model);
   const uint64_t swap = copy_ns(2 * kMiB, model.h2d_bytes_per_s);
@@ -96,15 +100,7 @@ TEST(SegmentBound, NeitherFetchesFreshPagesNorWritesBackFreedOnes) {
 }
 
 TEST(SegmentBound, ShorterSegmentsOnlyLoosenIt) {
-  testing::StreamBuilder b(kMiB);
-  const uint32_t w = b.allocate(2 * kMiB);
-  const uint32_t m1 = b.allocate(2 * kMiB);
-  const uint32_t m2 = b.allocate(2 * kMiB);
-  for (int it = 0; it < 2; ++it) {
-    b.mark();
-    for (int k = 0; k < 6; ++k) b.op({w, k % 2 == 0 ? m1 : m2}, 1000, 2 + k);
-  }
-  const AccessStream s = b.finish();
+  const AccessStream s = alternating_moments(2, 0, 6);
   const TransferModel model;
   uint64_t previous = 0;
   for (const uint32_t reach : {1u, 2u, 3u, 8u}) {

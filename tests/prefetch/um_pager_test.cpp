@@ -959,6 +959,87 @@ TEST(UmPager, ASwappedJobsSmallerBudgetIsFreeOnTheDeviceWhenSetBudgetReturns) {
   EXPECT_EQ(total - free_bytes, 2 * kPage);
 }
 
+// A zico pager over 8 swapped pages of SimDriver (a device of `capacity`
+// bytes), in blocks of `block_pages`, under a budget of `budget_pages`.
+class SwappedPager {
+ public:
+  SwappedPager(size_t capacity, uint64_t budget_pages, size_t block_pages)
+      : driver_(sim_options(capacity)), swap_(driver_) {
+    EXPECT_TRUE(swap_.reserve(DeviceId{0}, 8 * kPage, 0, &arena_).is_ok());
+    UmPagerOptions options;
+    options.policy = "zico";
+    options.budget_bytes = budget_pages * kPage;
+    pager_ = pager_over(swap_, arena_.ptr(), 8, options);
+    for (size_t page = 0; page < 8; page += block_pages) {
+      pager_->on_allocate(static_cast<std::byte*>(arena_.ptr()) + page * kPage, block_pages * kPage);
+    }
+  }
+  ~SwappedPager() {
+    pager_.reset();
+    EXPECT_TRUE(swap_.unreserve(arena_).is_ok());
+  }
+  SimDriver& driver() { return driver_; }
+  SwapArenaDriver& swap() { return swap_; }
+  UmPager& pager() { return *pager_; }
+  // A kernel on `pages` pages from `first`: (whether the pager refused it,
+  // whether the device ran it: no page unmapped).
+  std::pair<bool, bool> kernel(uint64_t id, size_t first, size_t pages) {
+    const VaRange range{arena_.base + first * kPage, pages * kPage};
+    pager_->before_kernel(id, std::span<const VaRange>(&range, 1), 1000);
+    const bool refused = pager_->kernel_refused();
+    const bool ran = driver_.run_kernel(std::span<const VaRange>(&range, 1), 1000).is_ok();
+    pager_->after_kernel();
+    return {refused, ran};
+  }
+
+ private:
+  static SimOptions sim_options(size_t capacity) {
+    SimOptions options;
+    options.capacity = capacity;
+    options.granularity = kPage;
+    return options;
+  }
+  SimDriver driver_;
+  SwapArenaDriver swap_;
+  VaRange arena_{};
+  std::unique_ptr<UmPager> pager_;
+};
+
+// Swapped pages on a device another process has filled: a fetch the driver
+// refuses leaves pages unmapped that the pager counts as there. The kernel
+// that uses them must not run on them (an illegal address): they are asked
+// for again first and, refused again, the kernel is refused; once the
+// memory is back, the next kernel that uses them gets them.
+TEST(UmPager, ASwappedPageTheDeviceWillNotTakeBackRefusesItsKernelUntilItComesBack) {
+  SwappedPager swapped(4 * kPage, 4, 2);
+  EXPECT_EQ(swapped.kernel(1, 0, 2), std::pair(false, true));
+  PhysHandle taken{};  // another process's: the device's last two pages
+  ASSERT_TRUE(swapped.driver().create(DeviceId{0}, 2 * kPage, &taken).is_ok());
+  EXPECT_EQ(swapped.kernel(2, 2, 2), std::pair(true, false)) << "(refused, ran): a kernel was let run on unmapped pages";
+  EXPECT_EQ(swapped.pager().stats().refused_kernels, 1u);
+  ASSERT_TRUE(swapped.driver().release(taken).is_ok());
+  EXPECT_EQ(swapped.kernel(3, 2, 2), std::pair(false, true)) << "(refused, ran): the pages did not come back";
+  EXPECT_GE(swapped.pager().stats().refetched_pages, 4u);  // twice each
+}
+
+// Swapped pages whose copy to the host fails stay on the GPU while the pager
+// counts them gone: before the kernel runs they are sent out again, so that
+// the device holds the budget (left alone, it would hold three pages).
+TEST(UmPager, ASwappedPageThatFailedToLeaveIsSentOutAgainBeforeTheNextKernel) {
+  SwappedPager swapped(SimOptions{}.capacity, 2, 1);
+  EXPECT_EQ(swapped.kernel(0, 0, 1), std::pair(false, true));
+  EXPECT_EQ(swapped.kernel(1, 1, 1), std::pair(false, true));
+  swapped.driver().inject_failure(SimOp::kCopy, 1);  // the next copy: page 0 or 1 leaving for page 2's room
+  EXPECT_EQ(swapped.kernel(2, 2, 1), std::pair(false, true));
+  EXPECT_EQ(swapped.pager().stats().driver_errors, 1u) << "no eviction failed";
+  EXPECT_EQ(swapped.pager().stats().resent_pages, 1u);
+  EXPECT_EQ(swapped.pager().stats().stayed_pages, 0u);
+  EXPECT_LE(swapped.swap().stats().mapped_bytes, 2 * kPage) << "the page that failed to leave is still on the GPU";
+  EXPECT_EQ(swapped.pager().resident_bytes(), 2 * kPage);
+  EXPECT_EQ(swapped.kernel(3, 3, 1), std::pair(false, true));
+  EXPECT_LE(swapped.swap().stats().mapped_bytes, 2 * kPage);
+}
+
 // Swapped (ZICO_UM_MEMORY=swap), nothing faults: every page a kernel uses
 // is mapped before it runs (else SimDriver refuses it as an illegal address
 // and the replay fails), under every policy, "um" too, on its own threads
@@ -966,87 +1047,6 @@ TEST(UmPager, ASwappedJobsSmallerBudgetIsFreeOnTheDeviceWhenSetBudgetReturns) {
 // once the budget covers the largest kernel, and a kernel larger than the
 // budget still runs. Swapped pages move by copies on the copy engines, so
 // an iteration takes about what the managed one takes.
-// Swapped pages on a device another process has filled: a fetch the driver
-// refuses leaves pages unmapped that the pager counts as there. The kernel
-// that uses them must not run on them (an illegal address): they are asked
-// for again first and, refused again, the kernel is refused; once the
-// memory is back, the next kernel that uses them gets them.
-TEST(UmPager, ASwappedPageTheDeviceWillNotTakeBackRefusesItsKernelUntilItComesBack) {
-  SimOptions options;
-  options.capacity = 4 * kPage;
-  options.granularity = kPage;
-  SimDriver driver(options);
-  SwapArenaDriver swap(driver);
-  VaRange arena{};
-  ASSERT_TRUE(swap.reserve(DeviceId{0}, 8 * kPage, 0, &arena).is_ok());
-  UmPagerOptions pager_options;
-  pager_options.policy = "zico";
-  pager_options.budget_bytes = 4 * kPage;
-  std::unique_ptr<UmPager> pager;
-  std::string why;
-  ASSERT_TRUE(UmPager::create(swap, DeviceId{0}, arena, kPage, pager_options, &pager, &why).is_ok()) << why;
-  for (size_t block = 0; block < 4; ++block) {
-    pager->on_allocate(static_cast<std::byte*>(arena.ptr()) + block * 2 * kPage, 2 * kPage);
-  }
-  const VaRange first{arena.base, 2 * kPage};
-  const VaRange second{arena.base + 2 * kPage, 2 * kPage};
-  const auto kernel = [&](uint64_t id, const VaRange& pages) {
-    pager->before_kernel(id, std::span<const VaRange>(&pages, 1), 1000);
-    const bool refused = pager->kernel_refused();
-    const bool ran = driver.run_kernel(std::span<const VaRange>(&pages, 1), 1000).is_ok();
-    pager->after_kernel();
-    return std::pair(refused, ran);
-  };
-  EXPECT_EQ(kernel(1, first), std::pair(false, true));
-  PhysHandle taken{};  // another process's: the device's last two pages
-  ASSERT_TRUE(driver.create(DeviceId{0}, 2 * kPage, &taken).is_ok());
-  EXPECT_EQ(kernel(2, second), std::pair(true, false)) << "(refused, ran): a kernel was let run on unmapped pages";
-  EXPECT_EQ(pager->stats().refused_kernels, 1u);
-  ASSERT_TRUE(driver.release(taken).is_ok());
-  EXPECT_EQ(kernel(3, second), std::pair(false, true)) << "(refused, ran): the pages did not come back";
-  EXPECT_GE(pager->stats().refetched_pages, 4u);  // twice each
-  pager.reset();
-  ASSERT_TRUE(swap.unreserve(arena).is_ok());
-}
-
-// Swapped pages whose copy to the host fails stay on the GPU while the pager
-// counts them gone: before the kernel runs they are sent out again, so that
-// the device holds the budget (left alone, it would hold three pages).
-TEST(UmPager, ASwappedPageThatFailedToLeaveIsSentOutAgainBeforeTheNextKernel) {
-  SimOptions options;
-  options.granularity = kPage;
-  SimDriver driver(options);
-  SwapArenaDriver swap(driver);
-  VaRange arena{};
-  ASSERT_TRUE(swap.reserve(DeviceId{0}, 8 * kPage, 0, &arena).is_ok());
-  UmPagerOptions pager_options;
-  pager_options.policy = "zico";
-  pager_options.budget_bytes = 2 * kPage;
-  std::unique_ptr<UmPager> pager;
-  std::string why;
-  ASSERT_TRUE(UmPager::create(swap, DeviceId{0}, arena, kPage, pager_options, &pager, &why).is_ok()) << why;
-  for (size_t page = 0; page < 4; ++page) pager->on_allocate(static_cast<std::byte*>(arena.ptr()) + page * kPage, kPage);
-  const auto kernel = [&](size_t page) {
-    const VaRange range{arena.base + page * kPage, kPage};
-    pager->before_kernel(page, std::span<const VaRange>(&range, 1), 1000);
-    EXPECT_TRUE(driver.run_kernel(std::span<const VaRange>(&range, 1), 1000).is_ok()) << "page " << page;
-    pager->after_kernel();
-  };
-  kernel(0);
-  kernel(1);
-  driver.inject_failure(SimOp::kCopy, 1);  // the next copy: page 0 or 1 leaving for page 2's room
-  kernel(2);
-  EXPECT_EQ(pager->stats().driver_errors, 1u) << "no eviction failed";
-  EXPECT_EQ(pager->stats().resent_pages, 1u);
-  EXPECT_EQ(pager->stats().stayed_pages, 0u);
-  EXPECT_LE(swap.stats().mapped_bytes, 2 * kPage) << "the page that failed to leave is still on the GPU";
-  EXPECT_EQ(pager->resident_bytes(), 2 * kPage);
-  kernel(3);
-  EXPECT_LE(swap.stats().mapped_bytes, 2 * kPage);
-  pager.reset();
-  ASSERT_TRUE(swap.unreserve(arena).is_ok());
-}
-
 TEST(UmPager, SwappedPagesAreAllThereBeforeTheirKernelAndTheDeviceHoldsTheBudget) {
   const auto check = [](const AccessStream& stream, uint64_t budget, std::string_view policy, bool threads) {
     page::UmReplayResult managed, swapped;
